@@ -1,0 +1,21 @@
+// Subcommands of the `kvserve` binary; each lives in its own cmd_*.cpp and
+// registers itself on the CLI11 app. A handler returns the process exit code.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kvs::cli {
+
+// Set by a subcommand's callback; main() runs it after parsing.
+using Runner = std::function<int()>;
+
+void add_generate(CLI::App& app, Runner& run);
+void add_tokenize(CLI::App& app, Runner& run);
+void add_perplexity(CLI::App& app, Runner& run);
+void add_bench(CLI::App& app, Runner& run);
+void add_make_model(CLI::App& app, Runner& run);
+void add_convert(CLI::App& app, Runner& run);
+void add_plan(CLI::App& app, Runner& run);
+void add_probe(CLI::App& app, Runner& run);
+
+}  // namespace kvs::cli

@@ -1,0 +1,24 @@
+// Run-time ISA detection. The binary is built for baseline x86-64; kernels
+// pick the best compiled path with cpu_features() at first use.
+#pragma once
+#include <string>
+
+namespace kvs {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
+  int logical_cores = 1;
+};
+
+const CpuFeatures& cpu_features();
+// Best ISA level this machine supports, lowered by the KVS_ISA environment
+// variable ("scalar", "avx2", "avx512") so tests can force every path.
+Isa active_isa();
+void set_isa_override(Isa isa);  // tests: force a path (clamped to what the CPU has)
+std::string isa_name(Isa isa);
+
+}  // namespace kvs

@@ -1,0 +1,38 @@
+// Weight-matrix products: Y[n, rows] = X[n, cols] · W[rows, cols]^T.
+// W is stored row-major in its file type (one row = `cols` elements,
+// row_bytes(type, cols) bytes). n = 1 is decode (matrix-vector, memory
+// bound); n > 1 is prefill / batched decode (compute bound).
+//
+// Determinism contract: Y[i, r] is computed with the same arithmetic in the
+// same order whatever n is and whichever other rows are in X, so a token's
+// logits never depend on batch composition (see docs/ARCHITECTURE.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include "kernels/quant.h"
+
+namespace kvs {
+
+class ThreadPool;
+
+struct WeightView {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features
+  size_t row_stride = 0;  // bytes between rows
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride; }
+};
+
+// Y: [n, w.rows] row-major with leading dimension ldy; X: [n, w.cols] with ldx.
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+            ThreadPool& pool);
+
+// Scalar reference for tests: dequantize each row exactly, float32 dot.
+void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+                      int64_t ldy);
+
+// Row `r` of W as float (embedding lookup).
+void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
+
+}  // namespace kvs

@@ -1,0 +1,84 @@
+// A loaded model: configuration, immutable weight views and the vocabulary.
+// Built from a GGUF file (mmapped; weights stay in the mapping) or from a
+// llama2.c checkpoint (weights copied into owned float buffers).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+#include "kernels/matmul.h"
+#include "model/gguf.h"
+#include "tokenizer/vocab.h"
+
+namespace kvs {
+
+enum class RopeStyle { Normal, Neox };  // Normal: pairs (2i, 2i+1); Neox: (i, i + n_rot/2)
+
+struct ModelConfig {
+  std::string arch;        // "llama", "mistral", "qwen2"
+  std::string name;        // general.name or file stem
+  int n_vocab = 0;
+  int dim = 0;             // embedding width
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;        // dim / n_heads unless metadata says otherwise
+  int ffn_dim = 0;
+  int n_ctx_train = 0;     // context length from metadata
+  int n_rot = 0;           // rotary dimensions (<= head_dim)
+  float rope_theta = 10000.f;
+  float rms_eps = 1e-5f;
+  RopeStyle rope = RopeStyle::Normal;
+  bool has_qkv_bias = false;
+  bool tied_output = false;
+  int sliding_window = 0;  // 0 = none (Mistral-style native window when > 0)
+  // Fixed bytes of the weights as stored (for planning / rooflines).
+  size_t weight_bytes = 0;
+};
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [dim]
+  WeightView wq, wk, wv, wo;         // wq: [n_heads*head_dim, dim]; wk/wv: [n_kv*head_dim, dim]; wo: [dim, n_heads*head_dim]
+  const float* bq = nullptr;         // [n_heads*head_dim] (qwen2) or null
+  const float* bk = nullptr;         // [n_kv*head_dim]
+  const float* bv = nullptr;         // [n_kv*head_dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  WeightView w_gate, w_up, w_down;   // gate/up: [ffn, dim]; down: [dim, ffn]
+};
+
+struct ModelWeights {
+  WeightView tok_embd;               // [n_vocab, dim]
+  std::vector<LayerWeights> layers;
+  const float* output_norm = nullptr;  // [dim]
+  WeightView output;                 // [n_vocab, dim] (== tok_embd when tied)
+};
+
+class Model {
+ public:
+  // Loads by extension/magic: GGUF, or llama2.c .bin (then `tokenizer_path`
+  // names the llama2.c tokenizer file; empty = tok512.bin/tokenizer.bin next to it).
+  static std::shared_ptr<const Model> load(const std::string& path,
+                                           const std::string& tokenizer_path = "");
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  const Vocab& vocab() const { return vocab_; }
+  const std::string& path() const { return path_; }
+  // Stable identity of the weights (sha256 of config + file size + path) for
+  // prefix-cache scoping.
+  const std::string& identity() const { return identity_; }
+  // Internal: filled by loaders.
+  ModelConfig cfg_;
+  ModelWeights w_;
+  Vocab vocab_;
+  std::string path_, identity_;
+  std::unique_ptr<GgufFile> gguf_;             // keeps the mapping alive
+  std::vector<std::vector<float>> owned_f32_;  // llama2.c weights, biases made f32, etc.
+};
+
+}  // namespace kvs
+
+namespace kvs {
+// Reads the architecture metadata only (no weights touched): used by
+// `kvserve plan` and by Model::load. Throws ModelError for unknown
+// architectures or missing keys, naming the key.
+ModelConfig config_from_gguf(const GgufFile& f);
+}  // namespace kvs
