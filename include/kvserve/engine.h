@@ -1,0 +1,59 @@
+// The engine API: one forward pass over a batch of sequence chunks, reading
+// and writing K/V through block tables. The engine holds no per-request
+// state; callers (CLI, scheduler, tests) own sequences and their blocks.
+// Not thread-safe: one thread (the engine thread) calls forward().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace kvs {
+
+class Model;
+class ThreadPool;
+struct KvStorage;
+
+struct EngineOptions {
+  int n_threads = 0;  // 0 = one per core
+};
+
+// One sequence's slice of a batch: tokens at positions pos0 .. pos0+n_tokens-1.
+struct SeqChunk {
+  const int32_t* block_table = nullptr;  // physical block per logical block, covering [0, pos0 + n_tokens)
+  int pos0 = 0;                          // tokens of this sequence already in the cache
+  const int32_t* tokens = nullptr;
+  int n_tokens = 0;
+  bool all_logits = false;  // logits of every token (perplexity) or only of the last
+};
+
+struct ForwardStats {
+  int64_t tokens = 0;  // tokens that went through the model (for prefix-hit accounting)
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Model> model, const EngineOptions& opts = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Model& model() const { return *model_; }
+  std::shared_ptr<const Model> model_ptr() const { return model_; }
+  ThreadPool& pool() { return *pool_; }
+  int n_threads() const;
+
+  // Writes each token's K/V into its slot and the requested logits rows to
+  // `logits` ([n_rows, n_vocab], rows in batch order: all rows of a chunk
+  // with all_logits, else one). Positions must fit the chunk's block table.
+  void forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits);
+  const ForwardStats& stats() const { return stats_; }
+
+ private:
+  struct Scratch;
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Scratch> s_;
+  ForwardStats stats_;
+};
+
+}  // namespace kvs

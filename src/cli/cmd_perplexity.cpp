@@ -1,0 +1,60 @@
+// `kvserve perplexity`: llama.cpp-protocol perplexity of a text file.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/perplexity.h"
+
+namespace kvs::cli {
+
+namespace {
+struct PplArgs {
+  ModelArgs m;
+  std::string file;
+  int ctx = 512;
+  bool json = false;
+};
+
+std::string slurp(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw std::runtime_error("cannot open text file '" + path + "'");
+  std::string s;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+int run_ppl(const PplArgs& a) {
+  Loaded l = load_all(a.m);
+  const Vocab& v = l.model->vocab();
+  std::vector<int> toks = l.tok->encode(slurp(a.file), v.add_bos);
+  std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", toks.size(), toks.size() / a.ctx, a.ctx);
+  PerplexityResult r = perplexity(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, [](int d, int n, double p) {
+    std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
+  });
+  if (a.json) {
+    nlohmann::json j{{"ppl", r.ppl}, {"nll", r.nll}, {"chunks", r.n_chunks}, {"scored_tokens", r.n_scored},
+                     {"ctx", a.ctx}, {"tokens", toks.size()}, {"model", l.model->path()}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("PPL = %.4f over %lld scored tokens (%d chunks of %d)\n", r.ppl, (long long)r.n_scored,
+                r.n_chunks, a.ctx);
+  }
+  return 0;
+}
+}  // namespace
+
+void add_perplexity(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<PplArgs>();
+  CLI::App* c = app.add_subcommand("perplexity", "Perplexity of a text file (llama.cpp protocol)");
+  add_model_args(c, a->m);
+  c->add_option("-f,--file", a->file, "Text file")->required();
+  c->add_option("-c,--ctx", a->ctx, "Context per chunk")->capture_default_str()->check(CLI::Range(4, 1 << 20));
+  c->add_flag("--json", a->json, "Print one JSON object with ppl");
+  c->callback([a, &run] { run = [a] { return run_ppl(*a); }; });
+}
+
+}  // namespace kvs::cli

@@ -1,0 +1,171 @@
+// Forward pass of a decoder-only transformer (llama / mistral / qwen2) over a
+// batch of sequence chunks. All tokens of the batch go through each weight
+// matrix together (weights are read once per step); attention runs per
+// (token, kv-head group) through each sequence's block table.
+#include "kvserve/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/threadpool.h"
+#include "kv/kv_layout.h"
+#include "model/model.h"
+
+namespace kvs {
+
+struct Engine::Scratch {
+  std::vector<float> x, xn;         // [T, dim]
+  std::vector<float> q, k, v;       // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
+  std::vector<float> att;           // [T, n_heads*hd]
+  std::vector<float> proj;          // [T, dim]
+  std::vector<float> gate, up;      // [T, ffn]
+  std::vector<float> rope_cos, rope_sin;  // [T, n_rot/2]
+  std::vector<int32_t> pos;         // [T] absolute position of each token
+  std::vector<int32_t> seq_of;      // [T] chunk index of each token
+  std::vector<std::vector<float>> attn_scratch;  // per thread: [r * n_ctx]
+  std::vector<float> out_rows;      // [n_out, dim]
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
+    : model_(std::move(model)), s_(std::make_unique<Scratch>()) {
+  if (!model_) throw std::invalid_argument("Engine: null model");
+  int nt = opts.n_threads > 0 ? opts.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  pool_ = std::make_unique<ThreadPool>(nt);
+  s_->attn_scratch.resize(nt);
+}
+
+Engine::~Engine() = default;
+
+int Engine::n_threads() const { return pool_->size(); }
+
+static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
+  if (!b) return;
+  for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * cols, b, int(cols));
+}
+
+void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits) {
+  const ModelConfig& c = model_->config();
+  const ModelWeights& w = model_->weights();
+  const int dim = c.dim, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, ffn = c.ffn_dim;
+  const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
+  if (kv.layout.n_layers != c.n_layers || kv.layout.n_kv_heads != nkv || kv.layout.head_dim != hd)
+    throw std::invalid_argument("Engine::forward: KV layout does not match the model");
+
+  // Flatten the batch: token t belongs to chunk seq_of[t] at position pos[t].
+  Scratch& s = *s_;
+  int64_t T = 0, n_out = 0;
+  int max_ctx = 0;
+  for (const SeqChunk& ch : batch) {
+    if (ch.n_tokens < 1 || ch.pos0 < 0 || !ch.block_table || !ch.tokens)
+      throw std::invalid_argument("Engine::forward: empty or malformed chunk");
+    T += ch.n_tokens;
+    n_out += ch.all_logits ? ch.n_tokens : 1;
+    max_ctx = std::max(max_ctx, ch.pos0 + ch.n_tokens);
+  }
+  if (T == 0) {
+    logits.clear();
+    return;
+  }
+  s.x.resize(T * dim);
+  s.xn.resize(T * dim);
+  s.q.resize(T * qdim);
+  s.k.resize(T * kvdim);
+  s.v.resize(T * kvdim);
+  s.att.resize(T * qdim);
+  s.proj.resize(T * dim);
+  s.gate.resize(T * ffn);
+  s.up.resize(T * ffn);
+  s.rope_cos.resize(T * (n_rot / 2));
+  s.rope_sin.resize(T * (n_rot / 2));
+  s.pos.resize(T);
+  s.seq_of.resize(T);
+  const int r = nh / nkv;
+  for (auto& a : s.attn_scratch) a.resize(size_t(r) * max_ctx);
+
+  {
+    int64_t t = 0;
+    RopeTable rt;
+    for (size_t ci = 0; ci < batch.size(); ++ci) {
+      const SeqChunk& ch = batch[ci];
+      for (int i = 0; i < ch.n_tokens; ++i, ++t) {
+        const int tok = ch.tokens[i];
+        if (tok < 0 || tok >= c.n_vocab)
+          throw std::invalid_argument("Engine::forward: token id " + std::to_string(tok) + " out of range");
+        s.pos[t] = ch.pos0 + i;
+        s.seq_of[t] = int32_t(ci);
+        dequantize_weight_row(w.tok_embd, tok, &s.x[t * dim]);  // [dim]
+        rt.compute(s.pos[t], n_rot, c.rope_theta, &s.rope_cos[t * (n_rot / 2)], &s.rope_sin[t * (n_rot / 2)]);
+      }
+    }
+  }
+  stats_.tokens += T;
+
+  const AttnShape shape{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
+  const bool neox = c.rope == RopeStyle::Neox;
+  ThreadPool& pool = *pool_;
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    // --- attention block ---
+    for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.attn_norm, &s.xn[t * dim], dim, c.rms_eps);
+    matmul(L.wq, s.xn.data(), dim, T, s.q.data(), qdim, pool);   // [T, qdim]
+    matmul(L.wk, s.xn.data(), dim, T, s.k.data(), kvdim, pool);  // [T, kvdim]
+    matmul(L.wv, s.xn.data(), dim, T, s.v.data(), kvdim, pool);  // [T, kvdim]
+    add_bias(s.q.data(), L.bq, T, qdim);
+    add_bias(s.k.data(), L.bk, T, kvdim);
+    add_bias(s.v.data(), L.bv, T, kvdim);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* cs = &s.rope_cos[t * (n_rot / 2)];
+      const float* sn = &s.rope_sin[t * (n_rot / 2)];
+      rope_apply(&s.q[t * qdim], nh, hd, n_rot, neox, cs, sn);
+      rope_apply(&s.k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
+      // Store this token's K/V in its slot before any query reads it.
+      const SeqChunk& ch = batch[s.seq_of[t]];
+      const int p = s.pos[t];
+      std::memcpy(kv.k(ch.block_table[p / bs], l, p % bs), &s.k[t * kvdim], kvdim * sizeof(float));
+      std::memcpy(kv.v(ch.block_table[p / bs], l, p % bs), &s.v[t * kvdim], kvdim * sizeof(float));
+    }
+    pool.parallel_for(T * nkv, [&](int64_t task, int thread) {
+      const int64_t t = task / nkv;
+      const int g = int(task % nkv);
+      const SeqChunk& ch = batch[s.seq_of[t]];
+      attention_group(&s.q[t * qdim], kv, l, ch.block_table, s.pos[t] + 1, g, shape, &s.att[t * qdim],
+                      s.attn_scratch[thread].data());
+    });
+    matmul(L.wo, s.att.data(), qdim, T, s.proj.data(), dim, pool);  // [T, dim]
+    for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
+
+    // --- feed-forward block (SwiGLU) ---
+    for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.ffn_norm, &s.xn[t * dim], dim, c.rms_eps);
+    matmul(L.w_gate, s.xn.data(), dim, T, s.gate.data(), ffn, pool);  // [T, ffn]
+    matmul(L.w_up, s.xn.data(), dim, T, s.up.data(), ffn, pool);      // [T, ffn]
+    for (int64_t t = 0; t < T; ++t) swiglu_inplace(&s.gate[t * ffn], &s.up[t * ffn], ffn);
+    matmul(L.w_down, s.gate.data(), ffn, T, s.proj.data(), dim, pool);  // [T, dim]
+    for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
+  }
+
+  // Final norm and classifier only for the rows whose logits are wanted.
+  s.out_rows.resize(n_out * dim);  // [n_out, dim]
+  {
+    int64_t t = 0, o = 0;
+    for (const SeqChunk& ch : batch) {
+      for (int i = 0; i < ch.n_tokens; ++i, ++t) {
+        if (ch.all_logits || i == ch.n_tokens - 1) {
+          rmsnorm(&s.x[t * dim], w.output_norm, &s.out_rows[o * dim], dim, c.rms_eps);
+          ++o;
+        }
+      }
+    }
+  }
+  logits.resize(size_t(n_out) * c.n_vocab);
+  matmul(w.output, s.out_rows.data(), dim, n_out, logits.data(), c.n_vocab, pool);  // [n_out, n_vocab]
+}
+
+}  // namespace kvs

@@ -1,0 +1,87 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace kvs {
+
+int argmax(const float* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+
+int Sampler::sample(const float* logits, int n_vocab, const std::vector<int>& history) {
+  cand_.resize(n_vocab);
+  for (int i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
+
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
+    std::unordered_set<int> seen(history.end() - n, history.end());
+    for (int id : seen) {
+      if (id < 0 || id >= n_vocab) continue;
+      float& l = cand_[id].first;
+      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  if (p_.temperature <= 0.f) {
+    int best = 0;
+    for (int i = 1; i < n_vocab; ++i)
+      if (cand_[i].first > cand_[best].first) best = i;
+    return best;
+  }
+  // Sort descending by logit (ties: lower id first) so every filter below is a prefix cut.
+  auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  size_t keep = cand_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < keep) {
+    keep = size_t(p_.top_k);
+    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  cand_.resize(keep);
+  // Probabilities at temperature 1 for the top-p / min-p cuts (llama.cpp order).
+  std::vector<double> prob(keep);
+  const double mx = cand_[0].first;
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp(double(cand_[i].first) - mx));
+  for (auto& q : prob) q /= sum;
+  if (p_.top_p < 1.0f) {
+    double cum = 0;
+    size_t k = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      cum += prob[i];
+      if (cum >= p_.top_p) {
+        k = i + 1;
+        break;
+      }
+    }
+    keep = k;
+  }
+  if (p_.min_p > 0.f) {
+    const double floor_p = prob[0] * p_.min_p;
+    size_t k = 1;
+    while (k < keep && prob[k] >= floor_p) ++k;
+    keep = k;
+  }
+  // Temperature, then draw.
+  std::vector<double> w(keep);
+  double tot = 0;
+  for (size_t i = 0; i < keep; ++i) tot += (w[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature));
+  double u = uniform() * tot;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= w[i];
+    if (u < 0) return cand_[i].second;
+  }
+  return cand_[keep - 1].second;
+}
+
+}  // namespace kvs

@@ -1,0 +1,69 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+
+namespace kvs {
+
+void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
+  // Sum in double: the row is short and this keeps the scale independent of
+  // summation order details (matches the float references to ~1e-7).
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = float(1.0 / std::sqrt(ss / n + eps));
+  for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
+void add_inplace(float* x, const float* y, int n) {
+  for (int i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void swiglu_inplace(float* g, const float* u, int n) {
+  for (int i = 0; i < n; ++i) {
+    const float v = g[i];
+    g[i] = v / (1.0f + std::exp(-v)) * u[i];
+  }
+}
+
+void softmax_inplace(float* x, int n) {
+  float mx = x[0];
+  for (int i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float sum = 0.f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void RopeTable::compute(int pos, int n_rot, float theta, float* cos_out, float* sin_out) const {
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float freq = 1.0f / std::pow(theta, float(2 * i) / float(n_rot));
+    const float a = float(pos) * freq;
+    cos_out[i] = std::cos(a);
+    sin_out[i] = std::sin(a);
+  }
+}
+
+void rope_apply(float* x, int n_heads, int head_dim, int n_rot, bool neox, const float* c,
+                const float* s) {
+  const int half = n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;  // [head_dim]
+    if (neox) {
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = a * s[i] + b * c[i];
+      }
+    } else {
+      for (int i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c[i] - b * s[i];
+        v[2 * i + 1] = a * s[i] + b * c[i];
+      }
+    }
+  }
+}
+
+}  // namespace kvs

@@ -1,0 +1,26 @@
+// Owner of the KV memory: n_blocks blocks laid out as KvLayout says,
+// allocated once (64-byte aligned, zeroed) and never resized. Who may write
+// which block is decided above (block pool / sequence), not here.
+#pragma once
+#include <cstdint>
+#include "kv/kv_layout.h"
+
+namespace kvs {
+
+class BlockStorage {
+ public:
+  BlockStorage(const KvLayout& layout, int64_t n_blocks);  // throws std::bad_alloc / invalid_argument
+  ~BlockStorage();
+  BlockStorage(const BlockStorage&) = delete;
+  BlockStorage& operator=(const BlockStorage&) = delete;
+  const KvStorage& view() const { return view_; }
+  int64_t n_blocks() const { return view_.n_blocks; }
+  size_t bytes() const { return size_t(view_.n_blocks) * view_.layout.block_bytes(); }
+  // Copies all K/V of block `src` into `dst` (copy-on-write).
+  void copy_block(int32_t dst, int32_t src);
+
+ private:
+  KvStorage view_;
+};
+
+}  // namespace kvs

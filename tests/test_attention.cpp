@@ -1,0 +1,83 @@
+// Paged attention (through a block table, scattered blocks) against a
+// double-precision contiguous reference, for MHA, GQA and MQA shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "kv/block_storage.h"
+
+using namespace kvs;
+
+namespace {
+
+TEST(Attention, PagedMatchesContiguousReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Shape { int nh, nkv, hd, bs, n_ctx; };
+  for (Shape sh : {Shape{4, 4, 8, 16, 1}, Shape{8, 2, 32, 16, 45}, Shape{8, 1, 16, 1, 33}, Shape{6, 3, 24, 5, 70}}) {
+    SCOPED_TRACE(::testing::Message() << sh.nh << "/" << sh.nkv << " hd " << sh.hd << " bs " << sh.bs << " ctx " << sh.n_ctx);
+    KvLayout lay{2, sh.nkv, sh.hd, sh.bs};
+    const int n_blocks = (sh.n_ctx + sh.bs - 1) / sh.bs;
+    BlockStorage st(lay, n_blocks * 2 + 3);
+    // Scattered, reversed physical blocks: the kernel must follow the table.
+    std::vector<int32_t> table(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) table[i] = int32_t(n_blocks * 2 + 2 - 2 * i);
+    const int layer = 1;
+    const size_t row = size_t(sh.nkv) * sh.hd;
+    std::vector<float> k(sh.n_ctx * row), v(sh.n_ctx * row), q(sh.nh * sh.hd);
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    for (auto& x : q) x = nd(rng);
+    for (int t = 0; t < sh.n_ctx; ++t) {
+      std::copy_n(&k[t * row], row, st.view().k(table[t / sh.bs], layer, t % sh.bs));
+      std::copy_n(&v[t * row], row, st.view().v(table[t / sh.bs], layer, t % sh.bs));
+    }
+    AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
+    std::vector<float> out(sh.nh * sh.hd, -7.f), ref(sh.nh * sh.hd);
+    std::vector<float> scratch(size_t(sh.nh / sh.nkv) * sh.n_ctx);
+    for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, table.data(), sh.n_ctx, g, s, out.data(), scratch.data());
+    attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i;
+  }
+}
+
+TEST(Ops, RopeNormalAndNeoxRotatePairs) {
+  // One head of 4 dims, n_rot 4, position 1, theta 10000: pair frequencies 1 and 0.01.
+  RopeTable rt;
+  float c[2], s[2];
+  rt.compute(1, 4, 10000.f, c, s);
+  EXPECT_NEAR(c[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(s[1], std::sin(0.01), 1e-7);
+  float x[4] = {1, 2, 3, 4};
+  rope_apply(x, 1, 4, 4, false, c, s);  // pairs (0,1), (2,3)
+  EXPECT_NEAR(x[0], 1 * c[0] - 2 * s[0], 1e-6);
+  EXPECT_NEAR(x[1], 1 * s[0] + 2 * c[0], 1e-6);
+  EXPECT_NEAR(x[2], 3 * c[1] - 4 * s[1], 1e-6);
+  float y[4] = {1, 2, 3, 4};
+  rope_apply(y, 1, 4, 4, true, c, s);  // pairs (0,2), (1,3)
+  EXPECT_NEAR(y[0], 1 * c[0] - 3 * s[0], 1e-6);
+  EXPECT_NEAR(y[2], 1 * s[0] + 3 * c[0], 1e-6);
+  EXPECT_NEAR(y[1], 2 * c[1] - 4 * s[1], 1e-6);
+}
+
+TEST(Ops, RmsnormSoftmaxSwiglu) {
+  float x[3] = {1, -2, 3}, w[3] = {1, 0.5f, 2}, o[3];
+  rmsnorm(x, w, o, 3, 0.f);
+  const float inv = 1.0f / std::sqrt(14.0f / 3);
+  EXPECT_NEAR(o[0], 1 * inv, 1e-6);
+  EXPECT_NEAR(o[1], -1 * inv, 1e-6);
+  EXPECT_NEAR(o[2], 6 * inv, 1e-6);
+  float p[3] = {1000, 1001, 999};
+  softmax_inplace(p, 3);
+  EXPECT_NEAR(p[0] + p[1] + p[2], 1.0, 1e-6);
+  EXPECT_NEAR(p[1] / p[0], std::exp(1.0), 1e-4);
+  float g[2] = {2, -1}, u[2] = {3, 4};
+  swiglu_inplace(g, u, 2);
+  EXPECT_NEAR(g[0], 2 / (1 + std::exp(-2.0)) * 3, 1e-5);
+  EXPECT_NEAR(g[1], -1 / (1 + std::exp(1.0)) * 4, 1e-5);
+}
+
+}  // namespace

@@ -1,0 +1,90 @@
+// The kvserve binary as users and CI call it: generate --json reproduces the
+// goldens, perplexity matches llama.cpp, bad files and arguments give a clear
+// error and a non-zero exit (never a crash).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using namespace kvs;
+using nlohmann::json;
+
+namespace {
+
+TEST(Cli, GenerateJsonReproducesGolden) {
+  json g = json::parse(test::read_file(test::shared("golden/stories260K/once.json")));
+  const int n = g["steps"].get<int>() - int(g["prompt_tokens"].size());
+  for (const char* m : {"stories260K.gguf", "stories260K.bin"}) {
+    std::string out, err;
+    int rc = test::run_kvserve({"generate", "-m", test::shared(std::string("models/stories260K/") + m), "-p",
+                                g["prompt"].get<std::string>(), "-n", std::to_string(n), "--temp", "0", "--json"},
+                               &out, &err);
+    ASSERT_EQ(rc, 0) << err;
+    json r = json::parse(out);
+    EXPECT_EQ(r["prompt_tokens"], g["prompt_tokens"]) << m;
+    EXPECT_EQ(r["tokens"], g["generated"]) << m;
+    EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_EQ(r["text"].get<std::string>().rfind(", there was a little girl named Lily.", 0), 0u) << r["text"];
+  }
+}
+
+TEST(Cli, PerplexityMatchesLlamaCpp) {
+  std::string out, err;
+  int rc = test::run_kvserve({"perplexity", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f",
+                              test::shared("eval/stories-eval.txt"), "-c", "512", "--json"},
+                             &out, &err);
+  ASSERT_EQ(rc, 0) << err;
+  json r = json::parse(out);
+  EXPECT_NEAR(r["ppl"].get<double>(), 4.882, 0.005);
+  EXPECT_NE(err.find("[1/"), std::string::npos) << "progress on stderr";
+}
+
+TEST(Cli, TokenizeIncludesBos) {
+  std::string out, err;
+  ASSERT_EQ(0, test::run_kvserve({"tokenize", "-m", test::shared("models/stories260K/stories260K.gguf"), "-p",
+                                  "Once upon a time", "--json"},
+                                 &out, &err))
+      << err;
+  json r = json::parse(out);
+  EXPECT_EQ(r["tokens"], json::array({1, 403, 407, 261, 378}));
+}
+
+TEST(Cli, BadInputsFailCleanly) {
+  const std::string dir = test::temp_dir();
+  // A truncated copy of a real model, and a file of garbage.
+  std::string model = test::read_file(test::shared("models/stories260K/stories260K.gguf"));
+  std::ofstream(dir + "/trunc.gguf", std::ios::binary).write(model.data(), model.size() / 2);
+  std::ofstream(dir + "/garbage.gguf", std::ios::binary) << "this is not a model at all";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect_in_stderr;
+  };
+  std::vector<Case> cases = {
+      {{"generate", "-m", dir + "/missing.gguf", "-p", "x"}, "missing.gguf"},
+      {{"generate", "-m", dir + "/trunc.gguf", "-p", "x"}, "trunc.gguf"},
+      {{"generate", "-m", dir + "/garbage.gguf", "-p", "x"}, "garbage.gguf"},
+      {{"generate", "-m", test::shared("models/stories260K/stories260K.gguf"), "-n", "-5"}, "-n"},
+      {{"generate", "--no-such-flag"}, "no-such-flag"},
+      {{"perplexity", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", dir + "/none.txt"}, "none.txt"},
+      {{"generate", "-m", test::shared("models/stories260K/stories260K.gguf"), "-p", "x", "-c", "2", "-n", "5"}, "context"},
+  };
+  for (const auto& c : cases) {
+    std::string out, err;
+    int rc = test::run_kvserve(c.args, &out, &err);
+    EXPECT_NE(rc, 0) << c.args[0] << " " << c.expect_in_stderr;
+    EXPECT_LT(rc, 128) << "killed by a signal: " << err;
+    EXPECT_NE(err.find(c.expect_in_stderr), std::string::npos) << "stderr: " << err;
+  }
+}
+
+TEST(Cli, HelpOnEveryCommand) {
+  for (const char* cmd : {"generate", "tokenize", "perplexity", "bench", "make-model", "convert", "plan", "probe"}) {
+    std::string out, err;
+    EXPECT_EQ(0, test::run_kvserve({cmd, "--help"}, &out, &err)) << cmd;
+    EXPECT_NE(out.find("Usage"), std::string::npos) << cmd << ": " << out;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,89 @@
+// The KV cache must not change the numbers: for every model, logits from
+// prefill-then-decode equal logits from recomputing the whole sequence in one
+// pass, at every position; and a token's logits do not depend on how the
+// prompt was chunked, on the block size, or on what else is in the batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "engine/local_sequence.h"
+#include "kv/block_storage.h"
+#include "model/model.h"
+#include "test_util.h"
+
+using namespace kvs;
+
+namespace {
+
+const char* kModels[] = {"stories260K/stories260K.gguf", "stories260K/stories260K.bin",
+                         "tiny-random/tiny-llama-f16.gguf", "tiny-random/tiny-llama-q4_0.gguf",
+                         "tiny-random/tiny-qwen2-q8_0.gguf", "tiny-random/tiny-qwen2-q4_k_m.gguf"};
+
+std::vector<int32_t> random_tokens(int n, int n_vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(3, n_vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+double max_rel(const float* a, const float* b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
+  return worst;
+}
+
+class KvEquivalence : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KvEquivalence, DecodeEqualsFullRecompute) {
+  auto model = Model::load(test::shared(std::string("models/") + GetParam()));
+  Engine engine(model, EngineOptions{2});
+  const int nv = model->config().n_vocab;
+  const int n = 40;
+  auto toks = random_tokens(n, nv, 7);
+  LocalSequence full(engine, 64);
+  std::vector<float> ref = full.eval(toks, true);  // [n, nv], one pass, no reuse of cache between steps
+  LocalSequence inc(engine, 64);
+  inc.eval(toks.data(), 9, false);  // prefill a prefix, then decode one by one
+  for (int i = 9; i < n; ++i) {
+    const std::vector<float>& lg = inc.eval(&toks[i], 1);
+    ASSERT_LT(max_rel(lg.data(), &ref[size_t(i) * nv], nv), 1e-4) << "position " << i;
+  }
+}
+
+TEST_P(KvEquivalence, IndependentOfChunkingBlockSizeAndBatch) {
+  auto model = Model::load(test::shared(std::string("models/") + GetParam()));
+  Engine engine(model, EngineOptions{2});
+  const int nv = model->config().n_vocab;
+  const int n = 37;
+  auto toks = random_tokens(n, nv, 11);
+  LocalSequence a(engine, 64, 16);
+  std::vector<float> ref = a.eval(toks, true);
+  for (int bs : {1, 5, 64}) {
+    for (int chunk : {1, 7, 37}) {
+      LocalSequence b(engine, 64, bs);
+      std::vector<float> got = b.eval(toks.data(), n, true, chunk);
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)))
+          << "block size " << bs << ", chunk " << chunk << ": logits differ bitwise";
+    }
+  }
+  // The same sequence inside a batch with two other sequences of other lengths.
+  const auto& c = model->config();
+  KvLayout lay{c.n_layers, c.n_kv_heads, c.head_dim, 16};
+  BlockStorage st(lay, 16);
+  std::vector<int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5}, t2 = {6, 7, 8, 9, 10, 11};
+  auto o1 = random_tokens(23, nv, 3), o2 = random_tokens(50, nv, 4);
+  std::vector<float> lg;
+  engine.forward({{t1.data(), 0, o1.data(), 23, false}, {t0.data(), 0, toks.data(), n, true},
+                  {t2.data(), 0, o2.data(), 50, true}},
+                 st.view(), lg);
+  ASSERT_EQ(lg.size(), size_t(1 + n + 50) * nv);
+  EXPECT_EQ(0, std::memcmp(lg.data() + nv, ref.data(), ref.size() * sizeof(float)))
+      << "logits depend on batch composition";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, KvEquivalence, ::testing::ValuesIn(kModels));
+
+}  // namespace
