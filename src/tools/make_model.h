@@ -1,0 +1,52 @@
+// Model files made by kvserve itself: random-weight GGUF models of any shape
+// (benchmarks, tests, the no-download default) and llama2.c -> GGUF
+// conversion. Both go through the GGUF writer, tensor by tensor, so a 1.1B
+// model never needs its weights in memory twice.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/quant.h"
+
+namespace kvs {
+
+struct MakeModelOptions {
+  std::string out;                 // output .gguf path (required)
+  std::string arch = "llama";      // "llama" or "qwen2" (qwen2 adds q/k/v biases, NEOX RoPE)
+  std::string name;                // general.name; default "random-<arch>-<dim>x<layers>"
+  int dim = 64;
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_kv_heads = 4;
+  int ffn_dim = 172;
+  int n_vocab = 512;               // default vocab: must be >= 259 (3 specials + 256 bytes)
+  int n_ctx = 512;
+  float rope_theta = 10000.f;
+  float rms_eps = 1e-5f;
+  GgmlType type = GgmlType::Q8_0;  // 2-D weights; norms/biases are always F32
+  bool tied = false;               // no output.weight: logits use token_embd
+  uint64_t seed = 1;
+  // Copy every tokenizer.* key from this GGUF (n_vocab then comes from its
+  // token list); empty = built-in byte-level SPM vocabulary of n_vocab pieces.
+  std::string vocab_from;
+  bool progress = true;            // per-tensor progress lines on stderr
+};
+
+// Named shapes: "tiny" (dim 64, 2 layers, 4 heads, vocab 512: the test
+// default) and "1.1b" (dim 2048, 16 layers, 32 heads, 8 KV heads, ffn 8192,
+// vocab 32000, ctx 2048: ~1.1B parameters untied). Only shape fields are
+// changed; throws std::invalid_argument for unknown names.
+void apply_model_preset(const std::string& preset, MakeModelOptions& o);
+
+// Writes a GGUF with seeded random weights: N(0, 0.02)-ish matrices scaled
+// by 1/sqrt(fan_in) so activations stay O(1) through the layers, norms = 1.
+// Throws std::invalid_argument for bad shapes, ModelError for I/O problems.
+void make_random_model(const MakeModelOptions& o);
+
+// llama.c checkpoint (+ its tokenizer) -> GGUF (llama arch, llama.cpp's keys,
+// tokenizer.ggml.model "llama"). Loading the result gives the same logits as
+// loading the .bin (exactly for F32).
+void convert_llama2c(const std::string& bin, const std::string& tok, const std::string& out_gguf,
+                     GgmlType type = GgmlType::F32);
+
+}  // namespace kvs
