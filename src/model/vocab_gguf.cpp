@@ -143,8 +143,14 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     v.types.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const int64_t t = ts[i];
-      if (t < 0 || t > static_cast<int64_t>(TokenAttr::Byte))
-        fail(f, "tokenizer.ggml.token_type", "[" + std::to_string(i) + "] = " + std::to_string(t) + " is not a token type");
+      if (t < 0 || t > static_cast<int64_t>(TokenAttr::Byte)) {
+        std::string what = "entry ";  // built stepwise: GCC 12 warns falsely (-Wrestrict) on "[" + ...
+        what += std::to_string(i);
+        what += " = ";
+        what += std::to_string(t);
+        what += " is not a token type";
+        fail(f, "tokenizer.ggml.token_type", what);
+      }
       v.types[i] = static_cast<int32_t>(t);
     }
   }
