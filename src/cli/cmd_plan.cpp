@@ -1,0 +1,127 @@
+// `kvserve plan`: KV-cache sizing, capacity and decode roofline for a model
+// (GGUF metadata or a preset) on a hardware profile. Hardware figures come
+// from, in increasing priority: the default profile if one exists, --profile
+// or --probe, then explicit --mem / --bandwidth / --flops.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "tools/plan.h"
+#include "tools/presets.h"
+#include "tools/probe.h"
+#include "tools/units.h"
+
+namespace kvs::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model, preset, weights = "f16";
+  std::string mem, bandwidth, flops, profile, scratch;
+  bool probe = false, json = false;
+  std::string kv_type = "f16", svg_dir;
+  int block_size = 16;
+  int64_t batch = 1, ctx = 0, prompt = -1, max_tokens = -1;
+  double headroom = 0.05;
+};
+
+tools::Hardware resolve_hardware(const PlanArgs& a) {
+  using namespace tools;
+  Hardware hw;
+  std::string src;
+  if (a.probe) {
+    std::fprintf(stderr, "probing this machine (kvserve probe, about a minute)...\n");
+    hw = hardware_from_profile(run_probe(ProbeOptions{}), "probe");
+  } else if (!a.profile.empty()) {
+    hw = hardware_from_profile(load_profile(a.profile), "profile " + a.profile);
+  } else if (std::filesystem::exists(default_profile_path())) {
+    hw = hardware_from_profile(load_profile(default_profile_path()), "profile " + default_profile_path());
+  } else {
+    hw.mem_bytes = machine_memory_bytes();
+    hw.source = "this machine's RAM";
+  }
+  std::string flags;
+  if (!a.mem.empty()) hw.mem_bytes = parse_size(a.mem), flags += " --mem";
+  if (!a.bandwidth.empty()) hw.bandwidth = parse_bandwidth(a.bandwidth), flags += " --bandwidth";
+  if (!a.flops.empty()) {
+    hw.flops_fp32 = hw.flops_bf16 = hw.flops_int8 = parse_flops(a.flops);
+    flags += " --flops";
+  }
+  if (!flags.empty()) hw.source = hw.source.empty() ? "flags" : hw.source + ", flags:" + flags;
+  return hw;
+}
+
+int run_plan(const PlanArgs& a) {
+  using namespace tools;
+  PlanInput in;
+  if (!a.model.empty()) {
+    if (a.weights != "f16") throw std::invalid_argument("--weights applies to presets; a GGUF's weight types are read from the file");
+    in.model = shape_from_gguf(a.model);
+  } else {
+    in.model = priced_shape(find_preset(a.preset), parse_weight_quant(a.weights));
+  }
+  in.hw = resolve_hardware(a);
+  in.kv = parse_kv_format(a.kv_type);
+  in.block_size = a.block_size;
+  in.batch = a.batch;
+  in.ctx = a.ctx;
+  in.prompt = a.prompt;
+  in.max_tokens = a.max_tokens;
+  in.headroom = a.headroom;
+  if (!a.scratch.empty()) in.scratch_bytes = int64_t(parse_size(a.scratch));
+  const PlanResult p = make_plan(in);
+  if (a.json) std::cout << plan_to_json(p).dump(2) << "\n";
+  else std::cout << format_plan(p);
+  if (!a.svg_dir.empty()) {
+    for (const auto& f : write_plan_plots(p, a.svg_dir)) std::fprintf(stderr, "wrote %s\n", f.c_str());
+  }
+  if (!p.capacity_error.empty()) {
+    std::fprintf(stderr, "kvserve: error: %s\n", p.capacity_error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* c = app.add_subcommand(
+      "plan",
+      "KV-cache sizing, capacity and decode roofline for a model on some hardware: KV bytes per token "
+      "(and if the model were MHA / MQA), cache size at batch x context, the context where the cache "
+      "outgrows the weights, max concurrent sequences for a memory budget, predicted decode tok/s per "
+      "batch size and where KV reads overtake weight reads.");
+  auto* m = c->add_option("-m,--model", a->model, "GGUF model (metadata and tensor table only; no weights are read)");
+  auto* pr = c->add_option("--preset", a->preset, "built-in model shape: " + tools::preset_names());
+  m->excludes(pr);
+  c->add_option("--weights", a->weights, "weight storage to price a preset at: f32, f16, bf16, q8_0, q6_k, q4_k, q4_0")
+      ->capture_default_str();
+  c->add_option("--mem", a->mem, "memory budget, e.g. 24GiB (default: the profile's, else this machine's RAM)");
+  c->add_option("--bandwidth", a->bandwidth, "memory read bandwidth, e.g. 80GB/s");
+  c->add_option("--flops", a->flops, "peak compute rate for every path, e.g. 1T or 800G");
+  auto* pf = c->add_option("--profile", a->profile, "hardware profile written by `kvserve probe`");
+  auto* pb = c->add_flag("--probe", a->probe, "measure this machine now instead of reading a profile");
+  pf->excludes(pb);
+  c->add_option("--kv-type", a->kv_type, "KV cache element type: f32, f16, bf16, int8[/gN], int4[/gN]")->capture_default_str();
+  c->add_option("--block-size", a->block_size, "KV block size in tokens")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--batch", a->batch, "batch size B for cache size and crossover")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--ctx", a->ctx, "context length S per sequence (default: min(2048, trained context))")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--prompt", a->prompt, "prompt tokens per request, worst case (default: min(512, ctx/2))")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-tokens", a->max_tokens, "generated tokens per request, worst case (default: min(256, ctx - prompt))")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--headroom", a->headroom, "fraction of KV blocks admission keeps free")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.999999));
+  c->add_option("--scratch", a->scratch, "activation scratch memory, e.g. 512MiB (default: one 512-token step)");
+  c->add_flag("--json", a->json, "print the plan as JSON");
+  c->add_option("--svg", a->svg_dir, "write plots (kv_vs_context, decode_roofline, decode_vs_context) as SVG into DIR");
+  c->callback([a, &run, m, pr] {
+    if (m->count() == 0 && pr->count() == 0) throw CLI::RequiredError("one of -m/--model or --preset");
+    run = [a] { return run_plan(*a); };
+  });
+}
+
+}  // namespace kvs::cli

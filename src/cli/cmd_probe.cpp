@@ -1,0 +1,58 @@
+// `kvserve probe`: measures this machine's memory read bandwidth and peak
+// arithmetic rates, prints them and saves a profile for `kvserve plan`.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "tools/probe.h"
+#include "tools/units.h"
+
+namespace kvs::cli {
+namespace {
+
+struct ProbeArgs {
+  std::string out, size = "1GiB";
+  int threads = 0, runs = 5;
+  double seconds = 0.2;
+  bool json = false, no_save = false;
+};
+
+int run_probe_cmd(const ProbeArgs& a) {
+  tools::ProbeOptions opt;
+  opt.buffer_bytes = tools::parse_size(a.size);
+  opt.max_threads = a.threads;
+  opt.runs = a.runs;
+  opt.flops_seconds = a.seconds;
+  const auto log = [](const std::string& s) { std::fprintf(stderr, "  %s\n", s.c_str()); };
+  const tools::HardwareProfile p = tools::run_probe(opt, log);
+  if (a.json) std::cout << tools::profile_to_json(p).dump(2) << "\n";
+  else std::cout << tools::format_profile(p);
+  if (!a.no_save) {
+    const std::string path = a.out.empty() ? tools::default_profile_path() : a.out;
+    tools::save_profile(p, path);
+    std::fprintf(stderr, "saved profile to %s (use: kvserve plan --profile %s)\n", path.c_str(), path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_probe(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<ProbeArgs>();
+  CLI::App* c = app.add_subcommand(
+      "probe",
+      "Measure this machine for `kvserve plan`: memory read bandwidth (multi-threaded streaming read of a "
+      "buffer much larger than the cache), peak ops/s of the FP32 FMA, BF16 dot and INT8 dot paths per "
+      "thread count, core count. Prints the figures and saves a JSON profile.");
+  c->add_option("-o,--out", a->out, "profile path (default: $KVS_PROFILE or ~/.config/kvserve/profile.json)");
+  c->add_option("--size", a->size, "bandwidth buffer size; keep it far above the last-level cache")->capture_default_str();
+  c->add_option("--threads", a->threads, "most threads to use (default: every logical core)")->check(CLI::NonNegativeNumber);
+  c->add_option("--runs", a->runs, "bandwidth passes per thread count (best is kept)")->capture_default_str()->check(CLI::Range(1, 1000));
+  c->add_option("--seconds", a->seconds, "duration of each compute measurement")->capture_default_str()->check(CLI::Range(0.001, 60.0));
+  c->add_flag("--json", a->json, "print the profile as JSON");
+  c->add_flag("--no-save", a->no_save, "only print, do not write the profile");
+  c->callback([a, &run] { run = [a] { return run_probe_cmd(*a); }; });
+}
+
+}  // namespace kvs::cli

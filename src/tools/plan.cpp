@@ -1,0 +1,271 @@
+// Planner arithmetic (see plan.h for the decode model) and its JSON form.
+// KV sizes and capacity come from kv/capacity.h, the same code the admission
+// controller runs, so a plan and a live server agree block for block.
+#include "tools/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "tools/units.h"
+
+namespace kvs::tools {
+
+double Hardware::flops_for(const std::string& path) const {
+  if (path == "fp32") return flops_fp32;
+  if (path == "bf16") return flops_bf16;
+  if (path == "int8") return flops_int8;
+  throw std::invalid_argument("unknown compute path '" + path + "'");
+}
+
+Hardware hardware_from_profile(const HardwareProfile& p, const std::string& source) {
+  Hardware h;
+  h.source = source;
+  h.mem_bytes = p.mem_total_bytes;
+  h.bandwidth = p.bandwidth;
+  h.flops_fp32 = p.fp32.peak;
+  h.flops_bf16 = p.bf16.peak;
+  h.flops_int8 = p.int8.peak;
+  return h;
+}
+
+int64_t default_scratch_bytes(const ModelShape& m) {
+  const int64_t per_token = 4 * int64_t(m.dim) + 2 * int64_t(m.ffn_dim) + m.n_vocab;
+  return 512 * per_token * 4;
+}
+
+namespace {
+
+// Attention ops per token per position of context: QKᵀ and A·V, a multiply
+// and an add each, over every query head.
+double attn_ops_per_position(const ModelShape& m) { return 4.0 * m.n_layers * m.n_heads * m.head_dim; }
+
+Crossover crossover(uint64_t weights, int64_t batch, uint64_t kvpt, int n_ctx) {
+  Crossover c;
+  c.batch = batch;
+  c.context = double(weights) / (double(batch) * double(kvpt));
+  // Exact integer ceil: the first S with B·S·kvpt >= W.
+  const unsigned __int128 w = weights, d = (unsigned __int128)uint64_t(batch) * kvpt;
+  c.context_tokens = int64_t((w + d - 1) / d);
+  c.within_trained_context = n_ctx > 0 && c.context_tokens <= n_ctx;
+  return c;
+}
+
+}  // namespace
+
+RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
+  const ModelShape& m = p.in.model;
+  RooflinePoint r;
+  r.batch = batch;
+  r.weight_bytes = double(m.streamed_weight_bytes);
+  r.kv_bytes = double(batch) * double(ctx) * double(p.kv_bytes_per_token);
+  r.bytes_per_step = r.weight_bytes + r.kv_bytes;
+  r.ops_per_step = double(batch) * (2.0 * double(m.matmul_params) + attn_ops_per_position(m) * double(ctx));
+  r.intensity = r.ops_per_step / r.bytes_per_step;
+  r.t_memory = p.in.hw.bandwidth > 0 ? r.bytes_per_step / p.in.hw.bandwidth : 0;
+  r.t_compute = p.peak_ops > 0 ? r.ops_per_step / p.peak_ops : 0;
+  const double t = std::max(r.t_memory, r.t_compute);
+  r.tok_s = t > 0 ? double(batch) / t : 0;
+  r.memory_bound = r.t_memory >= r.t_compute;
+  if (p.capacity_error.empty())
+    r.fits = batch * blocks_for_tokens(ctx, p.in.block_size) <= p.capacity.usable_blocks;
+  else
+    r.fits = false;
+  return r;
+}
+
+PlanResult make_plan(PlanInput in) {
+  ModelShape& m = in.model;
+  if (m.n_layers < 1 || m.n_heads < 1 || m.n_kv_heads < 1 || m.head_dim < 1)
+    throw std::invalid_argument("plan: model '" + m.name + "' has an incomplete shape");
+  if (m.weight_bytes == 0) throw std::invalid_argument("plan: model '" + m.name + "' has no weight size");
+  if (in.batch < 1) throw std::invalid_argument("plan: --batch must be >= 1, got " + std::to_string(in.batch));
+  if (in.block_size < 1) throw std::invalid_argument("plan: --block-size must be >= 1");
+  if (in.ctx < 0) throw std::invalid_argument("plan: --ctx must be >= 1");
+  PlanResult p;
+  if (in.ctx == 0) in.ctx = m.n_ctx > 0 ? std::min<int64_t>(2048, m.n_ctx) : 2048;
+  if (in.prompt < 0) in.prompt = std::min<int64_t>(512, in.ctx / 2);
+  if (in.max_tokens < 0) in.max_tokens = std::max<int64_t>(1, std::min<int64_t>(256, in.ctx - in.prompt));
+  if (in.scratch_bytes < 0) in.scratch_bytes = default_scratch_bytes(m);
+  if (in.batches.empty())
+    for (int64_t b = 1; b <= 256; b *= 2) in.batches.push_back(b);
+  for (int64_t b : in.batches)
+    if (b < 1) throw std::invalid_argument("plan: batch sizes must be >= 1");
+  if (m.n_ctx > 0 && in.ctx > m.n_ctx)
+    p.notes.push_back("context " + std::to_string(in.ctx) + " exceeds the model's trained context of " +
+                      std::to_string(m.n_ctx));
+  if (m.n_ctx > 0 && in.prompt + in.max_tokens > m.n_ctx)
+    p.notes.push_back("prompt + max_tokens (" + std::to_string(in.prompt + in.max_tokens) +
+                      ") exceeds the model's trained context of " + std::to_string(m.n_ctx));
+
+  // KV per token, and what MHA / MQA variants of the same model would cost.
+  p.kv_bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_kv_heads, m.head_dim, in.kv);
+  p.mha_bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_heads, m.head_dim, in.kv);
+  p.mqa_bytes_per_token = kv_bytes_per_token(m.n_layers, 1, m.head_dim, in.kv);
+  p.gqa_saving = double(m.n_heads) / double(m.n_kv_heads);
+  p.cache_bytes = uint64_t(in.batch) * uint64_t(in.ctx) * p.kv_bytes_per_token;
+  const double w = double(m.weight_bytes);
+  for (const KvFormat& f : standard_kv_formats()) {
+    KvFormatRow r;
+    r.format = f.name();
+    r.bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_kv_heads, m.head_dim, f);
+    r.mha_bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_heads, m.head_dim, f);
+    r.mqa_bytes_per_token = kv_bytes_per_token(m.n_layers, 1, m.head_dim, f);
+    r.cache_bytes = uint64_t(in.batch) * uint64_t(in.ctx) * r.bytes_per_token;
+    r.crossover_b1 = w / double(r.bytes_per_token);
+    r.crossover_b32 = w / (32.0 * double(r.bytes_per_token));
+    p.formats.push_back(r);
+  }
+  p.crossovers.push_back(crossover(m.weight_bytes, 1, p.kv_bytes_per_token, m.n_ctx));
+  p.crossovers.push_back(crossover(m.weight_bytes, 32, p.kv_bytes_per_token, m.n_ctx));
+  if (in.batch != 1 && in.batch != 32)
+    p.crossovers.push_back(crossover(m.weight_bytes, in.batch, p.kv_bytes_per_token, m.n_ctx));
+
+  // Capacity: the admission controller's estimate, worst case per request.
+  CapacityInput& ci = p.capacity_input;
+  ci.mem_budget_bytes = in.hw.mem_bytes;
+  ci.weight_bytes = m.weight_bytes;
+  ci.scratch_bytes = uint64_t(in.scratch_bytes);
+  ci.headroom_fraction = in.headroom;
+  ci.block_size = in.block_size;
+  ci.kv_bytes_per_token = p.kv_bytes_per_token;
+  ci.prompt_tokens = in.prompt;
+  ci.max_tokens = in.max_tokens;
+  if (in.hw.mem_bytes == 0) {
+    p.capacity_error = "no memory budget: pass --mem (e.g. --mem 24GiB) or a profile";
+  } else {
+    try {
+      p.capacity = estimate_capacity(ci);
+    } catch (const std::invalid_argument& e) {
+      p.capacity_error = e.what();
+    }
+  }
+
+  // Roofline.
+  p.in = in;
+  p.compute_path = m.compute_path.empty() ? "fp32" : m.compute_path;
+  p.peak_ops = in.hw.flops_for(p.compute_path);
+  p.has_roofline = in.hw.bandwidth > 0;
+  const double W = double(m.streamed_weight_bytes);
+  const double kv_ctx = double(in.ctx) * double(p.kv_bytes_per_token);  // K/V bytes per sequence per step
+  p.kv_overtakes_batch = int64_t(std::ceil(W / kv_ctx - 1e-12));
+  if (p.kv_overtakes_batch < 1) p.kv_overtakes_batch = 1;
+  if (p.has_roofline) {
+    if (p.peak_ops > 0) {
+      p.ridge_intensity = p.peak_ops / in.hw.bandwidth;
+      // t_compute(B) = t_memory(B)  <=>  B·(o/P − S·k/bw) = W/bw, o = ops per sequence.
+      const double o = 2.0 * double(m.matmul_params) + attn_ops_per_position(m) * double(in.ctx);
+      const double denom = o / p.peak_ops - kv_ctx / in.hw.bandwidth;
+      if (denom > 0) p.compute_bound_batch = std::max<int64_t>(1, int64_t(std::ceil(W / in.hw.bandwidth / denom)));
+    }
+    for (int64_t b : in.batches) p.roofline.push_back(roofline_point(p, b, in.ctx));
+  }
+
+  // Prefill of one prompt: matmuls over every token plus causal attention.
+  PrefillEstimate& pf = p.prefill;
+  pf.tokens = std::max<int64_t>(1, in.prompt);
+  const double P = double(pf.tokens);
+  pf.ops = 2.0 * double(m.matmul_params) * P + attn_ops_per_position(m) * P * (P + 1) / 2;
+  pf.bytes = W + P * double(p.kv_bytes_per_token);
+  const double tm = in.hw.bandwidth > 0 ? pf.bytes / in.hw.bandwidth : 0;
+  const double tc = p.peak_ops > 0 ? pf.ops / p.peak_ops : 0;
+  pf.seconds = std::max(tm, tc);
+  pf.tok_s = pf.seconds > 0 ? P / pf.seconds : 0;
+  pf.compute_bound = tc > tm;
+  if (!p.has_roofline) p.notes.push_back("no bandwidth given (--bandwidth, --profile or --probe): no decode roofline");
+  else if (p.peak_ops <= 0)
+    p.notes.push_back("no compute rate for the " + p.compute_path +
+                      " path (--flops, --profile or --probe): decode treated as purely memory-bound");
+  return p;
+}
+
+nlohmann::json plan_to_json(const PlanResult& p) {
+  using nlohmann::json;
+  const ModelShape& m = p.in.model;
+  json j;
+  j["model"] = {{"name", m.name},         {"arch", m.arch},
+                {"source", m.source},     {"n_layers", m.n_layers},
+                {"n_heads", m.n_heads},   {"n_kv_heads", m.n_kv_heads},
+                {"head_dim", m.head_dim}, {"dim", m.dim},
+                {"ffn_dim", m.ffn_dim},   {"n_vocab", m.n_vocab},
+                {"n_ctx", m.n_ctx},       {"weight_type", m.weight_type},
+                {"weight_bytes", m.weight_bytes}, {"streamed_weight_bytes", m.streamed_weight_bytes},
+                {"matmul_params", m.matmul_params}, {"total_params", m.total_params}};
+  j["hardware"] = {{"source", p.in.hw.source},
+                   {"mem_bytes", p.in.hw.mem_bytes},
+                   {"bandwidth_bytes_per_s", p.in.hw.bandwidth},
+                   {"flops", {{"fp32", p.in.hw.flops_fp32}, {"bf16", p.in.hw.flops_bf16}, {"int8", p.in.hw.flops_int8}}}};
+  json formats = json::array();
+  for (const auto& f : p.formats)
+    formats.push_back({{"format", f.format},
+                       {"bytes_per_token", f.bytes_per_token},
+                       {"mha_bytes_per_token", f.mha_bytes_per_token},
+                       {"mqa_bytes_per_token", f.mqa_bytes_per_token},
+                       {"cache_bytes", f.cache_bytes},
+                       {"crossover_context_b1", f.crossover_b1},
+                       {"crossover_context_b32", f.crossover_b32}});
+  j["kv"] = {{"format", p.in.kv.name()},
+             {"bytes_per_token", p.kv_bytes_per_token},
+             {"mha_bytes_per_token", p.mha_bytes_per_token},
+             {"mqa_bytes_per_token", p.mqa_bytes_per_token},
+             {"gqa_saving", p.gqa_saving},
+             {"batch", p.in.batch},
+             {"context", p.in.ctx},
+             {"cache_bytes", p.cache_bytes},
+             {"formats", formats}};
+  json xs = json::array();
+  for (const auto& c : p.crossovers)
+    xs.push_back({{"batch", c.batch},
+                  {"context", c.context},
+                  {"context_tokens", c.context_tokens},
+                  {"within_trained_context", c.within_trained_context}});
+  j["crossover"] = xs;
+  const CapacityInput& ci = p.capacity_input;
+  json cap = {{"mem_budget_bytes", ci.mem_budget_bytes}, {"weight_bytes", ci.weight_bytes},
+              {"scratch_bytes", ci.scratch_bytes},       {"headroom_fraction", ci.headroom_fraction},
+              {"block_size", ci.block_size},             {"prompt_tokens", ci.prompt_tokens},
+              {"max_tokens", ci.max_tokens}};
+  if (!p.capacity_error.empty()) {
+    cap["error"] = p.capacity_error;
+  } else {
+    const CapacityResult& c = p.capacity;
+    cap["bytes_per_block"] = c.bytes_per_block;
+    cap["kv_budget_bytes"] = c.kv_budget_bytes;
+    cap["total_blocks"] = c.total_blocks;
+    cap["headroom_blocks"] = c.headroom_blocks;
+    cap["usable_blocks"] = c.usable_blocks;
+    cap["blocks_per_request"] = c.blocks_per_request;
+    cap["max_concurrent_sequences"] = c.max_concurrent_sequences;
+    cap["max_tokens_resident"] = c.max_tokens_resident;
+  }
+  j["capacity"] = cap;
+  json roof = {{"context", p.in.ctx},
+               {"compute_path", p.compute_path},
+               {"peak_ops_per_s", p.peak_ops},
+               {"bandwidth_bytes_per_s", p.in.hw.bandwidth},
+               {"ridge_intensity", p.ridge_intensity},
+               {"kv_overtakes_weights_batch", p.kv_overtakes_batch},
+               {"compute_bound_batch", p.compute_bound_batch}};
+  json pts = json::array();
+  for (const auto& r : p.roofline)
+    pts.push_back({{"batch", r.batch},
+                   {"weight_bytes", r.weight_bytes},
+                   {"kv_bytes", r.kv_bytes},
+                   {"bytes_per_step", r.bytes_per_step},
+                   {"ops_per_step", r.ops_per_step},
+                   {"intensity", r.intensity},
+                   {"t_memory_s", r.t_memory},
+                   {"t_compute_s", r.t_compute},
+                   {"tok_s", r.tok_s},
+                   {"bound", r.memory_bound ? "memory" : "compute"},
+                   {"fits", r.fits}});
+  roof["points"] = pts;
+  j["roofline"] = roof;
+  j["prefill"] = {{"tokens", p.prefill.tokens},        {"ops", p.prefill.ops},
+                  {"bytes", p.prefill.bytes},          {"seconds", p.prefill.seconds},
+                  {"tok_s", p.prefill.tok_s},          {"bound", p.prefill.compute_bound ? "compute" : "memory"}};
+  j["notes"] = p.notes;
+  return j;
+}
+
+}  // namespace kvs::tools

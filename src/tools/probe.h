@@ -1,0 +1,63 @@
+// `kvserve probe`: measures the two numbers a decode roofline needs on this
+// machine (memory read bandwidth and peak arithmetic rate per ISA path) and
+// keeps them in a JSON profile that `kvserve plan --profile` reads back.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+namespace kvs::tools {
+
+struct ProbeOptions {
+  uint64_t buffer_bytes = 1ull << 30;  // streamed buffer; must dwarf the last-level cache
+  int max_threads = 0;                 // 0 = every logical core
+  int runs = 5;                        // best of this many passes per thread count
+  double flops_seconds = 0.2;          // target duration of one FLOP measurement
+};
+
+struct RatePoint {
+  int threads = 0;
+  double rate = 0;  // bytes/s for bandwidth, ops/s for compute
+};
+
+// One arithmetic path ("fp32", "bf16", "int8") as the best ISA here runs it.
+struct PeakRate {
+  std::string isa;  // e.g. "avx512 vfmadd", "avx512_bf16 vdpbf16ps", "avx512_vnni vpdpbusd", "scalar"
+  std::vector<RatePoint> by_threads;
+  double peak = 0;  // best over thread counts
+};
+
+struct HardwareProfile {
+  std::string cpu;            // /proc/cpuinfo model name
+  int logical_cores = 0;
+  uint64_t mem_total_bytes = 0;
+  uint64_t buffer_bytes = 0;  // what the bandwidth test streamed
+  std::vector<RatePoint> bandwidth_by_threads;
+  double bandwidth = 0;       // best read bandwidth, bytes/s
+  PeakRate fp32, bf16, int8;
+  std::string created;        // UTC ISO-8601
+};
+
+// Runs the measurements; `log` (optional) receives one line per finished step.
+HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(const std::string&)>& log = {});
+
+// Single measurements, exposed for tests and quick checks.
+RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
+PeakRate measure_peak(const std::string& path, int max_threads, double seconds);  // path: fp32|bf16|int8
+
+nlohmann::json profile_to_json(const HardwareProfile& p);
+// Throws std::invalid_argument naming the missing or malformed key.
+HardwareProfile profile_from_json(const nlohmann::json& j);
+void save_profile(const HardwareProfile& p, const std::string& path);  // creates parent dirs
+HardwareProfile load_profile(const std::string& path);                 // throws with the path in the message
+// $KVS_PROFILE, else $XDG_CONFIG_HOME/kvserve/profile.json, else ~/.config/kvserve/profile.json.
+std::string default_profile_path();
+std::string format_profile(const HardwareProfile& p);  // human-readable summary
+
+// Physical memory of this machine (sysconf), model name and logical cores.
+uint64_t machine_memory_bytes();
+std::string machine_cpu_name();
+
+}  // namespace kvs::tools
