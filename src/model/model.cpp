@@ -1,0 +1,54 @@
+// Model::load: picks the loader by the file's magic, and the identity hash.
+#include <openssl/evp.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "model/loaders.h"
+
+namespace kvs {
+
+namespace detail {
+
+std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::string& path) {
+  std::ostringstream s;
+  // Every field that changes what the weights compute, plus where they came from.
+  s << "kvserve-model-v1|" << c.arch << '|' << c.n_vocab << '|' << c.dim << '|' << c.n_layers << '|'
+    << c.n_heads << '|' << c.n_kv_heads << '|' << c.head_dim << '|' << c.ffn_dim << '|' << c.n_rot << '|'
+    << c.rope_theta << '|' << c.rms_eps << '|' << static_cast<int>(c.rope) << '|' << c.has_qkv_bias << '|'
+    << c.tied_output << '|' << c.sliding_window << '|' << c.weight_bytes << '|' << file_size << '|' << path;
+  const std::string msg = s.str();
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(msg.data(), msg.size(), md, &len, EVP_sha256(), nullptr) != 1)
+    throw ModelError(path + ": sha256 failed");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace detail
+
+std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path) {
+  char magic[4] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ModelError(path + ": cannot open model file: " + std::strerror(errno));
+    in.read(magic, 4);
+  }
+  auto m = std::make_shared<Model>();
+  if (std::memcmp(magic, "GGUF", 4) == 0) {
+    detail::load_gguf(*m, path);
+  } else {
+    detail::load_llama2c(*m, path, tokenizer_path);
+  }
+  return m;
+}
+
+}  // namespace kvs
