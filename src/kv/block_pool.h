@@ -1,0 +1,99 @@
+// The block pool: who holds which KV block. Pure bookkeeping over block ids
+// 0 .. n-1 (the memory itself is BlockStorage); every operation is O(1).
+//
+// Each block is in exactly one state:
+//   Free    ref 0, no key      on the free list (a stack: recently freed first)
+//   Cached  ref 0, keyed       on the LRU list; its K/V are still valid and a
+//                              prefix lookup may revive it
+//   Used    ref >= 1           in at least one block table; may be keyed
+// Keyed (content-addressed) blocks are full blocks registered in the prefix
+// index (key -> block). allocate() takes a Free block first and only when
+// none is left evicts the least recently used Cached block (dropping its
+// key). The pool is the only owner of ref counts; callers say share/release.
+//
+// Running out of blocks is a normal condition: allocate() returns nothing and
+// the caller (scheduler) decides whom to preempt. Misuse (releasing a free
+// block, sharing an unknown id) is a bug and throws std::logic_error.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/prefix_hash.h"
+
+namespace kvs {
+
+enum class BlockState : uint8_t { Free, Cached, Used };
+const char* to_string(BlockState s);
+
+class BlockPool {
+ public:
+  explicit BlockPool(int32_t n_blocks);  // throws std::invalid_argument when n_blocks < 1
+
+  int32_t size() const { return n_; }
+  int32_t n_free() const { return int32_t(free_.size()); }
+  int32_t n_cached() const { return n_cached_; }
+  int32_t n_used() const { return n_used_; }
+  // Blocks allocate() can hand out right now (free + evictable).
+  int32_t n_available() const { return n_free() + n_cached_; }
+
+  // One block with ref count 1, or nothing when every block is Used.
+  std::optional<int32_t> allocate();
+  // n blocks appended to `out`, all or nothing. Returns false (out untouched)
+  // when fewer than n are available.
+  bool allocate(int32_t n, std::vector<int32_t>& out);
+
+  // One more holder: Used -> ref + 1; Cached -> Used with ref 1 (leaves the LRU).
+  void share(int32_t b);
+  // One holder fewer; at ref 0 a keyed block becomes Cached (most recently
+  // used end of the LRU), an unkeyed one Free.
+  void release(int32_t b);
+
+  // Prefix index. lookup() does not change any state (the caller shares the
+  // block it decides to use).
+  std::optional<int32_t> lookup(const BlockKey& key) const;
+  // Registers Used block `b` under `key`. Returns false, changing nothing,
+  // when the key already names another block (same content computed twice:
+  // the first copy stays the cached one) or `b` already has a key.
+  bool set_key(int32_t b, const BlockKey& key);
+
+  // Every Cached block becomes Free and leaves the index (e.g. a cold-start
+  // measurement, or the model's scope being retired).
+  void drop_cached();
+
+  int32_t ref_count(int32_t b) const { return ref_[check(b)]; }
+  BlockState state(int32_t b) const { return state_[check(b)]; }
+  bool has_key(int32_t b) const { return keyed_[check(b)]; }
+  const BlockKey& key(int32_t b) const;  // throws if !has_key(b)
+
+  // Cached blocks in eviction order (next victim first); O(n), for tests/debug.
+  std::vector<int32_t> lru_order() const;
+  // Free blocks in allocation order (next allocated first); O(n).
+  std::vector<int32_t> free_order() const;
+  int64_t evictions() const { return evictions_; }
+
+  // Checks every structural invariant in O(n); throws std::logic_error naming
+  // the first violation. Used by tests after every operation.
+  void check_invariants() const;
+
+ private:
+  int32_t check(int32_t b) const;
+  void lru_push_back(int32_t b);
+  void lru_unlink(int32_t b);
+  int32_t take(int32_t b);  // b (Free or Cached, already unlinked) -> Used, ref 1
+
+  int32_t n_;
+  std::vector<int32_t> ref_;
+  std::vector<BlockState> state_;
+  std::vector<uint8_t> keyed_;
+  std::vector<BlockKey> keys_;
+  std::vector<int32_t> free_;          // stack; back() is allocated next
+  std::vector<int32_t> prev_, next_;   // LRU links, -1 = none
+  int32_t lru_head_ = -1, lru_tail_ = -1;  // head = next victim, tail = most recent
+  int32_t n_cached_ = 0, n_used_ = 0;
+  int64_t evictions_ = 0;
+  std::unordered_map<BlockKey, int32_t, BlockKeyHash> index_;
+};
+
+}  // namespace kvs

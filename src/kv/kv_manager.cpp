@@ -1,0 +1,255 @@
+#include "kv/kv_manager.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kv/block_storage.h"
+
+namespace kvs {
+
+static std::logic_error bug(const std::string& what) { return std::logic_error("kv manager: " + what); }
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+KvManager::KvManager(int32_t n_blocks, const KvManagerOptions& opts, BlockStorage* storage)
+    : bs_(opts.block_size), caching_(opts.prefix_caching), pool_(n_blocks), storage_(storage) {
+  if (bs_ < 1) throw std::invalid_argument("kv manager: block size must be >= 1, got " + std::to_string(bs_));
+  if (storage_ && (storage_->n_blocks() != n_blocks || storage_->view().layout.block_size != bs_))
+    throw std::invalid_argument("kv manager: storage has " + std::to_string(storage_->n_blocks()) + " blocks of " +
+                                std::to_string(storage_->view().layout.block_size) + " slots, pool wants " +
+                                std::to_string(n_blocks) + " of " + std::to_string(bs_));
+  fill_.assign(size_t(n_blocks), 0);
+}
+
+KvManager::Seq& KvManager::get(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) throw std::out_of_range("kv manager: unknown sequence " + std::to_string(seq));
+  return it->second;
+}
+
+const KvManager::Seq& KvManager::get(SeqId seq) const { return const_cast<KvManager*>(this)->get(seq); }
+
+int32_t KvManager::alloc_one() {
+  auto b = pool_.allocate();
+  if (!b) throw bug("pool ran dry after its availability was checked");
+  fill_[*b] = 0;
+  return *b;
+}
+
+SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope) {
+  Seq s;
+  s.scope = scope;
+  const int64_t n = int64_t(prompt.size());
+  std::vector<int32_t> hits;
+  if (caching_) {
+    // Walk the chain until the first miss; any later block would have a key
+    // that depends on the missing one, so it cannot be cached either.
+    for (int64_t i = 0; (i + 1) * bs_ <= n; ++i) {
+      BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
+      auto b = pool_.lookup(k);
+      if (!b) break;
+      hits.push_back(*b);
+      s.keys.push_back(k);
+    }
+  }
+  int64_t cached = int64_t(hits.size()) * bs_;
+  if (cached == n && n > 0) {
+    // Fully cached prompt: the last token is recomputed for its logits. The
+    // sequence keeps the cached block but sees it one slot short, so the
+    // next reserve() copies it (a keyed block is never written) and only one
+    // token goes through the model, not a whole block as in vLLM. (With
+    // block size 1 the last block would hold none of the sequence's tokens:
+    // it is simply not taken.)
+    cached = n - 1;
+    hits.resize(size_t(ceil_div(cached, bs_)));
+    s.keys.resize(size_t(cached / bs_));
+  }
+  for (int32_t b : hits) pool_.share(b);
+  s.table = std::move(hits);
+  s.tokens.assign(prompt.begin(), prompt.begin() + cached);
+  if (caching_) {
+    query_tokens_ += n;
+    hit_tokens_ += cached;
+  }
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(s));
+  return {id, int(cached)};
+}
+
+int32_t KvManager::cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const {
+  if (!caching_) return 0;
+  BlockKey k{};
+  int32_t hit = 0;
+  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(prompt.size()); ++i) {
+    k = block_key(i ? &k : nullptr, prompt.data() + i * bs_, bs_, scope);
+    if (!pool_.lookup(k)) break;
+    ++hit;
+  }
+  return hit;
+}
+
+int32_t KvManager::blocks_needed(SeqId seq, int n_new) const {
+  const Seq& s = get(seq);
+  if (n_new < 0) throw std::invalid_argument("kv manager: negative token count");
+  if (n_new == 0) return 0;
+  const int64_t len = int64_t(s.tokens.size());
+  const int64_t want = ceil_div(len + n_new, bs_);
+  int32_t need = int32_t(std::max<int64_t>(0, want - int64_t(s.table.size())));
+  // Existing blocks the new tokens land in: only the first can be shared or
+  // keyed (reserved blocks past it are always private), but check them all.
+  for (int64_t i = len / bs_; i < std::min<int64_t>(want, int64_t(s.table.size())); ++i)
+    if (must_copy(s.table[i])) ++need;
+  return need;
+}
+
+bool KvManager::reserve(SeqId seq, int n_new) {
+  const int32_t need = blocks_needed(seq, n_new);
+  if (need > pool_.n_available()) return false;  // nothing changed
+  if (need == 0) return true;
+  Seq& s = get(seq);
+  const int64_t len = int64_t(s.tokens.size());
+  const int64_t want = ceil_div(len + n_new, bs_);
+  for (int64_t i = len / bs_; i < std::min<int64_t>(want, int64_t(s.table.size())); ++i) {
+    const int32_t old = s.table[i];
+    if (!must_copy(old)) continue;
+    const int32_t fresh = alloc_one();
+    if (storage_) storage_->copy_block(fresh, old);
+    fill_[fresh] = int32_t(std::min<int64_t>(bs_, len - i * bs_));  // this sequence's tokens in it
+    s.table[i] = fresh;
+    pool_.release(old);  // ref > 1 or keyed: it stays with its other holders or in the cache
+    ++cow_copies_;
+  }
+  while (int64_t(s.table.size()) < want) s.table.push_back(alloc_one());
+  return true;
+}
+
+void KvManager::unreserve(SeqId seq) {
+  Seq& s = get(seq);
+  const size_t keep = size_t(ceil_div(int64_t(s.tokens.size()), bs_));
+  while (s.table.size() > keep) {
+    pool_.release(s.table.back());
+    s.table.pop_back();
+  }
+}
+
+void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
+  Seq& s = get(seq);
+  const int64_t len = int64_t(s.tokens.size()), n = int64_t(toks.size());
+  if (n == 0) return;
+  if (len + n > int64_t(s.table.size()) * bs_)
+    throw bug("commit of " + std::to_string(n) + " tokens past the reservation of sequence " + std::to_string(seq));
+  for (int64_t i = len / bs_; i <= (len + n - 1) / bs_; ++i) {
+    const int32_t b = s.table[i];
+    if (must_copy(b)) throw bug("commit into shared or keyed block " + std::to_string(b) + " (reserve first)");
+    fill_[b] = int32_t(std::min<int64_t>(bs_, len + n - i * bs_));
+  }
+  s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
+  if (!caching_) return;
+  const int64_t full = (len + n) / bs_;
+  for (int64_t i = int64_t(s.keys.size()); i < full; ++i) {
+    s.keys.push_back(block_key(i ? &s.keys[i - 1] : nullptr, s.tokens.data() + i * bs_, bs_, s.scope));
+    // False when the same prefix was computed concurrently by another
+    // sequence: that copy stays the cached one and ours is freed on release.
+    pool_.set_key(s.table[i], s.keys[i]);
+  }
+}
+
+SeqId KvManager::fork(SeqId parent) {
+  const Seq& p = get(parent);
+  Seq c;
+  c.tokens = p.tokens;
+  c.keys = p.keys;
+  c.scope = p.scope;
+  // Only blocks holding tokens: the parent's reservation stays its own.
+  c.table.assign(p.table.begin(), p.table.begin() + ceil_div(int64_t(p.tokens.size()), bs_));
+  for (int32_t b : c.table) pool_.share(b);
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(c));
+  return id;
+}
+
+void KvManager::release(SeqId seq) {
+  Seq& s = get(seq);
+  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);
+  seqs_.erase(seq);
+}
+
+SeqInfo KvManager::seq_info(SeqId seq) const {
+  const Seq& s = get(seq);
+  SeqInfo i;
+  i.tokens = int(s.tokens.size());
+  i.blocks = int(s.table.size());
+  for (int32_t b : s.table) i.shared_blocks += pool_.ref_count(b) > 1;
+  return i;
+}
+
+std::vector<SeqId> KvManager::sequences() const {
+  std::vector<SeqId> ids;
+  ids.reserve(seqs_.size());
+  for (const auto& [id, s] : seqs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+KvStats KvManager::stats() const {
+  KvStats st;
+  st.block_size = bs_;
+  st.total_blocks = pool_.size();
+  st.free_blocks = pool_.n_free();
+  st.cached_blocks = pool_.n_cached();
+  st.used_blocks = pool_.n_used();
+  st.sequences = int64_t(seqs_.size());
+  for (const auto& [id, s] : seqs_) {
+    st.seq_tokens += int64_t(s.tokens.size());
+    st.seq_blocks += int64_t(s.table.size());
+  }
+  for (int32_t b = 0; b < pool_.size(); ++b)
+    if (pool_.state(b) == BlockState::Used) st.stored_tokens += fill_[b];
+  st.waste_slots = st.used_blocks * bs_ - st.stored_tokens;
+  st.prefix_query_tokens = query_tokens_;
+  st.prefix_hit_tokens = hit_tokens_;
+  st.cow_copies = cow_copies_;
+  st.evictions = pool_.evictions();
+  return st;
+}
+
+void KvManager::check_invariants(bool deep) const {
+  pool_.check_invariants();
+  auto fail = [](const std::string& s) { throw bug("invariant: " + s); };
+  std::vector<int32_t> holders(size_t(pool_.size()), 0);
+  for (const auto& [id, s] : seqs_) {
+    const std::string sid = "sequence " + std::to_string(id);
+    const int64_t len = int64_t(s.tokens.size());
+    if (int64_t(s.table.size()) < ceil_div(len, bs_)) fail(sid + ": table shorter than its tokens");
+    if (int64_t(s.keys.size()) != (caching_ ? len / bs_ : 0))
+      fail(sid + ": key chain length is not the number of full blocks");
+    for (size_t i = 0; i < s.table.size(); ++i) {
+      const int32_t b = s.table[i];
+      if (b < 0 || b >= pool_.size()) fail(sid + ": bad block id");
+      ++holders[b];
+      if (pool_.state(b) != BlockState::Used) fail(sid + " holds block " + std::to_string(b) + " that is not used");
+      const int64_t in_block = std::clamp<int64_t>(len - int64_t(i) * bs_, 0, bs_);
+      if (fill_[b] < in_block) fail(sid + ": block " + std::to_string(b) + " holds fewer tokens than the sequence has");
+      if (int64_t(i) < len / bs_) {
+        if (pool_.has_key(b) && pool_.key(b) != s.keys[i])
+          fail(sid + ": block " + std::to_string(b) + " is keyed for another prefix");
+      } else if (int64_t(i) > len / bs_ || (len % bs_ == 0)) {
+        // Reserved-only blocks (no token of this sequence yet) are private.
+        if (pool_.ref_count(b) != 1 || pool_.has_key(b))
+          fail(sid + ": reserved block " + std::to_string(b) + " is shared or keyed");
+      }
+    }
+    if (deep && caching_) {
+      for (size_t i = 0; i < s.keys.size(); ++i)
+        if (block_key(i ? &s.keys[i - 1] : nullptr, s.tokens.data() + i * bs_, bs_, s.scope) != s.keys[i])
+          fail(sid + ": key " + std::to_string(i) + " does not match its tokens");
+    }
+  }
+  for (int32_t b = 0; b < pool_.size(); ++b)
+    if (pool_.ref_count(b) != holders[b])
+      fail("block " + std::to_string(b) + " has ref count " + std::to_string(pool_.ref_count(b)) + " but " +
+           std::to_string(holders[b]) + " tables hold it");
+}
+
+}  // namespace kvs

@@ -1,0 +1,136 @@
+// Sequences and their block tables over one BlockPool: prefix-cache lookup
+// on admission, block reservation before a forward (with copy-on-write of a
+// block the sequence does not own alone), registration of newly full blocks
+// after it, forks and release. Plain data in and out (vLLM v1 style): the
+// scheduler asks, the manager answers yes with blocks or no, and nothing else
+// reaches inside the pool.
+//
+// Life of a sequence:
+//   add_sequence(prompt, scope) -> {seq, cached}: the table already holds the
+//       longest cached chain of the prompt's full blocks; the caller must feed
+//       prompt[cached..] next (cached <= prompt.size() - 1, so the last prompt
+//       token always goes through the model and yields logits).
+//   reserve(seq, n)  -> bool: table covers tokens() + n, every block that the
+//       next n tokens will be written into is owned alone and unkeyed.
+//   Engine::forward over block_table(seq)
+//   commit(seq, tokens): the n tokens now have K/V; newly full blocks get
+//       their chained key and enter the prefix index.
+//   fork(seq) -> child sharing every block;  release(seq).
+//
+// Two rules make sharing safe: a keyed (content-addressed) block is never
+// written again, and a block with ref count > 1 is never written; reserve()
+// copies such a block into a fresh one first (BlockStorage::copy_block).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/prefix_hash.h"
+
+namespace kvs {
+
+class BlockStorage;
+
+using SeqId = int64_t;
+
+struct KvManagerOptions {
+  int block_size = 16;        // token slots per block (>= 1 here; the user-facing option is 8..256)
+  bool prefix_caching = true;
+};
+
+struct SeqAdmission {
+  SeqId seq = -1;
+  int cached_tokens = 0;  // prompt tokens whose K/V came from the cache
+};
+
+// Pool-wide accounting. "Slots" are token positions in blocks.
+struct KvStats {
+  int32_t block_size = 0;
+  int64_t total_blocks = 0, free_blocks = 0, cached_blocks = 0, used_blocks = 0;
+  int64_t sequences = 0;
+  int64_t seq_tokens = 0;     // Σ tokens over sequences (a shared prefix counts once per sequence)
+  int64_t seq_blocks = 0;     // Σ table lengths (a shared block counts once per holder)
+  int64_t stored_tokens = 0;  // slots of Used blocks that hold a token (each block once)
+  int64_t waste_slots = 0;    // used_blocks × block_size − stored_tokens: internal fragmentation
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // over add_sequence calls
+  int64_t cow_copies = 0;
+  int64_t evictions = 0;
+};
+
+struct SeqInfo {
+  int tokens = 0;          // tokens with K/V in the cache
+  int blocks = 0;          // table length (reserved blocks included)
+  int shared_blocks = 0;   // blocks of the table with ref count > 1
+};
+
+class KvManager {
+ public:
+  // `storage` (may be null in pure bookkeeping tests) receives the
+  // copy-on-write copies; it must have n_blocks blocks of this block size.
+  KvManager(int32_t n_blocks, const KvManagerOptions& opts, BlockStorage* storage = nullptr);
+
+  int block_size() const { return bs_; }
+  bool prefix_caching() const { return caching_; }
+  const BlockPool& pool() const { return pool_; }
+
+  SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope);
+  // Full prompt blocks that add_sequence would find cached now (no state change).
+  int32_t cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const;
+
+  // Blocks reserve(seq, n_new) would take from the pool (new + copies).
+  int32_t blocks_needed(SeqId seq, int n_new) const;
+  // All or nothing: false leaves the sequence and the pool as they were.
+  bool reserve(SeqId seq, int n_new);
+  // Returns reserved blocks that hold no token (e.g. after a batch that
+  // could not run).
+  void unreserve(SeqId seq);
+  // The tokens just written by a forward (must fit the reservation).
+  void commit(SeqId seq, std::span<const int32_t> tokens);
+
+  SeqId fork(SeqId parent);
+  // Tail block first, so a released chain's tail is evicted before its head.
+  void release(SeqId seq);
+  // Every cached (unreferenced) block becomes free: a cold cache.
+  void drop_cached() { pool_.drop_cached(); }
+
+  bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
+  const std::vector<int32_t>& block_table(SeqId seq) const { return get(seq).table; }
+  const std::vector<int32_t>& tokens(SeqId seq) const { return get(seq).tokens; }
+  int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
+  SeqInfo seq_info(SeqId seq) const;
+  std::vector<SeqId> sequences() const;  // ascending
+  KvStats stats() const;
+
+  // Pool invariants plus: every block's ref count equals the number of table
+  // entries naming it; blocks a sequence will write are owned alone and
+  // unkeyed; a keyed full block's key is the sequence's chain key at that
+  // index; the fill record covers every token. `deep` also recomputes each
+  // sequence's key chain from its tokens (SHA-256 per block: slow).
+  // Throws std::logic_error naming the first violation.
+  void check_invariants(bool deep = false) const;
+
+ private:
+  struct Seq {
+    std::vector<int32_t> tokens;  // tokens with K/V written (prompt prefix + generated)
+    std::vector<int32_t> table;   // physical block per logical block; may extend past tokens (reserved)
+    std::vector<BlockKey> keys;   // chain key of each full block (empty without prefix caching)
+    Scope scope;
+  };
+  Seq& get(SeqId seq);
+  const Seq& get(SeqId seq) const;
+  bool must_copy(int32_t block) const { return pool_.ref_count(block) > 1 || pool_.has_key(block); }
+  int32_t alloc_one();  // pool has room: checked by the caller
+
+  int bs_;
+  bool caching_;
+  BlockPool pool_;
+  BlockStorage* storage_;
+  std::vector<int32_t> fill_;  // per block: leading slots holding valid K/V
+  std::unordered_map<SeqId, Seq> seqs_;
+  SeqId next_id_ = 0;
+  int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0;
+};
+
+}  // namespace kvs
