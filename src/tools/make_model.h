@@ -17,8 +17,8 @@ struct MakeModelOptions {
   int dim = 64;
   int n_layers = 2;
   int n_heads = 4;
-  int n_kv_heads = 4;
-  int ffn_dim = 172;
+  int n_kv_heads = 2;
+  int ffn_dim = 192;
   int n_vocab = 512;               // default vocab: must be >= 259 (3 specials + 256 bytes)
   int n_ctx = 512;
   float rope_theta = 10000.f;
@@ -32,8 +32,8 @@ struct MakeModelOptions {
   bool progress = true;            // per-tensor progress lines on stderr
 };
 
-// Named shapes: "tiny" (dim 64, 2 layers, 4 heads, vocab 512: the test
-// default) and "1.1b" (dim 2048, 16 layers, 32 heads, 8 KV heads, ffn 8192,
+// Named shapes: "tiny" (dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192,
+// vocab 512, ctx 512: the defaults above) and "1.1b" (dim 2048, 16 layers, 32 heads, 8 KV heads, ffn 8192,
 // vocab 32000, ctx 2048: ~1.1B parameters untied). Only shape fields are
 // changed; throws std::invalid_argument for unknown names.
 void apply_model_preset(const std::string& preset, MakeModelOptions& o);

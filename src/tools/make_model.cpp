@@ -1,0 +1,281 @@
+// Random-weight GGUF models and llama2.c -> GGUF conversion. Tensors are
+// streamed row by row through GgufWriter::add_tensor_rows, so even a 1.1B
+// model only ever holds one row of floats and the writer's I/O buffer.
+#include "tools/make_model.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "model/gguf_writer.h"
+#include "model/model.h"
+#include "tools/byte_vocab.h"
+
+namespace kvs {
+
+namespace {
+
+// splitmix64: seeds each tensor's stream independently of the others, so a
+// tensor's values depend only on (seed, tensor name), not on write order.
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Fast approximately-normal generator: the sum of 4 uniforms (Irwin-Hall)
+// has the right mean/variance and bounded tails, good enough for random
+// weights and ~10x faster than std::normal_distribution at 1e9 samples.
+class NormalIsh {
+ public:
+  explicit NormalIsh(uint64_t seed) : s_(seed) {}
+  float operator()() {
+    const uint64_t a = splitmix(s_), b = splitmix(s_);
+    const float u = (static_cast<float>(a >> 40) + static_cast<float>((a >> 16) & 0xFFFFFF) +
+                     static_cast<float>(b >> 40) + static_cast<float>((b >> 16) & 0xFFFFFF)) *
+                    (1.0f / 16777216.f);
+    return (u - 2.0f) * 1.7320508f;  // var(sum of 4 U(0,1)) = 1/3 -> scale to 1
+  }
+
+ private:
+  uint64_t s_;
+};
+
+uint32_t file_type_of(GgmlType t) {
+  switch (t) {  // llama.cpp's llama_ftype numbering
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q4_K: return 15;
+    case GgmlType::Q5_K: return 17;
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+// A matrix whose rows do not split into `t`'s blocks is stored as F16 (as
+// llama.cpp's quantizer falls back), with a note when progress is on.
+GgmlType type_for_cols(GgmlType t, int64_t cols, const std::string& name, bool verbose) {
+  if (cols % type_traits(t).block_elems == 0) return t;
+  if (verbose)
+    std::fprintf(stderr, "note: %s: row length %lld is not a multiple of the %s block (%d); stored as F16\n",
+                 name.c_str(), static_cast<long long>(cols), type_name(t).c_str(), type_traits(t).block_elems);
+  return GgmlType::F16;
+}
+
+void check_writable(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
+    case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return;
+    default:
+      throw std::invalid_argument("tensor type " + type_name(t) +
+                                  " is not supported for writing (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                  "q5_1, q4_k, q5_k or q6_k)");
+  }
+}
+
+void set_vocab(GgufWriter& w, const Vocab& v) {
+  w.set_str("tokenizer.ggml.model", v.kind == VocabKind::Gpt2 ? "gpt2" : "llama");
+  if (!v.pre.empty()) w.set_str("tokenizer.ggml.pre", v.pre);
+  w.set_str_array("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) w.set_f32_array("tokenizer.ggml.scores", v.scores);
+  if (!v.types.empty()) w.set_i32_array("tokenizer.ggml.token_type", v.types);
+  if (!v.merges.empty()) w.set_str_array("tokenizer.ggml.merges", v.merges);
+  if (v.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos));
+  if (v.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos));
+  if (v.unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk));
+  if (v.pad >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(v.pad));
+  w.set_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  w.set_bool("tokenizer.ggml.add_eos_token", v.add_eos);
+}
+
+// Architecture keys as llama.cpp writes them.
+void set_arch(GgufWriter& w, const std::string& arch, const std::string& name, int n_ctx, int dim, int layers,
+              int ffn, int heads, int kv_heads, int n_rot, float theta, float eps, GgmlType type) {
+  const std::string a = arch + ".";
+  w.set_str("general.architecture", arch);
+  w.set_str("general.name", name);
+  w.set_u32("general.file_type", file_type_of(type));
+  if (type_traits(type).block_elems > 1) w.set_u32("general.quantization_version", 2);
+  w.set_u32(a + "context_length", static_cast<uint32_t>(n_ctx));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(dim));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(layers));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(ffn));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(heads));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(kv_heads));
+  if (n_rot > 0) w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(n_rot));
+  w.set_f32(a + "rope.freq_base", theta);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", eps);
+}
+
+void progress_to_stderr(GgufWriter& w, bool on) {
+  if (!on) return;
+  // One updating line on a terminal, one line per tensor in a log.
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  w.on_progress([tty](size_t i, size_t n, const std::string& name) {
+    std::fprintf(stderr, tty ? "\r[%zu/%zu] %-32s" : "[%zu/%zu] %s\n", i, n, name.c_str());
+    if (tty && i == n) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  });
+}
+
+}  // namespace
+
+void apply_model_preset(const std::string& preset, MakeModelOptions& o) {
+  if (preset == "tiny") {
+    o.dim = 64, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.ffn_dim = 192, o.n_vocab = 512, o.n_ctx = 512;
+  } else if (preset == "1.1b") {
+    o.dim = 2048, o.n_layers = 16, o.n_heads = 32, o.n_kv_heads = 8, o.ffn_dim = 8192, o.n_vocab = 32000,
+    o.n_ctx = 2048;
+  } else {
+    throw std::invalid_argument("unknown model preset '" + preset + "' (known: tiny, 1.1b)");
+  }
+}
+
+void make_random_model(const MakeModelOptions& o) {
+  if (o.out.empty()) throw std::invalid_argument("make-model: no output path");
+  if (o.arch != "llama" && o.arch != "qwen2")
+    throw std::invalid_argument("make-model: unsupported arch '" + o.arch + "' (supported: llama, qwen2)");
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("make-model: " + what);
+  };
+  need(o.dim > 0 && o.n_layers > 0 && o.n_heads > 0 && o.n_kv_heads > 0 && o.ffn_dim > 0 && o.n_ctx > 0,
+       "dim, layers, heads, kv-heads, ffn and ctx must be positive");
+  need(o.dim % o.n_heads == 0, "dim " + std::to_string(o.dim) + " is not a multiple of heads " + std::to_string(o.n_heads));
+  need(o.n_heads % o.n_kv_heads == 0, "kv-heads " + std::to_string(o.n_kv_heads) + " does not divide heads " +
+                                          std::to_string(o.n_heads));
+  const int hd = o.dim / o.n_heads;
+  need(hd % 2 == 0, "head dim " + std::to_string(hd) + " must be even (RoPE pairs)");
+  need(o.rope_theta > 1.f && o.rms_eps > 0.f, "rope theta must be > 1 and rms eps > 0");
+  check_writable(o.type);
+
+  GgufWriter w;
+  Vocab vocab;
+  std::unique_ptr<GgufFile> src;
+  int n_vocab = o.n_vocab;
+  if (!o.vocab_from.empty()) {
+    src = GgufFile::open(o.vocab_from);
+    const GgufValue* toks = src->find("tokenizer.ggml.tokens");
+    if (!toks || !toks->is_array())
+      throw ModelError(o.vocab_from + ": key 'tokenizer.ggml.tokens' is missing (no vocabulary to copy)");
+    n_vocab = static_cast<int>(toks->as_arr().size());
+  } else {
+    vocab = builtin_byte_vocab(n_vocab);
+  }
+  const std::string name = o.name.empty() ? "random-" + o.arch + "-" + std::to_string(o.dim) + "x" +
+                                                std::to_string(o.n_layers)
+                                          : o.name;
+  set_arch(w, o.arch, name, o.n_ctx, o.dim, o.n_layers, o.ffn_dim, o.n_heads, o.n_kv_heads,
+           o.arch == "llama" ? hd : 0, o.rope_theta, o.rms_eps, o.type);
+  if (src) {
+    for (const auto& [k, v] : src->metadata())
+      if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);  // verbatim, every type
+  } else {
+    set_vocab(w, vocab);
+  }
+
+  const int64_t dim = o.dim, qdim = dim, kvdim = int64_t(o.n_kv_heads) * hd, ffn = o.ffn_dim;
+  const uint64_t seed = o.seed;
+  // Matrix [rows, cols] with N(0, std) entries; fan-in scaling keeps each
+  // layer's output O(1). The residual branches' last matrices (wo, down)
+  // are scaled down by sqrt(2 * layers) so the stream does not grow.
+  auto matrix = [&](const std::string& tn, int64_t rows, int64_t cols, float stddev) {
+    auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
+    w.add_tensor_rows(tn, type_for_cols(o.type, cols, tn, o.progress), {cols, rows},
+                      [rng, cols, stddev](int64_t, float* out) {
+                        for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
+                      });
+  };
+  auto constant = [&](const std::string& tn, int64_t n, float value) {
+    std::vector<float> v(n, value);
+    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
+  };
+  auto bias = [&](const std::string& tn, int64_t n) {
+    NormalIsh rng(seed ^ name_hash(tn));
+    std::vector<float> v(n);
+    for (auto& x : v) x = rng() * 0.1f;
+    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
+  };
+  const float s_in = 1.f / std::sqrt(float(dim));
+  const float s_branch = 1.f / std::sqrt(2.f * o.n_layers);
+  matrix("token_embd.weight", n_vocab, dim, s_in);  // [n_vocab, dim]
+  constant("output_norm.weight", dim, 1.f);          // [dim]
+  if (!o.tied) matrix("output.weight", n_vocab, dim, s_in);  // [n_vocab, dim]
+  for (int l = 0; l < o.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    constant(p + "attn_norm.weight", dim, 1.f);
+    matrix(p + "attn_q.weight", qdim, dim, s_in);   // [n_heads*hd, dim]
+    matrix(p + "attn_k.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
+    matrix(p + "attn_v.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
+    if (o.arch == "qwen2") {
+      bias(p + "attn_q.bias", qdim);
+      bias(p + "attn_k.bias", kvdim);
+      bias(p + "attn_v.bias", kvdim);
+    }
+    matrix(p + "attn_output.weight", dim, qdim, s_branch / std::sqrt(float(qdim)));  // [dim, n_heads*hd]
+    constant(p + "ffn_norm.weight", dim, 1.f);
+    matrix(p + "ffn_gate.weight", ffn, dim, s_in);  // [ffn, dim]
+    matrix(p + "ffn_up.weight", ffn, dim, s_in);    // [ffn, dim]
+    matrix(p + "ffn_down.weight", dim, ffn, s_branch / std::sqrt(float(ffn)));  // [dim, ffn]
+  }
+  progress_to_stderr(w, o.progress);
+  w.write(o.out);
+  if (o.progress) std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+}
+
+void convert_llama2c(const std::string& bin, const std::string& tok, const std::string& out_gguf, GgmlType type) {
+  check_writable(type);
+  auto model = Model::load(bin, tok);
+  if (model->gguf_) throw std::invalid_argument("convert: " + bin + " is already a GGUF file");
+  const ModelConfig& c = model->config();
+  const ModelWeights& mw = model->weights();
+  GgufWriter w;
+  set_arch(w, "llama", c.name, c.n_ctx_train, c.dim, c.n_layers, c.ffn_dim, c.n_heads, c.n_kv_heads, c.n_rot,
+           c.rope_theta, c.rms_eps, type);
+  set_vocab(w, model->vocab());
+
+  // Views of a llama2.c model are F32 rows in owned memory: stream them out.
+  auto matrix = [&](const std::string& tn, const WeightView& v) {
+    const GgmlType t = type_for_cols(type, v.cols, tn, true);
+    w.add_tensor_rows(tn, t, {v.cols, v.rows}, [v](int64_t r, float* out) {
+      dequantize_row(v.type, v.row(r), out, v.cols);
+    });
+  };
+  auto vec = [&](const std::string& tn, const float* p, int64_t n) { w.add_tensor_f32(tn, GgmlType::F32, {n}, p); };
+  matrix("token_embd.weight", mw.tok_embd);
+  vec("output_norm.weight", mw.output_norm, c.dim);
+  if (!c.tied_output) matrix("output.weight", mw.output);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const LayerWeights& L = mw.layers[l];
+    vec(p + "attn_norm.weight", L.attn_norm, c.dim);
+    matrix(p + "attn_q.weight", L.wq);
+    matrix(p + "attn_k.weight", L.wk);
+    matrix(p + "attn_v.weight", L.wv);
+    matrix(p + "attn_output.weight", L.wo);
+    vec(p + "ffn_norm.weight", L.ffn_norm, c.dim);
+    matrix(p + "ffn_gate.weight", L.w_gate);
+    matrix(p + "ffn_up.weight", L.w_up);
+    matrix(p + "ffn_down.weight", L.w_down);
+  }
+  w.write(out_gguf);
+}
+
+}  // namespace kvs
