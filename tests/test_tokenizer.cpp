@@ -13,6 +13,7 @@
 #include "model/gguf.h"
 #include "test_util.h"
 #include "tokenizer/gpt2.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -287,6 +288,38 @@ TEST(TokenizerSpecial, Gpt2ByteTable) {
   EXPECT_EQ(t['\n'], 0x10Au);  // 'Ċ'
   EXPECT_EQ(t['A'], static_cast<uint32_t>('A'));
   for (int b = 0; b < 256; ++b) EXPECT_EQ(gpt2_cp_to_byte(t[static_cast<size_t>(b)]), b);
+}
+
+// ---------------------------------------------------------- pre-tokenizers
+
+std::vector<std::string> pre_split(const std::string& name, std::string_view text) {
+  PreTokenizer p(name);
+  std::vector<std::string> out;
+  p.split(text, [&](std::string_view w) { out.emplace_back(w); });
+  return out;
+}
+
+using Words = std::vector<std::string>;
+
+TEST(PreTokenizer, Gpt2Rule) {
+  EXPECT_EQ(pre_split("gpt2", "Hello world's   end 12345\n\n"),
+            (Words{"Hello", " world", "'s", "  ", " end", " 12345", "\n\n"}));
+}
+
+TEST(PreTokenizer, Llama3AndQwen2Rules) {
+  EXPECT_EQ(pre_split("llama3", "Hello, world! 12345\n\nX"),
+            (Words{"Hello", ",", " world", "!", " ", "123", "45", "\n\n", "X"}));
+  EXPECT_EQ(pre_split("qwen2", "I'M 2024"), (Words{"I", "'M", " ", "2", "0", "2", "4"}));
+}
+
+TEST(PreTokenizer, UnknownNameFallsBackToGpt2) {
+  bool known = true;
+  EXPECT_EQ(pretokenizer_pattern("no-such-pre", &known), pretokenizer_pattern("gpt2"));
+  EXPECT_FALSE(known);
+}
+
+TEST(PreTokenizer, InvalidBytesAreTheirOwnPieces) {
+  EXPECT_EQ(pre_split("gpt2", "ab\xFF\xFE" "cd \xC3"), (Words{"ab", "\xFF\xFE", "cd", " ", "\xC3"}));
 }
 
 // ------------------------------------------------------------ detokenizer

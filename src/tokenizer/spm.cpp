@@ -1,6 +1,6 @@
 #include "tokenizer/spm.h"
 
-#include <queue>
+#include <algorithm>
 #include <stdexcept>
 
 #include "tokenizer/utf8.h"
@@ -28,7 +28,7 @@ struct Bigram {
 };
 
 struct BigramOrder {
-  // priority_queue pops the "largest": highest score first, then leftmost.
+  // Max-heap order: highest score first, then leftmost.
   bool operator()(const Bigram& a, const Bigram& b) const {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
@@ -69,9 +69,13 @@ SpmTokenizer::SpmTokenizer(const Vocab& v) : Tokenizer(v), special_(vocab_) {
                                 std::to_string(vocab_.tokens.size()) + " tokens");
   piece_to_id_.reserve(vocab_.size());
   byte_token_.fill(-1);
+  words_independent_ = true;
   bytes_.resize(vocab_.size());
   for (size_t i = 0; i < vocab_.size(); ++i) {
     const std::string& piece = vocab_.tokens[i];
+    size_t lead = 0;
+    while (piece.compare(lead, kSpace.size(), kSpace) == 0) lead += kSpace.size();
+    if (piece.find(kSpace, lead) != std::string::npos) words_independent_ = false;
     // Later duplicates win, as in llama.cpp's token_to_id map.
     piece_to_id_[piece] = static_cast<int>(i);
     switch (token_attr(vocab_, static_cast<int>(i))) {
@@ -99,10 +103,33 @@ SpmTokenizer::SpmTokenizer(const Vocab& v) : Tokenizer(v), special_(vocab_) {
   }
 }
 
-void SpmTokenizer::encode_piece(std::string_view text, std::vector<int>& out) const {
-  if (text.empty()) return;
+struct SpmTokenizer::Scratch {
   std::vector<Symbol> sym;
-  sym.reserve(text.size());
+  std::vector<Bigram> heap;
+};
+
+void SpmTokenizer::encode_piece(std::string_view text, std::vector<int>& out) const {
+  Scratch s;
+  if (!words_independent_) {
+    encode_word(text, out, s);
+    return;
+  }
+  // A word starts at a U+2581 that follows something other than U+2581.
+  size_t start = 0;
+  for (size_t i = kSpace.size(); i + kSpace.size() <= text.size(); ++i) {
+    if (text[i] != kSpace[0] || text.compare(i, kSpace.size(), kSpace) != 0) continue;
+    if (text.compare(i - kSpace.size(), kSpace.size(), kSpace) == 0) continue;
+    encode_word(text.substr(start, i - start), out, s);
+    start = i;
+    i += kSpace.size() - 1;
+  }
+  encode_word(text.substr(start), out, s);
+}
+
+void SpmTokenizer::encode_word(std::string_view text, std::vector<int>& out, Scratch& s) const {
+  if (text.empty()) return;
+  std::vector<Symbol>& sym = s.sym;
+  sym.clear();
   for (size_t off = 0; off < text.size();) {
     // Invalid UTF-8 is cut by its lead byte's announced length; such a
     // "character" is not a piece and falls back to byte tokens.
@@ -113,21 +140,23 @@ void SpmTokenizer::encode_piece(std::string_view text, std::vector<int>& out) co
   }
   sym.back().next = -1;
 
-  std::vector<Bigram> storage;
-  storage.reserve(sym.size());
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{}, std::move(storage));
+  std::vector<Bigram>& heap = s.heap;
+  heap.clear();
+  const BigramOrder order;
   auto try_pair = [&](int l, int r) {
     if (l < 0 || r < 0) return;
     const uint32_t size = sym[l].len + sym[r].len;
     const int id = lookup(text.substr(sym[l].start, size));
     if (id < 0) return;
-    queue.push({vocab_.scores[static_cast<size_t>(id)], l, r, size});
+    heap.push_back({vocab_.scores[static_cast<size_t>(id)], l, r, size});
+    std::push_heap(heap.begin(), heap.end(), order);
   };
   for (int i = 1; i < static_cast<int>(sym.size()); ++i) try_pair(i - 1, i);
 
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), order);
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& l = sym[b.left];
     Symbol& r = sym[b.right];
     if (l.len == 0 || r.len == 0 || l.len + r.len != b.size || l.next != b.right) continue;

@@ -37,6 +37,13 @@ class SpmTokenizer final : public Tokenizer {
   std::array<int, 256> byte_token_{};  // byte -> <0xNN> id, or -1
   std::vector<std::string> bytes_;     // decoded text per id (before the BOS rule)
   SpecialSplitter special_;
+  // True when no piece has U+2581 after a non-space character (true for the
+  // Llama vocabularies): then no merge can cross the start of a word, and
+  // each word is tokenized on its own, with small, cache-resident queues.
+  bool words_independent_ = false;
+
+  struct Scratch;
+  void encode_word(std::string_view text, std::vector<int>& out, Scratch& s) const;
 
   int lookup(std::string_view piece) const {
     auto it = piece_to_id_.find(piece);
