@@ -19,6 +19,7 @@ const CpuFeatures& cpu_features();
 // variable ("scalar", "avx2", "avx512") so tests can force every path.
 Isa active_isa();
 void set_isa_override(Isa isa);  // tests: force a path (clamped to what the CPU has)
+void clear_isa_override();       // back to KVS_ISA / the best the CPU has
 std::string isa_name(Isa isa);
 
 }  // namespace kvs

@@ -32,6 +32,13 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
 void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                       int64_t ldy);
 
+// Scalar reference of the quantized-activation algorithm the fast paths run
+// (activations quantized per 32 elements, exact integer block dots, the fixed
+// float accumulation order of matmul_internal.h). Every ISA path of matmul()
+// is bit-identical to it. Single-threaded, ignores the ISA override.
+void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+                         int64_t ldy);
+
 // Row `r` of W as float (embedding lookup).
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 

@@ -1,0 +1,165 @@
+// matmul driver: argument checks, ISA dispatch, activation quantization,
+// splitting output rows across the pool, and the scalar references.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/threadpool.h"
+
+namespace kvs {
+namespace {
+
+using mm::IsaKernels;
+using mm::XBlock;
+
+const IsaKernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return mm::avx512_kernels();
+    case Isa::Avx2: return mm::avx2_kernels();
+    default: return mm::scalar_kernels();
+  }
+}
+
+void check_args(const WeightView& w, const float* x, int64_t ldx, int64_t n, const float* y,
+                int64_t ldy) {
+  if (n < 0 || w.rows < 0 || w.cols <= 0) throw std::invalid_argument("matmul: bad shape");
+  if (!w.data && w.rows > 0) throw std::invalid_argument("matmul: null weights");
+  if (n > 0 && (!x || !y)) throw std::invalid_argument("matmul: null x or y");
+  if (ldx < w.cols || ldy < w.rows) throw std::invalid_argument("matmul: leading dimension too small");
+  if (!mm::is_float_type(w.type) && !mm::is_quant_type(w.type))
+    throw std::invalid_argument("matmul: unsupported weight type " + type_name(w.type));
+  const int be = type_traits(w.type).block_elems;
+  if (w.cols % be != 0)
+    throw std::invalid_argument("matmul: cols not a multiple of the block size");
+  if (w.row_stride < row_bytes(w.type, w.cols))
+    throw std::invalid_argument("matmul: row_stride smaller than a row");
+}
+
+// 64-byte aligned per-thread scratch (GEMM weight panels).
+mm::Scratch thread_scratch() {
+  struct Buf {
+    uint8_t* p = nullptr;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  if (!buf.p) {
+    buf.p = static_cast<uint8_t*>(std::aligned_alloc(64, mm::kScratchBytes));
+    if (!buf.p) throw std::bad_alloc();
+  }
+  return {buf.p, mm::kScratchBytes};
+}
+
+// Quantized activations for this call, reused across calls on the caller thread.
+XBlock* x_buffer(size_t blocks) {
+  struct Buf {
+    XBlock* p = nullptr;
+    size_t cap = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  if (blocks > buf.cap) {
+    std::free(buf.p);
+    const size_t cap = std::max<size_t>(blocks, 1024);
+    buf.p = static_cast<XBlock*>(std::aligned_alloc(64, cap * sizeof(XBlock)));
+    if (!buf.p) throw std::bad_alloc();
+    buf.cap = cap;
+  }
+  return buf.p;
+}
+
+// Output rows per task: a multiple of the kernel's panel height, ~8 tasks per
+// thread so dynamic claiming evens out uneven progress.
+int64_t row_chunk(int64_t rows, int threads, int align) {
+  if (threads <= 1) return rows;
+  const int64_t target = int64_t(threads) * 8;
+  int64_t c = (rows + target - 1) / target;
+  c = (c + align - 1) / align * align;
+  return std::max<int64_t>(c, align);
+}
+
+void run_rows(const WeightView& w, int64_t n, ThreadPool& pool, int align,
+              const std::function<void(int64_t, int64_t, mm::Scratch)>& body) {
+  const int64_t chunk = row_chunk(w.rows, pool.size(), align);
+  const int64_t tasks = (w.rows + chunk - 1) / chunk;
+  if (tasks <= 1) {
+    body(0, w.rows, thread_scratch());
+    return;
+  }
+  pool.parallel_for(tasks, [&](int64_t t, int) {
+    const int64_t r0 = t * chunk, r1 = std::min(w.rows, r0 + chunk);
+    body(r0, r1, thread_scratch());
+  });
+}
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
+            ThreadPool& pool) {
+  check_args(w, x, ldx, n, y, ldy);
+  if (n == 0 || w.rows == 0) return;
+  const IsaKernels& k = kernels_for(active_isa());
+  if (mm::is_float_type(w.type)) {
+    run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
+      k.float_rows(w, r0, r1, x, ldx, n, y, ldy, s);
+    });
+    return;
+  }
+  // Quantize each activation row once; every weight row reuses it.
+  const mm::QFormat f = mm::qformat(w.type, k.signed_q8);
+  const int64_t nb = w.cols / mm::kQBlock;
+  XBlock* xq = x_buffer(size_t(n * nb));  // [n, nb]
+  if (n >= 8 && pool.size() > 1) {
+    pool.parallel_for(n, [&](int64_t i, int) { k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb); });
+  } else {
+    for (int64_t i = 0; i < n; ++i) k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb);
+  }
+  run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
+    k.quant_rows(w, r0, r1, xq, n, y, ldy, s);
+  });
+}
+
+void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+                         int64_t ldy) {
+  check_args(w, x, ldx, n, y, ldy);
+  if (n == 0 || w.rows == 0) return;
+  const IsaKernels& k = mm::scalar_kernels();
+  if (mm::is_float_type(w.type)) {
+    k.float_rows(w, 0, w.rows, x, ldx, n, y, ldy, {});
+    return;
+  }
+  const mm::QFormat f = mm::qformat(w.type, false);
+  const int64_t nb = w.cols / mm::kQBlock;
+  std::vector<XBlock> xq(size_t(n * nb));  // [n, nb]
+  for (int64_t i = 0; i < n; ++i) mm::quantize_x_scalar(x + i * ldx, w.cols, f, xq.data() + i * nb);
+  k.quant_rows(w, 0, w.rows, xq.data(), n, y, ldy, {});
+}
+
+void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+                      int64_t ldy) {
+  check_args(w, x, ldx, n, y, ldy);
+  std::vector<float> row(size_t(w.cols));  // [cols]
+  for (int64_t r = 0; r < w.rows; ++r) {
+    dequantize_row(w.type, w.row(r), row.data(), w.cols);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * ldx;
+      // double accumulation: the reference should carry no ordering error of its own
+      double acc = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) acc += double(row[size_t(c)]) * double(xi[c]);
+      y[i * ldy + r] = float(acc);
+    }
+  }
+}
+
+void dequantize_weight_row(const WeightView& w, int64_t r, float* out) {
+  if (r < 0 || r >= w.rows) throw std::out_of_range("dequantize_weight_row: row out of range");
+  dequantize_row(w.type, w.row(r), out, w.cols);
+}
+
+}  // namespace kvs

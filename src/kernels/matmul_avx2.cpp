@@ -1,0 +1,5 @@
+// Placeholder: the avx2 kernels land next; until then the scalar path.
+#include "kernels/matmul_internal.h"
+namespace kvs::mm {
+const IsaKernels& avx2_kernels() { return scalar_kernels(); }
+}  // namespace kvs::mm

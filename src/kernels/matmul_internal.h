@@ -1,0 +1,134 @@
+// Internal interface between the matmul driver (matmul.cpp) and the per-ISA
+// kernels (matmul_scalar.cpp, matmul_avx2*.cpp, matmul_avx512*.cpp).
+//
+// The arithmetic is defined once here and every path reproduces it exactly,
+// so results are bit-identical across n, batch composition AND ISA paths:
+//
+// Quantized weights (all block types): each activation row is quantized per
+// 32 elements (XBlock). A weight row is viewed as 32-element blocks with
+// integer levels q[32], float scale(s) ws and optional float min wm, i.e.
+// value = ws * q + wm (Q6_K: two scales, one per 16-element half). For each
+// (weight row, activation row) the float accumulator runs, block by block in
+// order, starting from +0:
+//     acc = fma(float(isum), ws * xd, acc)          (isum = exact int dot)
+//     acc = fma(wm, xs, acc)                        (only formats with a min)
+// (Q6_K: the first line once per half, lo then hi.) Integer sums are exact,
+// so SIMD kernels may compute isum in any order; only this float chain is
+// fixed, and it is per output element, so a lane = one weight row.
+//
+// Float weights (F32, F16, BF16): 16 partial sums, lane j accumulating the
+// k = j (mod 16) products with fma in increasing k, then the fixed tree
+// (j, j+8) -> (j, j+4) -> (j, j+2) -> (0, 1). See float_tree_sum().
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+namespace kvs::mm {
+
+constexpr int kQBlock = 32;  // activation / weight sub-block size for all quantized types
+
+// One 32-element block of a quantized activation row. A call holds
+// [n, cols / 32] of these.
+struct XBlock {
+  int8_t q[32];     // round(x / xd), in [-127, 127]
+  float d;          // xd = amax / 127 (0 for an all-zero block)
+  float s;          // xs = xd * sum(q): pairs with a weight min term
+  int32_t corr[2];  // -off * sum(q): [0] whole block, or [0]/[1] = halves for sub16 formats
+};
+static_assert(sizeof(XBlock) == 48);
+
+// How a weight format maps onto the int8 dot product. SIMD kernels feed
+// weights as unsigned bytes u = q + off (vpdpbusd / maddubs take u8 x s8),
+// and the activation side carries the -off * sum(x) correction.
+struct QFormat {
+  int off;       // level offset: u = q + off is in [0, 255]
+  bool sub16;    // two scales per 32-block (Q6_K)
+  bool has_min;  // value = ws * q + wm with wm != 0 (Q4_1, Q5_1, Q4_K, Q5_K)
+};
+// `signed_q8`: Q8_0 kept as signed bytes (AVX2 uses the sign trick instead of an offset).
+QFormat qformat(GgmlType t, bool signed_q8 = false);
+bool is_float_type(GgmlType t);
+bool is_quant_type(GgmlType t);  // supported by the quantized-activation kernels
+
+// One weight block unpacked to levels (scalar reference for all formats).
+struct WBlock {
+  int8_t q[32];  // signed levels, value = ws[e / 16 if sub16 else 0] * q[e] + wm
+  float ws[2];
+  float wm;
+};
+// Block b (32 elements) of a weight row in format t.
+void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* out);
+
+// IEEE half -> float, exact (no F16C needed).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalise
+    int e = -1;
+    do { ++e; man <<= 1; } while (!(man & 0x400));
+    bits = sign | (uint32_t(112 - e) << 23) | ((man & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Rounds to nearest-even for |v| < 2^22, like cvtps2dq under the default MXCSR.
+inline float round_rne(float v) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23
+  return (v + magic) - magic;
+}
+
+// The fixed final reduction of the 16 float partial sums.
+inline float float_tree_sum(const float* p) {  // p: [16]
+  float a[8];
+  for (int j = 0; j < 8; ++j) a[j] = p[j] + p[j + 8];
+  for (int j = 0; j < 4; ++j) a[j] = a[j] + a[j + 4];
+  for (int j = 0; j < 2; ++j) a[j] = a[j] + a[j + 2];
+  return a[0] + a[1];
+}
+
+// Per-thread scratch for GEMM panels (owned by the driver, 64-B aligned).
+struct Scratch {
+  uint8_t* buf = nullptr;
+  size_t bytes = 0;
+};
+constexpr size_t kScratchBytes = 256 * 1024;
+
+// What one ISA provides. Row ranges [r0, r1) are a task's share of W; the
+// kernels write y[i * ldy + r] for i in [0, n), r in [r0, r1).
+struct IsaKernels {
+  int row_align;  // preferred multiple for task row chunks (panel height)
+  // Quantize one activation row (cols % 32 == 0) into cols / 32 XBlocks.
+  void (*quantize_x)(const float* x, int64_t cols, QFormat f, XBlock* out);
+  bool signed_q8;  // which qformat() convention the quant kernels expect
+  void (*quant_rows)(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                     float* y, int64_t ldy, Scratch scratch);
+  void (*float_rows)(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                     int64_t n, float* y, int64_t ldy, Scratch scratch);
+};
+const IsaKernels& scalar_kernels();
+const IsaKernels& avx2_kernels();
+const IsaKernels& avx512_kernels();
+
+// Scalar activation quantizer (the definition the SIMD ones must match).
+void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out);
+
+}  // namespace kvs::mm

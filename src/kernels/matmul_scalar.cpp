@@ -1,0 +1,250 @@
+// Scalar path: unpacking of every weight format into 32-element level
+// blocks, the activation quantizer, and the plain-C++ kernels. This file is
+// the executable definition of the arithmetic in matmul_internal.h; the SIMD
+// paths are tested bit-exact against it.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/matmul_internal.h"
+
+namespace kvs::mm {
+namespace {
+
+inline uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// 6-bit scale / min j (0..7) of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+bool is_float_type(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+}
+
+bool is_quant_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+QFormat qformat(GgmlType t, bool signed_q8) {
+  switch (t) {
+    case GgmlType::Q4_0: return {8, false, false};
+    case GgmlType::Q4_1: return {0, false, true};
+    case GgmlType::Q5_0: return {16, false, false};
+    case GgmlType::Q5_1: return {0, false, true};
+    case GgmlType::Q8_0: return {signed_q8 ? 0 : 128, false, false};
+    case GgmlType::Q4_K: return {0, false, true};
+    case GgmlType::Q5_K: return {0, false, true};
+    case GgmlType::Q6_K: return {32, true, false};
+    default: throw std::invalid_argument("matmul: not a quantized weight type: " + type_name(t));
+  }
+}
+
+void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
+  o->ws[1] = 0.0f;
+  o->wm = 0.0f;
+  switch (t) {
+    case GgmlType::Q4_0: {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+      o->ws[0] = half_to_float(blk->d);
+      for (int j = 0; j < 16; ++j) {
+        o->q[j] = int8_t((blk->qs[j] & 0xF) - 8);
+        o->q[j + 16] = int8_t((blk->qs[j] >> 4) - 8);
+      }
+      return;
+    }
+    case GgmlType::Q4_1: {
+      const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
+      o->ws[0] = half_to_float(blk->d);
+      o->wm = half_to_float(blk->m);
+      for (int j = 0; j < 16; ++j) {
+        o->q[j] = int8_t(blk->qs[j] & 0xF);
+        o->q[j + 16] = int8_t(blk->qs[j] >> 4);
+      }
+      return;
+    }
+    case GgmlType::Q5_0: case GgmlType::Q5_1: {
+      const bool one = t == GgmlType::Q5_1;
+      const uint8_t* p = row + b * (one ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
+      o->ws[0] = half_to_float(rd16(p));
+      if (one) o->wm = half_to_float(rd16(p + 2));
+      const uint8_t* qhp = p + (one ? 4 : 2);
+      const uint8_t* qs = qhp + 4;
+      uint32_t qh;
+      std::memcpy(&qh, qhp, 4);
+      const int sub = one ? 0 : 16;
+      for (int j = 0; j < 16; ++j) {
+        o->q[j] = int8_t(((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - sub);
+        o->q[j + 16] = int8_t(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - sub);
+      }
+      return;
+    }
+    case GgmlType::Q8_0: {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+      o->ws[0] = half_to_float(blk->d);
+      std::memcpy(o->q, blk->qs, 32);
+      return;
+    }
+    case GgmlType::Q4_K: case GgmlType::Q5_K: {
+      // Sub-block j of super-block b/8: j = 2c uses the low nibbles of
+      // qs[32c .. 32c+32), j = 2c+1 the high nibbles (+ bit j of qh for Q5_K).
+      const bool five = t == GgmlType::Q5_K;
+      const int64_t sb = b / 8;
+      const int j = int(b % 8);
+      const uint8_t* p = row + sb * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+      const float d = half_to_float(rd16(p)), dmin = half_to_float(rd16(p + 2));
+      const uint8_t* scales = p + 4;
+      const uint8_t* qh = five ? p + 16 : nullptr;
+      const uint8_t* qs = p + 16 + (five ? 32 : 0) + 32 * (j / 2);
+      int sc, m;
+      scale_min_k4(j, scales, &sc, &m);
+      o->ws[0] = d * float(sc);
+      o->wm = -(dmin * float(m));
+      const int shift = (j & 1) ? 4 : 0;
+      for (int l = 0; l < 32; ++l) {
+        int v = (qs[l] >> shift) & 0xF;
+        if (five) v |= ((qh[l] >> j) & 1) << 4;
+        o->q[l] = int8_t(v);
+      }
+      return;
+    }
+    case GgmlType::Q6_K: {
+      // Block t (0..7) of a super-block: half = t / 4 picks the 128-element
+      // chunk; within it u = t % 4 selects ql[l + 32*(u&1)] nibble (u>>1) and
+      // bits 2u..2u+1 of qh[l]. Scales sc[2t], sc[2t+1] cover the halves.
+      const int64_t sb = b / 8;
+      const int t8 = int(b % 8);
+      const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + sb;
+      const float d = half_to_float(blk->d);
+      const int chunk = t8 / 4, u = t8 % 4;
+      const uint8_t* ql = blk->ql + 64 * chunk + 32 * (u & 1);
+      const uint8_t* qh = blk->qh + 32 * chunk;
+      const int nshift = (u >> 1) * 4, hshift = 2 * u;
+      for (int l = 0; l < 32; ++l) {
+        const int v = ((ql[l] >> nshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4);
+        o->q[l] = int8_t(v - 32);
+      }
+      const int8_t* sc = blk->scales + 8 * chunk + 2 * u;
+      o->ws[0] = d * float(sc[0]);
+      o->ws[1] = d * float(sc[1]);
+      return;
+    }
+    default:
+      throw std::invalid_argument("matmul: unsupported weight type " + type_name(t));
+  }
+}
+
+void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out) {
+  const int64_t nb = cols / kQBlock;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * kQBlock;  // [32]
+    XBlock& o = out[b];
+    float amax = 0.0f;
+    for (int e = 0; e < kQBlock; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum[2] = {0, 0};
+    for (int e = 0; e < kQBlock; ++e) {
+      float v = round_rne(xb[e] * id);
+      v = std::min(127.0f, std::max(-127.0f, v));
+      o.q[e] = int8_t(v);
+      sum[e / 16] += o.q[e];
+    }
+    o.d = d;
+    o.s = d * float(sum[0] + sum[1]);
+    if (f.sub16) {
+      o.corr[0] = -f.off * sum[0];
+      o.corr[1] = -f.off * sum[1];
+    } else {
+      o.corr[0] = -f.off * (sum[0] + sum[1]);
+      o.corr[1] = 0;
+    }
+  }
+}
+
+namespace {
+
+// The quantized-activation algorithm, literally. Per weight block: unpack
+// once, then update every activation row's accumulator (kept in y).
+void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                       float* y, int64_t ldy, Scratch) {
+  const QFormat f = qformat(w.type);
+  const int64_t nb = w.cols / kQBlock;
+  WBlock wb;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.row(r);
+    for (int64_t i = 0; i < n; ++i) y[i * ldy + r] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      unpack_block(w.type, row, b, &wb);
+      for (int64_t i = 0; i < n; ++i) {
+        const XBlock& xb = xq[i * nb + b];
+        float acc = y[i * ldy + r];
+        int32_t s0 = 0, s1 = 0;
+        for (int e = 0; e < 16; ++e) s0 += int32_t(wb.q[e]) * xb.q[e];
+        for (int e = 16; e < 32; ++e) s1 += int32_t(wb.q[e]) * xb.q[e];
+        if (f.sub16) {
+          acc = std::fma(float(s0), wb.ws[0] * xb.d, acc);
+          acc = std::fma(float(s1), wb.ws[1] * xb.d, acc);
+        } else {
+          acc = std::fma(float(s0 + s1), wb.ws[0] * xb.d, acc);
+        }
+        if (f.has_min) acc = std::fma(wb.wm, xb.s, acc);
+        y[i * ldy + r] = acc;
+      }
+    }
+  }
+}
+
+// Float weights: 16 lane accumulators (lane = k mod 16) then the fixed tree.
+void float_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                       int64_t n, float* y, int64_t ldy, Scratch) {
+  const int64_t cols = w.cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.row(r);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * ldx;  // [cols]
+      float lane[16] = {};
+      for (int64_t k = 0; k < cols; ++k) {
+        float wv;
+        if (w.type == GgmlType::F32) {
+          std::memcpy(&wv, row + 4 * k, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, row + 2 * k, 2);
+          wv = w.type == GgmlType::F16 ? half_to_float(h) : bf16_to_float(h);
+        }
+        lane[k & 15] = std::fma(wv, xi[k], lane[k & 15]);
+      }
+      y[i * ldy + r] = float_tree_sum(lane);
+    }
+  }
+}
+
+}  // namespace
+
+const IsaKernels& scalar_kernels() {
+  static const IsaKernels k{1, quantize_x_scalar, false, quant_rows_scalar, float_rows_scalar};
+  return k;
+}
+
+}  // namespace kvs::mm

@@ -1,0 +1,269 @@
+// matmul: every weight type x every ISA path x odd shapes, against
+//  - matmul_q8_reference (the scalar quantized-activation algorithm): bit-exact,
+//  - matmul_reference (exact dequantized weights, double dot): within a bound
+//    derived from the int8 activation rounding error,
+// plus the determinism contract (a row's result never depends on n or on the
+// other rows of X) and thread-count independence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+
+namespace kvs {
+namespace {
+
+const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                              GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+
+bool is_k(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
+bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// A weight matrix quantized from random floats; blocks get different
+// magnitudes so per-block scales matter.
+struct Weights {
+  std::vector<uint8_t> bytes;  // [rows, row_stride]
+  WeightView view;
+};
+
+Weights make_weights(GgmlType t, int64_t rows, int64_t cols, uint32_t seed, size_t pad = 0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> mag(0.2f, 3.0f);
+  Weights w;
+  const size_t rb = row_bytes(t, cols);
+  const size_t stride = rb + pad;
+  w.bytes.assign(size_t(rows) * stride + 64, 0xCD);
+  std::vector<float> src(static_cast<size_t>(cols));  // [cols]
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = mag(rng);
+    for (int64_t c = 0; c < cols; ++c) {
+      if (c % 32 == 0) m = mag(rng);
+      float v = nd(rng) * m;
+      if (v == 0.0f) v = 0.5f;
+      src[size_t(c)] = v;
+    }
+    quantize_row(t, src.data(), w.bytes.data() + r * stride, cols);
+  }
+  w.view.type = t;
+  w.view.data = w.bytes.data();
+  w.view.rows = rows;
+  w.view.cols = cols;
+  w.view.row_stride = stride;
+  return w;
+}
+
+std::vector<float> make_x(int64_t n, int64_t ld, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> mag(0.01f, 10.0f);
+  std::vector<float> x(size_t(n * ld));  // [n, ld]
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = mag(rng);
+    for (int64_t c = 0; c < ld; ++c) x[size_t(i * ld + c)] = nd(rng) * m;
+  }
+  return x;
+}
+
+// Bound on |quantized-activation result - exact| for element (i, r): each x
+// element moves by at most xd/2 = amax_block/254; plus float rounding.
+double error_bound(const WeightView& w, const float* xi, int64_t r) {
+  std::vector<float> row(size_t(w.cols));  // [cols]
+  dequantize_row(w.type, w.row(r), row.data(), w.cols);
+  double bound = 0.0, l1 = 0.0;
+  for (int64_t b = 0; b < w.cols; b += 32) {
+    const int64_t e = std::min<int64_t>(w.cols, b + 32);
+    double amax = 0.0, wl1 = 0.0;
+    for (int64_t c = b; c < e; ++c) {
+      amax = std::max(amax, double(std::fabs(xi[c])));
+      wl1 += std::fabs(row[size_t(c)]);
+      l1 += std::fabs(double(row[size_t(c)]) * xi[c]);
+    }
+    if (!is_float(w.type)) bound += amax / 254.0 * wl1 * 1.001;
+  }
+  return bound + l1 * (double(w.cols) + 8) * 1.2e-7 + 1e-30;
+}
+
+struct IsaGuard {
+  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
+  ~IsaGuard() { clear_isa_override(); }
+};
+
+bool isa_available(Isa isa) {
+  set_isa_override(isa);
+  const bool ok = active_isa() == isa;
+  clear_isa_override();
+  return ok;
+}
+
+std::vector<int64_t> cols_for(GgmlType t) {
+  if (is_k(t)) return {256, 768};
+  if (is_float(t)) return {7, 32, 96, 100, 256, 768};
+  return {32, 96, 256, 768};
+}
+
+void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, ThreadPool& pool,
+                uint32_t seed) {
+  SCOPED_TRACE(type_name(t) + " " + isa_name(isa) + " rows=" + std::to_string(rows) +
+               " cols=" + std::to_string(cols) + " n=" + std::to_string(n) +
+               " threads=" + std::to_string(pool.size()));
+  Weights W = make_weights(t, rows, cols, seed, seed % 3 == 0 ? 6 : 0);
+  const int64_t ldx = cols + (seed % 2 ? 3 : 0), ldy = rows + (seed % 5 == 0 ? 2 : 0);
+  std::vector<float> x = make_x(n, ldx, seed * 7 + 1);
+  std::vector<float> y(size_t(n * ldy), -1.0f), yq(size_t(n * ldy), -1.0f), ye(size_t(n * ldy));
+  {
+    IsaGuard g(isa);
+    matmul(W.view, x.data(), ldx, n, y.data(), ldy, pool);
+  }
+  matmul_q8_reference(W.view, x.data(), ldx, n, yq.data(), ldy);
+  matmul_reference(W.view, x.data(), ldx, n, ye.data(), ldy);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    for (int64_t r = 0; r < rows && bad < 5; ++r) {
+      const float a = y[size_t(i * ldy + r)], q = yq[size_t(i * ldy + r)];
+      if (std::memcmp(&a, &q, 4) != 0) {
+        ADD_FAILURE() << "not bit-exact with matmul_q8_reference at i=" << i << " r=" << r << ": "
+                      << a << " vs " << q;
+        ++bad;
+      }
+      const double e = ye[size_t(i * ldy + r)];
+      const double bound = error_bound(W.view, x.data() + i * ldx, r);
+      if (!(std::fabs(a - e) <= bound)) {
+        ADD_FAILURE() << "too far from matmul_reference at i=" << i << " r=" << r << ": " << a
+                      << " vs " << e << " (bound " << bound << ")";
+        ++bad;
+      }
+    }
+  }
+  // Padding columns of y (between rows and ldy) must be untouched.
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y[size_t(i * ldy + r)], -1.0f);
+  // Determinism: each row alone (n = 1) with a different "batch" around it.
+  if (n > 1) {
+    IsaGuard g(isa);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> y1(size_t(rows), 0.0f);
+      matmul(W.view, x.data() + i * ldx, ldx, 1, y1.data(), rows, pool);
+      ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * ldy, size_t(rows) * 4)) << "row " << i;
+    }
+  }
+}
+
+class MatmulTypeTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTypeTest, AllIsasShapesBatches) {
+  const GgmlType t = GetParam();
+  ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  uint32_t seed = 1;
+  for (Isa isa : kAllIsas) {
+    if (!isa_available(isa)) {
+      std::printf("  [%s not available on this CPU: skipped]\n", isa_name(isa).c_str());
+      continue;
+    }
+    for (int64_t rows : {1, 3, 17, 67})
+      for (int64_t cols : cols_for(t))
+        for (int64_t n : {1, 2, 5, 13, 64}) {
+          if (n == 64 && cols > 256 && rows > 17) continue;  // keep the scalar reference quick
+          check_case(t, isa, rows, cols, n, pools[seed % 3], seed);
+          ++seed;
+          if (HasFatalFailure()) return;
+        }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kAllTypes),
+                         [](const auto& info) { return type_name(info.param); });
+
+// Bigger shapes than the panel / task sizes: several tasks per thread, panel
+// tails, k-range splitting in the GEMM path, n = 64 batched vs n = 1.
+TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
+                     GgmlType::F16, GgmlType::F32, GgmlType::Q5_1}) {
+    const int64_t rows = 301, cols = 4096 + 512, n = 7;
+    Weights W = make_weights(t, rows, cols, 99);
+    std::vector<float> x = make_x(64, cols, 5);
+    std::vector<float> ref(size_t(64 * rows));
+    matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard g(isa);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t nn : {int64_t(1), n, int64_t(64)}) {
+          std::vector<float> y(size_t(nn * rows));
+          matmul(W.view, x.data(), cols, nn, y.data(), rows, pool);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << type_name(t) << " " << isa_name(isa) << " threads=" << threads << " n=" << nn;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, HalfConversionMatchesQuant) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = mm::half_to_float(uint16_t(h)), b = fp16_to_f32(uint16_t(h));
+    if (std::isnan(a) || std::isnan(b)) {
+      ASSERT_TRUE(std::isnan(a) && std::isnan(b)) << h;
+    } else {
+      ASSERT_EQ(0, std::memcmp(&a, &b, 4)) << h;
+    }
+  }
+}
+
+TEST(Matmul, DequantizeWeightRow) {
+  for (GgmlType t : kAllTypes) {
+    const int64_t cols = 512;
+    Weights W = make_weights(t, 5, cols, 3, 4);
+    std::vector<float> a(cols), b(cols);
+    for (int64_t r = 0; r < 5; ++r) {
+      dequantize_weight_row(W.view, r, a.data());
+      dequantize_row(t, W.view.row(r), b.data(), cols);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), cols * 4)) << type_name(t);
+    }
+    EXPECT_THROW(dequantize_weight_row(W.view, 5, a.data()), std::out_of_range);
+  }
+}
+
+TEST(Matmul, RejectsBadArguments) {
+  ThreadPool pool(1);
+  Weights W = make_weights(GgmlType::Q4_0, 4, 64, 1);
+  std::vector<float> x(64), y(4);
+  WeightView v = W.view;
+  v.cols = 48;  // not a multiple of 32
+  EXPECT_THROW(matmul(v, x.data(), 64, 1, y.data(), 4, pool), std::invalid_argument);
+  v = W.view;
+  v.type = GgmlType::Q2_K;
+  EXPECT_THROW(matmul(v, x.data(), 64, 1, y.data(), 4, pool), std::invalid_argument);
+  EXPECT_THROW(matmul(W.view, x.data(), 32, 1, y.data(), 4, pool), std::invalid_argument);
+}
+
+TEST(Cpu, OverrideClampsAndRestores) {
+  const Isa best = active_isa();
+  set_isa_override(Isa::Scalar);
+  EXPECT_EQ(active_isa(), Isa::Scalar);
+  set_isa_override(Isa::Avx512);
+  EXPECT_LE(int(active_isa()), int(Isa::Avx512));
+  clear_isa_override();
+  EXPECT_EQ(active_isa(), best);
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512f) {
+    EXPECT_TRUE(f.avx2);
+  }
+  EXPECT_GE(f.logical_cores, 1);
+  std::printf("  best ISA here: %s (avx512vnni=%d avx512bf16=%d avxvnni=%d)\n",
+              isa_name(best).c_str(), f.avx512vnni, f.avx512bf16, f.avxvnni);
+}
+
+}  // namespace
+}  // namespace kvs

@@ -1,0 +1,127 @@
+// ThreadPool: correctness of task hand-out, the single barrier, exception
+// propagation, nesting errors and many quick calls (lost wake-ups).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "kernels/threadpool.h"
+
+namespace kvs {
+namespace {
+
+TEST(ThreadPool, SumsOverManyTasks) {
+  for (int threads = 1; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t tasks : {1, 2, 3, 7, 100, 10000}) {
+      std::vector<int> hits(size_t(tasks), 0);
+      std::atomic<int64_t> sum{0};
+      pool.parallel_for(tasks, [&](int64_t t, int th) {
+        ASSERT_GE(th, 0);
+        ASSERT_LT(th, threads);
+        hits[size_t(t)] += 1;
+        sum.fetch_add(t, std::memory_order_relaxed);
+      });
+      EXPECT_EQ(sum.load(), tasks * (tasks - 1) / 2);
+      for (int h : hits) ASSERT_EQ(h, 1);
+    }
+  }
+}
+
+TEST(ThreadPool, RunOnAllVisitsEveryThreadOnce) {
+  for (int threads = 1; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(threads));
+    for (auto& s : seen) s = 0;
+    pool.run_on_all([&](int th) { seen[size_t(th)].fetch_add(1); });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  }
+}
+
+TEST(ThreadPool, UsesHelpers) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> per(3);
+  for (auto& p : per) p = 0;
+  // Slow tasks so every thread gets some.
+  pool.parallel_for(60, [&](int64_t, int th) {
+    per[size_t(th)].fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  int total = 0, active = 0;
+  for (auto& p : per) {
+    total += p.load();
+    active += p.load() > 0;
+  }
+  EXPECT_EQ(total, 60);
+  EXPECT_GE(active, 2);
+}
+
+TEST(ThreadPool, ExceptionsPropagateAndPoolSurvives) {
+  for (int threads = 1; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    EXPECT_THROW(pool.parallel_for(100,
+                                   [&](int64_t t, int) {
+                                     if (t == 37) throw std::runtime_error("boom");
+                                   }),
+                 std::runtime_error);
+    EXPECT_THROW(pool.run_on_all([&](int th) {
+                   if (th == threads - 1) throw std::out_of_range("x");
+                 }),
+                 std::out_of_range);
+    std::atomic<int> n{0};
+    pool.parallel_for(50, [&](int64_t, int) { n.fetch_add(1); });
+    EXPECT_EQ(n.load(), 50);
+  }
+}
+
+TEST(ThreadPool, NestedUseIsAnError) {
+  for (int threads = 1; threads <= 3; ++threads) {
+    ThreadPool pool(threads);
+    EXPECT_THROW(pool.parallel_for(4,
+                                   [&](int64_t, int) {
+                                     pool.parallel_for(2, [](int64_t, int) {});
+                                   }),
+                 std::logic_error);
+    // A different pool inside a task is fine.
+    ThreadPool inner(2);
+    std::atomic<int> n{0};
+    pool.parallel_for(3, [&](int64_t t, int) {
+      if (t == 0) inner.parallel_for(5, [&](int64_t, int) { n.fetch_add(1); });
+    });
+    EXPECT_EQ(n.load(), 5);
+  }
+}
+
+TEST(ThreadPool, ManyQuickCallsNoDeadlock) {
+  for (int threads = 2; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    int64_t total = 0;
+    std::atomic<int64_t> acc{0};
+    const int calls = threads == 2 ? 100000 : 20000;
+    for (int c = 0; c < calls; ++c) {
+      const int64_t tasks = 1 + c % 5;
+      pool.parallel_for(tasks, [&](int64_t t, int) { acc.fetch_add(t + 1, std::memory_order_relaxed); });
+      total += tasks * (tasks + 1) / 2;
+    }
+    EXPECT_EQ(acc.load(), total);
+  }
+}
+
+TEST(ThreadPool, WakesAfterParking) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // longer than the spin
+    std::atomic<int> n{0};
+    pool.parallel_for(30, [&](int64_t, int) { n.fetch_add(1); });
+    EXPECT_EQ(n.load(), 30);
+  }
+}
+
+TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
+
+}  // namespace
+}  // namespace kvs
