@@ -368,6 +368,34 @@ TEST(Utf8, DecodeRejectsOverlongAndSurrogates) {
   EXPECT_EQ(utf8::complete_prefix("ab\xFF"), 3u);
 }
 
+// -------------------------------------------------------------------- CLI
+
+TEST(TokenizeCli, GgufLlama2cAndVocabOnly) {
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"tokenize", "-m", shared("models/stories260K/stories260K.gguf"), "-p", "Once upon a time"},
+                              &out, &err), 0) << err;
+  EXPECT_EQ(out, "1 403 407 261 378\n");
+  // llama2.c checkpoint: tok512.bin beside it is found automatically.
+  ASSERT_EQ(test::run_kvserve({"tokenize", "-m", shared("models/stories260K/stories260K.bin"), "-p", "Once upon a time",
+                               "--no-bos"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "403 407 261 378\n");
+  // Vocab-only GGUF, JSON output.
+  ASSERT_EQ(test::run_kvserve({"tokenize", "-m", shared("golden/tokenizer/ggml-vocab-gpt-2.gguf"), "-p", kP1, "--json"},
+                              &out, &err), 0) << err;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j.at("tokens").get<std::vector<int>>(), golden_prompt("golden/peer/tiny-qwen2-q8_0.p1.exact.json"));
+  EXPECT_EQ(j.at("pieces").at(1).get<std::string>(), " quick");
+}
+
+TEST(TokenizeCli, ErrorsAreClear) {
+  std::string out, err;
+  EXPECT_NE(test::run_kvserve({"tokenize", "-m", shared("golden/tokenizer/ggml-vocab-gpt-2.gguf")}, &out, &err), 0);
+  EXPECT_NE(err.find("-p TEXT or -f FILE"), std::string::npos) << err;
+  EXPECT_NE(test::run_kvserve({"tokenize", "-m", shared("golden/tokenizer/ggml-vocab-gpt-2.gguf.inp"), "-p", "x"}, &out,
+                              &err), 0);
+  EXPECT_NE(err.find("neither GGUF nor a llama2.c checkpoint"), std::string::npos) << err;
+}
+
 // ------------------------------------------------------------------ speed
 
 std::string megabyte_of_text() {

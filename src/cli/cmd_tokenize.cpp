@@ -105,7 +105,7 @@ void add_tokenize(CLI::App& app, Runner& run) {
   c->add_flag("--no-bos", a->no_bos, "Do not add BOS even if the model does");
   c->add_flag("--special", a->special, "Recognise special-token text such as <|im_start|>");
   c->callback([a, p, f, &run] {
-    if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("tokenize needs -p TEXT or -f FILE");
+    if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("-p TEXT or -f FILE");
     run = [a] { return run_tokenize(*a); };
   });
 }
