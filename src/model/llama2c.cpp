@@ -34,15 +34,14 @@ bool is_byte_piece(const std::string& s) {
 
 std::string pick_tokenizer(const std::string& bin, int n_vocab) {
   const std::filesystem::path dir = std::filesystem::path(bin).parent_path();
-  // The 512-token tokenizer ships next to the small stories models; prefer
-  // whichever name matches the vocabulary size, then the other.
-  std::vector<std::string> names = n_vocab == 512 ? std::vector<std::string>{"tok512.bin", "tokenizer.bin"}
-                                                  : std::vector<std::string>{"tokenizer.bin", "tok512.bin"};
+  // Small llama2.c models ship tok<N>.bin (tok512.bin) beside them; the
+  // Llama 2 vocabulary is tokenizer.bin.
+  const std::vector<std::string> names = {"tok" + std::to_string(n_vocab) + ".bin", "tokenizer.bin"};
   for (const auto& n : names) {
     const auto p = dir / n;
     if (std::filesystem::exists(p)) return p.string();
   }
-  throw ModelError(bin + ": llama2.c checkpoint needs its tokenizer: no tok512.bin or tokenizer.bin in '" +
+  throw ModelError(bin + ": llama2.c checkpoint needs its tokenizer: no tok" + std::to_string(n_vocab) + ".bin or tokenizer.bin in '" +
                    (dir.empty() ? std::string(".") : dir.string()) + "'; pass --tokenizer PATH");
 }
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -137,6 +138,20 @@ void progress_to_stderr(GgufWriter& w, bool on) {
 }
 
 }  // namespace
+
+GgmlType parse_tensor_type(const std::string& s) {
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, GgmlType> kNames[] = {
+      {"f32", GgmlType::F32},   {"f16", GgmlType::F16},   {"bf16", GgmlType::BF16}, {"q8_0", GgmlType::Q8_0},
+      {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1}, {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1},
+      {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K},
+  };
+  for (const auto& [n, t] : kNames)
+    if (l == n) return t;
+  throw std::invalid_argument("unknown tensor type '" + s +
+                              "' (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k)");
+}
 
 void apply_model_preset(const std::string& preset, MakeModelOptions& o) {
   if (preset == "tiny") {

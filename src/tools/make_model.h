@@ -43,7 +43,11 @@ void apply_model_preset(const std::string& preset, MakeModelOptions& o);
 // Throws std::invalid_argument for bad shapes, ModelError for I/O problems.
 void make_random_model(const MakeModelOptions& o);
 
-// llama.c checkpoint (+ its tokenizer) -> GGUF (llama arch, llama.cpp's keys,
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
+// "q5_k", "q6_k" (any case) -> type; throws std::invalid_argument listing them.
+GgmlType parse_tensor_type(const std::string& s);
+
+// llama2.c checkpoint (+ its tokenizer) -> GGUF (llama arch, llama.cpp's keys,
 // tokenizer.ggml.model "llama"). Loading the result gives the same logits as
 // loading the .bin (exactly for F32).
 void convert_llama2c(const std::string& bin, const std::string& tok, const std::string& out_gguf,

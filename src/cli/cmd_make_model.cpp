@@ -1,0 +1,74 @@
+// `kvserve make-model`: writes a random-weight GGUF of a chosen shape and
+// tensor type (benchmarks and tests), with a built-in byte-level vocabulary
+// or one copied from another GGUF.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "tools/make_model.h"
+
+namespace kvs::cli {
+
+namespace {
+
+struct MakeModelArgs {
+  MakeModelOptions o;
+  std::string preset, type = "q8_0";
+  bool quiet = false;
+};
+
+}  // namespace
+
+void add_make_model(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<MakeModelArgs>();
+  CLI::App* c = app.add_subcommand(
+      "make-model",
+      "Write a GGUF model with seeded random weights (chosen shape and tensor type) for benchmarks and tests");
+  MakeModelOptions& o = a->o;
+  c->add_option("-o,--out", o.out, "Output .gguf path")->required();
+  c->add_option("--preset", a->preset, "Start from a named shape: tiny (dim 64, 2 layers) or 1.1b (dim 2048, 16 layers, "
+                                       "32 heads, 8 KV heads, ffn 8192, vocab 32000); other options override it")
+      ->check(CLI::IsMember({"tiny", "1.1b"}));
+  c->add_option("--arch", o.arch, "Architecture: llama or qwen2 (q/k/v biases, NEOX RoPE)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"llama", "qwen2"}));
+  // Shape options remember whether they were given, so a preset only fills the rest.
+  auto* dim = c->add_option("--dim", o.dim, "Embedding width")->capture_default_str();
+  auto* layers = c->add_option("--layers", o.n_layers, "Number of transformer blocks")->capture_default_str();
+  auto* heads = c->add_option("--heads", o.n_heads, "Attention heads (head dim = dim / heads)")->capture_default_str();
+  auto* kv = c->add_option("--kv-heads", o.n_kv_heads, "KV heads (must divide heads; < heads is GQA)")->capture_default_str();
+  auto* ffn = c->add_option("--ffn", o.ffn_dim, "Feed-forward (SwiGLU) width")->capture_default_str();
+  auto* vocab = c->add_option("--vocab", o.n_vocab, "Vocabulary size for the built-in vocabulary (>= 259)")->capture_default_str();
+  auto* ctx = c->add_option("--ctx", o.n_ctx, "Training context length written to the metadata")->capture_default_str();
+  c->add_option("--rope-theta", o.rope_theta, "RoPE frequency base")->capture_default_str();
+  c->add_option("--rms-eps", o.rms_eps, "RMSNorm epsilon")->capture_default_str();
+  c->add_option("--type", a->type, "Tensor type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                                   "q4_k, q5_k, q6_k (norms and biases are always f32)")->capture_default_str();
+  c->add_option("--vocab-from", o.vocab_from, "Copy every tokenizer.* key from this GGUF (sets the vocabulary size)");
+  c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd");
+  c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
+  c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
+  c->add_flag("-q,--quiet", a->quiet, "No progress output");
+  c->callback([a, dim, layers, heads, kv, ffn, vocab, ctx, &run] {
+    run = [a, dim, layers, heads, kv, ffn, vocab, ctx] {
+      MakeModelOptions o = a->o;
+      if (!a->preset.empty()) {
+        MakeModelOptions p;
+        apply_model_preset(a->preset, p);
+        if (!dim->count()) o.dim = p.dim;
+        if (!layers->count()) o.n_layers = p.n_layers;
+        if (!heads->count()) o.n_heads = p.n_heads;
+        if (!kv->count()) o.n_kv_heads = p.n_kv_heads;
+        if (!ffn->count()) o.ffn_dim = p.ffn_dim;
+        if (!vocab->count()) o.n_vocab = p.n_vocab;
+        if (!ctx->count()) o.n_ctx = p.n_ctx;
+      }
+      o.type = parse_tensor_type(a->type);
+      o.progress = !a->quiet;
+      make_random_model(o);
+      return 0;
+    };
+  });
+}
+
+}  // namespace kvs::cli
