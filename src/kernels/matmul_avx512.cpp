@@ -1,5 +1,327 @@
-// Placeholder: the avx512 kernels land next; until then the scalar path.
+// AVX-512 (F/BW/VL/DQ + VNNI) quantized-weight kernels.
+//
+// Compiled for AVX-512 with a `#pragma GCC target` placed after all includes,
+// so only the functions defined in this file carry the ISA; nothing from a
+// shared header (std templates, inline helpers) is emitted with AVX-512 code
+// that the linker could pick for a baseline caller. Reached only through
+// avx512_kernels() when active_isa() == Isa::Avx512.
+//
+// Layout: a "panel" is 16 weight rows, one per zmm lane. A 32-element weight
+// block of the panel is unpacked to 8 vectors W[k] whose lane r holds the
+// unsigned levels u = q + off of elements 4k..4k+3 of row r; then
+//     isum[r] = corr + sum_k vpdpbusd(W[k], broadcast(x[4k..4k+3]))
+// is the exact integer block dot of every row at once, and the float chain of
+// matmul_internal.h runs per lane. n = 1 (decode) unpacks in registers; n > 1
+// unpacks a panel slice once into scratch and reuses it for every activation
+// row (8 rows per register tile).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/matmul_internal.h"
+
 namespace kvs::mm {
-const IsaKernels& avx512_kernels() { return scalar_kernels(); }
+
+// GCC 12 reports its own _mm512_undefined_*() as uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt")
+
+namespace {
+
+constexpr int L = 16;   // rows per panel (zmm lanes)
+constexpr int KB = 32;  // 32-element blocks per scratch panel slice
+constexpr int R = 8;    // activation rows per GEMM register tile
+// Scratch layout of one unpacked block: W[8] then ws0, ws1, wm (16 floats each).
+constexpr size_t kPanelBlockBytes = 8 * 64 + 3 * 64;  // 704
+
+// ---------------------------------------------------------------- activations
+
+void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
+  const int64_t nb = cols / kQBlock;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+    const float amax = _mm512_reduce_max_ps(a);  // max is exact: order does not matter
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    // cvtps2dq rounds to nearest-even (default MXCSR), like round_rne().
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+    q0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
+    q1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
+    XBlock& o = out[b];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + 16), _mm512_cvtepi32_epi8(q1));
+    const int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+    o.d = d;
+    o.s = d * float(s0 + s1);
+    if (f.sub16) {
+      o.corr[0] = -f.off * s0;
+      o.corr[1] = -f.off * s1;
+    } else {
+      o.corr[0] = -f.off * (s0 + s1);
+      o.corr[1] = 0;
+    }
+  }
+}
+
+// ------------------------------------------------------------ panel geometry
+
+// The 16 rows of a panel; lanes past the last real row repeat it (their
+// results are never stored).
+struct Panel {
+  const uint8_t* rp[L];  // row pointers per lane
+  const uint8_t* base;   // rp[0]
+  __m512i gidx;          // rp[lane] - base as int32, for gathers
+  __mmask16 valid;       // lanes holding real rows
+};
+
+inline void make_panel(const WeightView& w, int64_t p0, int64_t r1, Panel* p) {
+  const int64_t nvalid = r1 - p0 < L ? r1 - p0 : L;
+  alignas(64) int32_t off[L];
+  for (int lane = 0; lane < L; ++lane) {
+    const int64_t r = lane < nvalid ? lane : nvalid - 1;
+    p->rp[lane] = w.row(p0 + r);
+    off[lane] = int32_t(r * int64_t(w.row_stride));
+  }
+  p->base = p->rp[0];
+  p->gidx = _mm512_load_si512(off);
+  p->valid = __mmask16((1u << nvalid) - 1);
+}
+
+// 4x4 transpose of dwords inside each 128-bit lane: out[k] lane (4s + j) =
+// dword k of in[j]'s 128-bit slot s.
+inline void transpose4(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __m512i* g) {
+  const __m512i t0 = _mm512_unpacklo_epi32(a0, a1), t1 = _mm512_unpackhi_epi32(a0, a1);
+  const __m512i t2 = _mm512_unpacklo_epi32(a2, a3), t3 = _mm512_unpackhi_epi32(a2, a3);
+  g[0] = _mm512_unpacklo_epi64(t0, t2);
+  g[1] = _mm512_unpackhi_epi64(t0, t2);
+  g[2] = _mm512_unpacklo_epi64(t1, t3);
+  g[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Loads 16 bytes at `off` of every panel row, slot order (j, j+4, j+8, j+12)
+// per vector j, then transposes: g[k] lane r = dword k of row r.
+inline void load_rows16(const Panel& p, int64_t off, __m512i* g) {
+  __m512i a[4];
+  for (int j = 0; j < 4; ++j) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 4] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 8] + off)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 12] + off)), 3);
+    a[j] = v;
+  }
+  transpose4(a[0], a[1], a[2], a[3], g);
+}
+
+// fp16 at byte `off` of every panel row -> 16 floats.
+inline __m512 gather_half(const Panel& p, int64_t off) {
+  const __m512i g = _mm512_i32gather_epi32(p.gidx, p.base + off, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+// ------------------------------------------------------------ unpackers
+// Each produces, for 32-element block b of the 16 panel rows, W[8] (u8 levels)
+// and the float scale(s) / min per lane.
+
+struct UnpackQ4_0 {
+  static constexpr bool kSub16 = false, kMin = false;
+  static inline void block(const Panel& p, int64_t b, __m512i* W, __m512* ws0, __m512*, __m512*) {
+    const int64_t o = b * int64_t(sizeof(BlockQ4_0));
+    __m512i g[4];
+    load_rows16(p, o + 2, g);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      W[k] = _mm512_and_si512(g[k], m4);                         // elements 4k..4k+3
+      W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(g[k], 4), m4);  // 16+4k..
+    }
+    *ws0 = gather_half(p, o);
+  }
+};
+
+struct UnpackQ8_0 {
+  static constexpr bool kSub16 = false, kMin = false;
+  static inline void block(const Panel& p, int64_t b, __m512i* W, __m512* ws0, __m512*, __m512*) {
+    const int64_t o = b * int64_t(sizeof(BlockQ8_0));
+    __m512i g[4];
+    const __m512i flip = _mm512_set1_epi8(char(0x80));  // u = q + 128
+    load_rows16(p, o + 2, g);
+    for (int k = 0; k < 4; ++k) W[k] = _mm512_xor_si512(g[k], flip);
+    load_rows16(p, o + 18, g);
+    for (int k = 0; k < 4; ++k) W[k + 4] = _mm512_xor_si512(g[k], flip);
+    *ws0 = gather_half(p, o);
+  }
+};
+
+// Any format, through the scalar unpack_block (slow; used for panel slices,
+// where the cost is shared by all activation rows).
+inline void unpack_generic(GgmlType t, QFormat f, const Panel& p, int64_t b, uint8_t* dst) {
+  alignas(64) float ws0[L], ws1[L], wm[L];
+  WBlock wb;
+  for (int lane = 0; lane < L; ++lane) {
+    unpack_block(t, p.rp[lane], b, &wb);
+    for (int e = 0; e < 32; ++e) dst[(e / 4) * 64 + lane * 4 + (e % 4)] = uint8_t(wb.q[e] + f.off);
+    ws0[lane] = wb.ws[0];
+    ws1[lane] = wb.ws[1];
+    wm[lane] = wb.wm;
+  }
+  std::memcpy(dst + 512, ws0, 64);
+  std::memcpy(dst + 576, ws1, 64);
+  std::memcpy(dst + 640, wm, 64);
+}
+
+template <class U>
+inline void unpack_to_scratch(const Panel& p, int64_t b, uint8_t* dst) {
+  __m512i W[8];
+  __m512 ws0, ws1 = _mm512_setzero_ps(), wm = _mm512_setzero_ps();
+  U::block(p, b, W, &ws0, &ws1, &wm);
+  for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, W[k]);
+  _mm512_store_ps(dst + 512, ws0);
+  _mm512_store_ps(dst + 576, ws1);
+  _mm512_store_ps(dst + 640, wm);
+}
+
+// ------------------------------------------------------------ block kernel
+
+inline __m512i bcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// One weight block against one activation block: the float chain step of
+// matmul_internal.h for all 16 lanes.
+template <bool SUB16, bool MIN>
+inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb,
+                         __m512 acc) {
+  const __m512 xd = _mm512_set1_ps(xb.d);
+  if (SUB16) {
+    __m512i lo = _mm512_set1_epi32(xb.corr[0]), hi = _mm512_set1_epi32(xb.corr[1]);
+    for (int k = 0; k < 4; ++k) {
+      lo = _mm512_dpbusd_epi32(lo, W[k], bcast4(xb.q + 4 * k));
+      hi = _mm512_dpbusd_epi32(hi, W[k + 4], bcast4(xb.q + 16 + 4 * k));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(ws0, xd), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(ws1, xd), acc);
+  } else {
+    // Two chains to halve the dpbusd latency; integer adds are exact.
+    __m512i s0 = _mm512_set1_epi32(xb.corr[0]), s1 = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, W[k], bcast4(xb.q + 4 * k));
+      s1 = _mm512_dpbusd_epi32(s1, W[k + 1], bcast4(xb.q + 4 * k + 4));
+    }
+    const __m512i s = _mm512_add_epi32(s0, s1);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws0, xd), acc);
+  }
+  if (MIN) acc = _mm512_fmadd_ps(wm, _mm512_set1_ps(xb.s), acc);
+  return acc;
+}
+
+// ------------------------------------------------------------ drivers
+
+// n = 1 with a register unpacker: one pass over the panel rows.
+template <class U>
+void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
+  const int64_t nb = w.cols / kQBlock;
+  Panel p;
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    make_panel(w, p0, r1, &p);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i W[8];
+      __m512 ws0, ws1 = _mm512_setzero_ps(), wm = _mm512_setzero_ps();
+      U::block(p, b, W, &ws0, &ws1, &wm);
+      acc = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xq[b], acc);
+    }
+    _mm512_mask_storeu_ps(y + p0, p.valid, acc);
+  }
+}
+
+// RT activation rows i0..i0+RT against a scratch slice of kb blocks starting
+// at block kb0. Accumulators live in y between slices (exact round trip).
+template <int RT, bool SUB16, bool MIN>
+void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
+                       int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
+  __m512 acc[RT];
+  for (int i = 0; i < RT; ++i)
+    acc[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + (i0 + i) * ldy + p0);
+  for (int64_t bb = 0; bb < kb; ++bb) {
+    const uint8_t* s = slice + bb * kPanelBlockBytes;
+    __m512i W[8];
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_load_si512(s + 64 * k);
+    const __m512 ws0 = _mm512_load_ps(reinterpret_cast<const float*>(s + 512));
+    const __m512 ws1 = SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 576)) : ws0;
+    const __m512 wm = MIN ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
+    for (int i = 0; i < RT; ++i)
+      acc[i] = block_step<SUB16, MIN>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], acc[i]);
+  }
+  for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
+}
+
+template <bool SUB16, bool MIN>
+void tiles_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
+                        int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
+  int64_t i0 = 0;
+  for (; i0 + R <= n; i0 += R) tile_from_scratch<R, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 + 4 <= n; i0 += 4) tile_from_scratch<4, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 < n; ++i0) tile_from_scratch<1, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+}
+
+// General path: unpack a panel slice into scratch, run every activation row.
+template <class U, bool GENERIC>
+void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                 float* y, int64_t ldy, Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock;
+  uint8_t* slice = scratch.buf;  // [KB blocks][704 B], 64-B aligned
+  Panel p;
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    make_panel(w, p0, r1, &p);
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+      for (int64_t bb = 0; bb < kb; ++bb) {
+        if (GENERIC) unpack_generic(w.type, f, p, kb0 + bb, slice + bb * kPanelBlockBytes);
+        else unpack_to_scratch<U>(p, kb0 + bb, slice + bb * kPanelBlockBytes);
+      }
+      if (f.sub16) tiles_from_scratch<true, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
+      else if (f.has_min) tiles_from_scratch<false, true>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
+      else tiles_from_scratch<false, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
+    }
+  }
+}
+
+template <class U>
+void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+              float* y, int64_t ldy, Scratch s) {
+  if (n == 1) matvec_fused<U>(w, r0, r1, xq, y);
+  else gemm_panels<U, false>(w, f, r0, r1, xq, n, y, ldy, s);
+}
+
+void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                       float* y, int64_t ldy, Scratch s) {
+  const QFormat f = qformat(w.type, false);
+  switch (w.type) {
+    case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q8_0: return run_fast<UnpackQ8_0>(w, f, r0, r1, xq, n, y, ldy, s);
+    default: return gemm_panels<UnpackQ4_0, true>(w, f, r0, r1, xq, n, y, ldy, s);
+  }
+}
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() {
+  static const IsaKernels k{L, quantize_x_avx512, false, quant_rows_avx512,
+                            float_rows_avx512};
+  return k;
+}
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
 }  // namespace kvs::mm

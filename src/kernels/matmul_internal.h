@@ -128,6 +128,12 @@ const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
 
+// Float-weight kernels, one file per ISA (matmul_avx2_float.cpp, matmul_avx512_float.cpp).
+void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                     int64_t n, float* y, int64_t ldy, Scratch scratch);
+void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                       int64_t n, float* y, int64_t ldy, Scratch scratch);
+
 // Scalar activation quantizer (the definition the SIMD ones must match).
 void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out);
 

@@ -1,0 +1,129 @@
+// AVX-512 kernels for float weights (F32, F16, BF16) with f32 activations.
+// Same compilation scheme as matmul_avx512.cpp (target pragma after includes).
+//
+// Order (matmul_internal.h): one zmm accumulator per (weight row, activation
+// row) pair, lane j summing k = j (mod 16) with fma in increasing k, then the
+// fixed tree. The GEMM tile runs exactly the per-pair instruction sequence of
+// the n = 1 case, so results do not depend on n. F16 converts with vcvtph2ps
+// and BF16 with a shift: both exact, so the math stays plain f32.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/matmul_internal.h"
+
+namespace kvs::mm {
+
+// GCC 12 reports its own _mm512_undefined_*() as uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+
+namespace {
+
+template <GgmlType T>
+inline __m512 load_w(const uint8_t* row, int64_t k) {
+  if (T == GgmlType::F32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+  if (T == GgmlType::F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// Tail of a row: lanes >= m are zero (adding 0*0 leaves an accumulator that
+// started at +0 unchanged, so this equals skipping them).
+template <GgmlType T>
+inline __m512 load_w_tail(const uint8_t* row, int64_t k, __mmask16 m) {
+  if (T == GgmlType::F32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+  if (T == GgmlType::F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// float_tree_sum() on a zmm.
+inline float tree_sum(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+// RW weight rows x RX activation rows, full k loop.
+template <GgmlType T, int RW, int RX>
+void tile(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t i0, float* y,
+          int64_t ldy) {
+  const int64_t cols = w.cols;
+  const uint8_t* rows[RW];
+  for (int a = 0; a < RW; ++a) rows[a] = w.row(r + a);
+  const float* xs[RX];
+  for (int b = 0; b < RX; ++b) xs[b] = x + (i0 + b) * ldx;
+  __m512 acc[RW][RX];
+  for (int a = 0; a < RW; ++a)
+    for (int b = 0; b < RX; ++b) acc[a][b] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    __m512 wv[RW];
+    for (int a = 0; a < RW; ++a) wv[a] = load_w<T>(rows[a], k);
+    for (int b = 0; b < RX; ++b) {
+      const __m512 xv = _mm512_loadu_ps(xs[b] + k);
+      for (int a = 0; a < RW; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+    }
+  }
+  if (k < cols) {
+    const __mmask16 m = __mmask16((1u << (cols - k)) - 1);
+    __m512 wv[RW];
+    for (int a = 0; a < RW; ++a) wv[a] = load_w_tail<T>(rows[a], k, m);
+    for (int b = 0; b < RX; ++b) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, xs[b] + k);
+      for (int a = 0; a < RW; ++a) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+    }
+  }
+  for (int a = 0; a < RW; ++a)
+    for (int b = 0; b < RX; ++b) y[(i0 + b) * ldy + r + a] = tree_sum(acc[a][b]);
+}
+
+template <GgmlType T, int RW>
+void row_group(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t n, float* y,
+               int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 6 <= n; i += 6) tile<T, RW, 6>(w, r, x, ldx, i, y, ldy);
+  switch (n - i) {
+    case 5: tile<T, RW, 5>(w, r, x, ldx, i, y, ldy); break;
+    case 4: tile<T, RW, 4>(w, r, x, ldx, i, y, ldy); break;
+    case 3: tile<T, RW, 3>(w, r, x, ldx, i, y, ldy); break;
+    case 2: tile<T, RW, 2>(w, r, x, ldx, i, y, ldy); break;
+    case 1: tile<T, RW, 1>(w, r, x, ldx, i, y, ldy); break;
+    default: break;
+  }
+}
+
+template <GgmlType T>
+void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
+            float* y, int64_t ldy) {
+  int64_t r = r0;
+  if (n == 1) {
+    // Decode: 8 rows in flight hide the fma latency of each row's chain.
+    for (; r + 8 <= r1; r += 8) tile<T, 8, 1>(w, r, x, ldx, 0, y, ldy);
+  } else {
+    // Prefill: 4 weight rows x 6 activation rows = 24 accumulators.
+    for (; r + 4 <= r1; r += 4) row_group<T, 4>(w, r, x, ldx, n, y, ldy);
+  }
+  for (; r < r1; ++r) row_group<T, 1>(w, r, x, ldx, n, y, ldy);
+}
+
+}  // namespace
+
+void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                       int64_t n, float* y, int64_t ldy, Scratch) {
+  switch (w.type) {
+    case GgmlType::F32: return rows_t<GgmlType::F32>(w, r0, r1, x, ldx, n, y, ldy);
+    case GgmlType::F16: return rows_t<GgmlType::F16>(w, r0, r1, x, ldx, n, y, ldy);
+    default: return rows_t<GgmlType::BF16>(w, r0, r1, x, ldx, n, y, ldy);
+  }
+}
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+}  // namespace kvs::mm
