@@ -65,6 +65,8 @@ double parse_bandwidth(const std::string& s) {
   std::string body = s;
   if (body.size() >= 2 && body.compare(body.size() - 2, 2, "/s") == 0) body.resize(body.size() - 2);
   try {
+    // A bare number is ambiguous (80 what?): bandwidth needs an explicit unit.
+    if (body.empty() || std::isdigit(static_cast<unsigned char>(body.back()))) throw std::invalid_argument("no unit");
     const uint64_t b = parse_size(body);
     if (b == 0) throw std::invalid_argument("zero");
     return double(b);

@@ -16,7 +16,7 @@ namespace kvs::tools {
 // when the result is a whole number of bytes after rounding to nearest.
 uint64_t parse_size(const std::string& s);
 // A size per second: "<size>/s" (e.g. "80GB/s", "25.6GiB/s"); the "/s" may be
-// omitted. Returns bytes per second.
+// omitted but the unit may not ("80" is rejected). Returns bytes per second.
 double parse_bandwidth(const std::string& s);
 // A rate of operations: "<number>[K|M|G|T|P][FLOPS|FLOP/s|OPS|OP/s]"
 // (decimal prefixes), e.g. "1T", "1.5TFLOPS", "800G". Returns ops per second.

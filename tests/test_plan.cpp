@@ -1,0 +1,507 @@
+// kvserve plan / probe: KV sizing, capacity and roofline against figures
+// computed by hand from public model cards, strict unit parsing, JSON keys,
+// SVG well-formedness, and the probe's profile round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+
+#include "kv/capacity.h"
+#include "kv/kv_layout.h"
+#include "test_util.h"
+#include "tools/plan.h"
+#include "tools/plot_svg.h"
+#include "tools/presets.h"
+#include "tools/probe.h"
+#include "tools/units.h"
+
+using namespace kvs;
+using namespace kvs::tools;
+
+namespace {
+
+PlanInput preset_input(const std::string& name, const std::string& quant = "f16") {
+  PlanInput in;
+  in.model = priced_shape(find_preset(name), parse_weight_quant(quant));
+  in.hw.source = "test";
+  in.hw.mem_bytes = 24ull << 30;
+  in.hw.bandwidth = 80e9;
+  in.hw.flops_fp32 = in.hw.flops_bf16 = in.hw.flops_int8 = 1e12;
+  return in;
+}
+
+// Every opening tag has its closing tag in order (self-closing ones excepted).
+bool balanced_xml(const std::string& s, std::string* why) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while ((i = s.find('<', i)) != std::string::npos) {
+    const size_t j = s.find('>', i);
+    if (j == std::string::npos) return *why = "unterminated tag", false;
+    const std::string tag = s.substr(i + 1, j - i - 1);
+    i = j + 1;
+    if (tag.empty()) return *why = "empty tag", false;
+    if (tag[0] == '?' || tag[0] == '!') continue;
+    if (tag.back() == '/') continue;
+    const std::string name = tag.substr(tag[0] == '/' ? 1 : 0, tag.find_first_of(" \n\t") - (tag[0] == '/' ? 1 : 0));
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != name) return *why = "unbalanced </" + name + ">", false;
+      stack.pop_back();
+    } else {
+      stack.push_back(name);
+    }
+  }
+  if (!stack.empty()) return *why = "unclosed <" + stack.back() + ">", false;
+  return true;
+}
+
+}  // namespace
+
+// ---- KV bytes per token ------------------------------------------------------
+
+TEST(KvCapacity, BytesPerTokenPublicModels) {
+  // Llama-2-70B: 2 × 80 layers × 8 KV heads × 128 × 2 B = 327,680 B = 320 KiB.
+  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::f16()), 327680u);
+  // Llama-2-7B is MHA: 2 × 32 × 32 × 128 × 2 = 524,288.
+  EXPECT_EQ(kv_bytes_per_token(32, 32, 128, KvFormat::f16()), 524288u);
+  // Llama-3-8B: 2 × 32 × 8 × 128 × 2 = 131,072.
+  EXPECT_EQ(kv_bytes_per_token(32, 8, 128, KvFormat::f16()), 131072u);
+  // Qwen2.5-7B: 2 × 28 × 4 × 128 × 2 = 57,344.
+  EXPECT_EQ(kv_bytes_per_token(28, 4, 128, KvFormat::f16()), 57344u);
+  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::bf16()), 327680u);
+  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::f32()), 655360u);
+}
+
+TEST(KvCapacity, QuantizedFormatsPayScales) {
+  // int8/g32: 128 B payload + 4 groups × 2 B scale = 136 B per row.
+  EXPECT_EQ(KvFormat::int8().row_bytes(128), 136u);
+  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::int8()), 2u * 80 * 8 * 136);  // 174,080
+  // int4/g32: 64 B payload + 4 groups × (scale + min) 4 B = 80 B per row.
+  EXPECT_EQ(KvFormat::int4().row_bytes(128), 80u);
+  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::int4()), 102400u);
+  // Group size is a parameter; a partial last group still pays a scale.
+  EXPECT_EQ(KvFormat::int8(64).row_bytes(128), 132u);
+  EXPECT_EQ(KvFormat::int8(32).row_bytes(40), 40u + 2 * 2);
+  EXPECT_EQ(KvFormat::int4(32).row_bytes(7), 4u + 4);  // odd int4 rows round the nibble up
+  EXPECT_THROW(KvFormat::int8(0).row_bytes(128), std::invalid_argument);
+}
+
+TEST(KvCapacity, F32MatchesEngineLayout) {
+  // The planner and the engine's block layout must agree on the f32 cache.
+  KvLayout l{5, 4, 8, 16};
+  EXPECT_EQ(kv_bytes_per_token(5, 4, 8, KvFormat::f32()), l.bytes_per_token());
+  EXPECT_EQ(kv_bytes_per_token(5, 4, 8, KvFormat::f32()) * 16, l.block_bytes());
+}
+
+TEST(KvCapacity, ParseKvFormat) {
+  EXPECT_EQ(parse_kv_format("f16").dtype, KvDtype::F16);
+  EXPECT_EQ(parse_kv_format("BF16").dtype, KvDtype::BF16);
+  EXPECT_EQ(parse_kv_format("int8").group_size, 32);
+  EXPECT_EQ(parse_kv_format("int8/g64").group_size, 64);
+  EXPECT_EQ(parse_kv_format("int4:128").group_size, 128);
+  EXPECT_EQ(parse_kv_format("q4").dtype, KvDtype::Int4);
+  EXPECT_EQ(parse_kv_format("int8").name(), "int8/g32");
+  for (const char* bad : {"", "f8", "int8/g", "int8/g0", "int8/gx", "f16/g32", "int4:-1", "int8/g1234567"})
+    EXPECT_THROW(parse_kv_format(bad), std::invalid_argument) << bad;
+}
+
+// ---- blocks and capacity -----------------------------------------------------
+
+TEST(KvCapacity, BlockArithmetic) {
+  EXPECT_EQ(blocks_for_tokens(0, 16), 0);
+  EXPECT_EQ(blocks_for_tokens(1, 16), 1);
+  EXPECT_EQ(blocks_for_tokens(16, 16), 1);
+  EXPECT_EQ(blocks_for_tokens(17, 16), 2);
+  EXPECT_THROW(blocks_for_tokens(5, 0), std::invalid_argument);
+  EXPECT_THROW(blocks_for_tokens(-1, 16), std::invalid_argument);
+  // 1000 + 500 tokens = 94 blocks; a 1000-token prompt has 62 full blocks to share.
+  EXPECT_EQ(request_blocks(1000, 500, 16), 94);
+  EXPECT_EQ(request_blocks(1000, 500, 16, 62), 32);
+  EXPECT_THROW(request_blocks(1000, 500, 16, 63), std::invalid_argument);
+  EXPECT_THROW(request_blocks(-1, 5, 16), std::invalid_argument);
+  EXPECT_EQ(headroom_blocks(2560, 0.05), 128);
+  EXPECT_EQ(headroom_blocks(4373, 0.05), 219);  // ceil(218.65)
+  EXPECT_EQ(headroom_blocks(100, 0.0), 0);
+  EXPECT_THROW(headroom_blocks(100, 1.0), std::invalid_argument);
+  EXPECT_THROW(headroom_blocks(100, -0.1), std::invalid_argument);
+}
+
+TEST(KvCapacity, EstimateExact) {
+  CapacityInput in;
+  in.mem_budget_bytes = 10ull << 30;
+  in.weight_bytes = 4ull << 30;
+  in.scratch_bytes = 1ull << 30;
+  in.headroom_fraction = 0.05;
+  in.block_size = 16;
+  in.kv_bytes_per_token = 131072;  // Llama-3-8B f16: one block = 2 MiB
+  in.prompt_tokens = 1000;
+  in.max_tokens = 500;
+  const CapacityResult r = estimate_capacity(in);
+  EXPECT_EQ(r.bytes_per_block, 2u << 20);
+  EXPECT_EQ(r.kv_budget_bytes, 5ull << 30);
+  EXPECT_EQ(r.total_blocks, 2560);
+  EXPECT_EQ(r.headroom_blocks, 128);
+  EXPECT_EQ(r.usable_blocks, 2432);
+  EXPECT_EQ(r.blocks_per_request, 94);
+  EXPECT_EQ(r.max_concurrent_sequences, 25);  // 25 × 94 = 2350 <= 2432 < 26 × 94
+  EXPECT_EQ(r.max_tokens_resident, 2432 * 16);
+  in.cached_prefix_blocks = 62;  // shared prompt: only 32 new blocks each
+  EXPECT_EQ(estimate_capacity(in).max_concurrent_sequences, 76);
+}
+
+TEST(KvCapacity, BudgetTooSmallIsAClearError) {
+  CapacityInput in;
+  in.mem_budget_bytes = 8ull << 30;
+  in.weight_bytes = 13477363712;  // Llama-2-7B f16
+  in.kv_bytes_per_token = 524288;
+  in.prompt_tokens = 10;
+  in.max_tokens = 10;
+  try {
+    estimate_capacity(in);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cannot hold the weights"), std::string::npos) << m;
+    EXPECT_NE(m.find("13477363712"), std::string::npos) << m;
+  }
+  in.mem_budget_bytes = in.weight_bytes;  // exactly the weights: still no room
+  EXPECT_THROW(estimate_capacity(in), std::invalid_argument);
+  in.kv_bytes_per_token = 0;
+  EXPECT_THROW(estimate_capacity(in), std::invalid_argument);
+}
+
+// ---- presets -------------------------------------------------------------------
+
+TEST(Presets, ShapesMatchPublishedParameterCounts) {
+  for (const ModelShape& s : presets()) {
+    if (s.published_params == 0) continue;
+    EXPECT_EQ(shape_param_count(s), s.published_params) << s.name;
+  }
+  EXPECT_EQ(find_preset("llama-2-70b").ffn_dim, 28672);
+  EXPECT_EQ(find_preset("Qwen2.5-7B").n_kv_heads, 4);
+  EXPECT_THROW(find_preset("llama-9"), std::invalid_argument);
+}
+
+TEST(Presets, WeightBytes) {
+  // Llama-2-7B at f16: 6,738,149,376 matrix params × 2 B + 266,240 norm params × 4 B.
+  const ModelShape l7 = priced_shape(find_preset("llama-2-7b"), WeightQuant::F16);
+  EXPECT_EQ(l7.weight_bytes, 13477363712u);
+  EXPECT_EQ(l7.streamed_weight_bytes, 13477363712u - 32000ull * 4096 * 2);  // token_embd is gathered
+  EXPECT_EQ(l7.total_params, 6738415616);
+  // The 1.1B bench model: Q8_0 = 34 B / 32 weights, Q4_0 = 18 B / 32.
+  const ModelShape b = find_preset("kvs-bench-1.1b");
+  const int64_t mats = 16 * (2048LL * 2048 * 2 + 2048LL * 512 * 2 + 3LL * 2048 * 8192) + 2 * 32000LL * 2048;
+  const int64_t vecs = 16 * 2 * 2048 + 2048;
+  EXPECT_EQ(shape_param_count(b), mats + vecs);
+  EXPECT_EQ(priced_shape(b, WeightQuant::F16).weight_bytes, uint64_t(mats * 2 + vecs * 4));
+  EXPECT_EQ(priced_shape(b, WeightQuant::Q8_0).weight_bytes, uint64_t(mats / 32 * 34 + vecs * 4));
+  EXPECT_EQ(priced_shape(b, WeightQuant::Q4_0).weight_bytes, uint64_t(mats / 32 * 18 + vecs * 4));
+  // Qwen2.5-0.5B (dim 896) does not divide into 256-element K-quant blocks:
+  // those rows fall back to Q8_0, as llama.cpp does.
+  EXPECT_NE(priced_shape(find_preset("qwen2.5-0.5b"), WeightQuant::Q4_K).weight_type.find("q8_0"), std::string::npos);
+  EXPECT_EQ(priced_shape(find_preset("llama-2-7b"), WeightQuant::Q4_K).weight_type, "q4_k");
+  EXPECT_THROW(parse_weight_quant("q3_k"), std::invalid_argument);
+}
+
+// ---- the planner ---------------------------------------------------------------
+
+TEST(Plan, CrossoverContexts) {
+  struct Case {
+    const char* preset;
+    uint64_t kvpt;
+    int64_t b1, b32;
+  };
+  // W / (B × kvpt), rounded up to the first context where cache >= weights;
+  // W is the f16 file size (matrices f16, norms and biases f32).
+  const Case cases[] = {
+      {"llama-2-7b", 524288, 25707, 804},     // 13,477,363,712 / 524,288 = 25,706.03
+      {"llama-2-70b", 327680, 421009, 13157}, // 137,955,934,208 / 327,680 = 421,008.1
+      {"llama-3-8b", 131072, 122537, 3830},   // 16,061,054,976 / 131,072 = 122,536.1
+      {"qwen2.5-7b", 57344, 265624, 8301},    // 15,231,899,648 / 57,344 = 265,623.25
+      {"qwen2.5-0.5b", 12288, 80421, 2514},   // 988,208,640 / 12,288 = 80,420.6
+  };
+  for (const Case& c : cases) {
+    PlanInput in = preset_input(c.preset);
+    in.hw.mem_bytes = 1ull << 40;
+    const PlanResult p = make_plan(in);
+    EXPECT_EQ(p.kv_bytes_per_token, c.kvpt) << c.preset;
+    ASSERT_GE(p.crossovers.size(), 2u);
+    EXPECT_EQ(p.crossovers[0].batch, 1);
+    EXPECT_EQ(p.crossovers[0].context_tokens, c.b1) << c.preset;
+    EXPECT_EQ(p.crossovers[1].batch, 32);
+    EXPECT_EQ(p.crossovers[1].context_tokens, c.b32) << c.preset;
+  }
+}
+
+TEST(Plan, MhaMqaAndGqaSaving) {
+  const PlanResult p = make_plan(preset_input("llama-2-70b"));
+  EXPECT_EQ(p.kv_bytes_per_token, 327680u);
+  EXPECT_EQ(p.mha_bytes_per_token, 2621440u);  // 64 KV heads
+  EXPECT_EQ(p.mqa_bytes_per_token, 40960u);    // 1 KV head
+  EXPECT_DOUBLE_EQ(p.gqa_saving, 8.0);
+  EXPECT_EQ(p.formats.size(), 5u);
+}
+
+TEST(Plan, MaxSequencesLlama3On24GiB) {
+  // 24 GiB − 16,061,054,976 B weights − 512 MiB scratch = 9,171,877,888 B;
+  // / 2 MiB blocks = 4,373; 5% headroom = 219; usable 4,154; 512 + 256
+  // tokens = 48 blocks per request -> 86 sequences.
+  PlanInput in = preset_input("llama-3-8b");
+  in.scratch_bytes = 512ll << 20;
+  in.prompt = 512;
+  in.max_tokens = 256;
+  const PlanResult p = make_plan(in);
+  ASSERT_TRUE(p.capacity_error.empty()) << p.capacity_error;
+  EXPECT_EQ(p.capacity.kv_budget_bytes, 9171877888u);
+  EXPECT_EQ(p.capacity.total_blocks, 4373);
+  EXPECT_EQ(p.capacity.usable_blocks, 4154);
+  EXPECT_EQ(p.capacity.blocks_per_request, 48);
+  EXPECT_EQ(p.capacity.max_concurrent_sequences, 86);
+}
+
+TEST(Plan, CapacityErrorKeepsTheRestOfThePlan) {
+  PlanInput in = preset_input("llama-2-70b");  // 128 GiB of weights into 24 GiB
+  const PlanResult p = make_plan(in);
+  EXPECT_NE(p.capacity_error.find("cannot hold the weights"), std::string::npos);
+  EXPECT_EQ(p.kv_bytes_per_token, 327680u);
+  EXPECT_FALSE(p.roofline.empty());
+  EXPECT_NE(format_plan(p).find("error:"), std::string::npos);
+  EXPECT_TRUE(plan_to_json(p)["capacity"].contains("error"));
+}
+
+TEST(Plan, RooflineArithmetic) {
+  PlanInput in = preset_input("llama-3-8b");
+  in.ctx = 2048;
+  const PlanResult p = make_plan(in);
+  ASSERT_TRUE(p.has_roofline);
+  const ModelShape& m = p.in.model;
+  const RooflinePoint& r1 = p.roofline.at(0);
+  ASSERT_EQ(r1.batch, 1);
+  EXPECT_DOUBLE_EQ(r1.bytes_per_step, double(m.streamed_weight_bytes) + 2048.0 * 131072);
+  EXPECT_NEAR(r1.tok_s, 80e9 / r1.bytes_per_step, 1e-9);  // memory-bound at batch 1
+  EXPECT_TRUE(r1.memory_bound);
+  // KV reads overtake the weight reads at ceil(W / (S × kvpt)).
+  EXPECT_EQ(p.kv_overtakes_batch, int64_t(std::ceil(double(m.streamed_weight_bytes) / (2048.0 * 131072))));
+  // Tokens/s grow with batch, but less than linearly once KV dominates.
+  for (size_t i = 1; i < p.roofline.size(); ++i) {
+    EXPECT_GE(p.roofline[i].tok_s, p.roofline[i - 1].tok_s);  // flat once compute-bound
+    EXPECT_LT(p.roofline[i].tok_s, 2.0 * p.roofline[i - 1].tok_s);
+  }
+  // At 1 TOP/s / 80 GB/s the ridge is 12.5 ops/B; large batches turn compute-bound.
+  EXPECT_DOUBLE_EQ(p.ridge_intensity, 12.5);
+  ASSERT_GT(p.compute_bound_batch, 0);
+  const RooflinePoint below = roofline_point(p, p.compute_bound_batch - 1, 2048);
+  const RooflinePoint at = roofline_point(p, p.compute_bound_batch, 2048);
+  EXPECT_TRUE(below.memory_bound || p.compute_bound_batch == 1);
+  EXPECT_FALSE(at.memory_bound);
+  EXPECT_GT(p.prefill.tok_s, r1.tok_s);
+}
+
+TEST(Plan, BadInputs) {
+  PlanInput in = preset_input("llama-3-8b");
+  in.batch = 0;
+  EXPECT_THROW(make_plan(in), std::invalid_argument);
+  in = preset_input("llama-3-8b");
+  in.block_size = 0;
+  EXPECT_THROW(make_plan(in), std::invalid_argument);
+}
+
+TEST(Plan, JsonKeys) {
+  const nlohmann::json j = plan_to_json(make_plan(preset_input("mistral-7b")));
+  for (const char* k : {"model", "hardware", "kv", "crossover", "capacity", "roofline", "prefill", "notes"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["kv"]["bytes_per_token"], 131072);
+  EXPECT_EQ(j["kv"]["formats"].size(), 5u);
+  EXPECT_TRUE(j["capacity"].contains("max_concurrent_sequences"));
+  EXPECT_TRUE(j["roofline"].contains("kv_overtakes_weights_batch"));
+  EXPECT_EQ(j["roofline"]["points"].size(), 9u);  // 1, 2, 4 ... 256
+  EXPECT_TRUE(j["roofline"]["points"][0].contains("tok_s"));
+  EXPECT_EQ(j["model"]["n_kv_heads"], 8);
+}
+
+// ---- GGUF metadata -------------------------------------------------------------
+
+TEST(PlanGguf, Stories260K) {
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  const ModelShape s = shape_from_gguf(test::shared("models/stories260K/stories260K.gguf"));
+  EXPECT_EQ(s.n_layers, 5);
+  EXPECT_EQ(s.n_heads, 8);
+  EXPECT_EQ(s.n_kv_heads, 4);
+  EXPECT_EQ(s.head_dim, 8);
+  EXPECT_EQ(s.n_ctx, 512);
+  // 2 × 5 × 4 × 8 × 2 B = 640 B per token at f16.
+  EXPECT_EQ(kv_bytes_per_token(s.n_layers, s.n_kv_heads, s.head_dim, KvFormat::f16()), 640u);
+  EXPECT_GT(s.weight_bytes, 900000u);
+  EXPECT_LT(s.weight_bytes, 1185376u);  // less than the file
+  // The GGUF conversion stores output.weight separately, so the 512 × 64 f32
+  // token_embd is only gathered, never streamed.
+  EXPECT_EQ(s.weight_bytes - s.streamed_weight_bytes, 512u * 64 * 4);
+}
+
+TEST(PlanGguf, TensorSizesMatchPricing) {
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  // tiny-llama-f16: dim 256, ffn 704, 4 layers, 8 heads, 2 KV heads, head_dim 32,
+  // tied, 32000 vocab, F16 matrices and F32 norms: priced_shape must give the
+  // file's exact tensor bytes.
+  const ModelShape g = shape_from_gguf(test::shared("models/tiny-random/tiny-llama-f16.gguf"));
+  ModelShape s = g;
+  const ModelShape priced = priced_shape(s, WeightQuant::F16);
+  EXPECT_EQ(g.weight_bytes, priced.weight_bytes);
+  EXPECT_EQ(g.weight_bytes, 22029312u);
+  EXPECT_EQ(g.matmul_params, priced.matmul_params);
+  EXPECT_EQ(g.compute_path, "fp32");
+  const ModelShape q = shape_from_gguf(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
+  EXPECT_EQ(q.compute_path, "int8");
+  EXPECT_NE(q.weight_type.find("mixed"), std::string::npos);  // Q4_0 + Q6_K embeddings
+}
+
+// ---- units -----------------------------------------------------------------------
+
+TEST(Units, ParseSize) {
+  EXPECT_EQ(parse_size("24GiB"), 24ull << 30);
+  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(parse_size("80GB"), 80000000000ull);
+  EXPECT_EQ(parse_size("1.5GiB"), 1610612736ull);
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("4096B"), 4096u);
+  EXPECT_EQ(parse_size("2kB"), 2000u);
+  for (const char* bad : {"", "GiB", "24 GiB", "24gib", "24GIB", "24Gb", "-1GiB", "+5", "1e9", "1.5", "0x10",
+                          "24GiBs", "1..5GiB", "1.GiB", ".5GiB", "inf", "99999999999TiB"})
+    EXPECT_THROW(parse_size(bad), std::invalid_argument) << bad;
+}
+
+TEST(Units, ParseRates) {
+  EXPECT_DOUBLE_EQ(parse_bandwidth("80GB/s"), 80e9);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("25.6GiB/s"), 27487790694.0);  // rounded to whole bytes
+  EXPECT_DOUBLE_EQ(parse_bandwidth("900MB"), 900e6);
+  for (const char* bad : {"", "80", "80/s", "0GB/s", "80GB/h", "80Gb/s", "fast"})
+    EXPECT_THROW(parse_bandwidth(bad), std::invalid_argument) << bad;
+  EXPECT_DOUBLE_EQ(parse_flops("1T"), 1e12);
+  EXPECT_DOUBLE_EQ(parse_flops("1.5TFLOPS"), 1.5e12);
+  EXPECT_DOUBLE_EQ(parse_flops("800G"), 800e9);
+  EXPECT_DOUBLE_EQ(parse_flops("2000"), 2000);
+  for (const char* bad : {"", "T", "0", "1X", "1TB", "-1T", "1 T", "1TFLOP"})
+    EXPECT_THROW(parse_flops(bad), std::invalid_argument) << bad;
+}
+
+TEST(Units, Formatting) {
+  EXPECT_EQ(format_bytes(327680), "320 KiB");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_int(327680), "327,680");
+  EXPECT_EQ(format_int(-1234567), "-1,234,567");
+  EXPECT_EQ(format_si(80e9, "B/s"), "80 GB/s");
+}
+
+// ---- SVG -------------------------------------------------------------------------
+
+TEST(PlotSvg, WellFormed) {
+  Plot pl;
+  pl.title = "a <title> & more";
+  pl.log_x = pl.log_y = pl.pow2_x = true;
+  pl.y_format = TickFormat::Bytes;
+  PlotSeries s{"one", {}, "", false, true};
+  for (int i = 1; i <= 64; i *= 2) s.points.push_back({double(i), 1000.0 * i});
+  pl.series.push_back(s);
+  pl.series.push_back({"two", {{1, 5000}, {64, 5000}}, "#000", true, false});
+  pl.regions.push_back({1, 8, "#2ca02c", "memory-bound"});
+  pl.lines.push_back({16, true, "mark", "#f00"});
+  const std::string svg = pl.render();
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  std::string why;
+  EXPECT_TRUE(balanced_xml(svg, &why)) << why;
+  EXPECT_NE(svg.find("a &lt;title&gt; &amp; more"), std::string::npos);
+  EXPECT_NE(svg.find("memory-bound"), std::string::npos);
+  EXPECT_NE(svg.find(">one<"), std::string::npos);
+  Plot bad = pl;
+  bad.series[0].points.push_back({0, 1});  // zero on a log axis
+  EXPECT_THROW(bad.render(), std::invalid_argument);
+  Plot empty;
+  EXPECT_THROW(empty.render(), std::invalid_argument);
+}
+
+TEST(PlotSvg, PlanPlotsAreWritten) {
+  const std::string dir = test::temp_dir() + "/plots";
+  PlanInput in = preset_input("llama-3-8b");
+  const auto files = write_plan_plots(make_plan(in), dir);
+  ASSERT_EQ(files.size(), 3u);
+  for (const auto& f : files) {
+    const std::string svg = test::read_file(f);
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u) << f;
+    std::string why;
+    EXPECT_TRUE(balanced_xml(svg, &why)) << f << ": " << why;
+  }
+}
+
+// ---- probe -----------------------------------------------------------------------
+
+TEST(Probe, QuickMeasurementsArePositive) {
+  const RatePoint bw = measure_bandwidth(16ull << 20, 1, 1);
+  EXPECT_EQ(bw.threads, 1);
+  EXPECT_GT(bw.rate, 1e8);  // any machine streams faster than 100 MB/s
+  for (const char* path : {"fp32", "bf16", "int8"}) {
+    const PeakRate r = measure_peak(path, 1, 0.01);
+    EXPECT_GT(r.peak, 1e7) << path;
+    EXPECT_FALSE(r.isa.empty());
+  }
+  EXPECT_THROW(measure_peak("fp64", 1, 0.01), std::invalid_argument);
+}
+
+TEST(Probe, ProfileRoundTrip) {
+  HardwareProfile p;
+  p.cpu = "test cpu";
+  p.logical_cores = 4;
+  p.mem_total_bytes = 32ull << 30;
+  p.bandwidth = 42e9;
+  p.bandwidth_by_threads = {{1, 20e9}, {4, 42e9}};
+  p.fp32 = {"avx2", {{1, 1e11}}, 1e11};
+  p.bf16 = {"avx2 (no native bf16)", {{1, 1e11}}, 1e11};
+  p.int8 = {"avx2", {{1, 4e11}}, 4e11};
+  const std::string path = test::temp_dir() + "/sub/profile.json";
+  save_profile(p, path);
+  const HardwareProfile q = load_profile(path);
+  EXPECT_EQ(q.cpu, "test cpu");
+  EXPECT_EQ(q.mem_total_bytes, p.mem_total_bytes);
+  EXPECT_DOUBLE_EQ(q.bandwidth, 42e9);
+  EXPECT_DOUBLE_EQ(q.int8.peak, 4e11);
+  ASSERT_EQ(q.bandwidth_by_threads.size(), 2u);
+  const Hardware hw = hardware_from_profile(q, "profile");
+  EXPECT_DOUBLE_EQ(hw.flops_for("int8"), 4e11);
+  EXPECT_THROW(profile_from_json(nlohmann::json{{"kvserve_profile", 1}}), std::invalid_argument);
+  EXPECT_THROW(load_profile(test::temp_dir() + "/missing.json"), std::runtime_error);
+}
+
+// ---- CLI -------------------------------------------------------------------------
+
+TEST(PlanCli, PresetTextAndJson) {
+  if (!std::filesystem::exists(KVS_BINARY)) GTEST_SKIP() << "kvserve not built yet";
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"plan", "--preset", "llama-2-70b", "--mem", "192GiB", "--bandwidth", "80GB/s", "--flops",
+                               "1T", "--json"},
+                              &out, &err),
+            0)
+      << err;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["kv"]["bytes_per_token"], 327680);
+  EXPECT_EQ(test::run_kvserve({"plan", "--preset", "llama-2-70b", "--mem", "24GiB", "--bandwidth", "80GB/s"}, &out, &err),
+            1);
+  EXPECT_NE(err.find("cannot hold the weights"), std::string::npos) << err;
+  EXPECT_NE(test::run_kvserve({"plan", "--preset", "llama-2-7b", "--mem", "24 GiB"}, &out, &err), 0);
+  EXPECT_NE(err.find("invalid size"), std::string::npos) << err;
+  EXPECT_NE(test::run_kvserve({"plan"}, &out, &err), 0);
+}
+
+TEST(PlanCli, GgufWithPlots) {
+  if (!std::filesystem::exists(KVS_BINARY)) GTEST_SKIP() << "kvserve not built yet";
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  const std::string dir = test::temp_dir() + "/cli_svg";
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"plan", "-m", test::shared("models/stories260K/stories260K.gguf"), "--mem", "1GiB",
+                               "--bandwidth", "20GB/s", "--flops", "100G", "--svg", dir},
+                              &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("640"), std::string::npos) << out;  // f16 bytes per token
+  EXPECT_TRUE(std::filesystem::exists(dir + "/decode_roofline.svg"));
+}
