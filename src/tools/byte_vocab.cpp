@@ -11,7 +11,7 @@ namespace kvs {
 namespace {
 
 const char* const kWords[] = {
-    "the", "and", "a", "to", "was", "he", "she", "it", "of", "in", "they", "you", "i", "said", "his",
+    "the", "and", "a", "to", "was", "once", "upon", "time", "he", "she", "it", "of", "in", "they", "you", "i", "said", "his",
     "her", "that", "with", "on", "for", "is", "but", "had", "so", "at", "one", "day", "little", "big",
     "were", "there", "once", "upon", "time", "named", "very", "play", "happy", "saw", "wanted", "friend",
     "friends", "what", "not", "all", "can", "be", "have", "are", "do", "we", "when", "them", "up", "out",
@@ -69,14 +69,16 @@ Vocab builtin_byte_vocab(int n_vocab) {
   };
   piece(kSpace);
   for (const char* c = kChars; *c; ++c) piece(std::string(1, *c));
-  // Every prefix of "▁word", "▁Word" and "word": BPE merges left to right
-  // reach the full word through pieces that exist.
-  for (const char* w : kWords) {
-    std::string lower = w, cap = w;
-    cap[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(cap[0])));
-    for (const std::string& form : {kSpace + lower, kSpace + cap, lower}) {
-      const size_t start = form.compare(0, kSpace.size(), kSpace) == 0 ? kSpace.size() + 1 : 2;
-      for (size_t n = start; n <= form.size(); ++n) piece(form.substr(0, n));
+  // Every prefix of "▁word", then "word", then "▁Word": BPE merges left to
+  // right reach the full word through pieces that exist. Forms go in that
+  // order over the whole list so a small vocabulary gets the common forms.
+  for (int form = 0; form < 3; ++form) {
+    for (const char* w : kWords) {
+      std::string s = w;
+      if (form == 2) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+      if (form != 1) s = kSpace + s;
+      const size_t start = form != 1 ? kSpace.size() + 1 : 2;
+      for (size_t n = start; n <= s.size(); ++n) piece(s.substr(0, n));
     }
   }
   // Fillers for large vocabularies: letter pairs, "▁"+pair, then triples.
