@@ -29,7 +29,6 @@ struct PlanArgs {
 tools::Hardware resolve_hardware(const PlanArgs& a) {
   using namespace tools;
   Hardware hw;
-  std::string src;
   if (a.probe) {
     std::fprintf(stderr, "probing this machine (kvserve probe, about a minute)...\n");
     hw = hardware_from_profile(run_probe(ProbeOptions{}), "probe");
@@ -37,18 +36,20 @@ tools::Hardware resolve_hardware(const PlanArgs& a) {
     hw = hardware_from_profile(load_profile(a.profile), "profile " + a.profile);
   } else if (std::filesystem::exists(default_profile_path())) {
     hw = hardware_from_profile(load_profile(default_profile_path()), "profile " + default_profile_path());
-  } else {
-    hw.mem_bytes = machine_memory_bytes();
-    hw.source = "this machine's RAM";
   }
-  std::string flags;
-  if (!a.mem.empty()) hw.mem_bytes = parse_size(a.mem), flags += " --mem";
-  if (!a.bandwidth.empty()) hw.bandwidth = parse_bandwidth(a.bandwidth), flags += " --bandwidth";
+  // Say where each figure came from, so a plan can be reproduced.
+  std::string src = hw.source;
+  const auto from = [&](const char* what, const std::string& where) {
+    src += (src.empty() ? "" : "; ") + std::string(what) + " from " + where;
+  };
+  if (!a.mem.empty()) hw.mem_bytes = parse_size(a.mem), from("memory", "--mem");
+  else if (hw.mem_bytes == 0) hw.mem_bytes = machine_memory_bytes(), from("memory", "this machine's RAM");
+  if (!a.bandwidth.empty()) hw.bandwidth = parse_bandwidth(a.bandwidth), from("bandwidth", "--bandwidth");
   if (!a.flops.empty()) {
     hw.flops_fp32 = hw.flops_bf16 = hw.flops_int8 = parse_flops(a.flops);
-    flags += " --flops";
+    from("compute", "--flops");
   }
-  if (!flags.empty()) hw.source = hw.source.empty() ? "flags" : hw.source + ", flags:" + flags;
+  hw.source = src;
   return hw;
 }
 

@@ -25,6 +25,14 @@ std::string num(double v, const char* f = "%.1f") {
 
 std::string ctx_str(double c) { return format_int(int64_t(std::ceil(c))); }
 
+// 0.0123 -> "12.3 ms", 70.7 -> "70.7 s": durations at a readable scale.
+std::string duration(double s) {
+  if (s >= 1) return num(s, s >= 100 ? "%.0f s" : "%.3g s");
+  const double ms = s * 1e3;
+  if (ms >= 1) return num(ms, ms >= 100 ? "%.0f ms" : "%.3g ms");
+  return num(ms * 1e3, "%.3g us");
+}
+
 }  // namespace
 
 std::string format_plan(const PlanResult& p) {
@@ -44,13 +52,13 @@ std::string format_plan(const PlanResult& p) {
 
   o << "KV cache per token (K and V, every layer) and at batch " << p.in.batch << " x context " << p.in.ctx << "\n";
   o << "  " << pad("format", 10, false) << pad("bytes/token", 14) << pad("if MHA", 12) << pad("if MQA", 12)
-    << pad("cache", 13) << pad("cache = weights at context", 30) << "\n";
+    << pad("cache", 13) << "  cache = weights at context\n";
   for (const auto& f : p.formats) {
     const std::string mark = f.format == p.in.kv.name() ? "*" : " ";
     o << mark << " " << pad(f.format, 10, false) << pad(format_int(int64_t(f.bytes_per_token)), 14)
       << pad(format_int(int64_t(f.mha_bytes_per_token)), 12) << pad(format_int(int64_t(f.mqa_bytes_per_token)), 12)
-      << pad(format_bytes(double(f.cache_bytes)), 13)
-      << pad(ctx_str(f.crossover_b1) + " (B=1), " + ctx_str(f.crossover_b32) + " (B=32)", 30) << "\n";
+      << pad(format_bytes(double(f.cache_bytes)), 13) << "  "
+      << ctx_str(f.crossover_b1) + " (B=1), " + ctx_str(f.crossover_b32) + " (B=32)\n";
   }
   o << "  GQA saving: " << num(p.gqa_saving, "%.3g") << "x vs MHA (" << m.n_heads << " query heads share " << m.n_kv_heads
     << " KV heads); MQA would be " << num(double(p.kv_bytes_per_token) / double(p.mqa_bytes_per_token), "%.3g")
@@ -83,12 +91,12 @@ std::string format_plan(const PlanResult& p) {
   if (p.has_roofline) {
     o << "\nDecode roofline at context " << p.in.ctx << " (" << p.compute_path << " path"
       << (p.peak_ops > 0 ? ", ridge " + num(p.ridge_intensity, "%.3g") + " ops/B" : "") << ")\n";
-    o << "  " << pad("batch", 6) << pad("weights", 12) << pad("KV read", 12) << pad("ops/B", 9) << pad("ms/step", 10)
+    o << "  " << pad("batch", 6) << pad("weights", 12) << pad("KV read", 12) << pad("ops/B", 9) << pad("step", 10)
       << pad("tok/s", 11) << pad("bound", 9) << pad("fits", 6) << "\n";
     for (const auto& r : p.roofline)
       o << "  " << pad(std::to_string(r.batch), 6) << pad(format_bytes(r.weight_bytes), 12)
         << pad(format_bytes(r.kv_bytes), 12) << pad(num(r.intensity, "%.3g"), 9)
-        << pad(num(std::max(r.t_memory, r.t_compute) * 1e3, "%.3g"), 10) << pad(num(r.tok_s, "%.4g"), 11)
+        << pad(duration(std::max(r.t_memory, r.t_compute)), 10) << pad(num(r.tok_s, "%.4g"), 11)
         << pad(r.memory_bound ? "memory" : "compute", 9) << pad(r.fits ? "yes" : "no", 6) << "\n";
     o << "  K/V reads overtake weight reads from batch " << p.kv_overtakes_batch << " at context " << p.in.ctx
       << ": past it, a bigger batch mostly buys more KV traffic, not more tokens per byte.\n";
@@ -97,7 +105,7 @@ std::string format_plan(const PlanResult& p) {
                                               : std::string("never compute-bound at this context: attention reads grow as fast as its ops"))
         << "\n";
     o << "  prefill of " << p.prefill.tokens << " tokens: " << format_si(p.prefill.ops, "OP") << ", ~"
-      << num(p.prefill.seconds * 1e3, "%.4g") << " ms (" << num(p.prefill.tok_s, "%.4g") << " tok/s, "
+      << duration(p.prefill.seconds) << " (" << num(p.prefill.tok_s, "%.4g") << " tok/s, "
       << (p.prefill.compute_bound ? "compute" : "memory") << "-bound)\n";
   }
   if (!p.notes.empty()) o << "\n";
@@ -166,8 +174,9 @@ std::vector<std::string> write_plan_plots(const PlanResult& p, const std::string
       if (r.t_compute > 0) comp.points.push_back({double(b), double(b) / r.t_compute});
       if (!r.memory_bound && first_compute == 0) first_compute = b;
     }
-    pl.series = {pred, mem, wonly};
+    pl.series = {mem, wonly};
     if (!comp.points.empty()) pl.series.push_back(comp);
+    pl.series.push_back(pred);  // drawn last, on top of the roofs it follows
     const double split = first_compute > 0 ? double(first_compute) : 256;
     pl.regions.push_back({1, split, "#2ca02c", "memory-bound"});
     if (first_compute > 0) pl.regions.push_back({split, 256, "#d62728", "compute-bound"});
@@ -189,7 +198,8 @@ std::vector<std::string> write_plan_plots(const PlanResult& p, const std::string
     pl.log_x = pl.log_y = pl.pow2_x = true;
     pl.y_format = TickFormat::SI;
     std::vector<int64_t> ctxs = {0};
-    for (int64_t c = 256; c <= std::max<int64_t>(4 * p.in.ctx, 1024) && ctxs.size() < 7; c *= 4) ctxs.push_back(c);
+    for (int64_t c : {p.in.ctx / 4, p.in.ctx, 4 * p.in.ctx, 16 * p.in.ctx})
+      if (c >= 1) ctxs.push_back(c);
     for (int64_t c : ctxs) {
       PlotSeries s{c == 0 ? "weights only" : "context " + format_int(c), {}, "", c == 0, false};
       for (int64_t b = 1; b <= 256; ++b) s.points.push_back({double(b), roofline_point(p, b, c).tok_s});

@@ -31,7 +31,9 @@ std::string short_num(double v) {
   return fmt("%.3g", v);
 }
 
-std::string tick_label(double v, TickFormat f) {
+// pow2: ticks sit at powers of two, so SI prefixes step by 1024 (a "4K"
+// context is 4096 tokens) and labels stay short.
+std::string tick_label(double v, TickFormat f, bool pow2) {
   if (v == 0) return "0";
   if (f == TickFormat::Bytes) {
     static const char* n[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -41,8 +43,9 @@ std::string tick_label(double v, TickFormat f) {
   }
   if (f == TickFormat::SI) {
     static const char* n[] = {"", "K", "M", "G", "T", "P"};
+    const double base = pow2 ? 1024 : 1000;
     int k = 0;
-    while (std::fabs(v) >= 1000 && k < 5) v /= 1000, ++k;
+    while (std::fabs(v) >= base && k < 5) v /= base, ++k;
     return short_num(v) + n[k];
   }
   if (std::fabs(v) >= 1e6 || std::fabs(v) < 1e-3) return fmt("%.3g", v);
@@ -178,7 +181,7 @@ std::string Plot::render() const {
     o << "<line x1=\"" << x << "\" y1=\"" << py0 << "\" x2=\"" << x << "\" y2=\"" << py1
       << "\" stroke=\"#e5e5e5\"/>\n";
     o << "<line x1=\"" << x << "\" y1=\"" << py1 << "\" x2=\"" << x << "\" y2=\"" << py1 + 5 << "\" stroke=\"black\"/>\n";
-    o << "<text x=\"" << x << "\" y=\"" << py1 + 19 << "\" text-anchor=\"middle\">" << svg_escape(tick_label(t, x_format))
+    o << "<text x=\"" << x << "\" y=\"" << py1 + 19 << "\" text-anchor=\"middle\">" << svg_escape(tick_label(t, x_format, pow2_x && log_x))
       << "</text>\n";
   }
   for (double t : yt) {
@@ -186,7 +189,7 @@ std::string Plot::render() const {
     const double y = ay.map(t);
     o << "<line x1=\"" << px0 << "\" y1=\"" << y << "\" x2=\"" << px1 << "\" y2=\"" << y << "\" stroke=\"#e5e5e5\"/>\n";
     o << "<line x1=\"" << px0 - 5 << "\" y1=\"" << y << "\" x2=\"" << px0 << "\" y2=\"" << y << "\" stroke=\"black\"/>\n";
-    o << "<text x=\"" << px0 - 8 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << svg_escape(tick_label(t, y_format))
+    o << "<text x=\"" << px0 - 8 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << svg_escape(tick_label(t, y_format, pow2_y && log_y))
       << "</text>\n";
   }
   o << "<rect x=\"" << px0 << "\" y=\"" << py0 << "\" width=\"" << px1 - px0 << "\" height=\"" << py1 - py0
