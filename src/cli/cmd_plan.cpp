@@ -30,7 +30,7 @@ tools::Hardware resolve_hardware(const PlanArgs& a) {
   using namespace tools;
   Hardware hw;
   if (a.probe) {
-    std::fprintf(stderr, "probing this machine (kvserve probe, about a minute)...\n");
+    std::fprintf(stderr, "probing this machine (as kvserve probe; a few seconds)...\n");
     hw = hardware_from_profile(run_probe(ProbeOptions{}), "probe");
   } else if (!a.profile.empty()) {
     hw = hardware_from_profile(load_profile(a.profile), "profile " + a.profile);

@@ -178,7 +178,9 @@ ModelShape shape_from_gguf(const std::string& path) {
   auto f = GgufFile::open(path);
   const ModelConfig c = config_from_gguf(*f);
   ModelShape s;
-  s.name = c.name.empty() ? std::filesystem::path(path).stem().string() : c.name;
+  // Converters often leave general.name as the architecture ("llama"); the
+  // file name tells an operator more then.
+  s.name = c.name.empty() || c.name == c.arch ? std::filesystem::path(path).stem().string() : c.name;
   s.arch = c.arch;
   s.source = path;
   s.n_layers = c.n_layers;
