@@ -261,6 +261,45 @@ TEST(Plan, MaxSequencesLlama3On24GiB) {
   EXPECT_EQ(p.capacity.max_concurrent_sequences, 86);
 }
 
+TEST(Plan, MaxSequencesMoreModels) {
+  struct Case {
+    const char* preset;
+    uint64_t mem, scratch;
+    int block;
+    double headroom;
+    int64_t prompt, max_tokens;
+    uint64_t kv_budget;
+    int64_t total, usable, per_request, max_seqs;
+  };
+  const Case cases[] = {
+      // Llama-2-7B: 24 GiB − 13,477,363,712 − 512 MiB = 11,755,569,152 B; / 8 MiB
+      // blocks = 1,401; −71 (5%) = 1,330; 2,048 tokens = 128 blocks -> 10.
+      {"llama-2-7b", 24ull << 30, 512ull << 20, 16, 0.05, 1024, 1024, 11755569152u, 1401, 1330, 128, 10},
+      // Qwen2.5-7B: 40 GiB − 15,231,899,648 − 1 GiB = 26,644,031,488 B; / 917,504 B
+      // blocks = 29,039; −1,452 = 27,587; 3,000 tokens = 188 blocks -> 146.
+      {"qwen2.5-7b", 40ull << 30, 1ull << 30, 16, 0.05, 2000, 1000, 26644031488u, 29039, 27587, 188, 146},
+      // Llama-2-70B: 192 GiB − 137,955,934,208 − 1 GiB = 67,128,754,176 B; / 10 MiB
+      // blocks of 32 = 6,401; −641 (10%) = 5,760; 4,000 tokens = 125 blocks -> 46.
+      {"llama-2-70b", 192ull << 30, 1ull << 30, 32, 0.10, 3000, 1000, 67128754176u, 6401, 5760, 125, 46},
+  };
+  for (const Case& c : cases) {
+    PlanInput in = preset_input(c.preset);
+    in.hw.mem_bytes = c.mem;
+    in.scratch_bytes = int64_t(c.scratch);
+    in.block_size = c.block;
+    in.headroom = c.headroom;
+    in.prompt = c.prompt;
+    in.max_tokens = c.max_tokens;
+    const PlanResult p = make_plan(in);
+    ASSERT_TRUE(p.capacity_error.empty()) << c.preset << ": " << p.capacity_error;
+    EXPECT_EQ(p.capacity.kv_budget_bytes, c.kv_budget) << c.preset;
+    EXPECT_EQ(p.capacity.total_blocks, c.total) << c.preset;
+    EXPECT_EQ(p.capacity.usable_blocks, c.usable) << c.preset;
+    EXPECT_EQ(p.capacity.blocks_per_request, c.per_request) << c.preset;
+    EXPECT_EQ(p.capacity.max_concurrent_sequences, c.max_seqs) << c.preset;
+  }
+}
+
 TEST(Plan, CapacityErrorKeepsTheRestOfThePlan) {
   PlanInput in = preset_input("llama-2-70b");  // 128 GiB of weights into 24 GiB
   const PlanResult p = make_plan(in);
