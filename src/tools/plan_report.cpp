@@ -1,6 +1,7 @@
 // Human-readable rendering of a plan (text table) and its SVG plots. Kept
 // apart from plan.cpp so the arithmetic stays short enough to audit.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -31,6 +32,13 @@ std::string duration(double s) {
   const double ms = s * 1e3;
   if (ms >= 1) return num(ms, ms >= 100 ? "%.0f ms" : "%.3g ms");
   return num(ms * 1e3, "%.3g us");
+}
+
+// Largest batch of `ctx`-token sequences whose blocks fit the usable KV
+// blocks; unbounded (INT64_MAX) when the capacity is unknown.
+int64_t max_fitting_batch(const PlanResult& p, int64_t ctx) {
+  if (!p.capacity_error.empty() || ctx <= 0) return INT64_MAX;
+  return p.capacity.usable_blocks / blocks_for_tokens(ctx, p.in.block_size);
 }
 
 }  // namespace
@@ -182,6 +190,8 @@ std::vector<std::string> write_plan_plots(const PlanResult& p, const std::string
     if (first_compute > 0) pl.regions.push_back({split, 256, "#d62728", "compute-bound"});
     if (p.kv_overtakes_batch <= 256)
       pl.lines.push_back({double(p.kv_overtakes_batch), true, "KV reads > weight reads", "#9467bd"});
+    if (const int64_t fit = max_fitting_batch(p, p.in.ctx); fit < 256)
+      pl.lines.push_back({double(std::max<int64_t>(fit, 1)), true, "memory full at B=" + format_int(fit), "#000000"});
     pl.x_min = 1;
     pl.x_max = 256;
     const std::string path = (fs::path(dir) / "decode_roofline.svg").string();
@@ -201,8 +211,12 @@ std::vector<std::string> write_plan_plots(const PlanResult& p, const std::string
     for (int64_t c : {p.in.ctx / 4, p.in.ctx, 4 * p.in.ctx, 16 * p.in.ctx})
       if (c >= 1) ctxs.push_back(c);
     for (int64_t c : ctxs) {
+      // A curve stops at the largest batch whose K/V still fits the memory budget.
+      const int64_t fit = max_fitting_batch(p, c);
+      if (fit < 1) continue;
       PlotSeries s{c == 0 ? "weights only" : "context " + format_int(c), {}, "", c == 0, false};
-      for (int64_t b = 1; b <= 256; ++b) s.points.push_back({double(b), roofline_point(p, b, c).tok_s});
+      if (fit < 256) s.name += " (fits B<=" + format_int(fit) + ")";
+      for (int64_t b = 1; b <= std::min<int64_t>(256, fit); ++b) s.points.push_back({double(b), roofline_point(p, b, c).tok_s});
       pl.series.push_back(s);
     }
     pl.x_min = 1;
