@@ -24,6 +24,9 @@ std::string num(double v, const char* f = "%.1f") {
   return b;
 }
 
+// Rates: 3 significant digits below 1000, whole numbers with separators above.
+std::string rate(double v) { return v >= 1000 ? format_int(std::llround(v)) : num(v, "%.3g"); }
+
 std::string ctx_str(double c) { return format_int(int64_t(std::ceil(c))); }
 
 // 0.0123 -> "12.3 ms", 70.7 -> "70.7 s": durations at a readable scale.
@@ -104,16 +107,24 @@ std::string format_plan(const PlanResult& p) {
     for (const auto& r : p.roofline)
       o << "  " << pad(std::to_string(r.batch), 6) << pad(format_bytes(r.weight_bytes), 12)
         << pad(format_bytes(r.kv_bytes), 12) << pad(num(r.intensity, "%.3g"), 9)
-        << pad(duration(std::max(r.t_memory, r.t_compute)), 10) << pad(num(r.tok_s, "%.4g"), 11)
+        << pad(duration(std::max(r.t_memory, r.t_compute)), 10) << pad(rate(r.tok_s), 11)
         << pad(r.memory_bound ? "memory" : "compute", 9) << pad(r.fits ? "yes" : "no", 6) << "\n";
     o << "  K/V reads overtake weight reads from batch " << p.kv_overtakes_batch << " at context " << p.in.ctx
       << ": past it, a bigger batch mostly buys more KV traffic, not more tokens per byte.\n";
-    if (p.peak_ops > 0)
-      o << "  " << (p.compute_bound_batch > 0 ? "compute-bound from batch " + format_int(p.compute_bound_batch)
-                                              : std::string("never compute-bound at this context: attention reads grow as fast as its ops"))
+    if (p.peak_ops > 0) {
+      // As B grows the weights amortise away and the step's intensity tends to
+      // one sequence's ops over its K/V bytes; below the ridge, no batch helps.
+      const double S = double(p.in.ctx);
+      const double limit = (2.0 * double(m.matmul_params) + 4.0 * m.n_layers * m.n_heads * m.head_dim * S) /
+                           (S * double(p.kv_bytes_per_token));
+      o << "  " << (p.compute_bound_batch > 0
+                        ? "compute-bound from batch " + format_int(p.compute_bound_batch)
+                        : "never compute-bound at this context: as the batch grows the step's intensity tends to " +
+                              num(limit, "%.3g") + " ops/B (one sequence's ops per K/V byte), below the ridge")
         << "\n";
+    }
     o << "  prefill of " << p.prefill.tokens << " tokens: " << format_si(p.prefill.ops, "OP") << ", ~"
-      << duration(p.prefill.seconds) << " (" << num(p.prefill.tok_s, "%.4g") << " tok/s, "
+      << duration(p.prefill.seconds) << " (" << rate(p.prefill.tok_s) << " tok/s, "
       << (p.prefill.compute_bound ? "compute" : "memory") << "-bound)\n";
   }
   if (!p.notes.empty()) o << "\n";
