@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/matmul_avx512_unpack.h"
 #include "kernels/matmul_internal.h"
 
 namespace kvs::mm {
@@ -32,7 +33,7 @@ namespace kvs::mm {
 
 namespace {
 
-constexpr int L = 16;   // rows per panel (zmm lanes)
+using namespace avx512_detail;
 constexpr int KB = 32;  // 32-element blocks per scratch panel slice
 constexpr int R = 8;    // activation rows per GEMM register tile
 // Scratch layout of one unpacked block: W[8] then ws0, ws1, wm (16 floats each).
@@ -72,94 +73,6 @@ void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
   }
 }
 
-// ------------------------------------------------------------ panel geometry
-
-// The 16 rows of a panel; lanes past the last real row repeat it (their
-// results are never stored).
-struct Panel {
-  const uint8_t* rp[L];  // row pointers per lane
-  const uint8_t* base;   // rp[0]
-  __m512i gidx;          // rp[lane] - base as int32, for gathers
-  __mmask16 valid;       // lanes holding real rows
-};
-
-inline void make_panel(const WeightView& w, int64_t p0, int64_t r1, Panel* p) {
-  const int64_t nvalid = r1 - p0 < L ? r1 - p0 : L;
-  alignas(64) int32_t off[L];
-  for (int lane = 0; lane < L; ++lane) {
-    const int64_t r = lane < nvalid ? lane : nvalid - 1;
-    p->rp[lane] = w.row(p0 + r);
-    off[lane] = int32_t(r * int64_t(w.row_stride));
-  }
-  p->base = p->rp[0];
-  p->gidx = _mm512_load_si512(off);
-  p->valid = __mmask16((1u << nvalid) - 1);
-}
-
-// 4x4 transpose of dwords inside each 128-bit lane: out[k] lane (4s + j) =
-// dword k of in[j]'s 128-bit slot s.
-inline void transpose4(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __m512i* g) {
-  const __m512i t0 = _mm512_unpacklo_epi32(a0, a1), t1 = _mm512_unpackhi_epi32(a0, a1);
-  const __m512i t2 = _mm512_unpacklo_epi32(a2, a3), t3 = _mm512_unpackhi_epi32(a2, a3);
-  g[0] = _mm512_unpacklo_epi64(t0, t2);
-  g[1] = _mm512_unpackhi_epi64(t0, t2);
-  g[2] = _mm512_unpacklo_epi64(t1, t3);
-  g[3] = _mm512_unpackhi_epi64(t1, t3);
-}
-
-// Loads 16 bytes at `off` of every panel row, slot order (j, j+4, j+8, j+12)
-// per vector j, then transposes: g[k] lane r = dword k of row r.
-inline void load_rows16(const Panel& p, int64_t off, __m512i* g) {
-  __m512i a[4];
-  for (int j = 0; j < 4; ++j) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j] + off)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 4] + off)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 8] + off)), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.rp[j + 12] + off)), 3);
-    a[j] = v;
-  }
-  transpose4(a[0], a[1], a[2], a[3], g);
-}
-
-// fp16 at byte `off` of every panel row -> 16 floats.
-inline __m512 gather_half(const Panel& p, int64_t off) {
-  const __m512i g = _mm512_i32gather_epi32(p.gidx, p.base + off, 1);
-  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-}
-
-// ------------------------------------------------------------ unpackers
-// Each produces, for 32-element block b of the 16 panel rows, W[8] (u8 levels)
-// and the float scale(s) / min per lane.
-
-struct UnpackQ4_0 {
-  static constexpr bool kSub16 = false, kMin = false;
-  static inline void block(const Panel& p, int64_t b, __m512i* W, __m512* ws0, __m512*, __m512*) {
-    const int64_t o = b * int64_t(sizeof(BlockQ4_0));
-    __m512i g[4];
-    load_rows16(p, o + 2, g);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int k = 0; k < 4; ++k) {
-      W[k] = _mm512_and_si512(g[k], m4);                         // elements 4k..4k+3
-      W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(g[k], 4), m4);  // 16+4k..
-    }
-    *ws0 = gather_half(p, o);
-  }
-};
-
-struct UnpackQ8_0 {
-  static constexpr bool kSub16 = false, kMin = false;
-  static inline void block(const Panel& p, int64_t b, __m512i* W, __m512* ws0, __m512*, __m512*) {
-    const int64_t o = b * int64_t(sizeof(BlockQ8_0));
-    __m512i g[4];
-    const __m512i flip = _mm512_set1_epi8(char(0x80));  // u = q + 128
-    load_rows16(p, o + 2, g);
-    for (int k = 0; k < 4; ++k) W[k] = _mm512_xor_si512(g[k], flip);
-    load_rows16(p, o + 18, g);
-    for (int k = 0; k < 4; ++k) W[k + 4] = _mm512_xor_si512(g[k], flip);
-    *ws0 = gather_half(p, o);
-  }
-};
-
 // Any format, through the scalar unpack_block (slow; used for panel slices,
 // where the cost is shared by all activation rows).
 inline void unpack_generic(GgmlType t, QFormat f, const Panel& p, int64_t b, uint8_t* dst) {
@@ -177,15 +90,16 @@ inline void unpack_generic(GgmlType t, QFormat f, const Panel& p, int64_t b, uin
   std::memcpy(dst + 640, wm, 64);
 }
 
+// Unit u of the panel rows into scratch (U::kBlocks blocks of 704 B).
 template <class U>
-inline void unpack_to_scratch(const Panel& p, int64_t b, uint8_t* dst) {
-  __m512i W[8];
-  __m512 ws0, ws1 = _mm512_setzero_ps(), wm = _mm512_setzero_ps();
-  U::block(p, b, W, &ws0, &ws1, &wm);
-  for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, W[k]);
-  _mm512_store_ps(dst + 512, ws0);
-  _mm512_store_ps(dst + 576, ws1);
-  _mm512_store_ps(dst + 640, wm);
+inline void unpack_to_scratch(const Panel& p, int64_t u, uint8_t* dst) {
+  U::unit(p, u, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+    uint8_t* o = dst + j * kPanelBlockBytes;
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
+    _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws0);
+    _mm512_store_ps(reinterpret_cast<float*>(o + 576), ws1);
+    _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
+  });
 }
 
 // ------------------------------------------------------------ block kernel
@@ -226,19 +140,19 @@ inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, co
 
 // ------------------------------------------------------------ drivers
 
-// n = 1 with a register unpacker: one pass over the panel rows.
+// n = 1: unpack in registers, one pass over the panel rows.
 template <class U>
 void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
-  const int64_t nb = w.cols / kQBlock;
+  const int64_t units = w.cols / kQBlock / U::kBlocks;
   Panel p;
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     make_panel(w, p0, r1, &p);
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i W[8];
-      __m512 ws0, ws1 = _mm512_setzero_ps(), wm = _mm512_setzero_ps();
-      U::block(p, b, W, &ws0, &ws1, &wm);
-      acc = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xq[b], acc);
+    for (int64_t u = 0; u < units; ++u) {
+      const XBlock* xb = xq + u * U::kBlocks;
+      U::unit(p, u, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+        acc = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], acc);
+      });
     }
     _mm512_mask_storeu_ps(y + p0, p.valid, acc);
   }
@@ -285,9 +199,12 @@ void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const X
     make_panel(w, p0, r1, &p);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
-      for (int64_t bb = 0; bb < kb; ++bb) {
-        if (GENERIC) unpack_generic(w.type, f, p, kb0 + bb, slice + bb * kPanelBlockBytes);
-        else unpack_to_scratch<U>(p, kb0 + bb, slice + bb * kPanelBlockBytes);
+      if (GENERIC) {
+        for (int64_t bb = 0; bb < kb; ++bb)
+          unpack_generic(w.type, f, p, kb0 + bb, slice + bb * kPanelBlockBytes);
+      } else {  // KB and kb0 are multiples of 8, so units never straddle slices
+        for (int64_t bb = 0; bb < kb; bb += U::kBlocks)
+          unpack_to_scratch<U>(p, (kb0 + bb) / U::kBlocks, slice + bb * kPanelBlockBytes);
       }
       if (f.sub16) tiles_from_scratch<true, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
       else if (f.has_min) tiles_from_scratch<false, true>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
@@ -309,6 +226,12 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
   switch (w.type) {
     case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q8_0: return run_fast<UnpackQ8_0>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q4_1: return run_fast<UnpackQ4_1>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_0: return run_fast<UnpackQ5<false>>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_1: return run_fast<UnpackQ5<true>>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q4_K: return run_fast<UnpackQK<false>>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_K: return run_fast<UnpackQK<true>>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q6_K: return run_fast<UnpackQ6K>(w, f, r0, r1, xq, n, y, ldy, s);
     default: return gemm_panels<UnpackQ4_0, true>(w, f, r0, r1, xq, n, y, ldy, s);
   }
 }

@@ -1,0 +1,281 @@
+// AVX-512 weight unpackers for matmul_avx512.cpp (include it from there only).
+//
+// A panel is 16 weight rows, one per zmm lane. An unpacker turns one storage
+// unit of the 16 rows (a 32-element block, or a 256-element K-quant
+// super-block = 8 blocks) into, per 32-element block j:
+//   W[8]  u8 levels, W[k] lane r = elements 4k..4k+3 of row r, u = q + off
+//   ws0 (ws1 for Q6_K's second half), wm  floats per lane
+// and hands them to a sink `f(j, W, ws0, ws1, wm)`. The values are exactly
+// those of unpack_block() in matmul_scalar.cpp (tests compare bit-exactly).
+//
+// Row data is gathered with one 16-byte load per row: the first of every
+// 4 rows plainly, the others as masked 128-bit broadcasts (pure load uops
+// plus a p0/p5 merge, cheaper than vinserti32x4 on the shuffle port), then a
+// 4x4 dword transpose inside each 128-bit lane.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul_internal.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt")
+
+namespace kvs::mm::avx512_detail {
+
+constexpr int L = 16;  // rows per panel
+
+// The 16 rows of a panel; lanes past the last real row repeat it (their
+// results are never stored).
+struct Panel {
+  const uint8_t* rp[L];  // row pointers per lane
+  const uint8_t* base;   // rp[0]
+  __m512i gidx;          // rp[lane] - base as int32, for gathers
+  __mmask16 valid;       // lanes holding real rows
+};
+
+inline void make_panel(const WeightView& w, int64_t p0, int64_t r1, Panel* p) {
+  const int64_t nvalid = r1 - p0 < L ? r1 - p0 : L;
+  alignas(64) int32_t off[L];
+  for (int lane = 0; lane < L; ++lane) {
+    const int64_t r = lane < nvalid ? lane : nvalid - 1;
+    p->rp[lane] = w.row(p0 + r);
+    off[lane] = int32_t(r * int64_t(w.row_stride));
+  }
+  p->base = p->rp[0];
+  p->gidx = _mm512_load_si512(off);
+  p->valid = __mmask16((1u << nvalid) - 1);
+}
+
+// 4x4 transpose of dwords inside each 128-bit lane.
+inline void transpose4(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __m512i* g) {
+  const __m512i t0 = _mm512_unpacklo_epi32(a0, a1), t1 = _mm512_unpackhi_epi32(a0, a1);
+  const __m512i t2 = _mm512_unpacklo_epi32(a2, a3), t3 = _mm512_unpackhi_epi32(a2, a3);
+  g[0] = _mm512_unpacklo_epi64(t0, t2);
+  g[1] = _mm512_unpackhi_epi64(t0, t2);
+  g[2] = _mm512_unpacklo_epi64(t1, t3);
+  g[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+inline __m128i ld16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 bytes at `off` of every row: g[k] lane r = dword k of row r.
+// Vector j holds rows (j, j+4, j+8, j+12) in its 128-bit slots, so after the
+// in-slot transpose lane 4s+j is row 4s+j.
+inline void load_rows16(const Panel& p, int64_t off, __m512i* g) {
+  __m512i a[4];
+  for (int j = 0; j < 4; ++j) {
+    __m512i v = _mm512_castsi128_si512(ld16(p.rp[j] + off));
+    v = _mm512_mask_broadcast_i32x4(v, 0x00F0, ld16(p.rp[j + 4] + off));
+    v = _mm512_mask_broadcast_i32x4(v, 0x0F00, ld16(p.rp[j + 8] + off));
+    v = _mm512_mask_broadcast_i32x4(v, 0xF000, ld16(p.rp[j + 12] + off));
+    a[j] = v;
+  }
+  transpose4(a[0], a[1], a[2], a[3], g);
+}
+
+inline __m512i gather32(const Panel& p, int64_t off) {
+  return _mm512_i32gather_epi32(p.gidx, p.base + off, 1);
+}
+// fp16 in the low half of each gathered dword -> float.
+inline __m512 half_lo(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g)); }
+inline __m512 half_hi(__m512i g) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16))); }
+
+inline void nibbles(const __m512i* g, __m512i* W) {  // g[0..3] -> W[0..7] (lo then hi nibbles)
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int k = 0; k < 4; ++k) {
+    W[k] = _mm512_and_si512(g[k], m4);
+    W[k + 4] = _mm512_and_si512(_mm512_srli_epi16(g[k], 4), m4);
+  }
+}
+
+// Adds 16 to byte i of every lane of w where bit (base + i) of the lane's
+// 32-bit word q is set (the fifth bit of Q5_0 / Q5_1 levels).
+inline __m512i add_bit4(__m512i w, __m512i q, int base) {
+  const int byte = base / 8, sh = base % 8;
+  const int32_t b = byte * 0x01010101;
+  const __m512i ctrl = _mm512_set4_epi32(b + 0x0C0C0C0C, b + 0x08080808, b + 0x04040404, b);
+  const __m512i rep = _mm512_shuffle_epi8(q, ctrl);
+  const __mmask64 m = _mm512_test_epi8_mask(rep, _mm512_set1_epi32(0x08040201 << sh));
+  return _mm512_mask_add_epi8(w, m, w, _mm512_set1_epi8(16));
+}
+
+struct UnpackQ4_0 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockQ4_0));
+    __m512i g[4], W[8];
+    load_rows16(p, o + 2, g);
+    nibbles(g, W);
+    const __m512 ws = half_lo(gather32(p, o));
+    f(0, W, ws, ws, ws);
+  }
+};
+
+struct UnpackQ4_1 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = true;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockQ4_1));
+    __m512i g[4], W[8];
+    load_rows16(p, o + 4, g);
+    nibbles(g, W);
+    const __m512i dm = gather32(p, o);
+    const __m512 ws = half_lo(dm), wm = half_hi(dm);
+    f(0, W, ws, ws, wm);
+  }
+};
+
+template <bool ONE>  // Q5_1 (true) / Q5_0
+struct UnpackQ5 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = ONE;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(ONE ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
+    const int64_t qh_off = ONE ? 4 : 2;
+    __m512i g[4], W[8];
+    load_rows16(p, o + qh_off + 4, g);
+    nibbles(g, W);
+    const __m512i qh = gather32(p, o + qh_off);
+    for (int k = 0; k < 4; ++k) {
+      W[k] = add_bit4(W[k], qh, 4 * k);
+      W[k + 4] = add_bit4(W[k + 4], qh, 16 + 4 * k);
+    }
+    const __m512i dm = gather32(p, o);
+    const __m512 ws = half_lo(dm);
+    f(0, W, ws, ws, ONE ? half_hi(dm) : ws);
+  }
+};
+
+struct UnpackQ8_0 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockQ8_0));
+    __m512i g[4], W[8];
+    const __m512i flip = _mm512_set1_epi8(char(0x80));  // u = q + 128
+    load_rows16(p, o + 2, g);
+    for (int k = 0; k < 4; ++k) W[k] = _mm512_xor_si512(g[k], flip);
+    load_rows16(p, o + 18, g);
+    for (int k = 0; k < 4; ++k) W[k + 4] = _mm512_xor_si512(g[k], flip);
+    const __m512 ws = half_lo(gather32(p, o));
+    f(0, W, ws, ws, ws);
+  }
+};
+
+// Byte `i` (0..11) of the 12-byte K-quant scale field as an int32 lane value,
+// from the three gathered dwords s[0..2].
+inline __m512i kbyte(const __m512i* s, int i) {
+  return _mm512_and_si512(_mm512_srli_epi32(s[i / 4], 8 * (i % 4)), _mm512_set1_epi32(0xFF));
+}
+
+// Per-lane float scales (d * sc_j) and mins (-(dmin * m_j)) of the 8 blocks
+// of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4, vectorised).
+inline void k4_scales(const Panel& p, int64_t o, __m512* ws, __m512* wm) {
+  const __m512i dd = gather32(p, o);
+  const __m512 d = half_lo(dd), dmin = half_hi(dd);
+  __m512i s[3];
+  for (int i = 0; i < 3; ++i) s[i] = gather32(p, o + 4 + 4 * i);
+  const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
+  for (int j = 0; j < 8; ++j) {
+    __m512i sc, mn;
+    if (j < 4) {
+      sc = _mm512_and_si512(kbyte(s, j), m63);
+      mn = _mm512_and_si512(kbyte(s, j + 4), m63);
+    } else {
+      const __m512i hi = kbyte(s, j + 4);
+      sc = _mm512_or_si512(_mm512_and_si512(hi, m15), _mm512_slli_epi32(_mm512_srli_epi32(kbyte(s, j - 4), 6), 4));
+      mn = _mm512_or_si512(_mm512_srli_epi32(hi, 4), _mm512_slli_epi32(_mm512_srli_epi32(kbyte(s, j), 6), 4));
+    }
+    ws[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+    // -(dmin * m): negation after the product, as in unpack_block.
+    wm[j] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f));
+  }
+}
+
+template <bool FIVE>  // Q5_K (true) / Q4_K
+struct UnpackQK {
+  static constexpr int kBlocks = 8;
+  static constexpr bool kSub16 = false, kMin = true;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(FIVE ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+    __m512 ws[8], wm[8];
+    k4_scales(p, o, ws, wm);
+    __m512i qh[8];
+    if (FIVE) {
+      load_rows16(p, o + 16, qh);
+      load_rows16(p, o + 32, qh + 4);
+    }
+    const int64_t qs_off = o + 16 + (FIVE ? 32 : 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    for (int c = 0; c < 4; ++c) {  // blocks 2c (low nibbles) and 2c+1 (high)
+      __m512i g[8];
+      load_rows16(p, qs_off + 32 * c, g);
+      load_rows16(p, qs_off + 32 * c + 16, g + 4);
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        __m512i W[8];
+        for (int k = 0; k < 8; ++k) {
+          W[k] = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
+          if (FIVE) {  // bit j of qh[l] -> bit 4 of the level byte
+            const __m512i hb = j <= 4 ? _mm512_slli_epi32(qh[k], 4 - j) : _mm512_srli_epi32(qh[k], j - 4);
+            W[k] = _mm512_or_si512(W[k], _mm512_and_si512(hb, b4));
+          }
+        }
+        f(j, W, ws[j], ws[j], wm[j]);
+      }
+    }
+  }
+};
+
+struct UnpackQ6K {
+  static constexpr int kBlocks = 8;
+  static constexpr bool kSub16 = true, kMin = false;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockQ6_K));
+    const __m512 d = half_lo(gather32(p, o + 208));
+    __m512i sc[4];  // int8 scales, 4 per dword
+    for (int i = 0; i < 4; ++i) sc[i] = gather32(p, o + 192 + 4 * i);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x03);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      __m512i ql[16], qh[8];
+      for (int i = 0; i < 4; ++i) load_rows16(p, o + 64 * chunk + 16 * i, ql + 4 * i);
+      load_rows16(p, o + 128 + 32 * chunk, qh);
+      load_rows16(p, o + 128 + 32 * chunk + 16, qh + 4);
+      for (int uu = 0; uu < 4; ++uu) {
+        const int t8 = 4 * chunk + uu;
+        const __m512i* lq = ql + 8 * (uu & 1);
+        __m512i W[8];
+        for (int k = 0; k < 8; ++k) {
+          const __m512i lo = _mm512_and_si512(uu >> 1 ? _mm512_srli_epi16(lq[k], 4) : lq[k], m4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * uu), m3);
+          W[k] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+        }
+        __m512 s[2];
+        for (int h = 0; h < 2; ++h) {
+          const int i = 2 * t8 + h;  // scale index 0..15, sign-extended byte
+          const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);
+          s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+        }
+        f(t8, W, s[0], s[1], s[0]);
+      }
+    }
+  }
+};
+
+}  // namespace kvs::mm::avx512_detail
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
