@@ -1,5 +1,241 @@
-// Placeholder: the avx2 kernels land next; until then the scalar path.
+// AVX2 (+FMA, F16C) quantized-weight kernels: the structure of
+// matmul_avx512.cpp on 8-row panels, with vpmaddubsw + vpmaddwd in place of
+// vpdpbusd. Compiled with a `#pragma GCC target` after all includes (see
+// matmul_avx512.cpp for why); reached only through avx2_kernels().
+//
+// Integer exactness: maddubs adds two u8*s8 products into an int16 with
+// saturation. Levels are <= 63 (Q6_K) so a pair is <= 2*63*127 = 16002 and two
+// pairs still fit (32004), which lets us add two maddubs results before the
+// widening madd. Q8_0 levels are full int8: the kernel feeds |w| (<= 128) and
+// sign(x, w), one pair <= 2*128*127 = 32512, widened immediately.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul_avx2_unpack.h"
 #include "kernels/matmul_internal.h"
+
 namespace kvs::mm {
-const IsaKernels& avx2_kernels() { return scalar_kernels(); }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
+
+namespace {
+
+using namespace avx2_detail;
+constexpr int KB = 32;  // 32-element blocks per scratch panel slice
+constexpr int R = 4;    // activation rows per GEMM register tile
+// Scratch layout of one unpacked block: W[8] then ws0, ws1, wm (8 floats each).
+constexpr size_t kPanelBlockBytes = 8 * 32 + 3 * 32;  // 352
+
+// ---------------------------------------------------------------- activations
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float hmax_ps(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+void quantize_x_avx2(const float* x, int64_t cols, QFormat f, XBlock* out) {
+  const int64_t nb = cols / kQBlock;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 v[4];
+    __m256 a = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
+      a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v[i]));
+    }
+    const float amax = hmax_ps(a);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {
+      q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));  // nearest-even, like round_rne()
+      q[i] = _mm256_min_epi32(_mm256_max_epi32(q[i], lo), hi);
+    }
+    // packs interleave the 128-bit lanes; the permute restores element order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    XBlock& o = out[b];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q), _mm256_permutevar8x32_epi32(p, order));
+    const int32_t s0 = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+    const int32_t s1 = hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+    o.d = d;
+    o.s = d * float(s0 + s1);
+    if (f.sub16) {
+      o.corr[0] = -f.off * s0;
+      o.corr[1] = -f.off * s1;
+    } else {
+      o.corr[0] = -f.off * (s0 + s1);
+      o.corr[1] = 0;
+    }
+  }
+}
+
+// ------------------------------------------------------------ block kernel
+
+inline __m256i bcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Exact int32 dot of groups [k0, k0 + 4) (16 elements) for every lane.
+template <bool SIGNED>
+inline __m256i dot16(const __m256i* W, const int8_t* xq, int k0, __m256i acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if (SIGNED) {
+    for (int k = k0; k < k0 + 4; ++k) {
+      const __m256i x = bcast4(xq + 4 * k);
+      const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(W[k]), _mm256_sign_epi8(x, W[k]));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    }
+  } else {
+    for (int k = k0; k < k0 + 4; k += 2) {
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(W[k], bcast4(xq + 4 * k)),
+                                         _mm256_maddubs_epi16(W[k + 1], bcast4(xq + 4 * k + 4)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+    }
+  }
+  return acc;
+}
+
+// The float chain step of matmul_internal.h for all 8 lanes.
+template <bool SUB16, bool MIN, bool SIGNED>
+inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb,
+                         __m256 acc) {
+  const __m256 xd = _mm256_set1_ps(xb.d);
+  if (SUB16) {
+    const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
+    const __m256i hi = dot16<SIGNED>(W, xb.q, 4, _mm256_set1_epi32(xb.corr[1]));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws0, xd), acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws1, xd), acc);
+  } else {
+    const __m256i s0 = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
+    const __m256i s1 = dot16<SIGNED>(W, xb.q, 4, _mm256_setzero_si256());
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_mul_ps(ws0, xd), acc);
+  }
+  if (MIN) acc = _mm256_fmadd_ps(wm, _mm256_set1_ps(xb.s), acc);
+  return acc;
+}
+
+inline __m256i lane_mask(int nvalid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// ------------------------------------------------------------ drivers
+
+template <class U>
+void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
+  const int64_t units = w.cols / kQBlock / U::kBlocks;
+  Panel p;
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    make_panel(w, p0, r1, &p);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const XBlock* xb = xq + u * U::kBlocks;
+      U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
+        acc = block_step<U::kSub16, U::kMin, U::kSigned>(W, ws0, ws1, wm, xb[j], acc);
+      });
+    }
+    _mm256_maskstore_ps(y + p0, lane_mask(p.nvalid), acc);
+  }
+}
+
+template <class U>
+inline void unpack_to_scratch(const Panel& p, int64_t u, uint8_t* dst) {
+  U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
+    uint8_t* o = dst + j * kPanelBlockBytes;
+    for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(o + 32 * k), W[k]);
+    _mm256_store_ps(reinterpret_cast<float*>(o + 256), ws0);
+    _mm256_store_ps(reinterpret_cast<float*>(o + 288), ws1);
+    _mm256_store_ps(reinterpret_cast<float*>(o + 320), wm);
+  });
+}
+
+template <int RT, class U>
+void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
+                       int64_t i0, float* y, int64_t ldy, int64_t p0, __m256i mask) {
+  __m256 acc[RT];
+  for (int i = 0; i < RT; ++i)
+    acc[i] = kb0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(y + (i0 + i) * ldy + p0, mask);
+  for (int64_t bb = 0; bb < kb; ++bb) {
+    const uint8_t* s = slice + bb * kPanelBlockBytes;
+    __m256i W[8];
+    for (int k = 0; k < 8; ++k) W[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32 * k));
+    const __m256 ws0 = _mm256_load_ps(reinterpret_cast<const float*>(s + 256));
+    const __m256 ws1 = _mm256_load_ps(reinterpret_cast<const float*>(s + 288));
+    const __m256 wm = _mm256_load_ps(reinterpret_cast<const float*>(s + 320));
+    for (int i = 0; i < RT; ++i)
+      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], acc[i]);
+  }
+  for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
+}
+
+template <class U>
+void gemm_panels(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                 int64_t ldy, Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock;
+  uint8_t* slice = scratch.buf;  // [KB blocks][352 B], 64-B aligned
+  Panel p;
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    make_panel(w, p0, r1, &p);
+    const __m256i mask = lane_mask(p.nvalid);
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+      for (int64_t bb = 0; bb < kb; bb += U::kBlocks)
+        unpack_to_scratch<U>(p, (kb0 + bb) / U::kBlocks, slice + bb * kPanelBlockBytes);
+      int64_t i0 = 0;
+      for (; i0 + R <= n; i0 += R) tile_from_scratch<R, U>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+      for (; i0 < n; ++i0) tile_from_scratch<1, U>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+    }
+  }
+}
+
+template <class U>
+void run_fast(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+              int64_t ldy, Scratch s) {
+  if (n == 1) matvec_fused<U>(w, r0, r1, xq, y);
+  else gemm_panels<U>(w, r0, r1, xq, n, y, ldy, s);
+}
+
+void quant_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                     float* y, int64_t ldy, Scratch s) {
+  switch (w.type) {  // the driver only sends is_quant_type() formats
+    case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q8_0: return run_fast<UnpackQ8_0>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q4_1: return run_fast<UnpackQ4_1>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_0: return run_fast<UnpackQ5<false>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_1: return run_fast<UnpackQ5<true>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q4_K: return run_fast<UnpackQK<false>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_K: return run_fast<UnpackQK<true>>(w, r0, r1, xq, n, y, ldy, s);
+    default: return run_fast<UnpackQ6K>(w, r0, r1, xq, n, y, ldy, s);
+  }
+}
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels k{L, quantize_x_avx2, true, quant_rows_avx2, float_rows_avx2};
+  return k;
+}
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
 }  // namespace kvs::mm

@@ -73,23 +73,6 @@ void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
   }
 }
 
-// Any format, through the scalar unpack_block (slow; used for panel slices,
-// where the cost is shared by all activation rows).
-inline void unpack_generic(GgmlType t, QFormat f, const Panel& p, int64_t b, uint8_t* dst) {
-  alignas(64) float ws0[L], ws1[L], wm[L];
-  WBlock wb;
-  for (int lane = 0; lane < L; ++lane) {
-    unpack_block(t, p.rp[lane], b, &wb);
-    for (int e = 0; e < 32; ++e) dst[(e / 4) * 64 + lane * 4 + (e % 4)] = uint8_t(wb.q[e] + f.off);
-    ws0[lane] = wb.ws[0];
-    ws1[lane] = wb.ws[1];
-    wm[lane] = wb.wm;
-  }
-  std::memcpy(dst + 512, ws0, 64);
-  std::memcpy(dst + 576, ws1, 64);
-  std::memcpy(dst + 640, wm, 64);
-}
-
 // Unit u of the panel rows into scratch (U::kBlocks blocks of 704 B).
 template <class U>
 inline void unpack_to_scratch(const Panel& p, int64_t u, uint8_t* dst) {
@@ -189,7 +172,7 @@ void tiles_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBl
 }
 
 // General path: unpack a panel slice into scratch, run every activation row.
-template <class U, bool GENERIC>
+template <class U>
 void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                  float* y, int64_t ldy, Scratch scratch) {
   const int64_t nb = w.cols / kQBlock;
@@ -199,13 +182,9 @@ void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const X
     make_panel(w, p0, r1, &p);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
-      if (GENERIC) {
-        for (int64_t bb = 0; bb < kb; ++bb)
-          unpack_generic(w.type, f, p, kb0 + bb, slice + bb * kPanelBlockBytes);
-      } else {  // KB and kb0 are multiples of 8, so units never straddle slices
-        for (int64_t bb = 0; bb < kb; bb += U::kBlocks)
-          unpack_to_scratch<U>(p, (kb0 + bb) / U::kBlocks, slice + bb * kPanelBlockBytes);
-      }
+      // KB and kb0 are multiples of 8, so K-quant units never straddle slices.
+      for (int64_t bb = 0; bb < kb; bb += U::kBlocks)
+        unpack_to_scratch<U>(p, (kb0 + bb) / U::kBlocks, slice + bb * kPanelBlockBytes);
       if (f.sub16) tiles_from_scratch<true, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
       else if (f.has_min) tiles_from_scratch<false, true>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
       else tiles_from_scratch<false, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
@@ -217,13 +196,13 @@ template <class U>
 void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
               float* y, int64_t ldy, Scratch s) {
   if (n == 1) matvec_fused<U>(w, r0, r1, xq, y);
-  else gemm_panels<U, false>(w, f, r0, r1, xq, n, y, ldy, s);
+  else gemm_panels<U>(w, f, r0, r1, xq, n, y, ldy, s);
 }
 
 void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                        float* y, int64_t ldy, Scratch s) {
   const QFormat f = qformat(w.type, false);
-  switch (w.type) {
+  switch (w.type) {  // the driver only sends is_quant_type() formats
     case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q8_0: return run_fast<UnpackQ8_0>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_1: return run_fast<UnpackQ4_1>(w, f, r0, r1, xq, n, y, ldy, s);
@@ -231,8 +210,7 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
     case GgmlType::Q5_1: return run_fast<UnpackQ5<true>>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_K: return run_fast<UnpackQK<false>>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q5_K: return run_fast<UnpackQK<true>>(w, f, r0, r1, xq, n, y, ldy, s);
-    case GgmlType::Q6_K: return run_fast<UnpackQ6K>(w, f, r0, r1, xq, n, y, ldy, s);
-    default: return gemm_panels<UnpackQ4_0, true>(w, f, r0, r1, xq, n, y, ldy, s);
+    default: return run_fast<UnpackQ6K>(w, f, r0, r1, xq, n, y, ldy, s);
   }
 }
 

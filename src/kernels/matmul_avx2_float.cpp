@@ -1,0 +1,123 @@
+// AVX2 kernels for float weights (F32, F16, BF16) with f32 activations.
+// The 16 lane partial sums of matmul_internal.h are kept as two ymm
+// accumulators per (weight row, activation row) pair: lanes 0..7 and 8..15,
+// so the result is bit-identical to the AVX-512 and scalar paths.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul_internal.h"
+
+namespace kvs::mm {
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace {
+
+template <GgmlType T>
+inline __m256 load_w(const uint8_t* row, int64_t k) {
+  if (T == GgmlType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+  if (T == GgmlType::F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// float_tree_sum() of the 16 lanes lo[0..7], hi[0..7].
+inline float tree_sum(__m256 lo, __m256 hi) {
+  const __m256 a = _mm256_add_ps(lo, hi);
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+template <GgmlType T, int RW, int RX>
+void tile(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t i0, float* y,
+          int64_t ldy) {
+  constexpr int kEs = T == GgmlType::F32 ? 4 : 2;  // weight element size
+  const int64_t cols = w.cols;
+  const uint8_t* rows[RW];
+  for (int a = 0; a < RW; ++a) rows[a] = w.row(r + a);
+  const float* xs[RX];
+  for (int b = 0; b < RX; ++b) xs[b] = x + (i0 + b) * ldx;
+  __m256 acc[RW][RX][2];
+  for (int a = 0; a < RW; ++a)
+    for (int b = 0; b < RX; ++b) acc[a][b][0] = acc[a][b][1] = _mm256_setzero_ps();
+  const int64_t kfull = cols / 16 * 16;
+  for (int64_t k = 0; k < kfull; k += 16) {
+    for (int h = 0; h < 2; ++h) {
+      __m256 wv[RW];
+      for (int a = 0; a < RW; ++a) wv[a] = load_w<T>(rows[a], k + 8 * h);
+      for (int b = 0; b < RX; ++b) {
+        const __m256 xv = _mm256_loadu_ps(xs[b] + k + 8 * h);
+        for (int a = 0; a < RW; ++a) acc[a][b][h] = _mm256_fmadd_ps(wv[a], xv, acc[a][b][h]);
+      }
+    }
+  }
+  if (kfull < cols) {
+    // Zero-padded copies of the tail: 0 * 0 added to an accumulator that
+    // started at +0 leaves it unchanged, so this equals skipping the lanes.
+    const int64_t t = cols - kfull;
+    alignas(32) uint8_t wt[RW][64];
+    alignas(32) float xt[RX][16];
+    for (int a = 0; a < RW; ++a) {
+      std::memset(wt[a], 0, sizeof(wt[a]));
+      std::memcpy(wt[a], rows[a] + kfull * kEs, size_t(t) * kEs);
+    }
+    for (int b = 0; b < RX; ++b) {
+      std::memset(xt[b], 0, sizeof(xt[b]));
+      std::memcpy(xt[b], xs[b] + kfull, size_t(t) * 4);
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256 wv[RW];
+      for (int a = 0; a < RW; ++a) wv[a] = load_w<T>(wt[a], 8 * h);
+      for (int b = 0; b < RX; ++b) {
+        const __m256 xv = _mm256_load_ps(xt[b] + 8 * h);
+        for (int a = 0; a < RW; ++a) acc[a][b][h] = _mm256_fmadd_ps(wv[a], xv, acc[a][b][h]);
+      }
+    }
+  }
+  for (int a = 0; a < RW; ++a)
+    for (int b = 0; b < RX; ++b) y[(i0 + b) * ldy + r + a] = tree_sum(acc[a][b][0], acc[a][b][1]);
+}
+
+template <GgmlType T, int RW>
+void row_group(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t n, float* y,
+               int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 3 <= n; i += 3) tile<T, RW, 3>(w, r, x, ldx, i, y, ldy);
+  if (n - i == 2) tile<T, RW, 2>(w, r, x, ldx, i, y, ldy);
+  else if (n - i == 1) tile<T, RW, 1>(w, r, x, ldx, i, y, ldy);
+}
+
+template <GgmlType T>
+void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
+            float* y, int64_t ldy) {
+  int64_t r = r0;
+  if (n == 1) {
+    for (; r + 4 <= r1; r += 4) tile<T, 4, 1>(w, r, x, ldx, 0, y, ldy);
+  } else {
+    for (; r + 2 <= r1; r += 2) row_group<T, 2>(w, r, x, ldx, n, y, ldy);  // 2 x 3 pairs x 2 halves
+  }
+  for (; r < r1; ++r) row_group<T, 1>(w, r, x, ldx, n, y, ldy);
+}
+
+}  // namespace
+
+void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
+                     int64_t n, float* y, int64_t ldy, Scratch) {
+  switch (w.type) {
+    case GgmlType::F32: return rows_t<GgmlType::F32>(w, r0, r1, x, ldx, n, y, ldy);
+    case GgmlType::F16: return rows_t<GgmlType::F16>(w, r0, r1, x, ldx, n, y, ldy);
+    default: return rows_t<GgmlType::BF16>(w, r0, r1, x, ldx, n, y, ldy);
+  }
+}
+
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+}  // namespace kvs::mm
