@@ -13,9 +13,9 @@ namespace kvs {
 
 namespace {
 
-// The patterns as published in the Hugging Face tokenizer.json files of the
-// respective models (case-insensitive contractions spelled out, since PCRE2
-// has no per-group (?i:...) needs here and the explicit form is clearer).
+// The split patterns of the respective Hugging Face tokenizers. Llama 3 and
+// Qwen2 match contractions case-insensitively; the classes are spelled out
+// ('[sS]') so the pattern reads the same as llama.cpp's copy of it.
 constexpr const char* kGpt2 =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3 =

@@ -16,7 +16,8 @@ class Tokenizer {
   // Builds the tokenizer that `vocab.kind` names. Throws on an unusable vocab.
   static std::unique_ptr<Tokenizer> create(const Vocab& vocab);
 
-  // Text -> ids. add_bos: prepend BOS when the vocab says so (vocab.add_bos).
+  // Text -> ids. add_bos: prepend BOS when the vocab says so (vocab.add_bos),
+  // and append EOS when vocab.add_eos (llama.cpp's add_special).
   // parse_special: recognise control/user-defined token texts like "<|im_start|>".
   virtual std::vector<int> encode(std::string_view text, bool add_bos, bool parse_special = false) const = 0;
   // Raw bytes of one token as it contributes to the output text (byte tokens
