@@ -200,6 +200,7 @@ std::string Plot::render() const {
     << (py0 + py1) / 2 << ")\">" << svg_escape(y_label) << "</text>\n";
 
   // Reference lines.
+  std::vector<double> bottom_label_x;
   for (const auto& l : lines) {
     if (!std::isfinite(l.at) || ((l.vertical ? log_x : log_y) && l.at <= 0)) continue;
     if (l.vertical) {
@@ -207,9 +208,17 @@ std::string Plot::render() const {
       const double x = ax.map(l.at);
       o << "<line x1=\"" << x << "\" y1=\"" << py0 << "\" x2=\"" << x << "\" y2=\"" << py1 << "\" stroke=\""
         << svg_escape(l.color) << "\" stroke-dasharray=\"2,3\"/>\n";
-      if (!l.label.empty())
-        o << "<text x=\"" << x + 4 << "\" y=\"" << py1 - 8 << "\" fill=\"" << svg_escape(l.color)
-          << "\" transform=\"rotate(-90 " << x + 4 << ' ' << py1 - 8 << ")\">" << svg_escape(l.label) << "</text>\n";
+      if (!l.label.empty()) {
+        // Labels read upwards from the bottom; one that would overprint an
+        // earlier bottom label hangs down from the top instead.
+        bool top = false;
+        for (double bx : bottom_label_x) top = top || std::fabs(bx - x) < 14;
+        const double ly = top ? py0 + 8 : py1 - 8;
+        if (!top) bottom_label_x.push_back(x);
+        o << "<text x=\"" << x + 4 << "\" y=\"" << ly << "\" fill=\"" << svg_escape(l.color) << "\""
+          << (top ? " text-anchor=\"end\"" : "") << " transform=\"rotate(-90 " << x + 4 << ' ' << ly << ")\">"
+          << svg_escape(l.label) << "</text>\n";
+      }
     } else {
       if (l.at < ay.lo || l.at > ay.hi) continue;
       const double y = ay.map(l.at);
