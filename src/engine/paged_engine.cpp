@@ -1,0 +1,131 @@
+#include "engine/paged_engine.h"
+
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "kv/capacity.h"
+#include "model/model.h"
+
+namespace kvs {
+
+void check_block_size_option(int bs) {
+  if (bs < kMinUserBlockSize || bs > kMaxUserBlockSize)
+    throw std::invalid_argument("--block-size must be between " + std::to_string(kMinUserBlockSize) + " and " +
+                                std::to_string(kMaxUserBlockSize) + " tokens, got " + std::to_string(bs));
+}
+
+static KvLayout layout_of(const Engine& e, int bs) {
+  const ModelConfig& c = e.model().config();
+  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, bs};
+}
+
+int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes) {
+  const ModelConfig& c = engine.model().config();
+  const uint64_t per_token = kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, KvFormat::f32());
+  // The capacity arithmetic and the storage layout must agree byte for byte,
+  // or admission would promise blocks that do not exist.
+  if (per_token != layout_of(engine, block_size).bytes_per_token())
+    throw std::logic_error("KV bytes per token: capacity helper and storage layout disagree");
+  return int64_t(bytes / (per_token * uint64_t(block_size)));
+}
+
+static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max_ctx) {
+  if (o.block_size < 1 || o.block_size > kMaxUserBlockSize)
+    throw std::invalid_argument("block size must be between 1 and " + std::to_string(kMaxUserBlockSize) +
+                                " tokens, got " + std::to_string(o.block_size));
+  if (max_ctx < 1) throw std::invalid_argument("max context must be >= 1 token");
+  int64_t n = o.n_blocks;
+  if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes);
+  else if (n <= 0) throw std::invalid_argument("paged engine: give a KV memory budget (--kv-memory) or a block count");
+  const int64_t need = blocks_for_tokens(max_ctx, o.block_size);
+  if (n < need) {
+    const uint64_t block_bytes = layout_of(e, o.block_size).block_bytes();
+    throw std::invalid_argument(
+        "KV budget too small: " + std::to_string(n) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
+        std::to_string(block_bytes) + " bytes each) cannot hold one " + std::to_string(max_ctx) +
+        "-token sequence, which needs " + std::to_string(need) + " blocks = " + std::to_string(uint64_t(need) * block_bytes) +
+        " bytes; raise --kv-memory or lower the context size");
+  }
+  if (n > INT32_MAX) throw std::invalid_argument("KV budget holds more than 2^31 blocks; raise --block-size");
+  return n;
+}
+
+static int resolve_ctx(const Engine& e, int max_ctx) {
+  if (max_ctx > 0) return max_ctx;
+  const int train = e.model().config().n_ctx_train;
+  return train > 0 ? train : 2048;
+}
+
+PagedEngine::PagedEngine(Engine& engine, const PagedEngineOptions& opts)
+    : engine_(engine),
+      max_ctx_(resolve_ctx(engine, opts.max_ctx)),
+      storage_(std::make_unique<BlockStorage>(layout_of(engine, opts.block_size), pool_blocks(engine, opts, max_ctx_))),
+      kv_(int32_t(storage_->n_blocks()), KvManagerOptions{opts.block_size, opts.prefix_caching}, storage_.get()) {}
+
+SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
+  if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
+  if (int64_t(prompt.size()) > max_ctx_)
+    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens exceeds the context size " +
+                            std::to_string(max_ctx_));
+  const int nv = engine_.model().config().n_vocab;
+  for (int32_t t : prompt)
+    if (t < 0 || t >= nv) throw std::invalid_argument("paged engine: token id " + std::to_string(t) + " out of range");
+  const std::string_view caller(reinterpret_cast<const char*>(scope.bytes.data()), scope.bytes.size());
+  return kv_.add_sequence(prompt, make_scope(engine_.model().identity(), caller));
+}
+
+StepResult PagedEngine::step(const std::vector<SeqStep>& items) {
+  StepResult r;
+  r.n_vocab = engine_.model().config().n_vocab;
+  std::unordered_set<SeqId> seen;
+  for (const SeqStep& it : items) {
+    if (it.tokens.empty()) throw std::invalid_argument("paged engine: step item without tokens");
+    if (!seen.insert(it.seq).second)
+      throw std::invalid_argument("paged engine: sequence " + std::to_string(it.seq) + " twice in one step");
+    if (int64_t(kv_.num_tokens(it.seq)) + int64_t(it.tokens.size()) > max_ctx_)
+      throw std::length_error("sequence " + std::to_string(it.seq) + " would exceed the context size " +
+                              std::to_string(max_ctx_));
+  }
+  // Reserve for everyone or run nobody: a partial batch would leave the
+  // scheduler guessing which sequences advanced.
+  size_t reserved = 0;
+  for (; reserved < items.size(); ++reserved)
+    if (!kv_.reserve(items[reserved].seq, int(items[reserved].tokens.size()))) break;
+  if (reserved < items.size()) {
+    for (size_t i = 0; i < reserved; ++i) kv_.unreserve(items[i].seq);
+    r.no_room.push_back(items[reserved].seq);
+    // Report every sequence that could not fit on its own either.
+    for (size_t i = reserved + 1; i < items.size(); ++i)
+      if (kv_.blocks_needed(items[i].seq, int(items[i].tokens.size())) > kv_.pool().n_available())
+        r.no_room.push_back(items[i].seq);
+    return r;
+  }
+  chunks_.clear();
+  int64_t rows = 0;
+  for (const SeqStep& it : items) {
+    const auto& table = kv_.block_table(it.seq);
+    chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()), it.all_logits});
+    r.row0.push_back(rows);
+    rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
+  }
+  if (!chunks_.empty()) engine_.forward(chunks_, storage_->view(), r.logits);
+  for (const SeqStep& it : items) {
+    kv_.commit(it.seq, it.tokens);
+    forward_tokens_ += int64_t(it.tokens.size());
+  }
+  ++steps_;
+  r.ok = true;
+  return r;
+}
+
+PagedStats PagedEngine::stats() const {
+  PagedStats s;
+  s.kv = kv_.stats();
+  s.forward_tokens = forward_tokens_;
+  s.steps = steps_;
+  s.kv_bytes = int64_t(storage_->bytes());
+  return s;
+}
+
+}  // namespace kvs

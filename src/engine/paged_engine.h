@@ -1,0 +1,112 @@
+// The serving path's engine API: many sequences over one shared, paged KV
+// pool. Owns the KV memory (BlockStorage) and its bookkeeping (KvManager);
+// runs Engine::forward over every scheduled sequence's chunk at once, with
+// attention reading K/V through each sequence's block table.
+//
+//   PagedEngine pe(engine, opts);            // sizes the pool from a byte budget
+//   auto a = pe.add(prompt, scope);          // a.cached_tokens came from the prefix cache
+//   auto r = pe.step({{a.seq, tail_of(prompt, a)}});   // prefill the rest; r.logits(0)
+//   r = pe.step({{a.seq, {next}}});          // decode
+//   SeqId b = pe.fork(a.seq);                // shares every block (copy-on-write)
+//   pe.release(a.seq);                       // full blocks stay cached (LRU)
+//
+// Running out of KV blocks is a normal answer (StepResult::ok == false,
+// nothing ran, nothing changed but copy-on-write copies); what to preempt is
+// the scheduler's decision. Not thread-safe: the engine thread calls it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kv/block_storage.h"
+#include "kv/kv_manager.h"
+#include "kvserve/engine.h"
+
+namespace kvs {
+
+// The user-facing --block-size range; the class itself accepts 1..256 (tests).
+inline constexpr int kMinUserBlockSize = 8, kMaxUserBlockSize = 256, kDefaultBlockSize = 16;
+// Throws std::invalid_argument naming the accepted range.
+void check_block_size_option(int block_size);
+
+struct PagedEngineOptions {
+  int block_size = kDefaultBlockSize;
+  uint64_t kv_memory_bytes = 0;  // KV budget (--kv-memory); 0 = use n_blocks
+  int64_t n_blocks = 0;          // explicit pool size (tests, simulations)
+  int max_ctx = 0;               // longest sequence; 0 = the model's training context
+  bool prefix_caching = true;    // --no-prefix-cache turns it off
+};
+
+// Blocks a byte budget holds for this model (f32 K/V, as BlockStorage keeps
+// them), via the shared capacity arithmetic.
+int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes);
+
+struct SeqStep {
+  SeqId seq = -1;
+  std::span<const int32_t> tokens;  // appended at positions tokens(seq) .. +n-1
+  bool all_logits = false;          // logits of every token, else of the last one
+};
+
+struct StepResult {
+  bool ok = false;              // false: not enough free KV blocks, nothing ran
+  std::vector<SeqId> no_room;   // the sequences whose reservation failed
+  std::vector<float> logits;    // [rows, n_vocab], rows in item order
+  std::vector<int64_t> row0;    // first row of each item
+  int n_vocab = 0;
+  const float* logits_of(size_t item, int token = -1) const {  // token -1 = last row of the item
+    const int64_t last = (item + 1 < row0.size() ? row0[item + 1] : int64_t(logits.size()) / n_vocab) - 1;
+    return logits.data() + size_t(token < 0 ? last : row0[item] + token) * size_t(n_vocab);
+  }
+};
+
+struct PagedStats {
+  KvStats kv;
+  int64_t forward_tokens = 0;  // tokens that went through the model in step()
+  int64_t steps = 0;
+  int64_t kv_bytes = 0;        // size of the pool's memory
+};
+
+class PagedEngine {
+ public:
+  // Throws std::invalid_argument when the block size is outside 1..256, the
+  // budget is missing, or the pool cannot hold one max_ctx-token sequence.
+  PagedEngine(Engine& engine, const PagedEngineOptions& opts);
+  PagedEngine(const PagedEngine&) = delete;
+  PagedEngine& operator=(const PagedEngine&) = delete;
+
+  // Registers a request; the longest cached chain of its prompt's full blocks
+  // is attached. The caller must step prompt[cached_tokens..] next (never
+  // empty: the last prompt token is always recomputed for its logits). The
+  // model identity is folded into `scope` here, so equal caller scopes on
+  // different models never share blocks.
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& scope = {});
+  // One Engine::forward over all items (each sequence at most once).
+  StepResult step(const std::vector<SeqStep>& items);
+  SeqId fork(SeqId seq) { return kv_.fork(seq); }
+  void release(SeqId seq) { kv_.release(seq); }
+  // Forget every cached block (cold prefix cache).
+  void drop_cached() { kv_.drop_cached(); }
+
+  const KvManager& kv() const { return kv_; }
+  int block_size() const { return kv_.block_size(); }
+  int max_ctx() const { return max_ctx_; }
+  int64_t n_blocks() const { return storage_->n_blocks(); }
+  PagedStats stats() const;
+  Engine& engine() { return engine_; }
+
+ private:
+  Engine& engine_;
+  int max_ctx_;
+  std::unique_ptr<BlockStorage> storage_;
+  KvManager kv_;
+  std::vector<SeqChunk> chunks_;
+  int64_t forward_tokens_ = 0, steps_ = 0;
+};
+
+// prompt[cached_tokens..]: what the caller steps after add().
+inline std::span<const int32_t> uncached_tail(std::span<const int32_t> prompt, const SeqAdmission& a) {
+  return prompt.subspan(size_t(a.cached_tokens));
+}
+
+}  // namespace kvs
