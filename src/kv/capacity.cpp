@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -23,6 +24,13 @@ uint64_t add_checked(uint64_t a, uint64_t b, const char* what) {
   if (__builtin_add_overflow(a, b, &r))
     throw std::overflow_error(std::string("kv capacity: ") + what + " overflows 64 bits");
   return r;
+}
+
+// "13477363712 B (12.55 GiB)": exact for scripts, readable for people.
+std::string bytes_str(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu B (%.2f GiB)", static_cast<unsigned long long>(b), double(b) / (1ull << 30));
+  return buf;
 }
 
 std::string lower(std::string s) {
@@ -166,10 +174,9 @@ CapacityResult estimate_capacity(const CapacityInput& in) {
   r.bytes_per_block = mul_checked(uint64_t(in.block_size), in.kv_bytes_per_token, "bytes per block");
   const uint64_t fixed = add_checked(in.weight_bytes, in.scratch_bytes, "weights + scratch");
   if (in.mem_budget_bytes <= fixed)
-    throw std::invalid_argument("memory budget of " + std::to_string(in.mem_budget_bytes) +
-                                " bytes cannot hold the weights (" + std::to_string(in.weight_bytes) +
-                                " bytes) plus scratch (" + std::to_string(in.scratch_bytes) +
-                                " bytes): no room is left for the KV cache");
+    throw std::invalid_argument("memory budget of " + bytes_str(in.mem_budget_bytes) + " cannot hold the weights, " +
+                                bytes_str(in.weight_bytes) + ", plus scratch, " + bytes_str(in.scratch_bytes) +
+                                ": no room is left for the KV cache");
   r.kv_budget_bytes = in.mem_budget_bytes - fixed;
   const uint64_t blocks = r.kv_budget_bytes / r.bytes_per_block;
   if (blocks > uint64_t(std::numeric_limits<int64_t>::max()))
