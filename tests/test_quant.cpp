@@ -152,8 +152,12 @@ TEST(QuantFp16, RoundingIsNearest) {
     }
     double err = std::fabs(double(fp16_to_f32(h)) - double(x));
     fp16_t up = h + 1, dn = h - 1;
-    if ((up & 0x7FFF) < 0x7C00) EXPECT_LE(err, std::fabs(double(fp16_to_f32(up)) - x)) << x;
-    if ((h & 0x7FFF) != 0) EXPECT_LE(err, std::fabs(double(fp16_to_f32(dn)) - x)) << x;
+    if ((up & 0x7FFF) < 0x7C00) {
+      EXPECT_LE(err, std::fabs(double(fp16_to_f32(up)) - x)) << x;
+    }
+    if ((h & 0x7FFF) != 0) {
+      EXPECT_LE(err, std::fabs(double(fp16_to_f32(dn)) - x)) << x;
+    }
   }
 }
 
