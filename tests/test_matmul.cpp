@@ -210,6 +210,25 @@ TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
   }
 }
 
+// Batches too large for the float GEMM's k-slice state (n * 4 rows * 64 B >
+// scratch) take the unsliced path; results must not change.
+TEST(Matmul, HugeBatch) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q4_0}) {
+    const int64_t rows = 9, cols = 96, n = 2100;
+    Weights W = make_weights(t, rows, cols, 17);
+    std::vector<float> x = make_x(n, cols, 4);
+    std::vector<float> ref(size_t(n * rows)), y(size_t(n * rows));
+    matmul_q8_reference(W.view, x.data(), cols, n, ref.data(), rows);
+    ThreadPool pool(2);
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard g(isa);
+      matmul(W.view, x.data(), cols, n, y.data(), rows, pool);
+      ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << type_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
 TEST(Matmul, HalfConversionMatchesQuant) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = mm::half_to_float(uint16_t(h)), b = fp16_to_f32(uint16_t(h));

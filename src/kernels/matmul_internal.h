@@ -110,7 +110,7 @@ struct Scratch {
   uint8_t* buf = nullptr;
   size_t bytes = 0;
 };
-constexpr size_t kScratchBytes = 256 * 1024;
+constexpr size_t kScratchBytes = 512 * 1024;
 
 // What one ISA provides. Row ranges [r0, r1) are a task's share of W; the
 // kernels write y[i * ldy + r] for i in [0, n), r in [r0, r1).

@@ -1,0 +1,114 @@
+// matmul micro-benchmarks at the 1.1B Llama shapes (dim 2048, ffn 8192,
+// vocab 32000).
+//   n = 1   decode matvec: memory bound -> counter GB/s of weight bytes. The
+//           weights are cycled through enough copies (>= 640 MB, over twice
+//           the L3) that every call streams from DRAM, like a real decode.
+//   n = 16  batched decode / n = 128 prefill: compute bound -> GFLOP/s
+//           (2 * rows * cols * n per call), one weight copy.
+// Run: build-kern/bench_matmul --benchmark_filter='Q4_0/2048x2048'
+// ISA: KVS_ISA=scalar|avx2|avx512 (default: best available).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
+
+namespace {
+
+using kvs::GgmlType;
+
+struct Shape {
+  int64_t rows, cols;
+  const char* what;
+};
+const Shape kShapes[] = {{2048, 2048, "wq"}, {8192, 2048, "w_up"}, {2048, 8192, "w_down"},
+                         {32000, 2048, "output"}};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::F32,
+                           GgmlType::BF16, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+struct Copies {
+  std::unique_ptr<uint8_t[], decltype(&std::free)> mem{nullptr, &std::free};
+  size_t matrix_bytes = 0;
+  int count = 0;
+};
+
+Copies make_weights(GgmlType t, const Shape& s, bool cold) {
+  const size_t rb = kvs::row_bytes(t, s.cols);
+  Copies c;
+  c.matrix_bytes = rb * size_t(s.rows);
+  c.count = cold ? int(std::max<size_t>(1, (size_t(640) << 20) / c.matrix_bytes + 1)) : 1;
+  const size_t total = c.matrix_bytes * size_t(c.count);
+  c.mem.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
+  // Quantize 64 distinct rows once, tile them over the matrix (the values do
+  // not change the speed; quantizing 640 MB with the reference would).
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> src(size_t(s.cols));  // [cols]
+  std::vector<uint8_t> rows(rb * 64);      // [64, rb]
+  for (int r = 0; r < 64; ++r) {
+    for (auto& v : src) v = nd(rng);
+    kvs::quantize_row(t, src.data(), rows.data() + rb * size_t(r), s.cols);
+  }
+  for (size_t r = 0; r < size_t(s.rows) * size_t(c.count); ++r)
+    std::memcpy(c.mem.get() + r * rb, rows.data() + (r % 64) * rb, rb);
+  return c;
+}
+
+void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
+  const bool cold = n == 1;
+  Copies c = make_weights(t, s, cold);
+  kvs::ThreadPool pool(threads);
+  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  kvs::WeightView w;
+  w.type = t;
+  w.rows = s.rows;
+  w.cols = s.cols;
+  w.row_stride = kvs::row_bytes(t, s.cols);
+  int idx = 0;
+  for (auto _ : state) {
+    w.data = c.mem.get() + c.matrix_bytes * size_t(idx);
+    idx = idx + 1 == c.count ? 0 : idx + 1;
+    kvs::matmul(w, x.data(), s.cols, n, y.data(), s.rows, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = double(state.iterations());
+  if (n == 1) {
+    state.counters["GB/s"] = benchmark::Counter(double(c.matrix_bytes) * iters / 1e9,
+                                                benchmark::Counter::kIsRate);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.rows) * double(s.cols) * double(n) * iters / 1e9,
+                                                 benchmark::Counter::kIsRate);
+  state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what);
+}
+
+int register_all() {
+  for (GgmlType t : kTypes)
+    for (const Shape& s : kShapes)
+      for (int64_t n : {1, 16, 128})
+        for (int threads : {1, 2}) {
+          const std::string name = kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" +
+                                   std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(n == 1 ? 0.3 : 0.5);
+        }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
