@@ -556,3 +556,105 @@ TEST(GgufFuzzCorpus, ReplayEveryFile) {
   }
   EXPECT_GT(n, 0);
 }
+
+// Regenerates fuzz/corpus/gguf (run with --gtest_also_run_disabled_tests
+// --gtest_filter='*WriteFuzzSeeds*'). Small files made by our writer, each
+// reaching a different part of the parser; under 10 KB each.
+TEST(GgufFuzzCorpus, DISABLED_WriteFuzzSeeds) {
+  const fs::path dir = fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "gguf";
+  fs::create_directories(dir);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 0.1f);
+  auto randv = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+  };
+  {  // every metadata value type, no tensors
+    GgufWriter w;
+    w.set_value("a.u8", val(GgufType::UINT8, uint64_t(1)));
+    w.set_value("a.i8", val(GgufType::INT8, int64_t(-1)));
+    w.set_value("a.u16", val(GgufType::UINT16, uint64_t(2)));
+    w.set_value("a.i16", val(GgufType::INT16, int64_t(-2)));
+    w.set_u32("a.u32", 3);
+    w.set_i32("a.i32", -3);
+    w.set_f32("a.f32", 0.5f);
+    w.set_bool("a.bool", true);
+    w.set_str("a.str", "text");
+    w.set_u64("a.u64", 4);
+    w.set_value("a.i64", val(GgufType::INT64, int64_t(-4)));
+    w.set_value("a.f64", val(GgufType::FLOAT64, 0.25));
+    w.set_str_array("a.strs", {"x", "yz"});
+    w.set_f32_array("a.f32s", {1.f, 2.f});
+    w.set_i32_array("a.i32s", {1, -1});
+    w.set_value("a.bools", arr_items(GgufType::BOOL, {val(GgufType::BOOL, false)}));
+    w.set_value("a.nested", arr_items(GgufType::ARRAY, {arr_ints(GgufType::UINT16, {5, 6})}));
+    w.write((dir / "meta_all_types.gguf").string());
+  }
+  auto tiny = [&](const std::string& arch, bool bias, GgmlType t, const std::string& file, int64_t d) {
+    // dim d, 1 layer, 2 heads (1 KV), ffn d, vocab 8.
+    GgufWriter w;
+    w.set_str("general.architecture", arch);
+    const std::string a = arch + ".";
+    w.set_u32(a + "embedding_length", static_cast<uint32_t>(d));
+    w.set_u32(a + "block_count", 1);
+    w.set_u32(a + "attention.head_count", 2);
+    w.set_u32(a + "attention.head_count_kv", 1);
+    w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(d));
+    w.set_u32(a + "context_length", 64);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    w.set_str("tokenizer.ggml.model", "llama");
+    w.set_str_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "b", "\xE2\x96\x81" "a", "ab", "ba"});
+    w.set_f32_array("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3, -4, -5});
+    w.set_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1});
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    auto m = [&](const std::string& n, int64_t rows, int64_t cols) { w.add_tensor_f32(n, t, {cols, rows}, randv(rows * cols).data()); };
+    auto v = [&](const std::string& n, int64_t len) { w.add_tensor_f32(n, GgmlType::F32, {len}, std::vector<float>(len, 1.f).data()); };
+    m("token_embd.weight", 8, d);
+    v("output_norm.weight", d);
+    v("blk.0.attn_norm.weight", d);
+    m("blk.0.attn_q.weight", d, d);
+    m("blk.0.attn_k.weight", d / 2, d);
+    m("blk.0.attn_v.weight", d / 2, d);
+    if (bias) {
+      v("blk.0.attn_q.bias", d);
+      v("blk.0.attn_k.bias", d / 2);
+      v("blk.0.attn_v.bias", d / 2);
+    }
+    m("blk.0.attn_output.weight", d, d);
+    v("blk.0.ffn_norm.weight", d);
+    m("blk.0.ffn_gate.weight", d, d);
+    m("blk.0.ffn_up.weight", d, d);
+    m("blk.0.ffn_down.weight", d, d);
+    w.write((dir / file).string());
+  };
+  tiny("llama", false, GgmlType::Q4_0, "tiny_llama_q4_0.gguf", 32);
+  tiny("qwen2", true, GgmlType::Q8_0, "tiny_qwen2_q8_0.gguf", 32);
+  tiny("llama", false, GgmlType::F16, "tiny_llama_f16.gguf", 16);
+  {  // K-quant and small types with a 64-byte alignment
+    GgufWriter w;
+    w.set_u32("general.alignment", 64);
+    w.add_tensor_f32("k4", GgmlType::Q4_K, {256}, randv(256).data());
+    w.add_tensor_f32("k5", GgmlType::Q5_K, {256}, randv(256).data());
+    w.add_tensor_f32("k6", GgmlType::Q6_K, {256}, randv(256).data());
+    w.add_tensor_f32("q41", GgmlType::Q4_1, {32, 2}, randv(64).data());
+    w.add_tensor_f32("q50", GgmlType::Q5_0, {32}, randv(32).data());
+    w.add_tensor_f32("q51", GgmlType::Q5_1, {32, 1, 1}, randv(32).data());
+    w.add_tensor_f32("bf", GgmlType::BF16, {4, 2, 1, 1}, randv(8).data());
+    w.write((dir / "kquants_align64.gguf").string());
+  }
+  {  // gpt2-style vocabulary only
+    GgufWriter w;
+    w.set_str("general.architecture", "gpt2");
+    w.set_str("tokenizer.ggml.model", "gpt2");
+    w.set_str("tokenizer.ggml.pre", "gpt-2");
+    w.set_str_array("tokenizer.ggml.tokens", {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0" "a"});
+    w.set_str_array("tokenizer.ggml.merges", {"a b", "\xC4\xA0 a"});
+    w.set_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 1, 1});
+    w.set_u32("tokenizer.ggml.bos_token_id", 0);
+    w.set_str("tokenizer.chat_template", "{{ messages }}");
+    w.write((dir / "vocab_gpt2.gguf").string());
+  }
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_LT(fs::file_size(e.path()), 10240u) << e.path();
+}
