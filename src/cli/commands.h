@@ -17,5 +17,6 @@ void add_make_model(CLI::App& app, Runner& run);
 void add_convert(CLI::App& app, Runner& run);
 void add_plan(CLI::App& app, Runner& run);
 void add_probe(CLI::App& app, Runner& run);
+void add_kv(CLI::App& app, Runner& run);  // kv-sim, kv-bench
 
 }  // namespace kvs::cli
