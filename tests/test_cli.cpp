@@ -15,7 +15,7 @@ namespace {
 
 TEST(Cli, GenerateJsonReproducesGolden) {
   json g = json::parse(test::read_file(test::shared("golden/stories260K/once.json")));
-  const int n = g["steps"].get<int>() - int(g["prompt_tokens"].size());
+  const int n = g["steps"].get<int>() - int(g["prompt_tokens"].size()) + 1;
   for (const char* m : {"stories260K.gguf", "stories260K.bin"}) {
     std::string out, err;
     int rc = test::run_kvserve({"generate", "-m", test::shared(std::string("models/stories260K/") + m), "-p",

@@ -12,9 +12,14 @@ namespace kvs {
 class Model;
 class ThreadPool;
 struct KvStorage;
+struct WeightView;
 
 struct EngineOptions {
   int n_threads = 0;  // 0 = one per core
+  // Float32 activations against exactly dequantized weights (the reference
+  // math; slow). Default: quantized weights use int8 activations in their dot
+  // products, as llama.cpp does.
+  bool exact = false;
 };
 
 // One sequence's slice of a batch: tokens at positions pos0 .. pos0+n_tokens-1.
@@ -54,6 +59,8 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Scratch> s_;
   ForwardStats stats_;
+  bool exact_ = false;
+  void mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
 };
 
 }  // namespace kvs

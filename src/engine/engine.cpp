@@ -38,12 +38,20 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts)
   if (!model_) throw std::invalid_argument("Engine: null model");
   int nt = opts.n_threads > 0 ? opts.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
   pool_ = std::make_unique<ThreadPool>(nt);
+  exact_ = opts.exact;
   s_->attn_scratch.resize(nt);
 }
 
 Engine::~Engine() = default;
 
 int Engine::n_threads() const { return pool_->size(); }
+
+void Engine::mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) {
+  if (exact_ && w.type != GgmlType::F32 && w.type != GgmlType::F16 && w.type != GgmlType::BF16)
+    matmul_reference(w, x, ldx, n, y, ldy);
+  else
+    matmul(w, x, ldx, n, y, ldy, *pool_);
+}
 
 static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
   if (!b) return;
@@ -115,9 +123,9 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
     const LayerWeights& L = w.layers[l];
     // --- attention block ---
     for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.attn_norm, &s.xn[t * dim], dim, c.rms_eps);
-    matmul(L.wq, s.xn.data(), dim, T, s.q.data(), qdim, pool);   // [T, qdim]
-    matmul(L.wk, s.xn.data(), dim, T, s.k.data(), kvdim, pool);  // [T, kvdim]
-    matmul(L.wv, s.xn.data(), dim, T, s.v.data(), kvdim, pool);  // [T, kvdim]
+    mm(L.wq, s.xn.data(), dim, T, s.q.data(), qdim);   // [T, qdim]
+    mm(L.wk, s.xn.data(), dim, T, s.k.data(), kvdim);  // [T, kvdim]
+    mm(L.wv, s.xn.data(), dim, T, s.v.data(), kvdim);  // [T, kvdim]
     add_bias(s.q.data(), L.bq, T, qdim);
     add_bias(s.k.data(), L.bk, T, kvdim);
     add_bias(s.v.data(), L.bv, T, kvdim);
@@ -139,15 +147,15 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       attention_group(&s.q[t * qdim], kv, l, ch.block_table, s.pos[t] + 1, g, shape, &s.att[t * qdim],
                       s.attn_scratch[thread].data());
     });
-    matmul(L.wo, s.att.data(), qdim, T, s.proj.data(), dim, pool);  // [T, dim]
+    mm(L.wo, s.att.data(), qdim, T, s.proj.data(), dim);  // [T, dim]
     for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
 
     // --- feed-forward block (SwiGLU) ---
     for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.ffn_norm, &s.xn[t * dim], dim, c.rms_eps);
-    matmul(L.w_gate, s.xn.data(), dim, T, s.gate.data(), ffn, pool);  // [T, ffn]
-    matmul(L.w_up, s.xn.data(), dim, T, s.up.data(), ffn, pool);      // [T, ffn]
+    mm(L.w_gate, s.xn.data(), dim, T, s.gate.data(), ffn);  // [T, ffn]
+    mm(L.w_up, s.xn.data(), dim, T, s.up.data(), ffn);      // [T, ffn]
     for (int64_t t = 0; t < T; ++t) swiglu_inplace(&s.gate[t * ffn], &s.up[t * ffn], ffn);
-    matmul(L.w_down, s.gate.data(), ffn, T, s.proj.data(), dim, pool);  // [T, dim]
+    mm(L.w_down, s.gate.data(), ffn, T, s.proj.data(), dim);  // [T, dim]
     for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
   }
 
@@ -165,7 +173,7 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
     }
   }
   logits.resize(size_t(n_out) * c.n_vocab);
-  matmul(w.output, s.out_rows.data(), dim, n_out, logits.data(), c.n_vocab, pool);  // [n_out, n_vocab]
+  mm(w.output, s.out_rows.data(), dim, n_out, logits.data(), c.n_vocab);  // [n_out, n_vocab]
 }
 
 }  // namespace kvs
