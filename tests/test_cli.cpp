@@ -3,6 +3,7 @@
 // error and a non-zero exit (never a crash).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -84,6 +85,37 @@ TEST(Cli, HelpOnEveryCommand) {
     std::string out, err;
     EXPECT_EQ(0, test::run_kvserve({cmd, "--help"}, &out, &err)) << cmd;
     EXPECT_NE(out.find("Usage"), std::string::npos) << cmd << ": " << out;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// A fresh machine has no ../shared: kvserve must still start, on a random
+// model it writes itself, and say so.
+TEST(Cli, DefaultModelWithoutSharedIsGeneratedAndAnnounced) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(test::temp_dir()) / "fresh";
+  fs::create_directories(root / "a" / "b");
+  const fs::path exe = root / "a" / "b" / "kvserve";
+  fs::copy_file(KVS_BINARY, exe, fs::copy_options::overwrite_existing);
+  const std::string cmd = "cd '" + root.string() + "/a' && env -u KVSERVE_SHARED XDG_CACHE_HOME='" + root.string() +
+                          "/cache' '" + exe.string() + "' generate -p hello -n 4 --temp 0 --ignore-eos --json 2>'" + root.string() +
+                          "/err.txt'";
+  for (int run = 0; run < 2; ++run) {  // second run reuses the written model
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << test::read_file((root / "err.txt").string());
+    const std::string err = test::read_file((root / "err.txt").string());
+    EXPECT_NE(err.find("RANDOM-WEIGHT"), std::string::npos) << err;
+    json r = json::parse(out);
+    EXPECT_EQ(r["tokens"].size(), 4u);
+    EXPECT_NE(r["model"].get<std::string>().find(root.string() + "/cache/kvserve/"), std::string::npos);
   }
 }
 
