@@ -162,32 +162,107 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
   for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
 }
 
+// Two panels (32 weight rows) x RT activation rows, one block at a time:
+// each broadcast activation dword feeds two vpdpbusd, which halves the load
+// traffic per integer op compared with one panel. Each pair runs one integer
+// chain (RT >= 4 gives enough independent chains) and then exactly the float
+// step of block_step(), so the results are bit-identical to it.
+template <int RT, bool MIN>
+void tile2_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb,
+                        const XBlock* xq, int64_t nb, int64_t i0, float* y, int64_t ldy,
+                        int64_t p0, __mmask16 valid_b) {
+  __m512 aa[RT], ab[RT];
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    aa[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+    ab[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
+  }
+  for (int64_t bb = 0; bb < kb; ++bb) {
+    const uint8_t* wa = sa + bb * kPanelBlockBytes;
+    const uint8_t* wb = sb + bb * kPanelBlockBytes;
+    const XBlock* xr[RT];
+    for (int i = 0; i < RT; ++i) xr[i] = xq + (i0 + i) * nb + kb0 + bb;
+    __m512i ia[RT], ib[RT];
+    for (int i = 0; i < RT; ++i) ia[i] = ib[i] = _mm512_set1_epi32(xr[i]->corr[0]);
+    for (int k = 0; k < 8; ++k) {
+      const __m512i va = _mm512_load_si512(wa + 64 * k), vb = _mm512_load_si512(wb + 64 * k);
+      for (int i = 0; i < RT; ++i) {
+        const __m512i xv = bcast4(xr[i]->q + 4 * k);
+        ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
+        ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
+      }
+    }
+    const __m512 wsa = _mm512_load_ps(reinterpret_cast<const float*>(wa + 512));
+    const __m512 wsb = _mm512_load_ps(reinterpret_cast<const float*>(wb + 512));
+    for (int i = 0; i < RT; ++i) {
+      const __m512 xd = _mm512_set1_ps(xr[i]->d);
+      aa[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[i]), _mm512_mul_ps(wsa, xd), aa[i]);
+      ab[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib[i]), _mm512_mul_ps(wsb, xd), ab[i]);
+    }
+    if (MIN) {
+      const __m512 wma = _mm512_load_ps(reinterpret_cast<const float*>(wa + 640));
+      const __m512 wmb = _mm512_load_ps(reinterpret_cast<const float*>(wb + 640));
+      for (int i = 0; i < RT; ++i) {
+        const __m512 xs = _mm512_set1_ps(xr[i]->s);
+        aa[i] = _mm512_fmadd_ps(wma, xs, aa[i]);
+        ab[i] = _mm512_fmadd_ps(wmb, xs, ab[i]);
+      }
+    }
+  }
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    _mm512_storeu_ps(yr, aa[i]);
+    _mm512_mask_storeu_ps(yr + L, valid_b, ab[i]);
+  }
+}
+
 template <bool SUB16, bool MIN>
 void tiles_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
-                        int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
-  int64_t i0 = 0;
+                        int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int64_t i0) {
   for (; i0 + R <= n; i0 += R) tile_from_scratch<R, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
   for (; i0 + 4 <= n; i0 += 4) tile_from_scratch<4, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
   for (; i0 < n; ++i0) tile_from_scratch<1, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
 }
 
-// General path: unpack a panel slice into scratch, run every activation row.
+template <bool SUB16, bool MIN>
+void run_slice(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, const XBlock* xq,
+               int64_t nb, int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid_a,
+               __mmask16 valid_b) {
+  int64_t i0 = 0;
+  if (!SUB16 && sb) {  // Q6_K's two chains per pair would not fit the registers
+    constexpr int RT2 = 6;
+    for (; i0 + RT2 <= n; i0 += RT2)
+      tile2_from_scratch<RT2, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+  }
+  tiles_from_scratch<SUB16, MIN>(sa, kb0, kb, xq, nb, n, y, ldy, p0, valid_a, i0);
+  if (sb) tiles_from_scratch<SUB16, MIN>(sb, kb0, kb, xq, nb, n, y, ldy, p0 + L, valid_b, i0);
+}
+
+// General path: unpack a slice of KB blocks of two panels (32 rows) into
+// scratch, then run every activation row against it.
 template <class U>
 void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                  float* y, int64_t ldy, Scratch scratch) {
   const int64_t nb = w.cols / kQBlock;
-  uint8_t* slice = scratch.buf;  // [KB blocks][704 B], 64-B aligned
-  Panel p;
-  for (int64_t p0 = r0; p0 < r1; p0 += L) {
-    make_panel(w, p0, r1, &p);
+  uint8_t* slice_a = scratch.buf;  // [KB blocks][704 B], 64-B aligned
+  uint8_t* slice_b = scratch.buf + KB * kPanelBlockBytes;
+  Panel pa, pb;
+  for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
+    make_panel(w, p0, r1, &pa);
+    const bool two = p0 + L < r1;
+    if (two) make_panel(w, p0 + L, r1, &pb);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
       // KB and kb0 are multiples of 8, so K-quant units never straddle slices.
-      for (int64_t bb = 0; bb < kb; bb += U::kBlocks)
-        unpack_to_scratch<U>(p, (kb0 + bb) / U::kBlocks, slice + bb * kPanelBlockBytes);
-      if (f.sub16) tiles_from_scratch<true, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
-      else if (f.has_min) tiles_from_scratch<false, true>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
-      else tiles_from_scratch<false, false>(slice, kb0, kb, xq, nb, n, y, ldy, p0, p.valid);
+      for (int64_t bb = 0; bb < kb; bb += U::kBlocks) {
+        unpack_to_scratch<U>(pa, (kb0 + bb) / U::kBlocks, slice_a + bb * kPanelBlockBytes);
+        if (two) unpack_to_scratch<U>(pb, (kb0 + bb) / U::kBlocks, slice_b + bb * kPanelBlockBytes);
+      }
+      const uint8_t* sb = two ? slice_b : nullptr;
+      const __mmask16 vb = two ? pb.valid : 0;
+      if (f.sub16) run_slice<true, false>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
+      else if (f.has_min) run_slice<false, true>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
+      else run_slice<false, false>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
     }
   }
 }
@@ -217,7 +292,7 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
 }  // namespace
 
 const IsaKernels& avx512_kernels() {
-  static const IsaKernels k{L, quantize_x_avx512, false, quant_rows_avx512,
+  static const IsaKernels k{2 * L, quantize_x_avx512, false, quant_rows_avx512,
                             float_rows_avx512};
   return k;
 }
