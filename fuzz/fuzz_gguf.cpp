@@ -43,10 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> row;
     for (const auto& t : f->tensors()) {
       if (t.nbytes) h = h + t.data[0] + t.data[t.nbytes - 1];
-      // Dequantize the first row of small supported tensors: reads exactly
-      // row_bytes(type, dims[0]) bytes, which the parser must have bounded.
+      // Dequantize the first row of small supported tensors (those with at
+      // least one row): reads row_bytes(type, dims[0]) <= nbytes bytes.
       const kvs::TypeTraits& tt = kvs::type_traits(t.type);
-      if (tt.supported && t.dims[0] > 0 && t.dims[0] <= 4096) {
+      if (tt.supported && t.dims[0] > 0 && t.dims[0] <= 4096 && t.nbytes >= kvs::row_bytes(t.type, t.dims[0])) {
         row.resize(static_cast<size_t>(t.dims[0]));
         kvs::dequantize_row(t.type, t.data, row.data(), t.dims[0]);
         h = h + (row[0] > 0);

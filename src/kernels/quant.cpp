@@ -629,7 +629,7 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   check_blocks(t, n, "dequantize_row");
   switch (t) {
     case GgmlType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case GgmlType::F16: {
       const uint8_t* p = static_cast<const uint8_t*>(src);
@@ -666,7 +666,7 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   check_blocks(t, n, "quantize_row");
   switch (t) {
     case GgmlType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case GgmlType::F16: {
       uint8_t* p = static_cast<uint8_t*>(dst);

@@ -325,7 +325,7 @@ class GgufParser {
       }
     } else if (et == GgufType::FLOAT32) {
       arr->f32.resize(count);
-      std::memcpy(arr->f32.data(), p_ + pos_, count * 4);
+      if (count) std::memcpy(arr->f32.data(), p_ + pos_, count * 4);  // data() may be null when empty
       pos_ += count * 4;
     } else if (is_integer(et)) {
       arr->ints.resize(count);
