@@ -1,0 +1,122 @@
+// The engine loop: the one thread that owns the scheduler, the KV pool and
+// the model while serving. Other threads (HTTP) talk to it only through this
+// class: submit() and cancel() never wait for a forward pass, events leave
+// through each request's non-blocking EventSink, metrics() is a snapshot.
+//
+//   EngineLoop loop(engine, &tokenizer, opts);      // starts the thread
+//   auto r = loop.submit(std::move(req));           // accepted, or rejected + Retry-After (429)
+//   ... req.sink receives TokenEvents on the engine thread ...
+//   loop.cancel(r.id);                              // client went away: blocks freed at once
+//   loop.drain();                                   // graceful stop: finish what was accepted
+//
+// Each step the loop asks the Scheduler for a batch (decodes first, then
+// prefill chunks under --max-batch-tokens and --max-seqs), runs one
+// Engine::forward over it, samples each choice from its own logits row with
+// its own Sampler, and turns tokens into text (Detokenizer + StopMatcher).
+// At temperature 0 a request's tokens do not depend on the batch, the
+// chunking, preemption or the prefix cache.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sched/request.h"
+#include "sched/sched_config.h"
+
+namespace kvs {
+class Engine;
+class Tokenizer;
+}  // namespace kvs
+
+namespace kvs::sched {
+
+class StepExecutor;  // scheduler.h: the KV pool + model behind the scheduler
+
+struct EngineLoopOptions {
+  SchedulerConfig sched;
+  int block_size = 16;             // --block-size (8..256)
+  uint64_t kv_memory_bytes = 0;    // --kv-memory; 0 = use kv_blocks
+  int64_t kv_blocks = 0;           // explicit pool size (tests, benchmarks)
+  int max_ctx = 0;                 // 0 = the model's training context
+  bool prefix_caching = true;
+  // Seconds on a monotonic clock; tests inject a fake one.
+  std::function<double()> clock;
+  // Log line per rejection (estimate, tenant hash, class; never prompt text).
+  // Default: one line on stderr. Set to a no-op to silence.
+  std::function<void(const std::string&)> log;
+};
+
+// Cumulative histogram with fixed upper bounds (Prometheus style).
+struct Histogram {
+  std::vector<double> bounds;    // ascending upper bounds, seconds
+  std::vector<uint64_t> counts;  // counts[i]: observations <= bounds[i] and > bounds[i-1]; last: > all bounds
+  double sum = 0;
+  uint64_t count = 0;
+  static Histogram latency();    // 1 ms .. 60 s, roughly x2 steps
+  void observe(double v);
+  double quantile(double q) const;  // upper bound of the bucket holding quantile q (approximation)
+};
+
+struct MetricsSnapshot {
+  int running_requests = 0, running_seqs = 0;
+  std::array<int, kNumSloClasses> queued{};          // waiting per class
+  int64_t kv_blocks_total = 0, kv_blocks_free = 0, kv_blocks_cached = 0, kv_blocks_used = 0;
+  int64_t kv_blocks_promised = 0;   // used + worst-case growth of running requests
+  int64_t kv_headroom_blocks = 0;
+  int block_size = 0;
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  std::array<int64_t, kNumRejectReasons> rejections{};  // by RejectReason
+  int64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0;
+  int64_t prompt_tokens = 0;        // over admitted requests (first admission)
+  int64_t prefill_tokens = 0;       // prompt (and recompute) tokens that went through the model
+  int64_t generated_tokens = 0;
+  int64_t steps = 0;
+  double drain_blocks_per_s = 0;    // smoothed rate of freed blocks (Retry-After basis)
+  Histogram ttft, tpot, e2e;        // seconds; tpot = (e2e - ttft) / (tokens - 1) per choice
+};
+
+class EngineLoop {
+ public:
+  // Serves `engine` (not owned; must outlive the loop) over a paged pool
+  // sized by opts. `tokenizer` (may be null: no text, no stop strings, EOS
+  // from the model's vocab is then not detected) must outlive the loop.
+  // Throws std::invalid_argument on bad options. Starts the engine thread.
+  EngineLoop(Engine& engine, const Tokenizer* tokenizer, const EngineLoopOptions& opts);
+  // Same over any executor (tests: a fake engine).
+  EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* tokenizer, const EngineLoopOptions& opts);
+  ~EngineLoop();  // shutdown()
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Thread-safe and quick (no forward pass in the way). Accepted requests are
+  // queued; their events arrive through req.sink. A rejected request gets no
+  // events. Retryable rejections carry retry_after_s (HTTP 429 Retry-After).
+  SubmitResult submit(Request req);
+  // Thread-safe. Aborts a queued or running request: its blocks are freed
+  // before the next step and its choices end with FinishReason::Cancelled.
+  // False when the id is unknown or already finished.
+  bool cancel(RequestId id);
+
+  MetricsSnapshot metrics() const;  // thread-safe snapshot
+  // Stop accepting (ShuttingDown) and block until every accepted request has
+  // finished. The thread keeps running (metrics stay readable).
+  void drain();
+  // Stop accepting; queued requests end Rejected(ShuttingDown), running ones
+  // Cancelled; joins the thread. Idempotent.
+  void shutdown();
+
+  const EngineLoopOptions& options() const;
+  int64_t kv_blocks_total() const;
+  int block_size() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvs::sched

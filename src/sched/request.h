@@ -1,0 +1,119 @@
+// What a client asks the engine loop for, and what comes back: plain data
+// shared by the scheduler, the engine loop and the HTTP server. Nothing here
+// touches the model or the KV pool.
+//
+//   Request      -> EngineLoop::submit  -> SubmitResult (accepted, or rejected
+//                                          with a reason and a Retry-After)
+//   TokenEvent*  <- the request's EventSink, from the engine thread; the last
+//                   event of each choice has finish != None and the usage.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "kv/prefix_hash.h"
+
+namespace kvs::sched {
+
+// Two service classes. Interactive requests have a tight time-to-first-token
+// target, a share of the pool held back for them and queue priority; batch
+// requests fill what is left, are preempted first and age (a batch request
+// that waited long enough is ordered like an interactive one).
+enum class SloClass : uint8_t { Interactive = 0, Batch = 1 };
+inline constexpr int kNumSloClasses = 2;
+const char* to_string(SloClass c);                        // "interactive" / "batch"
+std::optional<SloClass> parse_slo_class(const std::string& s);  // the names above
+
+// Unique among live requests; 0 in a Request means "assign one" (the
+// SubmitResult names it).
+using RequestId = uint64_t;
+
+struct TokenEvent;
+// Receives a request's events on the engine thread. Must not block: return
+// false when the consumer cannot take the event (queue full, client gone) and
+// the request is cancelled (its blocks are freed at once). The final event of
+// every choice is delivered even then (the return value is ignored).
+using EventSink = std::function<bool(TokenEvent&&)>;
+
+struct Request {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;        // token ids fed to the model (BOS included); not empty
+  SamplingParams sampling;            // temperature <= 0: greedy; seed: choice i uses seed + i
+  std::optional<int> max_tokens;      // hard stop; nullopt = the loop's default cap
+  std::vector<std::string> stop;      // stop strings (not part of the text)
+  bool ignore_eos = false;
+  int n = 1;                          // choices; n > 1 forks share the prompt's blocks
+  SloClass slo = SloClass::Interactive;
+  std::string tenant;                 // quota key (hashed in logs)
+  Scope scope;                        // prefix-cache scope, derived by the server (tenant, permissions)
+  bool logprobs = false;              // log-probability of each sampled token
+  int top_logprobs = 0;               // and the most likely alternatives (0..20)
+  EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
+};
+
+// Why a request did not run (or stopped early). Stable names: the server
+// puts them in the 429 body and the metrics label.
+enum class RejectReason : uint8_t {
+  None = 0,
+  Invalid,         // bad field (empty prompt, token out of range, n < 1, ...): HTTP 400
+  ContextLength,   // prompt + max_tokens exceeds the context window: HTTP 400
+  RequestShare,    // worst-case blocks exceed --max-request-share of the pool
+  TenantQuota,     // the tenant's reserved + queued blocks would exceed its quota
+  QueueFull,       // --max-queue requests already waiting
+  QueueTimeout,    // not admitted within its class's wait limit
+  ShuttingDown,    // drain()/shutdown() in progress
+};
+inline constexpr int kNumRejectReasons = 8;
+const char* to_string(RejectReason r);  // "invalid", "context_length", "request_share", ...
+// True for reasons that a retry later may cure (HTTP 429 with Retry-After);
+// false for Invalid/ContextLength/RequestShare (HTTP 400: the request itself is too big).
+bool retryable(RejectReason r);
+
+struct SubmitResult {
+  bool accepted = false;
+  RequestId id = 0;               // the request's id (assigned when the Request had 0)
+  RejectReason reason = RejectReason::None;
+  std::string message;            // one line for the client; never the prompt text
+  double retry_after_s = 0;       // > 0 for retryable rejections: estimate from the drain rate
+  int64_t need_blocks = 0;        // worst-case blocks the request would reserve (undiscounted)
+};
+
+enum class FinishReason : uint8_t {
+  None = 0,    // not finished (a token event)
+  Stop,        // EOS / end-of-turn token or a stop string
+  Length,      // max_tokens reached (or the context window)
+  Cancelled,   // cancel(), client disconnect, or the sink refused an event
+  Rejected,    // left the queue without running (QueueTimeout, ShuttingDown): see reject_reason
+  Error,       // internal failure confined to this request (message says what)
+};
+const char* to_string(FinishReason f);  // "stop", "length", "cancelled", "rejected", "error"
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;  // natural log of the softmax of the raw logits
+};
+
+struct Usage {
+  int prompt_tokens = 0;      // len(prompt)
+  int completion_tokens = 0;  // generated tokens over all choices
+  int cached_tokens = 0;      // prompt tokens whose K/V came from the prefix cache (first admission)
+};
+
+struct TokenEvent {
+  RequestId request = 0;
+  int choice = 0;             // 0 .. n-1
+  int32_t token = -1;         // -1 on a final event that carries no token
+  std::string text;           // newly final text (complete UTF-8, stop strings held back); may be ""
+  std::optional<TokenLogprob> logprob;        // when Request::logprobs
+  std::vector<TokenLogprob> top_logprobs;     // when Request::top_logprobs > 0, best first
+  FinishReason finish = FinishReason::None;   // set on the choice's last event
+  RejectReason reject_reason = RejectReason::None;  // with FinishReason::Rejected
+  std::string message;        // with Rejected / Error
+  double retry_after_s = 0;   // with Rejected
+  Usage usage;                // on final events (whole request, all choices so far)
+};
+
+}  // namespace kvs::sched
