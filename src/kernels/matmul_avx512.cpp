@@ -230,9 +230,16 @@ void run_slice(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, co
                __mmask16 valid_b) {
   int64_t i0 = 0;
   if (!SUB16 && sb) {  // Q6_K's two chains per pair would not fit the registers
-    constexpr int RT2 = 6;
-    for (; i0 + RT2 <= n; i0 += RT2)
-      tile2_from_scratch<RT2, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    for (; i0 + 6 <= n; i0 += 6) tile2_from_scratch<6, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    switch (n - i0) {
+      case 5: tile2_from_scratch<5, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 4: tile2_from_scratch<4, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 3: tile2_from_scratch<3, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 2: tile2_from_scratch<2, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 1: tile2_from_scratch<1, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      default: break;
+    }
+    i0 = n;
   }
   tiles_from_scratch<SUB16, MIN>(sa, kb0, kb, xq, nb, n, y, ldy, p0, valid_a, i0);
   if (sb) tiles_from_scratch<SUB16, MIN>(sb, kb0, kb, xq, nb, n, y, ldy, p0 + L, valid_b, i0);
