@@ -19,7 +19,7 @@ namespace {
 struct PlanArgs {
   std::string model, preset, weights = "f16";
   std::string mem, bandwidth, flops, profile, scratch;
-  bool probe = false, json = false;
+  bool probe = false, json = false, weights_given = false;
   std::string kv_type = "f16", svg_dir;
   int block_size = 16;
   int64_t batch = 1, ctx = 0, prompt = -1, max_tokens = -1;
@@ -57,7 +57,7 @@ int run_plan(const PlanArgs& a) {
   using namespace tools;
   PlanInput in;
   if (!a.model.empty()) {
-    if (a.weights != "f16") throw std::invalid_argument("--weights applies to presets; a GGUF's weight types are read from the file");
+    if (a.weights_given) throw std::invalid_argument("--weights applies to presets; a GGUF's weight types are read from the file");
     in.model = shape_from_gguf(a.model);
   } else {
     in.model = priced_shape(find_preset(a.preset), parse_weight_quant(a.weights));
@@ -97,7 +97,7 @@ void add_plan(CLI::App& app, Runner& run) {
   auto* m = c->add_option("-m,--model", a->model, "GGUF model (metadata and tensor table only; no weights are read)");
   auto* pr = c->add_option("--preset", a->preset, "built-in model shape: " + tools::preset_names());
   m->excludes(pr);
-  c->add_option("--weights", a->weights, "weight storage to price a preset at: f32, f16, bf16, q8_0, q6_k, q4_k, q4_0")
+  auto* wq = c->add_option("--weights", a->weights, "weight storage to price a preset at: f32, f16, bf16, q8_0, q6_k, q4_k, q4_0")
       ->capture_default_str();
   c->add_option("--mem", a->mem, "memory budget, e.g. 24GiB (default: the profile's, else this machine's RAM)");
   c->add_option("--bandwidth", a->bandwidth, "memory read bandwidth, e.g. 80GB/s");
@@ -119,8 +119,9 @@ void add_plan(CLI::App& app, Runner& run) {
   c->add_option("--scratch", a->scratch, "activation scratch memory, e.g. 512MiB (default: one 512-token step)");
   c->add_flag("--json", a->json, "print the plan as JSON");
   c->add_option("--svg", a->svg_dir, "write plots (kv_vs_context, decode_roofline, decode_vs_context) as SVG into DIR");
-  c->callback([a, &run, m, pr] {
+  c->callback([a, &run, m, pr, wq] {
     if (m->count() == 0 && pr->count() == 0) throw CLI::RequiredError("one of -m/--model or --preset");
+    a->weights_given = wq->count() > 0;
     run = [a] { return run_plan(*a); };
   });
 }
