@@ -3,6 +3,7 @@
 //   n = 1   decode matvec: memory bound -> counter GB/s of weight bytes. The
 //           weights are cycled through enough copies (>= 640 MB, over twice
 //           the L3) that every call streams from DRAM, like a real decode.
+//   n1hot   the same with one copy: kernel speed when the weights are cached.
 //   n = 16  batched decode / n = 128 prefill: compute bound -> GFLOP/s
 //           (2 * rows * cols * n per call), one weight copy.
 // On a shared machine wall time includes waiting for a core; for t1 runs the
@@ -74,8 +75,7 @@ Copies make_weights(GgmlType t, const Shape& s, bool cold) {
   return c;
 }
 
-void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
-  const bool cold = n == 1;
+void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads, bool cold) {
   Copies c = make_weights(t, s, cold);
   kvs::ThreadPool pool(threads);
   std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
@@ -102,7 +102,7 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
     if (n == 1) state.counters["GB/s_cpu"] = double(c.matrix_bytes) * iters / cpu / 1e9;
     state.counters["GFLOP/s_cpu"] = flops / cpu / 1e9;
   }
-  if (n == 1) {
+  if (n == 1) {  // n1: weights cycled through DRAM; n1hot: one copy, cache-resident if it fits
     state.counters["GB/s"] = benchmark::Counter(double(c.matrix_bytes) * iters / 1e9,
                                                 benchmark::Counter::kIsRate);
   }
@@ -113,12 +113,13 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
 int register_all() {
   for (GgmlType t : kTypes)
     for (const Shape& s : kShapes)
-      for (int64_t n : {1, 16, 128})
+      for (int64_t n : {int64_t(0), int64_t(1), int64_t(16), int64_t(128)})  // 0: n = 1, cache-hot
         for (int threads : {1, 2}) {
+          const bool cold = n == 1;
           const std::string name = kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" +
-                                   std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n, threads)
+                                   std::to_string(s.cols) + "/n" + (n == 0 ? "1hot" : std::to_string(n)) +
+                                   "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n == 0 ? 1 : n, threads, cold)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
