@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -179,7 +180,9 @@ class GgufParser {
       f_.alignment_ = static_cast<size_t>(al);
     }
 
-    f_.tensors_.reserve(n_tensors);
+    // Reservations are capped: a count is only bounded by the file size, and
+    // per-element structures are larger than their encoding.
+    f_.tensors_.reserve(static_cast<size_t>(std::min<uint64_t>(n_tensors, 4096)));
     for (uint64_t i = 0; i < n_tensors; ++i) f_.tensors_.push_back(tensor_info(i));
 
     // Data section: first multiple of the alignment after the infos. A
@@ -310,7 +313,7 @@ class GgufParser {
     const size_t count = static_cast<size_t>(n);
     if (et == GgufType::STRING) {
       // Vocabularies hold 50k-150k strings: read them straight into the typed view.
-      arr->strings.reserve(count);
+      arr->strings.reserve(std::min<size_t>(count, 1u << 20));
       for (size_t i = 0; i < count; ++i) {
         // Inline bounds checks: building a message per element would dominate.
         if (remaining() < 8) need(8, "key '" + key + "' string #" + std::to_string(i) + " length");
@@ -328,15 +331,16 @@ class GgufParser {
       if (count) std::memcpy(arr->f32.data(), p_ + pos_, count * 4);  // data() may be null when empty
       pos_ += count * 4;
     } else if (is_integer(et)) {
-      arr->ints.resize(count);
+      // int64 per element can be 8x the encoding (UINT8): grow as read.
+      arr->ints.reserve(std::min<size_t>(count, 1u << 20));
       for (size_t i = 0; i < count; ++i) {
         const GgufValue s = scalar_at(et);
         // UINT64 values above INT64_MAX wrap; no real metadata needs them.
-        arr->ints[i] = std::holds_alternative<uint64_t>(s.v) ? static_cast<int64_t>(std::get<uint64_t>(s.v))
-                                                            : std::get<int64_t>(s.v);
+        arr->ints.push_back(std::holds_alternative<uint64_t>(s.v) ? static_cast<int64_t>(std::get<uint64_t>(s.v))
+                                                                 : std::get<int64_t>(s.v));
       }
     } else {
-      arr->items.reserve(count);
+      arr->items.reserve(std::min<size_t>(count, 4096));
       for (size_t i = 0; i < count; ++i) arr->items.push_back(value(et, key, depth + 1));
     }
     GgufValue out;
