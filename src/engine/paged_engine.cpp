@@ -1,8 +1,8 @@
 #include "engine/paged_engine.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 
 #include "kv/capacity.h"
 #include "model/model.h"
@@ -75,14 +75,18 @@ SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scop
   return kv_.add_sequence(prompt, make_scope(engine_.model().identity(), caller));
 }
 
-StepResult PagedEngine::step(const std::vector<SeqStep>& items) {
-  StepResult r;
+void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
+  r.ok = false;
+  r.no_room.clear();
+  r.row0.clear();
   r.n_vocab = engine_.model().config().n_vocab;
-  std::unordered_set<SeqId> seen;
+  ids_.clear();
+  for (const SeqStep& it : items) ids_.push_back(it.seq);
+  std::sort(ids_.begin(), ids_.end());
+  if (auto d = std::adjacent_find(ids_.begin(), ids_.end()); d != ids_.end())
+    throw std::invalid_argument("paged engine: sequence " + std::to_string(*d) + " twice in one step");
   for (const SeqStep& it : items) {
     if (it.tokens.empty()) throw std::invalid_argument("paged engine: step item without tokens");
-    if (!seen.insert(it.seq).second)
-      throw std::invalid_argument("paged engine: sequence " + std::to_string(it.seq) + " twice in one step");
     if (int64_t(kv_.num_tokens(it.seq)) + int64_t(it.tokens.size()) > max_ctx_)
       throw std::length_error("sequence " + std::to_string(it.seq) + " would exceed the context size " +
                               std::to_string(max_ctx_));
@@ -99,7 +103,8 @@ StepResult PagedEngine::step(const std::vector<SeqStep>& items) {
     for (size_t i = reserved + 1; i < items.size(); ++i)
       if (kv_.blocks_needed(items[i].seq, int(items[i].tokens.size())) > kv_.pool().n_available())
         r.no_room.push_back(items[i].seq);
-    return r;
+    r.logits.clear();
+    return;
   }
   chunks_.clear();
   int64_t rows = 0;
@@ -109,14 +114,14 @@ StepResult PagedEngine::step(const std::vector<SeqStep>& items) {
     r.row0.push_back(rows);
     rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
   }
-  if (!chunks_.empty()) engine_.forward(chunks_, storage_->view(), r.logits);
+  if (chunks_.empty()) r.logits.clear();
+  else engine_.forward(chunks_, storage_->view(), r.logits);
   for (const SeqStep& it : items) {
     kv_.commit(it.seq, it.tokens);
     forward_tokens_ += int64_t(it.tokens.size());
   }
   ++steps_;
   r.ok = true;
-  return r;
 }
 
 PagedStats PagedEngine::stats() const {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kv/block_storage.h"
@@ -82,7 +83,13 @@ class PagedEngine {
   // different models never share blocks.
   SeqAdmission add(std::span<const int32_t> prompt, const Scope& scope = {});
   // One Engine::forward over all items (each sequence at most once).
-  StepResult step(const std::vector<SeqStep>& items);
+  StepResult step(const std::vector<SeqStep>& items) {
+    StepResult r;
+    step(items, r);
+    return r;
+  }
+  // Same, reusing `out`'s buffers (the decode loop: no allocation per step).
+  void step(const std::vector<SeqStep>& items, StepResult& out);
   SeqId fork(SeqId seq) { return kv_.fork(seq); }
   void release(SeqId seq) { kv_.release(seq); }
   // Forget every cached block (cold prefix cache).
@@ -101,6 +108,7 @@ class PagedEngine {
   std::unique_ptr<BlockStorage> storage_;
   KvManager kv_;
   std::vector<SeqChunk> chunks_;
+  std::vector<SeqId> ids_;  // duplicate check
   int64_t forward_tokens_ = 0, steps_ = 0;
 };
 

@@ -64,10 +64,14 @@ double decode_paged(Engine& e, const KvBenchOptions& o, const std::vector<int32_
   for (size_t i = 1; i < fill.size(); i += 2) pe.release(fill[i]);
   auto a = pe.add(prompt);
   if (!pe.step({{a.seq, prompt}}).ok) throw std::logic_error("kv-bench: prefill did not fit");
+  StepResult out;
+  std::vector<SeqStep> item(1);
   const auto t0 = clock_t_::now();
-  for (int i = 0; i < o.n_gen; ++i)
-    if (!pe.step({{a.seq, std::span<const int32_t>(&gen[size_t(i)], 1)}}).ok)
-      throw std::logic_error("kv-bench: decode did not fit");
+  for (int i = 0; i < o.n_gen; ++i) {
+    item[0] = {a.seq, std::span<const int32_t>(&gen[size_t(i)], 1)};
+    pe.step(item, out);
+    if (!out.ok) throw std::logic_error("kv-bench: decode did not fit");
+  }
   return o.n_gen / seconds_since(t0);
 }
 
