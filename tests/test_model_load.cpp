@@ -10,7 +10,9 @@
 #include <random>
 #include <set>
 
+#include "engine/local_sequence.h"
 #include "gguf_test_util.h"
+#include "kvserve/engine.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tools/make_model.h"
@@ -384,6 +386,21 @@ TEST(Convert, Llama2cToGgufEqualsSharedGguf) {
   EXPECT_EQ(mq->weights().layers[0].w_down.type, GgmlType::F16);
   auto r0 = rowf(mq->weights().layers[0].wq, 5), r1 = rowf(b->weights().layers[0].wq, 5);
   for (size_t i = 0; i < r0.size(); ++i) EXPECT_NEAR(r0[i], r1[i], 0.01f);
+}
+
+TEST(Convert, LogitsEqualTheBin) {
+  if (!shared_available()) GTEST_SKIP();
+  const std::string out = tmp("stories-conv-logits.gguf");
+  convert_llama2c(shared(kStoriesBin), "", out, GgmlType::F32);
+  EngineOptions eo;
+  eo.n_threads = 1;
+  Engine eb(Model::load(shared(kStoriesBin)), eo), eg(Model::load(out), eo);
+  LocalSequence sb(eb, 64), sg(eg, 64);
+  const std::vector<int32_t> toks = {1, 403, 407, 261, 378, 300, 42, 259};
+  const std::vector<float> lb = sb.eval(toks, true);
+  const std::vector<float>& lg = sg.eval(toks, true);
+  ASSERT_EQ(lb.size(), toks.size() * 512);
+  EXPECT_EQ(lb, lg);  // same weights, same arithmetic: bit-identical
 }
 
 // ---- random models ---------------------------------------------------------------------
