@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -18,7 +19,11 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
   s << "kvserve-model-v1|" << c.arch << '|' << c.n_vocab << '|' << c.dim << '|' << c.n_layers << '|'
     << c.n_heads << '|' << c.n_kv_heads << '|' << c.head_dim << '|' << c.ffn_dim << '|' << c.n_rot << '|'
     << c.rope_theta << '|' << c.rms_eps << '|' << static_cast<int>(c.rope) << '|' << c.has_qkv_bias << '|'
-    << c.tied_output << '|' << c.sliding_window << '|' << c.weight_bytes << '|' << file_size << '|' << path;
+    << c.tied_output << '|' << c.sliding_window << '|' << c.weight_bytes << '|' << file_size << '|';
+  // The canonical path, so "m.gguf" and "./m.gguf" are the same model.
+  std::error_code ec;
+  const std::filesystem::path canon = std::filesystem::weakly_canonical(path, ec);
+  s << (ec ? path : canon.string());
   const std::string msg = s.str();
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
