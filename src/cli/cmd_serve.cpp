@@ -1,0 +1,208 @@
+// `kvserve serve`: the OpenAI-compatible HTTP server (docs/SERVER.md).
+// Loads the model, starts the engine loop and the HTTP threads, prints one
+// ready line, then waits for SIGTERM/SIGINT and shuts down gracefully: stop
+// accepting, let in-flight requests finish within --shutdown-timeout, abort
+// the rest (their streams end properly), exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/paged_engine.h"
+#include "sched/engine_loop.h"
+#include "server/api_service.h"
+#include "server/chat_template.h"
+#include "server/http_server.h"
+#include "server/tenants.h"
+#include "tools/kv_memory.h"
+
+namespace kvs::cli {
+
+namespace {
+
+struct ServeArgs {
+  ModelArgs m;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int ctx = 0;
+  std::string kv_memory;
+  int block_size = 16;
+  int max_seqs = 64, max_batch_tokens = 512, max_queue = 256, default_max_tokens = 256;
+  double max_request_share = 0.25, kv_headroom = 0.05, interactive_wait_s = 10, batch_wait_s = 300;
+  bool no_prefix_cache = false;
+  std::string api_keys, cache_secret_file, chat_template = "auto", served_model_name;
+  int http_threads = 4;
+  double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
+  std::string body_limit = "8MiB";
+  size_t stream_queue = 4096;
+};
+
+std::vector<uint8_t> read_secret(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("--cache-secret-file: cannot open " + path);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+size_t parse_body_limit(const std::string& s) {
+  // Same grammar as sizes elsewhere ("8MiB"); plain digits are bytes.
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == 0) throw std::runtime_error("--body-limit '" + s + "': expected a size like 8MiB or 1048576");
+  const uint64_t v = std::stoull(s.substr(0, i));
+  const std::string u = s.substr(i);
+  const uint64_t mul = u.empty() || u == "B" ? 1 : u == "KiB" ? 1024 : u == "MiB" ? 1 << 20 : u == "GiB" ? 1 << 30 : 0;
+  if (mul == 0) throw std::runtime_error("--body-limit '" + s + "': units are B, KiB, MiB, GiB");
+  return size_t(v * mul);
+}
+
+int run_serve(const ServeArgs& a) {
+  // Signals go to the main thread only (sigwait below): block them before
+  // any thread (compute pool, engine, HTTP) exists so that all inherit it.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a vanished client is a write error, not a dead server
+
+  // Everything that can be wrong with the flags fails before the model loads.
+  std::unique_ptr<server::TenantRegistry> tenants =
+      a.api_keys.empty() ? std::make_unique<server::TenantRegistry>() : server::TenantRegistry::from_file(a.api_keys);
+  if (!a.cache_secret_file.empty()) tenants->set_secret(read_secret(a.cache_secret_file));
+  const size_t body_limit = parse_body_limit(a.body_limit);
+
+  Loaded l = load_all(a.m);
+  std::string note;
+  const server::ChatFamily chat = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
+  std::fprintf(stderr, "kvserve: %s\n", note.c_str());
+  const int n_ctx_model = l.model->config().n_ctx_train;
+  const int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
+  if (ctx <= 1) throw std::runtime_error("the context size is unknown; pass --ctx");
+
+  sched::EngineLoopOptions lo;
+  lo.sched.max_batch_tokens = a.max_batch_tokens;
+  lo.sched.max_seqs = a.max_seqs;
+  lo.sched.max_queue = a.max_queue;
+  lo.sched.max_request_share = a.max_request_share;
+  lo.sched.kv_headroom = a.kv_headroom;
+  lo.sched.default_max_tokens = a.default_max_tokens;
+  lo.sched.wait_limit_s = {a.interactive_wait_s, a.batch_wait_s};
+  lo.block_size = a.block_size;
+  lo.max_ctx = ctx;
+  lo.prefix_caching = !a.no_prefix_cache;
+  if (!a.kv_memory.empty()) {
+    lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
+  } else {
+    // Default: enough for --max-seqs full contexts, at most 20% of the
+    // memory available now.
+    const int64_t want = int64_t(a.max_seqs) * ((ctx + a.block_size - 1) / a.block_size) + 1;
+    const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"));
+    lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
+  }
+  sched::EngineLoop loop(*l.engine, l.tok.get(), lo);
+
+  server::ApiOptions ao;
+  const std::filesystem::path mp(l.model->path());
+  ao.model_id = a.served_model_name.empty() ? mp.stem().string() : a.served_model_name;
+  ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string()};
+  ao.model_identity = l.model->identity();
+  ao.ctx = ctx;
+  ao.default_max_tokens = a.default_max_tokens;
+  ao.chat = chat;
+  ao.stream_queue_events = a.stream_queue;
+  server::ApiService api(loop, *l.tok, *tenants, ao);
+
+  server::HttpOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.threads = a.http_threads;
+  ho.body_limit = body_limit;
+  ho.header_timeout_s = a.header_timeout_s;
+  ho.body_timeout_s = a.body_timeout_s;
+  ho.write_timeout_s = a.write_timeout_s;
+  server::HttpServer http(api, ho);
+  http.start();
+  api.set_ready(true);
+  std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, %s)\n",
+              a.host.c_str(), http.port(), ao.model_id.c_str(), ctx, static_cast<long long>(loop.kv_blocks_total()),
+              loop.block_size(), tenants->auth_required() ? "API keys required" : "no auth");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "kvserve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               a.shutdown_timeout_s);
+  api.set_draining(true);
+  http.stop_accepting();
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000));
+  while (clock::now() < deadline) {
+    const sched::MetricsSnapshot m = loop.metrics();
+    if (m.running_requests == 0 && m.queued[0] + m.queued[1] == 0 && http.active_requests() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Whatever still runs is aborted; its streams still get their final chunk.
+  loop.shutdown();
+  const auto flush_deadline = clock::now() + std::chrono::seconds(2);
+  while (http.active_requests() > 0 && clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http.stop();
+  std::fprintf(stderr, "kvserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
+  add_model_args(c, a->m);
+  c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", a->port, "TCP port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  c->add_option("-c,--ctx", a->ctx, "Context window per request (default: the model's)")->check(CLI::Range(0, 1 << 22));
+  c->add_option("--kv-memory", a->kv_memory,
+                "KV pool size (2GiB) or share of available RAM (40%) (default: --max-seqs full contexts, at most 20%)");
+  c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(8, 256));
+  c->add_option("--max-seqs", a->max_seqs, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens through the model per step")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--max-queue", a->max_queue, "Requests waiting for admission before 429")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  c->add_option("--max-request-share", a->max_request_share, "Largest share of the KV pool one request may need")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  c->add_option("--kv-headroom", a->kv_headroom, "Share of the KV pool never promised")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+  c->add_option("--interactive-wait", a->interactive_wait_s, "Seconds an interactive request may wait before 429")
+      ->capture_default_str();
+  c->add_option("--batch-wait", a->batch_wait_s, "Seconds a batch request may wait before 429")->capture_default_str();
+  c->add_option("--default-max-tokens", a->default_max_tokens, "max_tokens when a request names none")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse K/V of equal prompt prefixes");
+  c->add_option("--api-keys", a->api_keys, "JSON file of sha256 key hashes -> tenants (default: no auth)");
+  c->add_option("--cache-secret-file", a->cache_secret_file,
+                "Secret for prefix-cache scopes (default: random per process)");
+  c->add_option("--chat-template", a->chat_template, "auto, llama2, llama3, chatml, mistral or plain")
+      ->capture_default_str();
+  c->add_option("--served-model-name", a->served_model_name, "Model id for clients (default: the file's stem)");
+  c->add_option("--http-threads", a->http_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
+  c->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to finish in-flight requests on SIGTERM")
+      ->capture_default_str();
+  c->add_option("--header-timeout", a->header_timeout_s, "Seconds for an idle connection / request head")
+      ->capture_default_str();
+  c->add_option("--body-timeout", a->body_timeout_s, "Seconds for a request body")->capture_default_str();
+  c->add_option("--write-timeout", a->write_timeout_s, "Seconds a client may stall a write before it is cut off")
+      ->capture_default_str();
+  c->add_option("--body-limit", a->body_limit, "Largest request body (larger: 413)")->capture_default_str();
+  c->add_option("--stream-buffer", a->stream_queue, "Events buffered per request before a slow client is cut off")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  c->callback([a, &run] { run = [a] { return run_serve(*a); }; });
+}
+
+}  // namespace kvs::cli

@@ -1,0 +1,79 @@
+// The HTTP API without the sockets: routes a parsed HTTP request to
+// /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics or
+// /admin/tenants/{id}/revoke. Completion requests are authenticated, parsed,
+// tokenized, checked against the context and the tenant's quota and
+// submitted to the engine loop, all on the calling (HTTP) thread and without
+// waiting for the engine; what comes back is either a whole response or an
+// Exchange that the session polls as events arrive.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sched/engine_loop.h"
+#include "server/chat_template.h"
+#include "server/exchange.h"
+#include "server/metrics_text.h"
+#include "server/tenants.h"
+
+namespace kvs {
+class Tokenizer;
+}
+
+namespace kvs::server {
+
+struct ApiOptions {
+  std::string model_id;                   // the name clients send as "model" (and /v1/models lists)
+  std::vector<std::string> model_aliases; // also accepted (file name, path)
+  std::string model_identity;             // Model::identity(): part of every cache scope
+  int ctx = 0;                            // context window (prompt + completion), tokens
+  int default_max_tokens = 256;           // when a request names none (capped by the context)
+  ChatFamily chat = ChatFamily::Plain;
+  size_t stream_queue_events = 4096;      // per-request engine -> socket bound
+};
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path (and query)
+  std::string authorization;
+  std::string body;
+};
+
+struct Routed {
+  HttpResponse response;               // used when exchange is null
+  std::shared_ptr<Exchange> exchange;  // an accepted completion request
+};
+
+class ApiService {
+ public:
+  ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegistry& tenants, ApiOptions opts);
+
+  // `wake` is handed to the request's event queue: it runs on the engine
+  // thread and must only post work to the caller's strand.
+  Routed handle(const HttpRequest& req, std::function<void()> wake);
+
+  void set_ready(bool on) { ready_ = on; }
+  void set_draining(bool on) { draining_ = on; }
+  bool draining() const { return draining_; }
+  ServerCounters& counters() { return counters_; }
+  const ApiOptions& options() const { return opts_; }
+
+ private:
+  Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
+  HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
+  HttpResponse models() const;
+  HttpResponse fail(const ApiError& e, const std::string& reject_label = {});
+
+  sched::EngineLoop& loop_;
+  const Tokenizer& tok_;
+  TenantRegistry& tenants_;
+  ApiOptions opts_;
+  ServerCounters counters_;
+  std::atomic<bool> ready_{false}, draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+  std::string id_salt_;
+};
+
+}  // namespace kvs::server

@@ -1,0 +1,385 @@
+#include "server/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+
+namespace kvs::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
+
+std::string status_line(int status) {
+  const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+// A complete response with Content-Length (the body is already known).
+std::string full_response(const HttpResponse& r, bool keep_alive) {
+  std::string s = status_line(r.status);
+  s += "Server: kvserve\r\nContent-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";
+  s += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  s += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return s + r.body;
+}
+
+std::string sse_head(bool chunked) {
+  std::string s = status_line(200);
+  s += "Server: kvserve\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+  // HTTP/1.0 clients get the stream until the connection closes.
+  s += chunked ? "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return s;
+}
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  ApiService& api;
+  HttpOptions opts;
+  std::atomic<int>& active;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::steady_timer accept_retry;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
+
+  Impl(ApiService& a, HttpOptions o, std::atomic<int>& act)
+      : api(a), opts(std::move(o)), active(act), ioc(std::max(1, opts.threads)), acceptor(ioc), accept_retry(ioc) {}
+  void do_accept();
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket sock, std::shared_ptr<HttpServer::Impl> srv)
+      : stream_(std::move(sock)), strand_(stream_.get_executor()), srv_(std::move(srv)), write_timer_(strand_) {}
+  ~Session() { end_request(); }
+
+  void start() { do_read(); }
+
+ private:
+  beast::tcp_stream stream_;
+  net::any_io_executor strand_;
+  std::shared_ptr<HttpServer::Impl> srv_;
+  net::steady_timer write_timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+
+  std::shared_ptr<Exchange> ex_;
+  bool in_request_ = false;
+  bool keep_alive_ = true, chunked_ = true;
+  std::string pending_, writing_;  // bytes to write next / in flight
+  bool writing_now_ = false, response_done_ = false, closed_ = false;
+  bool watch_pending_ = false, read_after_watch_ = false;
+
+  // ---- reading a request ----
+  void do_read() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->body_limit(srv_->opts.body_limit);
+    parser_->header_limit(std::uint32_t(srv_->opts.header_limit));
+    stream_.expires_after(ms(srv_->opts.header_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    auto& req = parser_->get();
+    if (beast::iequals(req[http::field::expect], "100-continue")) {
+      // curl sends larger bodies only after this.
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(ms(srv_->opts.body_timeout_s));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  }
+
+  void read_failed(beast::error_code ec) {
+    // Timeouts (slow or idle clients) and hang-ups just close; requests
+    // that are too big or malformed get a short error first.
+    if (ec == http::error::body_limit)
+      return reply_and_close(413, "request_too_large", "the request body exceeds the limit");
+    if (ec == http::error::header_limit)
+      return reply_and_close(431, "headers_too_large", "the request headers exceed the limit");
+    if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted)
+      return close();
+    return reply_and_close(400, "bad_request", "malformed HTTP request");
+  }
+
+  void reply_and_close(int status, const char* code, const char* msg) {
+    ApiError e;
+    e.status = status;
+    e.code = code;
+    e.message = msg;
+    srv_->api.counters().count_status(status);
+    keep_alive_ = false;
+    stream_.expires_never();
+    pending_ += full_response(error_response(e), false);
+    response_done_ = true;
+    flush();
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    stream_.expires_never();
+    auto& req = parser_->get();
+    keep_alive_ = req.keep_alive();
+    chunked_ = req.version() >= 11;
+    HttpRequest hr;
+    hr.method = std::string(req.method_string());
+    hr.target = std::string(req.target());
+    hr.authorization = std::string(req[http::field::authorization]);
+    hr.body = std::move(req.body());
+    parser_.reset();
+    in_request_ = true;
+    ++srv_->active;
+    response_done_ = false;
+    std::weak_ptr<Session> weak = weak_from_this();
+    net::any_io_executor strand = strand_;
+    auto wake = [weak, strand] {
+      if (auto s = weak.lock()) net::post(strand, [s] { s->pump(); });
+    };
+    Routed r;
+    try {
+      r = srv_->api.handle(hr, wake);
+    } catch (const std::exception& e) {
+      // Never let one request's bug take the process down; log without content.
+      std::fprintf(stderr, "kvserve: internal error handling %s %s: %s\n", hr.method.c_str(),
+                   hr.target.substr(0, 64).c_str(), e.what());
+      ApiError err;
+      err.status = 500;
+      err.type = "server_error";
+      err.message = "internal error";
+      r.response = error_response(err);
+    }
+    if (r.exchange) {
+      ex_ = std::move(r.exchange);
+      start_watch();
+      pump();  // events may already be queued
+      return;
+    }
+    if (srv_->api.draining()) keep_alive_ = false;
+    pending_ += full_response(r.response, keep_alive_);
+    response_done_ = true;
+    flush();
+  }
+
+  // ---- noticing a client that hangs up while its request runs ----
+  void start_watch() {
+    if (watch_pending_ || closed_) return;
+    watch_pending_ = true;
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->on_watch(ec, n);
+    });
+  }
+
+  void on_watch(beast::error_code ec, size_t n) {
+    watch_pending_ = false;
+    if (!ec) buffer_.commit(n);  // a pipelined next request: kept for the parser
+    if (read_after_watch_) {
+      read_after_watch_ = false;
+      return do_read();
+    }
+    if (closed_) return;
+    if (ec && ec != net::error::operation_aborted) {
+      if (ex_) ex_->client_gone();
+      return close();
+    }
+    if (ex_ && buffer_.size() < 65536) start_watch();
+  }
+
+  // ---- writing ----
+  void pump() {
+    if (!ex_ || closed_) return;
+    // Do not format further ahead of a slow socket: the engine-side queue
+    // fills instead, and its overflow cuts the client off.
+    if (writing_now_ && pending_.size() > srv_->opts.max_pending_bytes) return;
+    Exchange::Output out = ex_->poll();
+    if (out.cut_off) {
+      ex_->client_gone();
+      return close();
+    }
+    if (out.full) {
+      if (srv_->api.draining()) keep_alive_ = false;
+      pending_ += full_response(*out.full, keep_alive_);
+      response_done_ = true;
+    } else {
+      if (out.start_stream) {
+        srv_->api.counters().stream_opened();
+        streaming_ = true;
+        pending_ += sse_head(chunked_);
+        if (!chunked_) keep_alive_ = false;
+      }
+      if (!out.data.empty()) pending_ += chunked_ ? http_chunk(out.data) : out.data;
+      if (out.done) {
+        if (chunked_) pending_ += http_chunk("");
+        response_done_ = true;
+      }
+    }
+    flush();
+  }
+  bool streaming_ = false;
+
+  void flush() {
+    if (writing_now_ || closed_) return;
+    if (pending_.empty()) {
+      if (response_done_) finish_request();
+      return;
+    }
+    writing_.swap(pending_);
+    pending_.clear();
+    writing_now_ = true;
+    write_timer_.expires_after(ms(srv_->opts.write_timeout_s));
+    write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      // A client that does not read for this long is cut off.
+      if (!ec && self->writing_now_) {
+        if (self->ex_) self->ex_->client_gone();
+        self->close();
+      }
+    });
+    net::async_write(stream_, net::buffer(writing_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+  }
+
+  void on_write(beast::error_code ec) {
+    writing_now_ = false;
+    write_timer_.cancel();
+    if (closed_) return;
+    if (ec) {
+      if (ex_) ex_->client_gone();
+      return close();
+    }
+    if (ex_ && !response_done_) return pump();  // it may have held back
+    flush();
+  }
+
+  void end_request() {
+    if (streaming_) {
+      srv_->api.counters().stream_closed();
+      streaming_ = false;
+    }
+    ex_.reset();  // cancels a request still running, releases quota, logs
+    if (in_request_) {
+      in_request_ = false;
+      --srv_->active;
+    }
+  }
+
+  void finish_request() {
+    end_request();
+    response_done_ = false;
+    if (!keep_alive_ || srv_->api.draining()) {
+      beast::error_code ec;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+      return close();
+    }
+    if (watch_pending_) {
+      // The pending watch read must finish before the parser reads again.
+      read_after_watch_ = true;
+      beast::error_code ec;
+      stream_.socket().cancel(ec);
+      return;
+    }
+    do_read();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    write_timer_.cancel();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+    end_request();
+  }
+};
+
+}  // namespace
+
+void HttpServer::Impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
+    if (!self->acceptor.is_open()) return;
+    if (ec) {
+      // Out of descriptors and the like: back off instead of spinning.
+      self->accept_retry.expires_after(std::chrono::milliseconds(50));
+      self->accept_retry.async_wait([self](beast::error_code e) {
+        if (!e) self->do_accept();
+      });
+      return;
+    }
+    std::make_shared<Session>(std::move(s), self)->start();
+    self->do_accept();
+  });
+}
+
+HttpServer::HttpServer(ApiService& api, HttpOptions opts) : impl_(std::make_shared<Impl>(api, std::move(opts), active_)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+  Impl& m = *impl_;
+  const std::string where = m.opts.host + ":" + std::to_string(m.opts.port);
+  beast::error_code ec;
+  const auto addr = net::ip::make_address(m.opts.host, ec);
+  if (ec) throw std::runtime_error("--host '" + m.opts.host + "' is not an IP address");
+  const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
+  m.acceptor.open(ep.protocol(), ec);
+  if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(ep, ec);
+  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
+  port_ = m.acceptor.local_endpoint().port();
+  m.guard.emplace(net::make_work_guard(m.ioc));
+  m.do_accept();
+  for (int i = 0; i < std::max(1, m.opts.threads); ++i)
+    threads_.emplace_back([impl = impl_] {
+      for (;;) {
+        try {
+          impl->ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "kvserve: http thread: %s\n", e.what());
+        }
+      }
+    });
+}
+
+void HttpServer::stop_accepting() {
+  net::post(impl_->ioc, [impl = impl_] {
+    beast::error_code ec;
+    impl->acceptor.close(ec);
+    impl->accept_retry.cancel();
+  });
+}
+
+void HttpServer::stop() {
+  if (threads_.empty()) return;
+  impl_->guard.reset();
+  impl_->ioc.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace kvs::server

@@ -1,0 +1,359 @@
+#include "server/openai_codec.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kvs::server {
+
+using nlohmann::json;
+using sched::FinishReason;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return dump(json{{"error", err}});
+}
+
+ApiError bad_request(const std::string& message, const std::string& param) {
+  ApiError e;
+  e.status = 400;
+  e.message = message;
+  e.param = param;
+  return e;
+}
+
+namespace {
+
+// Field readers: absent or null -> nullopt; wrong type -> 400 naming it.
+const json* field(const json& o, const char* k) {
+  auto it = o.find(k);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> get_number(const json& o, const char* k, double lo, double hi) {
+  const json* v = field(o, k);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad_request(std::string("'") + k + "' must be a number", k);
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi)
+    throw bad_request(std::string("'") + k + "' must be between " + json(lo).dump() + " and " + json(hi).dump(), k);
+  return d;
+}
+
+std::optional<int64_t> get_int(const json& o, const char* k, int64_t lo, int64_t hi) {
+  const json* v = field(o, k);
+  if (!v) return std::nullopt;
+  // 3.0 is accepted as 3 (some clients send floats); 3.5 is not.
+  if (!v->is_number() || (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>()))
+    throw bad_request(std::string("'") + k + "' must be an integer", k);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw bad_request(std::string("'") + k + "' is out of range", k);
+  const double d = v->get<double>();
+  if (d < double(lo) || d > double(hi))
+    throw bad_request(std::string("'") + k + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi), k);
+  return v->is_number_float() ? int64_t(d) : v->get<int64_t>();
+}
+
+std::optional<bool> get_bool(const json& o, const char* k) {
+  const json* v = field(o, k);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad_request(std::string("'") + k + "' must be true or false", k);
+  return v->get<bool>();
+}
+
+std::string message_content(const json& c, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "].content";
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {  // [{"type": "text", "text": "..."}, ...]
+    std::string s;
+    for (const auto& part : c) {
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        throw bad_request(where + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
+      s += part["text"].get<std::string>();
+    }
+    return s;
+  }
+  throw bad_request(where + " must be a string or an array of text parts", "messages");
+}
+
+std::optional<sched::SloClass> parse_priority(const json& o) {
+  for (const char* k : {"slo_class", "priority"}) {
+    const json* v = field(o, k);
+    if (!v) continue;
+    if (v->is_string()) {
+      auto c = sched::parse_slo_class(v->get<std::string>());
+      if (!c) throw bad_request(std::string("'") + k + "' must be \"interactive\" or \"batch\"", k);
+      return c;
+    }
+    // vLLM's integer priority: lower runs first. 0 and below = interactive.
+    auto p = get_int(o, k, -1000000, 1000000);
+    return *p <= 0 ? sched::SloClass::Interactive : sched::SloClass::Batch;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ParsedRequest parse_request(Endpoint ep, const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    // nlohmann's message names the byte offset, not the content.
+    throw bad_request(std::string("request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw bad_request("request body must be a JSON object");
+  ParsedRequest r;
+  r.endpoint = ep;
+  if (const json* m = field(j, "model")) {
+    if (!m->is_string()) throw bad_request("'model' must be a string", "model");
+    r.model = m->get<std::string>();
+  }
+  if (ep == Endpoint::Completions) {
+    const json* p = field(j, "prompt");
+    if (!p) throw bad_request("'prompt' is required", "prompt");
+    if (p->is_string()) {
+      r.prompt = p->get<std::string>();
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      r.prompt = (*p)[0].get<std::string>();
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
+      std::vector<int32_t> ids;
+      for (const auto& t : *p) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+          throw bad_request("'prompt' token ids must be non-negative integers", "prompt");
+        ids.push_back(int32_t(t.get<int64_t>()));
+      }
+      r.prompt_ids = std::move(ids);
+    } else {
+      throw bad_request("'prompt' must be a string, a one-element array of strings or an array of token ids "
+                        "(several prompts per request are not supported; use n or several requests)",
+                        "prompt");
+    }
+  } else {
+    const json* m = field(j, "messages");
+    if (!m || !m->is_array() || m->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
+    for (size_t i = 0; i < m->size(); ++i) {
+      const json& x = (*m)[i];
+      if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+        throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
+      ChatMessage cm;
+      cm.role = x["role"].get<std::string>();
+      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
+          cm.role != "tool")
+        throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
+      if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
+      cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
+      r.messages.push_back(std::move(cm));
+    }
+  }
+
+  // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
+  r.sampling.temperature = float(get_number(j, "temperature", 0, 2).value_or(1.0));
+  r.sampling.top_p = float(get_number(j, "top_p", 0, 1).value_or(1.0));
+  if (r.sampling.top_p <= 0) throw bad_request("'top_p' must be greater than 0", "top_p");
+  r.sampling.top_k = int(get_int(j, "top_k", -1, 1 << 20).value_or(0));
+  if (r.sampling.top_k < 0) r.sampling.top_k = 0;  // -1 (vLLM) = off
+  r.sampling.min_p = float(get_number(j, "min_p", 0, 1).value_or(0.0));
+  r.sampling.repeat_penalty = float(get_number(j, "repetition_penalty", 0.01, 10).value_or(1.0));
+  if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    r.sampling.seed = uint64_t(*s);
+    r.seeded = true;
+  }
+  // chat: max_completion_tokens is the newer name; max_tokens still works.
+  const char* mt_key = (ep == Endpoint::Chat && field(j, "max_completion_tokens")) ? "max_completion_tokens" : "max_tokens";
+  if (auto mt = get_int(j, mt_key, 1, 1 << 24)) r.max_tokens = int(*mt);
+  if (const json* s = field(j, "stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      for (const auto& x : *s) {
+        if (!x.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad_request("'stop' must be a string or an array of strings", "stop");
+    }
+    if (int(r.stop.size()) > kMaxStops) throw bad_request("'stop' has more than 16 strings", "stop");
+    for (const auto& x : r.stop)
+      if (x.empty() || x.size() > kMaxStopBytes)
+        throw bad_request("each 'stop' string must be 1..256 bytes long", "stop");
+  }
+  r.n = int(get_int(j, "n", 1, kMaxChoices).value_or(1));
+  r.stream = get_bool(j, "stream").value_or(false);
+  if (const json* so = field(j, "stream_options")) {
+    if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    r.include_usage = get_bool(*so, "include_usage").value_or(false);
+  }
+  if (ep == Endpoint::Completions) {
+    // Legacy completions: "logprobs": k = the sampled token plus k alternatives.
+    if (auto lp = get_int(j, "logprobs", 0, kMaxTopLogprobs)) {
+      r.logprobs = true;
+      r.top_logprobs = int(*lp);
+    }
+  } else {
+    r.logprobs = get_bool(j, "logprobs").value_or(false);
+    if (auto tl = get_int(j, "top_logprobs", 0, kMaxTopLogprobs)) {
+      if (!r.logprobs && *tl > 0) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      r.top_logprobs = int(*tl);
+    }
+  }
+  r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
+  r.slo = parse_priority(j);
+  return r;
+}
+
+const char* finish_reason_name(FinishReason f) {
+  switch (f) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "abort";
+    case FinishReason::Rejected: return "abort";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: break;
+  }
+  return "stop";
+}
+
+json usage_json(const sched::Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}
+json chat_logprob_entry(const sched::TokenLogprob& lp, const std::vector<sched::TokenLogprob>& top,
+                        const TokenText& tt) {
+  const std::string s = tt(lp.token);
+  json e = {{"token", s}, {"logprob", lp.logprob}, {"bytes", bytes_of(s)}};
+  json alts = json::array();
+  for (const auto& a : top) {
+    const std::string as = tt(a.token);
+    alts.push_back({{"token", as}, {"logprob", a.logprob}, {"bytes", bytes_of(as)}});
+  }
+  e["top_logprobs"] = alts;
+  return e;
+}
+
+// Legacy completions: parallel arrays.
+void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vector<sched::TokenLogprob>& top,
+                        const TokenText& tt, int64_t offset) {
+  lp["tokens"].push_back(tt(t.token));
+  lp["token_logprobs"].push_back(t.logprob);
+  json alts = json::object();
+  for (const auto& a : top) alts[tt(a.token)] = a.logprob;
+  lp["top_logprobs"].push_back(alts);
+  lp["text_offset"].push_back(offset);
+}
+
+json empty_legacy_logprobs() {
+  return json{{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+}
+
+}  // namespace
+
+json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                         const sched::Usage& usage, bool logprobs, const TokenText& tt) {
+  json out;
+  out["id"] = meta.id;
+  out["object"] = ep == Endpoint::Chat ? "chat.completion" : "text_completion";
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  json arr = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json ch;
+    ch["index"] = i;
+    json lp = nullptr;
+    if (logprobs) {
+      if (ep == Endpoint::Chat) {
+        lp = json{{"content", json::array()}};
+        for (size_t k = 0; k < c.logprobs.size(); ++k)
+          lp["content"].push_back(chat_logprob_entry(c.logprobs[k], c.top_logprobs.at(k), tt));
+      } else {
+        lp = empty_legacy_logprobs();
+        int64_t off = 0;
+        for (size_t k = 0; k < c.logprobs.size(); ++k) {
+          add_legacy_logprob(lp, c.logprobs[k], c.top_logprobs.at(k), tt, off);
+          off += int64_t(tt(c.logprobs[k].token).size());
+        }
+      }
+    }
+    if (ep == Endpoint::Chat) {
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      ch["text"] = c.text;
+    }
+    ch["logprobs"] = lp;
+    ch["finish_reason"] = finish_reason_name(c.finish);
+    arr.push_back(std::move(ch));
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
+                  const TokenText& tt) {
+  const bool final = e.finish != FinishReason::None;
+  const bool has_lp = logprobs && e.logprob.has_value();
+  if (e.text.empty() && !final && !has_lp && !(first && ep == Endpoint::Chat)) return nullptr;
+  json out;
+  out["id"] = meta.id;
+  out["object"] = ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  json ch;
+  ch["index"] = e.choice;
+  json lp = nullptr;
+  if (has_lp) {
+    if (ep == Endpoint::Chat) {
+      lp = json{{"content", json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)})}};
+    } else {
+      lp = empty_legacy_logprobs();
+      add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, 0);
+    }
+  }
+  if (ep == Endpoint::Chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!e.text.empty() || first) delta["content"] = e.text;
+    ch["delta"] = std::move(delta);
+  } else {
+    ch["text"] = e.text;
+  }
+  ch["logprobs"] = lp;
+  ch["finish_reason"] = final ? json(finish_reason_name(e.finish)) : json(nullptr);
+  out["choices"] = json::array({std::move(ch)});
+  return out;
+}
+
+json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u) {
+  json out;
+  out["id"] = meta.id;
+  out["object"] = ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  out["choices"] = json::array();
+  out["usage"] = usage_json(u);
+  return out;
+}
+
+}  // namespace kvs::server

@@ -1,0 +1,101 @@
+// OpenAI JSON <-> the engine loop's plain data: request bodies of
+// /v1/completions and /v1/chat/completions in, response objects, stream
+// chunks and error objects out. No sockets, no model: pure functions that
+// the HTTP layer calls and tests can call directly.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "sched/request.h"
+#include "server/chat_template.h"
+
+namespace kvs::server {
+
+// An error with its HTTP status, in OpenAI's shape:
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string code;     // "" -> null
+  std::string message;  // one line; never echoes prompt text
+  std::string param;    // "" -> null
+  double retry_after_s = 0;  // > 0: Retry-After header (429)
+};
+std::string error_body(const ApiError& e);
+ApiError bad_request(const std::string& message, const std::string& param = {});
+
+enum class Endpoint { Completions, Chat };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;                          // "" when absent (the served model is meant)
+  std::string prompt;                         // completions: the prompt text
+  std::optional<std::vector<int32_t>> prompt_ids;  // completions: prompt given as token ids
+  std::vector<ChatMessage> messages;          // chat
+  std::optional<int> max_tokens;
+  SamplingParams sampling;
+  bool seeded = false;                        // "seed" given (else the server draws one)
+  std::vector<std::string> stop;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;                 // stream_options.include_usage
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool ignore_eos = false;
+  std::optional<sched::SloClass> slo;         // "priority" / "slo_class"
+};
+
+// Limits on fields (beyond the HTTP body limit).
+inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxStops = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+inline constexpr int kMaxTopLogprobs = 20;
+
+// Parses and validates a request body; throws ApiError (400) naming the
+// field. Unknown fields are ignored (as OpenAI-compatible servers do); a
+// field of the wrong type is an error; null counts as absent.
+ParsedRequest parse_request(Endpoint ep, const std::string& body);
+
+// What one choice produced, for the non-streaming response.
+struct ChoiceResult {
+  std::string text;
+  sched::FinishReason finish = sched::FinishReason::None;
+  std::vector<sched::TokenLogprob> logprobs;               // one per token, when asked
+  std::vector<std::vector<sched::TokenLogprob>> top_logprobs;
+};
+
+// Token id -> its text (bytes; may be a partial UTF-8 character).
+using TokenText = std::function<std::string(int32_t)>;
+
+struct ResponseMeta {
+  std::string id;       // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+const char* finish_reason_name(sched::FinishReason f);  // "stop", "length", "abort", "error"
+nlohmann::json usage_json(const sched::Usage& u);
+
+// The complete response of a non-streaming request.
+nlohmann::json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                                   const sched::Usage& usage, bool logprobs, const TokenText& token_text);
+
+// One streamed chunk for an event of choice `e.choice` (text and/or finish).
+// `first` marks the choice's first chunk (chat: carries the role). Returns
+// null JSON when the event has nothing to say (no text, no logprob, not final).
+nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first,
+                            bool logprobs, const TokenText& token_text);
+// The usage-only chunk sent before [DONE] when stream_options.include_usage.
+nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u);
+
+// JSON text for the wire: invalid UTF-8 (split characters in logprob tokens)
+// becomes U+FFFD instead of an exception.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace kvs::server
