@@ -1,0 +1,680 @@
+// kvserve serve over real sockets on 127.0.0.1: a raw HTTP client (framing,
+// malformed input), curl (SSE), the official OpenAI Node SDK, tenant
+// isolation of the prefix cache, 429 backpressure, disconnects, 256
+// concurrent streams and graceful SIGTERM.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/sha.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "test_util.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string stories() { return kvs::test::shared("models/stories260K/stories260K.gguf"); }
+std::string tiny_llama() { return kvs::test::shared("models/tiny-random/tiny-llama-f16.gguf"); }
+
+// ---- a kvserve serve child process ----
+class Server {
+ public:
+  explicit Server(std::vector<std::string> args) {
+    log_ = kvs::test::temp_dir() + "/serve-" + std::to_string(counter_++) + ".log";
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      const int err = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, 2);
+      close(out[0]);
+      std::vector<std::string> full = {KVS_BINARY, "serve", "--port", "0", "--threads", "2"};
+      full.insert(full.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& s : full) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    // The ready line names the port.
+    std::string line;
+    char c;
+    const double t0 = now_s();
+    while (now_s() - t0 < 120) {
+      pollfd p{out[0], POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      if (read(out[0], &c, 1) != 1) break;
+      if (c == '\n') {
+        std::smatch m;
+        if (std::regex_search(line, m, std::regex("listening on http://[0-9.]+:([0-9]+)"))) {
+          port_ = std::stoi(m[1]);
+          break;
+        }
+        line.clear();
+      } else {
+        line += c;
+      }
+    }
+    stdout_fd_ = out[0];
+    if (port_ == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      throw std::runtime_error("kvserve serve did not start; log:\n" + kvs::test::read_file(log_));
+    }
+  }
+  ~Server() {
+    if (pid_ > 0) stop();
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+  }
+  // SIGTERM and wait; returns the exit status (-1 when it had to be killed).
+  int stop(double timeout_s = 30) {
+    if (pid_ <= 0) return status_;
+    kill(pid_, SIGTERM);
+    const double t0 = now_s();
+    int st = 0;
+    while (now_s() - t0 < timeout_s) {
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = 0;
+        return status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &st, 0);
+    pid_ = 0;
+    return status_ = -1;
+  }
+  bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0; }
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const { return kvs::test::read_file(log_); }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  int port_ = 0, stdout_fd_ = -1, status_ = 0;
+  std::string log_;
+};
+
+// ---- a small blocking HTTP/1.1 client ----
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{120, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += size_t(n);
+  }
+  return true;
+}
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+  std::vector<double> chunk_times;             // arrival time of each HTTP chunk (streams)
+  json js() const { return json::parse(body); }
+  std::vector<json> events() const {  // SSE data objects; "[DONE]" -> null
+    std::vector<json> v;
+    size_t p = 0;
+    while (true) {
+      const size_t e = body.find("\n\n", p);
+      if (e == std::string::npos) break;
+      const std::string ev = body.substr(p, e - p);
+      p = e + 2;
+      if (ev.rfind("data: ", 0) != 0) continue;
+      const std::string d = ev.substr(6);
+      v.push_back(d == "[DONE]" ? json(nullptr) : json::parse(d));
+    }
+    return v;
+  }
+};
+
+// Reads one response from fd. `stop_after_chunks` > 0: return after that many
+// body chunks (the caller then closes: a client that goes away).
+Reply read_reply(int fd, int stop_after_chunks = 0) {
+  Reply r;
+  std::string buf;
+  auto fill = [&]() {
+    char tmp[16384];
+    const ssize_t n = recv(fd, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf.append(tmp, size_t(n));
+    return true;
+  };
+  size_t he;
+  while ((he = buf.find("\r\n\r\n")) == std::string::npos)
+    if (!fill()) return r;
+  std::istringstream hs(buf.substr(0, he));
+  std::string line;
+  std::getline(hs, line);
+  r.status = std::stoi(line.substr(9, 3));
+  while (std::getline(hs, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t c = line.find(':');
+    if (c == std::string::npos) continue;
+    std::string k = line.substr(0, c), v = line.substr(c + 1);
+    for (auto& ch : k) ch = char(std::tolower(ch));
+    while (!v.empty() && v[0] == ' ') v.erase(0, 1);
+    r.headers[k] = v;
+  }
+  buf.erase(0, he + 4);
+  if (r.headers.count("content-length")) {
+    const size_t len = std::stoul(r.headers["content-length"]);
+    while (buf.size() < len)
+      if (!fill()) break;
+    r.body = buf.substr(0, len);
+  } else if (r.headers["transfer-encoding"] == "chunked") {
+    while (true) {
+      size_t le;
+      while ((le = buf.find("\r\n")) == std::string::npos)
+        if (!fill()) return r;
+      const size_t len = std::stoul(buf.substr(0, le), nullptr, 16);
+      while (buf.size() < le + 2 + len + 2)
+        if (!fill()) return r;
+      if (len == 0) break;
+      r.body += buf.substr(le + 2, len);
+      r.chunk_times.push_back(now_s());
+      buf.erase(0, le + 2 + len + 2);
+      if (stop_after_chunks > 0 && int(r.chunk_times.size()) >= stop_after_chunks) return r;
+    }
+  } else {
+    while (fill()) {
+    }
+    r.body = buf;
+  }
+  return r;
+}
+
+Reply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
+              const std::string& key = "", int stop_after_chunks = 0) {
+  const int fd = connect_to(port);
+  if (fd < 0) return Reply{};
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
+  req += "\r\n" + body;
+  send_all(fd, req);
+  Reply r = read_reply(fd, stop_after_chunks);
+  close(fd);
+  return r;
+}
+
+Reply post(int port, const std::string& path, const json& body, const std::string& key = "") {
+  return request(port, "POST", path, body.dump(), key);
+}
+
+double metric(int port, const std::string& name) {
+  const Reply r = request(port, "GET", "/metrics");
+  std::istringstream is(r.body);
+  std::string line;
+  while (std::getline(is, line))
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  return -1;
+}
+
+std::string sha256_hex(const std::string& s) {
+  unsigned char h[32];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), h);
+  char out[65];
+  for (int i = 0; i < 32; ++i) std::snprintf(out + 2 * i, 3, "%02x", h[i]);
+  return out;
+}
+
+// Text of roughly n tokens for stories260K (each word ~1-2 tokens).
+std::string words(int n, int salt = 0) {
+  static const char* w[] = {"the", "cat", "dog", "sun", "tree", "house", "river", "small", "big", "happy",
+                            "park", "ball", "friend", "mom", "little", "girl", "boy", "bird", "fish", "cake"};
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::string(i ? " " : "") + w[(i * 7 + salt * 3 + i / 5) % 20];
+  return s;
+}
+
+#define REQUIRE_SHARED()                                                   \
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available"
+
+}  // namespace
+
+TEST(Server, HealthModelsMetricsAndRoutes) {
+  REQUIRE_SHARED();
+  Server s({"-m", stories()});
+  EXPECT_EQ(request(s.port(), "GET", "/health").status, 200);
+  const Reply m = request(s.port(), "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(m.js()["data"][0]["id"], "stories260K");
+  const Reply mt = request(s.port(), "GET", "/metrics");
+  ASSERT_EQ(mt.status, 200);
+  for (const char* name :
+       {"kvserve_requests_total", "kvserve_requests_rejected_total", "kvserve_running_requests",
+        "kvserve_queue_depth{class=\"interactive\"}", "kvserve_kv_blocks_total", "kvserve_kv_blocks_free",
+        "kvserve_kv_blocks_cached", "kvserve_kv_blocks_used", "kvserve_kv_usage_ratio",
+        "kvserve_prefix_cache_queries_tokens_total", "kvserve_prefix_cache_hits_tokens_total",
+        "kvserve_preemptions_total", "kvserve_time_to_first_token_seconds_bucket",
+        "kvserve_time_per_output_token_seconds_count", "kvserve_e2e_request_latency_seconds_sum",
+        "kvserve_prompt_tokens_total", "kvserve_generation_tokens_total"})
+    EXPECT_NE(mt.body.find(name), std::string::npos) << name;
+  EXPECT_EQ(request(s.port(), "GET", "/nope").status, 404);
+  const Reply unk = post(s.port(), "/v1/completions", {{"model", "gpt-4"}, {"prompt", "hi"}});
+  EXPECT_EQ(unk.status, 404);
+  EXPECT_EQ(unk.js()["error"]["code"], "model_not_found");
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, GreedyOutputEqualsGenerateOnGoldens) {
+  REQUIRE_SHARED();
+  Server s({"-m", stories()});
+  for (const char* g : {"once", "cat", "park", "long"}) {
+    const json gold = json::parse(kvs::test::read_file(kvs::test::shared(std::string("golden/stories260K/") + g + ".json")));
+    const std::string prompt = gold["prompt"];
+    const int n = int(gold["steps"]) - int(gold["prompt_tokens"].size());
+    std::string out;
+    ASSERT_EQ(kvs::test::run_kvserve({"generate", "-m", stories(), "-p", prompt, "-n", std::to_string(n), "--temp", "0",
+                                      "--json"},
+                                     &out),
+              0);
+    const json gen = json::parse(out);
+    const Reply r = post(s.port(), "/v1/completions",
+                         {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = r.js();
+    EXPECT_EQ(j["choices"][0]["text"], gen["text"]) << g;
+    EXPECT_EQ(j["usage"]["prompt_tokens"], gold["prompt_tokens"].size()) << g;
+    EXPECT_EQ(j["usage"]["completion_tokens"], gold["generated"].size()) << g;
+    // Streamed: the same text, chunk by chunk, then [DONE].
+    const Reply st = post(s.port(), "/v1/completions",
+                          {{"model", "stories260K"}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0},
+                           {"stream", true}});
+    ASSERT_EQ(st.status, 200);
+    EXPECT_EQ(st.headers.at("content-type"), "text/event-stream");
+    std::string text;
+    const auto ev = st.events();
+    ASSERT_FALSE(ev.empty());
+    EXPECT_TRUE(ev.back().is_null());
+    for (const auto& e : ev)
+      if (!e.is_null()) text += e["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(text, gen["text"]) << g;
+  }
+  // No prompt text in the logs.
+  s.stop();
+  EXPECT_EQ(s.log().find("Once upon a time"), std::string::npos);
+}
+
+TEST(Server, CurlSseFraming) {
+  REQUIRE_SHARED();
+  if (std::system("curl --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "curl is not installed";
+  Server s({"-m", stories()});
+  const std::string dir = kvs::test::temp_dir();
+  const std::string cmd = "curl -sS -N -D " + dir + "/h.txt -o " + dir + "/b.txt " + s.url() +
+                          "/v1/chat/completions -H 'Content-Type: application/json' -d "
+                          "'{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],"
+                          "\"max_tokens\":20,\"stream\":true,\"stream_options\":{\"include_usage\":true}}'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string h = kvs::test::read_file(dir + "/h.txt"), b = kvs::test::read_file(dir + "/b.txt");
+  EXPECT_NE(h.find("text/event-stream"), std::string::npos);
+  EXPECT_NE(h.find("chunked"), std::string::npos);
+  // Every event is "data: {json}\n\n"; the last is [DONE]; the one before carries usage.
+  ASSERT_GE(b.size(), 14u);
+  EXPECT_EQ(b.substr(b.size() - 14), "data: [DONE]\n\n");
+  std::vector<json> ev;
+  size_t p = 0;
+  while (p < b.size()) {
+    const size_t e = b.find("\n\n", p);
+    ASSERT_NE(e, std::string::npos);
+    ASSERT_EQ(b.compare(p, 6, "data: "), 0);
+    const std::string d = b.substr(p + 6, e - p - 6);
+    if (d != "[DONE]") ev.push_back(json::parse(d));
+    p = e + 2;
+  }
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(ev.back()["choices"].empty());
+  EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 20);
+  EXPECT_TRUE(ev.back()["usage"]["prompt_tokens_details"].contains("cached_tokens"));
+  EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
+}
+
+TEST(Server, NodeOpenAiSdk) {
+  REQUIRE_SHARED();
+  if (std::system("node --version > /dev/null 2>&1 && npm --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "node/npm are not installed";
+  const fs::path src = fs::path(__FILE__).parent_path() / "node";  // tests/node beside this file
+  const fs::path dir = fs::path(KVS_BINARY).parent_path() / "node-sdk";
+  fs::create_directories(dir);
+  fs::copy_file(src / "package.json", dir / "package.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(src / "sdk_test.mjs", dir / "sdk_test.mjs", fs::copy_options::overwrite_existing);
+  if (!fs::exists(dir / "node_modules" / "openai")) {
+    const std::string cmd = "cd '" + dir.string() +
+                            "' && npm install --no-audit --no-fund --no-package-lock --loglevel=error > npm.log 2>&1";
+    if (std::system(cmd.c_str()) != 0)
+      GTEST_SKIP() << "npm install openai@6 failed (no registry access?): " << kvs::test::read_file(dir / "npm.log");
+  }
+  Server s({"-m", stories()});
+  const std::string cmd = "cd '" + dir.string() + "' && node sdk_test.mjs " + s.url() + " stories260K 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("SDK OK"), std::string::npos) << out;
+}
+
+TEST(Server, MalformedInputCorpus) {
+  REQUIRE_SHARED();
+  Server s({"-m", stories(), "--header-timeout", "2", "--body-timeout", "2", "--body-limit", "1MiB"});
+  const int port = s.port();
+  struct Case {
+    std::string body;
+    int status;
+  };
+  const std::string bad_utf8 = std::string("{\"model\":\"stories260K\",\"prompt\":\"a\xff\xfe b\"}");
+  const std::vector<Case> cases = {
+      {"{", 400},
+      {"not json", 400},
+      {"[]", 400},
+      {"{\"prompt\": 5}", 400},
+      {"{\"prompt\": \"x\", \"max_tokens\": \"ten\"}", 400},
+      {"{\"prompt\": \"x\", \"max_tokens\": -1}", 400},
+      {"{\"prompt\": \"x\", \"max_tokens\": 1e300}", 400},
+      {"{\"prompt\": \"x\", \"temperature\": \"hot\"}", 400},
+      {"{\"prompt\": \"x\", \"temperature\": 9}", 400},
+      {"{\"prompt\": \"x\", \"n\": 1000}", 400},
+      {"{\"prompt\": \"x\", \"stop\": [1, 2]}", 400},
+      {"{\"prompt\": \"x\", \"stream\": \"yes\"}", 400},
+      {"{\"prompt\": \"x\", \"logprobs\": 99}", 400},
+      {"{\"prompt\": [\"a\", \"b\"]}", 400},
+      {"{\"prompt\": [-5]}", 400},
+      {"{\"prompt\": [99999999]}", 400},
+      {"{\"prompt\": \"\"}", 400},
+      {"{\"prompt\": \"x\", \"max_tokens\": 100000}", 400},
+      {bad_utf8, 400},
+      {"{\"prompt\": \"" + std::string(600000, 'a') + "\"}", 400},  // over the context
+      {"{\"prompt\": \"" + std::string(2 << 20, 'a') + "\"}", 413},  // over the body limit
+      {std::string(100, '{'), 400},
+  };
+  for (const auto& c : cases) {
+    const Reply r = request(port, "POST", "/v1/completions", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body.substr(0, 80);
+    if (r.status == 400) {
+      EXPECT_TRUE(r.js()["error"].contains("message"));
+      EXPECT_EQ(r.js()["error"]["type"], "invalid_request_error");
+    }
+  }
+  const Reply ctx = post(port, "/v1/completions", {{"prompt", words(300)}, {"max_tokens", 400}});
+  EXPECT_EQ(ctx.status, 400);
+  EXPECT_EQ(ctx.js()["error"]["code"], "context_length_exceeded");
+  const Reply chat = post(port, "/v1/chat/completions", {{"messages", "hi"}});
+  EXPECT_EQ(chat.status, 400);
+  // Raw protocol abuse: garbage, a huge header, slowloris (a head that
+  // never ends), a body shorter than announced. Each ends in a 4xx or a
+  // closed connection, never a crash.
+  for (const std::string raw :
+       {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/1.1\r\nX: ") + std::string(100000, 'x') + "\r\n\r\n",
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len"),
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")}) {
+    const int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    send_all(fd, raw);
+    const double t0 = now_s();
+    char buf[4096];
+    std::string got;
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
+    close(fd);
+    EXPECT_LT(now_s() - t0, 8.0) << "the server must cut slow or broken requests off";
+    if (!got.empty()) {
+      EXPECT_EQ(got.substr(0, 9), "HTTP/1.1 ");
+      EXPECT_EQ(got[9], '4') << got.substr(0, 40);
+    }
+  }
+  // Many slowloris connections at once do not block a normal request.
+  std::vector<int> slow;
+  for (int i = 0; i < 50; ++i) {
+    const int fd = connect_to(port);
+    send_all(fd, "POST /v1/completions HTTP/1.1\r\n");
+    slow.push_back(fd);
+  }
+  const Reply ok = post(port, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}});
+  EXPECT_EQ(ok.status, 200);
+  for (int fd : slow) close(fd);
+  EXPECT_TRUE(s.alive());
+  EXPECT_EQ(request(port, "GET", "/health").status, 200);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, TenantIsolationOfThePrefixCache) {
+  REQUIRE_SHARED();
+  const std::string dir = kvs::test::temp_dir();
+  {
+    std::ofstream f(dir + "/keys.json");
+    f << json{{"keys",
+               {{{"key_sha256", sha256_hex("key-a")}, {"tenant", "a"}, {"permission_version", 1}},
+                {{"key_sha256", sha256_hex("key-b")}, {"tenant", "b"}, {"permission_version", 1}},
+                {{"key_sha256", sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
+             .dump();
+  }
+  // tiny-llama (32k vocab, 4 layers): a 500-token prefill costs tens of ms,
+  // a cached one almost nothing, so TTFT shows whether a request hit.
+  Server s({"-m", tiny_llama(), "--api-keys", dir + "/keys.json", "--ctx", "1024"});
+  const int port = s.port();
+  EXPECT_EQ(post(port, "/v1/completions", {{"prompt", "x"}}).status, 401);
+  EXPECT_EQ(post(port, "/v1/completions", {{"prompt", "x"}}, "wrong").status, 401);
+
+  // Find a text of ~500 tokens.
+  std::string prompt;
+  int P = 0;
+  for (int n = 200; n < 2000 && P < 500; n += 20) {
+    prompt = words(n, 1);
+    const Reply r = post(port, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 0}}, "key-b");
+    ASSERT_EQ(r.status, 200) << r.body;
+    P = r.js()["usage"]["prompt_tokens"];
+  }
+  // The search above ran as tenant b with shorter prefixes of other texts'
+  // shapes; the measured prompt itself is new to everyone now.
+  prompt += " end";
+  auto run = [&](const std::string& key, double* ttft) {
+    const double t0 = now_s();
+    const Reply r = request(port, "POST", "/v1/completions",
+                            json{{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}}}
+                                .dump(),
+                            key);
+    EXPECT_EQ(r.status, 200);
+    *ttft = r.chunk_times.empty() ? 1e9 : r.chunk_times.front() - t0;
+    const auto ev = r.events();
+    return ev.size() >= 2 ? ev[ev.size() - 2]["usage"] : json();
+  };
+  double t_a1, t_a2, t_b, t_a3;
+  const double prefill0 = metric(port, "kvserve_prefill_tokens_total");
+  const json a1 = run("key-a", &t_a1);
+  EXPECT_EQ(a1["prompt_tokens_details"]["cached_tokens"], 0);
+  const json a2 = run("key-a", &t_a2);
+  EXPECT_GT(a2["prompt_tokens_details"]["cached_tokens"].get<int>(), int(a2["prompt_tokens"]) - 20);
+  const double prefill1 = metric(port, "kvserve_prefill_tokens_total");
+  const json b = run("key-b", &t_b);
+  EXPECT_EQ(b["prompt_tokens_details"]["cached_tokens"], 0);
+  const double prefill2 = metric(port, "kvserve_prefill_tokens_total");
+  EXPECT_GE(prefill2 - prefill1, double(b["prompt_tokens"].get<int>())) << "B must prefill the whole prompt";
+  EXPECT_GT(t_b, 2.5 * t_a2) << "B's TTFT must not show A's hit (B " << t_b << " s, A cached " << t_a2 << " s)";
+  (void)prefill0;
+  // Revoke A: its old blocks miss from now on.
+  EXPECT_EQ(post(port, "/admin/tenants/a/revoke", json::object(), "key-a").status, 403);
+  const Reply rv = post(port, "/admin/tenants/a/revoke", json::object(), "key-admin");
+  ASSERT_EQ(rv.status, 200) << rv.body;
+  EXPECT_EQ(rv.js()["permission_version"], 2);
+  const json a3 = run("key-a", &t_a3);
+  EXPECT_EQ(a3["prompt_tokens_details"]["cached_tokens"], 0);
+  s.stop();
+  const std::string log = s.log();
+  EXPECT_EQ(log.find(prompt.substr(0, 40)), std::string::npos) << "prompt text leaked into the log";
+  EXPECT_EQ(log.find("key-a"), std::string::npos);
+  EXPECT_EQ(log.find("tenant=a "), std::string::npos);
+}
+
+TEST(Server, FloodGets429WithRetryAfterAndNothingIsLost) {
+  REQUIRE_SHARED();
+  Server s({"-m", stories(), "--max-seqs", "2", "--max-queue", "4", "--interactive-wait", "2", "--kv-memory", "4MiB"});
+  const int port = s.port();
+  const int N = 48;
+  std::vector<Reply> res(size_t(N));
+  std::vector<std::thread> th;
+  for (int i = 0; i < N; ++i)
+    th.emplace_back([&, i] {
+      res[size_t(i)] = post(port, "/v1/completions",
+                            {{"prompt", words(40, i)}, {"max_tokens", 64}, {"ignore_eos", true}, {"stream", i % 2 == 0}});
+    });
+  for (auto& t : th) t.join();
+  int ok = 0, busy = 0;
+  for (const Reply& r : res) {
+    if (r.status == 200) ++ok;
+    if (r.status == 429) {
+      ++busy;
+      ASSERT_TRUE(r.headers.count("retry-after"));
+      EXPECT_GE(std::stoi(r.headers.at("retry-after")), 1);
+      EXPECT_EQ(r.js()["error"]["type"], "rate_limit_error");
+    }
+  }
+  EXPECT_EQ(ok + busy, N) << "every request ends as 200 or 429";
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(busy, 0);
+  EXPECT_TRUE(s.alive());
+  EXPECT_GT(metric(port, "kvserve_requests_total{status=\"429\"}"), 0);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, DisconnectMidStreamFreesBlocks) {
+  REQUIRE_SHARED();
+  Server s({"-m", tiny_llama(), "--ctx", "2048"});
+  const int port = s.port();
+  const double free0 = metric(port, "kvserve_kv_blocks_used");
+  EXPECT_EQ(free0, 0);
+  const Reply r = request(port, "POST", "/v1/completions",
+                          json{{"prompt", words(50)}, {"max_tokens", 1900}, {"ignore_eos", true}, {"stream", true}}.dump(),
+                          "", 5);
+  ASSERT_EQ(r.status, 200);
+  // The client is gone (request() closed the socket after 5 chunks).
+  const double t0 = now_s();
+  double used = -1;
+  while (now_s() - t0 < 5) {
+    used = metric(port, "kvserve_kv_blocks_used");
+    if (used == 0 && metric(port, "kvserve_running_requests") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(used, 0) << "the aborted sequence's blocks must be freed";
+  EXPECT_GE(metric(port, "kvserve_client_disconnects_total"), 1);
+  EXPECT_LT(metric(port, "kvserve_generation_tokens_total"), 1900);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, ManyConcurrentStreams) {
+  REQUIRE_SHARED();
+  const int N = 256;
+  Server s({"-m", stories(), "--max-seqs", "256", "--max-queue", "512", "--kv-memory", "512MiB",
+            "--max-request-share", "0.05", "--http-threads", "4"});
+  const int port = s.port();
+  std::vector<Reply> res(size_t(N));
+  std::vector<double> t0(size_t(N));
+  std::vector<std::thread> th;
+  std::atomic<bool> done{false};
+  double peak_streams = 0;
+  std::thread sampler([&] {
+    while (!done) {
+      peak_streams = std::max(peak_streams, metric(port, "kvserve_open_streams"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  for (int i = 0; i < N; ++i)
+    th.emplace_back([&, i] {
+      t0[size_t(i)] = now_s();
+      res[size_t(i)] = request(port, "POST", "/v1/completions",
+                               json{{"prompt", words(8, i)}, {"max_tokens", 300}, {"ignore_eos", true}, {"stream", true},
+                                    {"temperature", 0.8}, {"seed", i}}
+                                   .dump());
+    });
+  for (auto& t : th) t.join();
+  done = true;
+  sampler.join();
+  int ok = 0;
+  double worst_gap = 0;
+  for (int i = 0; i < N; ++i) {
+    const Reply& r = res[size_t(i)];
+    if (r.status != 200) continue;
+    ++ok;
+    const auto ev = r.events();
+    int text_chunks = 0;
+    for (const auto& e : ev)
+      if (!e.is_null() && !e["choices"][0]["text"].get<std::string>().empty()) ++text_chunks;
+    EXPECT_GE(text_chunks, 250);
+    for (size_t k = 1; k < r.chunk_times.size(); ++k) worst_gap = std::max(worst_gap, r.chunk_times[k] - r.chunk_times[k - 1]);
+  }
+  EXPECT_EQ(ok, N);
+  EXPECT_GE(peak_streams, N * 0.9) << "streams must be open at the same time";
+  EXPECT_LT(worst_gap, 10.0) << "token flow must not stall";
+  std::printf("256 streams: peak open %g, worst gap between chunks %.3f s\n", peak_streams, worst_gap);
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Server, SigtermDrainsStreamsAndExitsZero) {
+  REQUIRE_SHARED();
+  Server s({"-m", tiny_llama(), "--ctx", "2048", "--shutdown-timeout", "1"});
+  const int port = s.port();
+  Reply r;
+  std::thread t([&] {
+    r = request(port, "POST", "/v1/completions",
+                json{{"prompt", words(20)}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump());
+  });
+  // Wait until it streams, then SIGTERM: within the timeout the stream is
+  // ended (finish_reason abort, [DONE]) and the process exits 0.
+  const double t0 = now_s();
+  while (metric(port, "kvserve_running_requests") < 1 && now_s() - t0 < 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.stop(20), 0);
+  t.join();
+  ASSERT_EQ(r.status, 200);
+  const auto ev = r.events();
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_TRUE(ev.back().is_null());
+  EXPECT_FALSE(ev[ev.size() - 2]["choices"][0]["finish_reason"].is_null());
+}
