@@ -35,6 +35,7 @@ struct SchedulerConfig {
   double drain_halflife_s = 5.0;    // smoothing of the blocks-freed-per-second rate
   double min_retry_after_s = 1.0;   // Retry-After bounds
   double max_retry_after_s = 600.0;
+  double fallback_retry_after_s = 2.0;  // before any block was ever freed
 };
 
 }  // namespace kvs::sched

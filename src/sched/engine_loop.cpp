@@ -1,0 +1,314 @@
+#include "sched/engine_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/generate.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvs::sched {
+
+Histogram Histogram::latency() {
+  Histogram h;
+  h.bounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
+void Histogram::observe(double v) {
+  const size_t i = size_t(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+double Histogram::quantile(double q) const {
+  if (count == 0) return 0;
+  const double want = q * double(count);
+  uint64_t acc = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    acc += counts[i];
+    if (double(acc) >= want) return i < bounds.size() ? bounds[i] : bounds.back();
+  }
+  return bounds.back();
+}
+
+namespace {
+
+// Text state of one choice: streamed UTF-8 with stop strings held back.
+struct ChoiceText {
+  std::unique_ptr<Detokenizer> detok;
+  std::unique_ptr<StopMatcher> stop;
+  double first = -1;
+  int tokens = 0;
+  bool done = false;
+};
+
+struct Live {
+  EventSink sink;
+  double submitted = 0, first = -1;
+  std::vector<ChoiceText> ch;
+  int open = 0;
+  bool sink_failed = false;
+};
+
+double steady_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+struct EngineLoop::Impl {
+  EngineLoopOptions opts;
+  std::unique_ptr<StepExecutor> exec;
+  const Tokenizer* tok = nullptr;
+  std::unique_ptr<Scheduler> sched;
+
+  std::mutex mu;  // stop flag, wake-ups
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread th;
+
+  std::mutex live_mu;  // live requests' sinks and text state (submit inserts, engine thread serves)
+  std::unordered_map<RequestId, Live> live;
+
+  mutable std::mutex metrics_mu;
+  MetricsSnapshot snap;
+  Histogram ttft = Histogram::latency(), tpot = Histogram::latency(), e2e = Histogram::latency();
+
+  double now() const { return opts.clock(); }
+  void run();
+  void deliver(std::vector<TokenEvent>& events, double t);
+  void publish(double t);
+};
+
+void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
+  std::lock_guard lk(live_mu);
+  for (TokenEvent& e : events) {
+    auto it = live.find(e.request);
+    if (it == live.end()) continue;
+    Live& L = it->second;
+    ChoiceText& ct = L.ch.at(size_t(e.choice));
+    if (ct.done) continue;
+    if (e.token >= 0) {
+      if (L.first < 0) {
+        L.first = t;
+        ttft.observe(t - L.submitted);
+      }
+      if (ct.first < 0) ct.first = t;
+      ++ct.tokens;
+      if (tok) {
+        bool stopped = false;
+        e.text = ct.stop->push(ct.detok->push(e.token), stopped);
+        if (stopped) {
+          // The stop string ends this choice here; the scheduler only frees it.
+          e.finish = FinishReason::Stop;
+          e.usage = sched->usage(e.request);
+          sched->end_choice(e.request, e.choice);
+        }
+      }
+    }
+    const bool final = e.finish != FinishReason::None;
+    if (final && tok && e.finish != FinishReason::Rejected) {
+      bool stopped = false;
+      std::string tail = ct.stop->push(ct.detok->flush(), stopped);
+      if (!stopped) tail += ct.stop->flush();
+      e.text += tail;
+    }
+    if (final) {
+      ct.done = true;
+      --L.open;
+      if (ct.first >= 0 && ct.tokens > 1) tpot.observe((t - ct.first) / double(ct.tokens - 1));
+    }
+    if (L.sink && (!L.sink_failed || final)) {
+      const bool ok = L.sink(std::move(e));
+      if (!ok && !final && !L.sink_failed) {
+        // The consumer cannot keep up or is gone: never block the engine
+        // thread on it; the request is cancelled and its blocks freed.
+        L.sink_failed = true;
+        sched->cancel(it->first);
+      }
+    }
+    if (final && L.open == 0) {
+      e2e.observe(t - L.submitted);
+      live.erase(it);
+    }
+  }
+}
+
+void EngineLoop::Impl::publish(double t) {
+  const SchedStats s = sched->stats(t);
+  const KvStats kv = exec->kv().stats();
+  std::lock_guard lk(metrics_mu);
+  MetricsSnapshot& m = snap;
+  m.running_requests = s.running_requests;
+  m.running_seqs = s.running_seqs;
+  m.queued = s.queued;
+  m.kv_blocks_total = kv.total_blocks;
+  m.kv_blocks_free = kv.free_blocks;
+  m.kv_blocks_cached = kv.cached_blocks;
+  m.kv_blocks_used = kv.used_blocks;
+  m.kv_blocks_promised = s.promised_blocks;
+  m.kv_headroom_blocks = s.headroom_blocks;
+  m.block_size = kv.block_size;
+  m.prefix_query_tokens = kv.prefix_query_tokens;
+  m.prefix_hit_tokens = kv.prefix_hit_tokens;
+  m.preemptions = s.preemptions;
+  m.rejections = s.rejections;
+  m.requests_submitted = s.submitted;
+  m.requests_finished = s.finished;
+  m.requests_cancelled = s.cancelled;
+  m.prompt_tokens = s.prompt_tokens;
+  m.prefill_tokens = s.prefill_tokens;
+  m.generated_tokens = s.generated_tokens;
+  m.steps = s.steps;
+  m.drain_blocks_per_s = s.drain_blocks_per_s;
+  m.ttft = ttft;
+  m.tpot = tpot;
+  m.e2e = e2e;
+}
+
+void EngineLoop::Impl::run() {
+  std::vector<TokenEvent> events;
+  while (true) {
+    {
+      std::unique_lock lk(mu);
+      cv.wait(lk, [&] { return stop || sched->has_work(); });
+      if (stop) break;
+    }
+    events.clear();
+    double t = now();
+    StepReport rep;
+    try {
+      rep = sched->step(t, events);
+    } catch (const std::exception& ex) {
+      // A bug in one step must not take the server down silently: log it;
+      // the loop keeps serving (the failing requests stay as they were).
+      if (opts.log) opts.log(std::string("engine step failed: ") + ex.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    t = now();
+    deliver(events, t);
+    publish(t);
+    if (rep.seqs == 0 && events.empty()) {
+      // Nothing could run (waiting for a wait limit or a cancel): do not spin.
+      std::unique_lock lk(mu);
+      cv.wait_for(lk, std::chrono::milliseconds(2));
+    }
+  }
+  events.clear();
+  const double t = now();
+  sched->abort_all(RejectReason::ShuttingDown, t, events);
+  deliver(events, t);
+  publish(t);
+}
+
+static std::unique_ptr<StepExecutor> paged_executor(Engine& engine, const EngineLoopOptions& o) {
+  check_block_size_option(o.block_size);
+  PagedEngineOptions p;
+  p.block_size = o.block_size;
+  p.kv_memory_bytes = o.kv_memory_bytes;
+  p.n_blocks = o.kv_blocks;
+  p.max_ctx = o.max_ctx;
+  p.prefix_caching = o.prefix_caching;
+  return std::make_unique<PagedExecutor>(engine, p);
+}
+
+EngineLoop::EngineLoop(Engine& engine, const Tokenizer* tokenizer, const EngineLoopOptions& opts)
+    : EngineLoop(paged_executor(engine, opts), tokenizer, opts) {}
+
+EngineLoop::EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* tokenizer, const EngineLoopOptions& opts)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.opts = opts;
+  if (!m.opts.clock) m.opts.clock = steady_now;
+  if (!m.opts.log) m.opts.log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
+  m.exec = std::move(exec);
+  m.tok = tokenizer;
+  std::function<bool(int32_t)> eog;
+  if (tokenizer) eog = [tokenizer](int32_t t) { return ends_generation(*tokenizer, t); };
+  m.sched = std::make_unique<Scheduler>(*m.exec, m.opts.sched, eog, m.opts.log);
+  m.publish(m.now());
+  m.th = std::thread([&m] { m.run(); });
+}
+
+EngineLoop::~EngineLoop() { shutdown(); }
+
+SubmitResult EngineLoop::submit(Request req) {
+  Impl& m = *impl_;
+  const double t = m.now();
+  EventSink sink = std::move(req.sink);
+  const int n = req.n;
+  const bool stops = !req.stop.empty();
+  std::vector<std::string> stop_strings = req.stop;
+  SubmitResult res;
+  {
+    std::lock_guard lk(m.live_mu);
+    res = m.sched->submit(std::move(req), t);
+    if (res.accepted) {
+      Live& L = m.live[res.id];
+      L.sink = std::move(sink);
+      L.submitted = t;
+      L.open = n;
+      L.ch.resize(size_t(n));
+      for (ChoiceText& c : L.ch) {
+        if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);
+        c.stop = std::make_unique<StopMatcher>(stops ? stop_strings : std::vector<std::string>{});
+      }
+    }
+  }
+  if (res.accepted) m.cv.notify_one();
+  return res;
+}
+
+bool EngineLoop::cancel(RequestId id) {
+  const bool ok = impl_->sched->cancel(id);
+  if (ok) impl_->cv.notify_one();
+  return ok;
+}
+
+MetricsSnapshot EngineLoop::metrics() const {
+  std::lock_guard lk(impl_->metrics_mu);
+  return impl_->snap;
+}
+
+void EngineLoop::drain() {
+  impl_->sched->set_accepting(false);
+  // Done when the scheduler holds nothing and every final event has left.
+  while (true) {
+    {
+      std::lock_guard lk(impl_->mu);
+      if (impl_->stop) return;
+    }
+    {
+      std::lock_guard lk(impl_->live_mu);
+      if (impl_->live.empty() && !impl_->sched->has_work()) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void EngineLoop::shutdown() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.stop && !m.th.joinable()) return;
+    m.stop = true;
+  }
+  m.sched->set_accepting(false);
+  m.cv.notify_all();
+  if (m.th.joinable()) m.th.join();
+}
+
+const EngineLoopOptions& EngineLoop::options() const { return impl_->opts; }
+int64_t EngineLoop::kv_blocks_total() const { return impl_->sched->limits().total; }
+int EngineLoop::block_size() const { return impl_->exec->kv().block_size(); }
+
+}  // namespace kvs::sched

@@ -1,0 +1,86 @@
+// What the scheduler drives: a KV pool plus something that turns a batch of
+// sequence chunks into logits. The real one is a PagedEngine over the model;
+// FakeExecutor keeps real KvManager bookkeeping (no K/V memory) and makes up
+// logits from each sequence's tokens, so scheduler tests and load
+// simulations run thousands of requests in seconds with exact block
+// accounting. Engine thread only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/paged_engine.h"
+#include "kv/kv_manager.h"
+
+namespace kvs::sched {
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual const KvManager& kv() const = 0;
+  // The scope as the KvManager keys blocks with (model identity folded in),
+  // for prefix probes without side effects.
+  virtual Scope kv_scope(const Scope& caller) const = 0;
+  virtual SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) = 0;
+  virtual SeqId fork(SeqId seq) = 0;
+  virtual void release(SeqId seq) = 0;
+  // All or nothing, as PagedEngine::step: ok == false means nothing ran.
+  virtual StepResult step(const std::vector<SeqStep>& items) = 0;
+  virtual int n_vocab() const = 0;
+  virtual int max_ctx() const = 0;
+};
+
+// The model behind the scheduler.
+class PagedExecutor final : public StepExecutor {
+ public:
+  PagedExecutor(Engine& engine, const PagedEngineOptions& opts) : pe_(engine, opts) {}
+  const KvManager& kv() const override { return pe_.kv(); }
+  Scope kv_scope(const Scope& caller) const override;
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override { return pe_.add(prompt, caller); }
+  SeqId fork(SeqId seq) override { return pe_.fork(seq); }
+  void release(SeqId seq) override { pe_.release(seq); }
+  StepResult step(const std::vector<SeqStep>& items) override { return pe_.step(items); }
+  int n_vocab() const override;
+  int max_ctx() const override { return pe_.max_ctx(); }
+  PagedEngine& paged() { return pe_; }
+
+ private:
+  PagedEngine pe_;
+};
+
+struct FakeExecutorOptions {
+  int32_t n_blocks = 256;
+  int block_size = 16;
+  int n_vocab = 64;
+  int max_ctx = 4096;
+  bool prefix_caching = true;
+  int32_t eos = -1;  // >= 0: this id is made likely now and then (tests of EOS handling)
+};
+
+// Logits of a row are a deterministic function of the sequence's whole
+// token history (a hash), so greedy output is the same alone or batched,
+// chunked or recomputed, exactly like the real engine promises.
+class FakeExecutor final : public StepExecutor {
+ public:
+  explicit FakeExecutor(const FakeExecutorOptions& o);
+  const KvManager& kv() const override { return kv_; }
+  Scope kv_scope(const Scope& caller) const override { return caller; }
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override;
+  SeqId fork(SeqId seq) override { return kv_.fork(seq); }
+  void release(SeqId seq) override { kv_.release(seq); }
+  StepResult step(const std::vector<SeqStep>& items) override;
+  int n_vocab() const override { return o_.n_vocab; }
+  int max_ctx() const override { return o_.max_ctx; }
+
+  // What the fake model predicts after `history` (argmax of its logits).
+  int32_t next_token(std::span<const int32_t> history) const;
+  // Per executed step: tokens in the batch and sequences in it.
+  std::vector<int> step_tokens, step_seqs;
+
+ private:
+  FakeExecutorOptions o_;
+  KvManager kv_;
+};
+
+}  // namespace kvs::sched
