@@ -214,6 +214,8 @@ TEST(PagedEngine, SharedPrefixPrefillsOnlyNewTokens) {
     auto other = pe.add(p2, make_scope("", "tenant-2"));
     EXPECT_EQ(other.cached_tokens, 0);
     EXPECT_EQ(pe.stats().kv.prefix_hit_tokens, shared);
+    EXPECT_EQ(pe.kv().cached_prefix_blocks(p2, pe.kv_scope(sc)), 325 / bs);  // the second run cached all of p2
+    EXPECT_EQ(pe.kv().cached_prefix_blocks(p2, sc), 0);  // the model identity is part of the key
     pe.kv().check_invariants(true);
   }
 }

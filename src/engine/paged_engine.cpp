@@ -71,8 +71,12 @@ SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scop
   const int nv = engine_.model().config().n_vocab;
   for (int32_t t : prompt)
     if (t < 0 || t >= nv) throw std::invalid_argument("paged engine: token id " + std::to_string(t) + " out of range");
-  const std::string_view caller(reinterpret_cast<const char*>(scope.bytes.data()), scope.bytes.size());
-  return kv_.add_sequence(prompt, make_scope(engine_.model().identity(), caller));
+  return kv_.add_sequence(prompt, kv_scope(scope));
+}
+
+Scope PagedEngine::kv_scope(const Scope& caller) const {
+  const std::string_view bytes(reinterpret_cast<const char*>(caller.bytes.data()), caller.bytes.size());
+  return make_scope(engine_.model().identity(), bytes);
 }
 
 void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {

@@ -82,6 +82,10 @@ class PagedEngine {
   // model identity is folded into `scope` here, so equal caller scopes on
   // different models never share blocks.
   SeqAdmission add(std::span<const int32_t> prompt, const Scope& scope = {});
+  // The scope the KV manager keys this caller's blocks with (model identity
+  // folded in): for side-effect-free probes such as
+  // kv().cached_prefix_blocks(prompt, kv_scope(caller)).
+  Scope kv_scope(const Scope& caller) const;
   // One Engine::forward over all items (each sequence at most once).
   StepResult step(const std::vector<SeqStep>& items) {
     StepResult r;

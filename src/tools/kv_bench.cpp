@@ -84,13 +84,18 @@ KvBenchResult run_kv_bench(Engine& e, const KvBenchOptions& o) {
   std::mt19937 rng(uint32_t(o.seed));
   KvBenchResult r;
 
-  // --- decode: contiguous vs paged, alternating so drift hits both ---
+  // --- decode: contiguous vs paged ---
   const auto prompt = random_tokens(rng, o.n_prompt, nv), gen = random_tokens(rng, o.n_gen, nv);
   std::vector<double> cont, paged;
   decode_contiguous(e, o, prompt, gen);  // warm-up (page in weights)
   for (int i = 0; i < o.reps; ++i) {
-    cont.push_back(decode_contiguous(e, o, prompt, gen));
-    paged.push_back(decode_paged(e, o, prompt, gen));
+    if (i % 2 == 0) {  // alternate the order: neither side always runs on a warmer or quieter machine
+      cont.push_back(decode_contiguous(e, o, prompt, gen));
+      paged.push_back(decode_paged(e, o, prompt, gen));
+    } else {
+      paged.push_back(decode_paged(e, o, prompt, gen));
+      cont.push_back(decode_contiguous(e, o, prompt, gen));
+    }
     std::fprintf(stderr, "\rkv-bench: decode repetition %d/%d", i + 1, o.reps);
   }
   std::fprintf(stderr, "\n");
