@@ -2,7 +2,7 @@
 # Installs the Debian packages kvserve builds and tests with (idempotent).
 set -euo pipefail
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config libgtest-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev libpcre2-dev libssl-dev curl)
+      libcli11-dev nlohmann-json3-dev libpcre2-dev libssl-dev libboost-dev curl)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
