@@ -275,12 +275,23 @@ bool EngineLoop::cancel(RequestId id) {
 }
 
 MetricsSnapshot EngineLoop::metrics() const {
-  std::lock_guard lk(impl_->metrics_mu);
-  return impl_->snap;
+  MetricsSnapshot m;
+  {
+    std::lock_guard lk(impl_->metrics_mu);
+    m = impl_->snap;
+  }
+  // Immediate rejections happen between steps: read them live.
+  m.rejections = impl_->sched->rejections();
+  m.requests_submitted = impl_->sched->submitted();
+  return m;
 }
 
 void EngineLoop::drain() {
   impl_->sched->set_accepting(false);
+  wait_idle();
+}
+
+void EngineLoop::wait_idle() {
   // Done when the scheduler holds nothing and every final event has left.
   while (true) {
     {

@@ -105,6 +105,9 @@ class EngineLoop {
   // Stop accepting (ShuttingDown) and block until every accepted request has
   // finished. The thread keeps running (metrics stay readable).
   void drain();
+  // Blocks until nothing is queued or running and every final event has
+  // left; keeps accepting (tests, benchmarks).
+  void wait_idle();
   // Stop accepting; queued requests end Rejected(ShuttingDown), running ones
   // Cancelled; joins the thread. Idempotent.
   void shutdown();

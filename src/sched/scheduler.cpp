@@ -679,6 +679,16 @@ SchedStats Scheduler::stats(double now) const {
   return s;
 }
 
+std::array<int64_t, kNumRejectReasons> Scheduler::rejections() const {
+  std::lock_guard lk(mu_);
+  return st_.rejections;
+}
+
+int64_t Scheduler::submitted() const {
+  std::lock_guard lk(mu_);
+  return st_.submitted;
+}
+
 void Scheduler::check_invariants() const {
   std::lock_guard lk(mu_);
   exec_.kv().check_invariants();

@@ -91,6 +91,9 @@ class Scheduler {
   Usage usage(RequestId id) const;  // engine thread; zeros when unknown
 
   SchedStats stats(double now) const;  // engine thread
+  // Thread-safe: counters that submit() changes between steps.
+  std::array<int64_t, kNumRejectReasons> rejections() const;
+  int64_t submitted() const;
   const PoolLimits& limits() const { return lim_; }
   // used + worst-case growth of every running request (engine thread).
   int64_t promised_blocks() const;
