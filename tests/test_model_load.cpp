@@ -505,6 +505,28 @@ TEST(MakeModel, OptionsAndPresets) {
   EXPECT_EQ(uniq.size(), 32000u);
 }
 
+TEST(MakeModel, CommandLine) {
+  std::string out, err;
+  const std::string p = tmp("cli-tiny.gguf");
+  ASSERT_EQ(run_kvserve({"make-model", "-o", p, "--preset", "tiny", "--type", "q4_0", "--layers", "3", "--seed", "9"},
+                        &out, &err), 0) << err;
+  EXPECT_NE(err.find("[21/30] blk.1.ffn_down.weight"), std::string::npos) << err;  // progress lines
+  auto m = Model::load(p);
+  EXPECT_EQ(m->config().n_layers, 3);  // explicit option wins over the preset
+  EXPECT_EQ(m->config().dim, 64);
+  EXPECT_EQ(m->weights().layers[2].wq.type, GgmlType::Q4_0);
+  EXPECT_NE(run_kvserve({"make-model", "-o", tmp("x.gguf"), "--type", "q3_k"}, &out, &err), 0);
+  EXPECT_NE(err.find("unknown tensor type 'q3_k'"), std::string::npos) << err;
+  EXPECT_NE(run_kvserve({"make-model", "-o", tmp("x.gguf"), "--heads", "5", "-q"}, &out, &err), 0);
+  EXPECT_NE(err.find("not a multiple of heads 5"), std::string::npos) << err;
+  if (!shared_available()) return;
+  const std::string c = tmp("cli-conv.gguf");
+  ASSERT_EQ(run_kvserve({"convert", "--bin", shared(kStoriesBin), "-o", c}, &out, &err), 0) << err;
+  EXPECT_EQ(Model::load(c)->config().n_layers, 5);
+  EXPECT_NE(run_kvserve({"convert", "--bin", tmp("nope.bin"), "-o", c}, &out, &err), 0);
+  EXPECT_NE(err.find("nope.bin"), std::string::npos) << err;
+}
+
 // ---- model-level errors ----------------------------------------------------------------
 
 namespace {
