@@ -21,8 +21,12 @@ namespace kvs::mm {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__clang__)  // clang ignores GCC target pragmas
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
+#endif
 
 namespace {
 
@@ -235,7 +239,11 @@ const IsaKernels& avx2_kernels() {
   return k;
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #pragma GCC diagnostic pop
 
 }  // namespace kvs::mm

@@ -14,8 +14,12 @@ namespace kvs::mm {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__clang__)  // clang ignores GCC target pragmas
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace {
 
@@ -117,7 +121,11 @@ void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x
   }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #pragma GCC diagnostic pop
 
 }  // namespace kvs::mm
