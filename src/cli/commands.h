@@ -18,6 +18,7 @@ void add_convert(CLI::App& app, Runner& run);
 void add_plan(CLI::App& app, Runner& run);
 void add_probe(CLI::App& app, Runner& run);
 void add_kv(CLI::App& app, Runner& run);  // kv-sim, kv-bench
+void add_batched_bench(CLI::App& app, Runner& run);  // engine-loop throughput, long bursts
 void add_serve(CLI::App& app, Runner& run);  // OpenAI-compatible HTTP server
 
 }  // namespace kvs::cli

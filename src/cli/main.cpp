@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kvs::cli::add_plan(app, run);
   kvs::cli::add_probe(app, run);
   kvs::cli::add_kv(app, run);
+  kvs::cli::add_batched_bench(app, run);
   kvs::cli::add_serve(app, run);
   try {
     app.parse(argc, argv);

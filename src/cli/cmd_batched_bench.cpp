@@ -1,0 +1,210 @@
+// `kvserve batched-bench`: aggregate throughput of the engine loop at several
+// numbers of concurrent sequences (llama-batched-bench style: each request
+// has its own random prompt of -p tokens and generates -n), and a long-burst
+// test (--burst): many long prompts at once into a pool that holds only some,
+// reporting who ran, who was rejected with which Retry-After, and TTFTs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "kv/capacity.h"
+#include "sched/engine_loop.h"
+
+namespace kvs::cli {
+
+namespace {
+
+struct Args {
+  ModelArgs m;
+  int p = 128, n = 32;
+  std::string npl = "1,4,16,64";
+  int max_batch_tokens = 2048;
+  int block_size = 16;
+  int burst = 0;          // > 0: long-burst mode with this many requests
+  int burst_fit = 8;      // the pool holds this many burst requests
+  int burst_queue = 8;    // --max-queue in burst mode
+  bool json = false;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Tracker {
+  std::mutex mu;
+  std::vector<double> first, last;
+  std::vector<int> tokens;
+  explicit Tracker(int n) : first(size_t(n), -1), last(size_t(n), -1), tokens(size_t(n), 0) {}
+  sched::EventSink sink(int i) {
+    return [this, i](sched::TokenEvent&& e) {
+      std::lock_guard lk(mu);
+      const double t = now_s();
+      if (e.token >= 0) {
+        if (first[size_t(i)] < 0) first[size_t(i)] = t;
+        ++tokens[size_t(i)];
+      }
+      if (e.finish != sched::FinishReason::None) last[size_t(i)] = t;
+      return true;
+    };
+  }
+};
+
+sched::Request make_req(const std::vector<int32_t>& prompt, int n) {
+  sched::Request r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int n_vocab, int len) {
+  std::uniform_int_distribution<int> d(3, n_vocab - 1);
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (auto& t : p) t = d(rng);
+  return p;
+}
+
+int run_throughput(const Args& a, Loaded& l) {
+  std::vector<int> npls;
+  std::stringstream ss(a.npl);
+  for (std::string x; std::getline(ss, x, ',');) npls.push_back(std::stoi(x));
+  const int nv = l.model->config().n_vocab;
+  std::mt19937 rng(42);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!a.json)
+    std::printf("| PP | TG | B | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (int b : npls) {
+    sched::EngineLoopOptions o;
+    o.block_size = a.block_size;
+    o.max_ctx = a.p + a.n + 1;
+    const int64_t per = blocks_for_tokens(a.p + a.n, a.block_size);
+    o.kv_blocks = per * b * 5 / 4 + per + 8;  // all fit, past headroom and the interactive reserve
+    o.prefix_caching = false;                 // distinct prompts anyway; measure compute
+    o.sched.max_batch_tokens = std::max(a.max_batch_tokens, a.p);
+    o.sched.max_seqs = std::max(b, 1);
+    o.sched.max_queue = b;
+    o.sched.max_request_share = 1.0;
+    o.sched.tenant_quota_share = 1.0;
+    o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+    sched::EngineLoop loop(*l.engine, l.tok.get(), o);
+    Tracker tr(b);
+    const double t0 = now_s();
+    for (int i = 0; i < b; ++i) {
+      sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);
+      r.sink = tr.sink(i);
+      const auto res = loop.submit(std::move(r));
+      if (!res.accepted) throw std::runtime_error("batched-bench: request rejected: " + res.message);
+    }
+    loop.wait_idle();
+    const double t_pp = *std::max_element(tr.first.begin(), tr.first.end()) - t0;
+    const double t_end = *std::max_element(tr.last.begin(), tr.last.end()) - t0;
+    const double t_tg = t_end - t_pp;
+    const double s_pp = double(b) * a.p / t_pp, s_tg = double(b) * (a.n - 1) / t_tg;
+    const double s = double(b) * (a.p + a.n) / t_end;
+    if (a.json)
+      rows.push_back({{"pp", a.p}, {"tg", a.n}, {"b", b}, {"t_pp", t_pp}, {"s_pp", s_pp}, {"t_tg", t_tg},
+                      {"s_tg", s_tg}, {"t", t_end}, {"s", s}, {"steps", loop.metrics().steps}});
+    else
+      std::printf("| %d | %d | %d | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n", a.p, a.n, b, t_pp, s_pp, t_tg, s_tg,
+                  t_end, s);
+    std::fflush(stdout);
+  }
+  if (a.json)
+    std::printf("%s\n", nlohmann::json{{"model", l.model->path()}, {"threads", l.engine->n_threads()}, {"rows", rows}}
+                            .dump()
+                            .c_str());
+  return 0;
+}
+
+int run_burst(const Args& a, Loaded& l) {
+  const int nv = l.model->config().n_vocab;
+  std::mt19937 rng(7);
+  sched::EngineLoopOptions o;
+  o.block_size = a.block_size;
+  o.max_ctx = a.p + a.n + 1;
+  const int64_t per = blocks_for_tokens(a.p + a.n, a.block_size);
+  // A pool whose interactive limit (total - 5% headroom) holds burst_fit requests.
+  o.kv_blocks = (per * a.burst_fit * 100 + 94) / 95;
+  o.sched.max_batch_tokens = a.max_batch_tokens;
+  o.sched.max_seqs = a.burst;
+  o.sched.max_queue = a.burst_queue;
+  o.sched.max_request_share = 1.0;
+  o.sched.tenant_quota_share = 1.0;
+  o.sched.wait_limit_s = {600, 600};
+  sched::EngineLoop loop(*l.engine, l.tok.get(), o);
+  Tracker tr(a.burst);
+  const double t0 = now_s();
+  std::vector<sched::SubmitResult> res;
+  for (int i = 0; i < a.burst; ++i) {
+    sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);
+    r.sink = tr.sink(i);
+    res.push_back(loop.submit(std::move(r)));
+  }
+  loop.wait_idle();
+  const auto m = loop.metrics();
+  nlohmann::json j{{"requests", a.burst}, {"prompt", a.p}, {"gen", a.n}, {"kv_blocks", o.kv_blocks},
+                   {"blocks_per_request", per}, {"preemptions", m.preemptions}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < a.burst; ++i) {
+    const auto& r = res[size_t(i)];
+    nlohmann::json row{{"i", i}, {"accepted", r.accepted}};
+    if (!r.accepted) {
+      row["reason"] = sched::to_string(r.reason);
+      row["retry_after_s"] = r.retry_after_s;
+    } else {
+      row["ttft_s"] = tr.first[size_t(i)] - t0;
+      row["e2e_s"] = tr.last[size_t(i)] - t0;
+      row["tokens"] = tr.tokens[size_t(i)];
+    }
+    rows.push_back(row);
+  }
+  j["rows"] = rows;
+  if (a.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("pool %lld blocks of %d, %lld blocks per request, %d requests at once\n", (long long)o.kv_blocks,
+                a.block_size, (long long)per, a.burst);
+    std::printf("| # | result | TTFT s | e2e s | Retry-After s |\n|---|---|---|---|---|\n");
+    for (const auto& r : rows) {
+      if (r["accepted"])
+        std::printf("| %d | ran (%d tokens) | %.2f | %.2f | |\n", int(r["i"]), int(r["tokens"]), double(r["ttft_s"]),
+                    double(r["e2e_s"]));
+      else
+        std::printf("| %d | rejected: %s | | | %.0f |\n", int(r["i"]), std::string(r["reason"]).c_str(),
+                    double(r["retry_after_s"]));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_batched_bench(CLI::App& app, Runner& run) {
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("batched-bench", "Continuous-batching throughput at several concurrencies; --burst: admission under a long-prompt burst");
+  add_model_args(c, a->m);
+  c->add_option("-p,--n-prompt", a->p, "Prompt tokens per request")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("-n,--n-gen", a->n, "Tokens generated per request")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  c->add_option("--npl", a->npl, "Concurrent sequences, comma-separated")->capture_default_str();
+  c->add_option("--max-batch-tokens", a->max_batch_tokens, "Token budget per step")->capture_default_str();
+  c->add_option("--block-size", a->block_size, "KV block size")->capture_default_str();
+  c->add_option("--burst", a->burst, "Long-burst mode: this many requests at once")->capture_default_str();
+  c->add_option("--burst-fit", a->burst_fit, "Burst mode: requests the pool holds")->capture_default_str();
+  c->add_option("--burst-queue", a->burst_queue, "Burst mode: --max-queue")->capture_default_str();
+  c->add_flag("--json", a->json, "Print JSON");
+  c->callback([a, &run] {
+    run = [a] {
+      Loaded l = load_all(a->m);
+      return a->burst > 0 ? run_burst(*a, l) : run_throughput(*a, l);
+    };
+  });
+}
+
+}  // namespace kvs::cli
