@@ -111,7 +111,8 @@ int run_serve(const ServeArgs& a) {
   server::ApiOptions ao;
   const std::filesystem::path mp(l.model->path());
   ao.model_id = a.served_model_name.empty() ? mp.stem().string() : a.served_model_name;
-  ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string()};
+  // "default": what loadgen.py and some clients send when no model is named.
+  ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string(), "default"};
   ao.model_identity = l.model->identity();
   ao.ctx = ctx;
   ao.default_max_tokens = a.default_max_tokens;
