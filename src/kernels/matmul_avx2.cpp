@@ -15,18 +15,11 @@
 
 #include "kernels/matmul_avx2_unpack.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
 
 namespace kvs::mm {
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if defined(__clang__)  // clang ignores GCC target pragmas
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
-#endif
+KVS_TARGET_BEGIN("avx2,fma,f16c,bmi,bmi2,popcnt")
 
 namespace {
 
@@ -239,11 +232,6 @@ const IsaKernels& avx2_kernels() {
   return k;
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+KVS_TARGET_END()
 
 }  // namespace kvs::mm

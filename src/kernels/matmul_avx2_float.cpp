@@ -8,18 +8,11 @@
 #include <cstring>
 
 #include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
 
 namespace kvs::mm {
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if defined(__clang__)  // clang ignores GCC target pragmas
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+KVS_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace {
 
@@ -121,11 +114,6 @@ void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+KVS_TARGET_END()
 
 }  // namespace kvs::mm

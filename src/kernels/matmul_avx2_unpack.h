@@ -11,16 +11,9 @@
 #include <cstring>
 
 #include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if defined(__clang__)  // clang ignores GCC target pragmas
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,bmi,bmi2,popcnt")
-#endif
+KVS_TARGET_BEGIN("avx2,fma,f16c,bmi,bmi2,popcnt")
 
 namespace kvs::mm::avx2_detail {
 
@@ -254,9 +247,4 @@ struct UnpackQ6K {
 
 }  // namespace kvs::mm::avx2_detail
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+KVS_TARGET_END()

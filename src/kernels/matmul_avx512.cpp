@@ -21,19 +21,12 @@
 
 #include "kernels/matmul_avx512_unpack.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
 
 namespace kvs::mm {
 
 // GCC 12 reports its own _mm512_undefined_*() as uninitialised.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if defined(__clang__)  // clang ignores GCC target pragmas
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt")
-#endif
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt")
 
 namespace {
 
@@ -308,11 +301,6 @@ const IsaKernels& avx512_kernels() {
   return k;
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+KVS_TARGET_END()
 
 }  // namespace kvs::mm

@@ -11,19 +11,12 @@
 #include <cstdint>
 
 #include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
 
 namespace kvs::mm {
 
 // GCC 12 reports its own _mm512_undefined_*() as uninitialised.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if defined(__clang__)  // clang ignores GCC target pragmas
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
-#endif
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 
 namespace {
 
@@ -179,11 +172,6 @@ void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float*
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
-#pragma GCC diagnostic pop
+KVS_TARGET_END()
 
 }  // namespace kvs::mm
