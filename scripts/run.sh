@@ -2,7 +2,8 @@
 # The main job: build kvserve and serve the default model over the
 # OpenAI-compatible HTTP API (../shared stories260K when present, else a
 # generated random model). Extra arguments go to `kvserve serve`
-# (e.g. -m MODEL --port 9000 --api-keys keys.json). Stop with Ctrl-C/SIGTERM.
+# (e.g. -m MODEL --api-keys keys.json); the port is KVSERVE_PORT (default
+# 8080). Stop with Ctrl-C or SIGTERM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
