@@ -6,6 +6,8 @@
 #include <random>
 
 #include "kernels/attention.h"
+#include "kernels/attention_simd.h"
+#include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kv/block_storage.h"
 
@@ -13,7 +15,13 @@ using namespace kvs;
 
 namespace {
 
-TEST(Attention, PagedMatchesContiguousReference) {
+class AttentionIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override { set_isa_override(GetParam()); }
+  void TearDown() override { clear_isa_override(); }
+};
+
+TEST_P(AttentionIsa, PagedMatchesContiguousReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   struct Shape { int nh, nkv, hd, bs, n_ctx; };
@@ -41,6 +49,33 @@ TEST(Attention, PagedMatchesContiguousReference) {
     for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, table.data(), sh.n_ctx, g, s, out.data(), scratch.data());
     attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, AttentionIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+                         [](const auto& i) { return isa_name(i.param); });
+
+// The SIMD inner loops against the scalar ones at every width 1..80 (masked
+// and unmasked tails), random inputs.
+TEST(Attention, VecOpsMatchScalar) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> ud(-2.f, 2.f);
+  const attn::VecOps& sc = attn::vec_ops_scalar();
+  const CpuFeatures& f = cpu_features();
+  std::vector<const attn::VecOps*> paths;
+  if (f.avx2 && f.fma) paths.push_back(&attn::vec_ops_avx2());
+  if (f.avx512f) paths.push_back(&attn::vec_ops_avx512());
+  for (int n = 1; n <= 80; ++n) {
+    std::vector<float> a(n), b(n), y0(n), y1(n);
+    for (int i = 0; i < n; ++i) a[i] = ud(rng), b[i] = ud(rng), y0[i] = y1[i] = ud(rng);
+    const float ref = sc.dot(a.data(), b.data(), n);
+    sc.axpy(0.37f, a.data(), y0.data(), n);
+    for (const attn::VecOps* p : paths) {
+      EXPECT_NEAR(p->dot(a.data(), b.data(), n), ref, 1e-5f * n) << n;
+      std::vector<float> y = y1;
+      p->axpy(0.37f, a.data(), y.data(), n);
+      for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y0[i], 1e-6f) << n << " " << i;
+    }
   }
 }
 

@@ -3,15 +3,10 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attention_simd.h"
 #include "kernels/ops.h"
 
 namespace kvs {
-
-static inline float dot(const float* a, const float* b, int n) {
-  float s = 0.f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 void attention_group(const float* q, const KvStorage& kv, int layer, const int32_t* block_table,
                      int n_ctx, int g, const AttnShape& s, float* out, float* scratch) {
@@ -19,10 +14,11 @@ void attention_group(const float* q, const KvStorage& kv, int layer, const int32
   const int hd = s.head_dim;
   const int bs = kv.layout.block_size;
   const int h0 = g * r;
+  const attn::VecOps& ops = attn::vec_ops();
   // scores: [r, n_ctx]
   for (int t = 0; t < n_ctx; ++t) {
     const float* k = kv.k(block_table[t / bs], layer, t % bs) + size_t(g) * hd;  // [head_dim]
-    for (int j = 0; j < r; ++j) scratch[size_t(j) * n_ctx + t] = dot(q + size_t(h0 + j) * hd, k, hd) * s.scale;
+    for (int j = 0; j < r; ++j) scratch[size_t(j) * n_ctx + t] = ops.dot(q + size_t(h0 + j) * hd, k, hd) * s.scale;
   }
   for (int j = 0; j < r; ++j) softmax_inplace(scratch + size_t(j) * n_ctx, n_ctx);
   for (int j = 0; j < r; ++j) {
@@ -32,9 +28,7 @@ void attention_group(const float* q, const KvStorage& kv, int layer, const int32
   for (int t = 0; t < n_ctx; ++t) {
     const float* v = kv.v(block_table[t / bs], layer, t % bs) + size_t(g) * hd;  // [head_dim]
     for (int j = 0; j < r; ++j) {
-      const float p = scratch[size_t(j) * n_ctx + t];
-      float* o = out + size_t(h0 + j) * hd;
-      for (int i = 0; i < hd; ++i) o[i] += p * v[i];
+      ops.axpy(scratch[size_t(j) * n_ctx + t], v, out + size_t(h0 + j) * hd, hd);
     }
   }
 }
