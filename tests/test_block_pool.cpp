@@ -292,6 +292,81 @@ TEST(KvManager, BlockSizeOneFullyCachedPrompt) {
   h.m.check_invariants(true);
 }
 
+TEST(KvManager, DropByScopeAndByAge) {
+  Harness h(8, 2);
+  KvManager& m = h.m;
+  const Scope a = make_scope("m", "a"), b = make_scope("m", "b");
+  m.set_tick(10);
+  auto A = m.add_sequence(V{1, 2, 3, 4, 5}, a);  // blocks 0 1 full, 2 partial
+  ASSERT_TRUE(h.append(A.seq, {1, 2, 3, 4, 5}));
+  m.set_tick(20);
+  auto B = m.add_sequence(V{1, 2, 3, 4, 5}, b);  // other scope: no hit, blocks 3 4 5
+  EXPECT_EQ(B.cached_tokens, 0);
+  ASSERT_TRUE(h.append(B.seq, {1, 2, 3, 4, 5}));
+  EXPECT_EQ(m.block_table(B.seq), V({3, 4, 5}));
+  m.set_tick(30);
+  m.release(A.seq);  // 0 1 cached at tick 30, 2 free
+  m.set_tick(40);
+  m.release(B.seq);  // 3 4 cached at tick 40, 5 free
+  EXPECT_EQ(m.pool().lru_order(), V({1, 0, 4, 3}));
+  EXPECT_EQ(m.pool().last_use(0), 30);
+  EXPECT_EQ(m.pool().last_use(4), 40);
+  EXPECT_TRUE(m.pool().scope_of(0) == a);
+  EXPECT_TRUE(m.pool().scope_of(3) == b);
+  m.check_invariants(true);
+
+  // By age: only a's blocks, only those last used before the cutoff.
+  EXPECT_EQ(m.drop_cached_older_than(a, 30), 0);
+  EXPECT_EQ(m.drop_cached_older_than(b, 35), 0);
+  EXPECT_EQ(m.drop_cached_older_than(a, 31), 2);
+  EXPECT_EQ(m.pool().lru_order(), V({4, 3}));
+  EXPECT_EQ(m.pool().free_order(), V({0, 1, 5, 2, 6, 7}));
+  m.check_invariants(true);
+  auto A2 = m.add_sequence(V{1, 2, 3, 4, 5}, a);
+  EXPECT_EQ(A2.cached_tokens, 0) << "dropped blocks must miss";
+  m.release(A2.seq);
+
+  // A hit refreshes the last use: b's chain used at tick 50 survives cutoff 45.
+  m.set_tick(50);
+  auto B2 = m.add_sequence(V{1, 2, 3, 4, 9}, b);
+  EXPECT_EQ(B2.cached_tokens, 4);
+  ASSERT_TRUE(h.append(B2.seq, {9}));
+  m.release(B2.seq);
+  EXPECT_EQ(m.pool().lru_order(), V({4, 3}));
+  EXPECT_EQ(m.drop_cached_older_than(b, 45), 0);
+
+  // By scope while a sequence of it runs: cached blocks go at once, the held
+  // ones lose their key and go free on release; new full blocks get no key.
+  m.set_tick(60);
+  auto B3 = m.add_sequence(V{1, 2, 3, 4, 7}, b);  // shares 3 4
+  EXPECT_EQ(B3.cached_tokens, 4);
+  ASSERT_TRUE(h.append(B3.seq, {7}));
+  m.release(B3.seq);
+  auto B4 = m.add_sequence(V{1, 2, 9}, b);  // holds 3 only; 4 stays cached
+  EXPECT_EQ(B4.cached_tokens, 2);
+  EXPECT_EQ(m.block_table(B4.seq), V({3}));
+  EXPECT_EQ(m.pool().lru_order(), V({4}));
+  EXPECT_EQ(m.drop_cached_scope(b), 1);  // 4
+  EXPECT_EQ(m.pool().n_cached(), 0);
+  EXPECT_FALSE(m.pool().has_key(3));
+  m.check_invariants(true);
+  ASSERT_TRUE(h.append(B4.seq, {9, 8, 7}));  // fills another block: not keyed
+  for (int32_t blk : m.block_table(B4.seq)) EXPECT_FALSE(m.pool().has_key(blk));
+  h.expect_reads_own_tokens(B4.seq);
+  const V held = m.block_table(B4.seq);
+  m.release(B4.seq);
+  EXPECT_EQ(m.pool().n_cached(), 0) << "a dropped scope's blocks go free on release";
+  EXPECT_EQ(m.pool().n_free(), 8);
+  m.check_invariants(true);
+  // After its last sequence ended the scope caches again (a new request of a
+  // revoked scope cannot arrive: the server issues the new scope).
+  auto B5 = m.add_sequence(V{1, 2, 3}, b);
+  ASSERT_TRUE(h.append(B5.seq, {1, 2, 3}));
+  m.release(B5.seq);
+  EXPECT_EQ(m.pool().n_cached(), 1);
+  m.check_invariants(true);
+}
+
 // 100k random operations over a small pool (so it is exhausted and evicts
 // often) and a 4-token vocabulary (so prefixes are shared often).
 TEST(KvManager, RandomizedStress100k) {
@@ -322,6 +397,7 @@ TEST(KvManager, RandomizedStress100k) {
     const int kOps = 100000;
     for (int op = 0; op < kOps; ++op) {
       const int kind = rnd(0, 99);
+      m.set_tick(op);
       if (kind < 20 && shadow.size() < 16) {  // add (+ prefill the uncached rest)
         V prompt = random_tokens(rnd(0, 30));
         auto a = m.add_sequence(prompt, scopes[rnd(0, 1)]);
@@ -355,8 +431,10 @@ TEST(KvManager, RandomizedStress100k) {
         SeqId s = pick();
         m.release(s);
         shadow.erase(s);
-      } else if (kind < 99) {  // explicit eviction of everything cached
-        m.drop_cached();
+      } else if (kind < 99) {  // explicit eviction: everything, one scope, or by age
+        if (op % 3 == 0) m.drop_cached();
+        else if (op % 3 == 1) m.drop_cached_scope(scopes[op % 2]);
+        else m.drop_cached_older_than(scopes[op % 2], op - 200);
       }
       // Invariants after every single operation.
       ASSERT_NO_THROW(m.check_invariants(op % 1000 == 0)) << "after operation " << op;

@@ -22,6 +22,8 @@ BlockPool::BlockPool(int32_t n_blocks) : n_(n_blocks) {
   state_.assign(n_, BlockState::Free);
   keyed_.assign(n_, 0);
   keys_.resize(n_);
+  scopes_.resize(n_);
+  last_use_.assign(n_, 0);
   prev_.assign(n_, -1);
   next_.assign(n_, -1);
   // Stack with block 0 on top, so a fresh pool hands out 0, 1, 2, ...
@@ -38,6 +40,11 @@ int32_t BlockPool::check(int32_t b) const {
 const BlockKey& BlockPool::key(int32_t b) const {
   if (!keyed_[check(b)]) throw bug("block " + std::to_string(b) + " has no key");
   return keys_[b];
+}
+
+const Scope& BlockPool::scope_of(int32_t b) const {
+  if (!keyed_[check(b)]) throw bug("block " + std::to_string(b) + " has no key");
+  return scopes_[b];
 }
 
 void BlockPool::lru_push_back(int32_t b) {
@@ -89,7 +96,8 @@ bool BlockPool::allocate(int32_t n, std::vector<int32_t>& out) {
 }
 
 void BlockPool::share(int32_t b) {
-  switch (state_[check(b)]) {
+  last_use_[check(b)] = tick_;
+  switch (state_[b]) {
     case BlockState::Used: ++ref_[b]; return;
     case BlockState::Cached:
       lru_unlink(b);
@@ -102,6 +110,7 @@ void BlockPool::share(int32_t b) {
 
 void BlockPool::release(int32_t b) {
   if (state_[check(b)] != BlockState::Used) throw bug("release of " + std::string(to_string(state_[b])) + " block " + std::to_string(b));
+  last_use_[b] = tick_;
   if (--ref_[b] > 0) return;
   --n_used_;
   if (keyed_[b]) {
@@ -120,25 +129,56 @@ std::optional<int32_t> BlockPool::lookup(const BlockKey& key) const {
   return it->second;
 }
 
-bool BlockPool::set_key(int32_t b, const BlockKey& key) {
+bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
   if (state_[check(b)] != BlockState::Used) throw bug("set_key on " + std::string(to_string(state_[b])) + " block " + std::to_string(b));
   if (keyed_[b]) return false;
   if (!index_.emplace(key, b).second) return false;
   keys_[b] = key;
+  scopes_[b] = scope;
   keyed_[b] = 1;
+  last_use_[b] = tick_;
   return true;
 }
 
+void BlockPool::free_cached(int32_t b) {
+  lru_unlink(b);
+  index_.erase(keys_[b]);
+  keyed_[b] = 0;
+  --n_cached_;
+  state_[b] = BlockState::Free;
+  free_.push_back(b);
+}
+
 void BlockPool::drop_cached() {
-  while (lru_head_ >= 0) {
-    const int32_t b = lru_head_;
-    lru_unlink(b);
-    index_.erase(keys_[b]);
-    keyed_[b] = 0;
-    --n_cached_;
-    state_[b] = BlockState::Free;
-    free_.push_back(b);
+  while (lru_head_ >= 0) free_cached(lru_head_);
+}
+
+int32_t BlockPool::drop_scope(const Scope& scope) {
+  int32_t dropped = 0;
+  for (int32_t b = 0; b < n_; ++b) {
+    if (!keyed_[b] || !(scopes_[b] == scope)) continue;
+    if (state_[b] == BlockState::Cached) {
+      free_cached(b);
+      ++dropped;
+    } else {  // Used: unfindable from now on, Free when released
+      index_.erase(keys_[b]);
+      keyed_[b] = 0;
+    }
   }
+  return dropped;
+}
+
+int32_t BlockPool::drop_cached_older_than(const Scope& scope, int64_t cutoff) {
+  int32_t dropped = 0;
+  for (int32_t b = lru_head_; b >= 0;) {
+    const int32_t next = next_[b];
+    if (last_use_[b] < cutoff && scopes_[b] == scope) {
+      free_cached(b);
+      ++dropped;
+    }
+    b = next;
+  }
+  return dropped;
 }
 
 std::vector<int32_t> BlockPool::lru_order() const {

@@ -12,7 +12,12 @@
 // key). The pool is the only owner of ref counts; callers say share/release.
 //
 // Running out of blocks is a normal condition: allocate() returns nothing and
-// the caller (scheduler) decides whom to preempt. Misuse (releasing a free
+// the caller (scheduler) decides whom to preempt.
+//
+// Each keyed block also records the scope it was keyed under and its last use
+// (the pool's tick when it was keyed, shared or released; the caller sets the
+// tick, the pool reads no clock), so the cache of one scope can be dropped at
+// once (a revoked tenant) or by age (a retention TTL). Misuse (releasing a free
 // block, sharing an unknown id) is a bug and throws std::logic_error.
 #pragma once
 #include <cstdint>
@@ -56,7 +61,24 @@ class BlockPool {
   // Registers Used block `b` under `key`. Returns false, changing nothing,
   // when the key already names another block (same content computed twice:
   // the first copy stays the cached one) or `b` already has a key.
-  bool set_key(int32_t b, const BlockKey& key);
+  // `scope` is recorded for drop_scope / drop_cached_older_than.
+  bool set_key(int32_t b, const BlockKey& key, const Scope& scope = Scope{});
+
+  // The current time as the caller counts it (monotonic, any unit); stamped
+  // as the last use of keyed blocks. Starts at 0.
+  void set_tick(int64_t tick) { tick_ = tick; }
+  int64_t tick() const { return tick_; }
+  // Every Cached block keyed under `scope` becomes Free and leaves the index;
+  // Used blocks of that scope lose their key (they can no longer be found and
+  // go Free, not Cached, when their last holder releases them). Returns the
+  // number of Cached blocks freed.
+  int32_t drop_scope(const Scope& scope);
+  // Cached blocks of `scope` last used before `cutoff` become Free. Returns
+  // how many. Used blocks are not touched.
+  int32_t drop_cached_older_than(const Scope& scope, int64_t cutoff);
+  // Last use tick / scope of a keyed block (tests, debug).
+  int64_t last_use(int32_t b) const { return last_use_[check(b)]; }
+  const Scope& scope_of(int32_t b) const;  // throws if !has_key(b)
 
   // Every Cached block becomes Free and leaves the index (e.g. a cold-start
   // measurement, or the model's scope being retired).
@@ -82,12 +104,16 @@ class BlockPool {
   void lru_push_back(int32_t b);
   void lru_unlink(int32_t b);
   int32_t take(int32_t b);  // b (Free or Cached, already unlinked) -> Used, ref 1
+  void free_cached(int32_t b);  // Cached -> Free, key dropped
 
   int32_t n_;
   std::vector<int32_t> ref_;
   std::vector<BlockState> state_;
   std::vector<uint8_t> keyed_;
   std::vector<BlockKey> keys_;
+  std::vector<Scope> scopes_;        // scope a keyed block was keyed under
+  std::vector<int64_t> last_use_;    // tick of the last set_key / share / release
+  int64_t tick_ = 0;
   std::vector<int32_t> free_;          // stack; back() is allocated next
   std::vector<int32_t> prev_, next_;   // LRU links, -1 = none
   int32_t lru_head_ = -1, lru_tail_ = -1;  // head = next victim, tail = most recent

@@ -147,11 +147,13 @@ void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
   s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
   if (!caching_) return;
   const int64_t full = (len + n) / bs_;
+  const bool dropped = !dropped_.empty() && is_dropped(s.scope);
   for (int64_t i = int64_t(s.keys.size()); i < full; ++i) {
     s.keys.push_back(block_key(i ? &s.keys[i - 1] : nullptr, s.tokens.data() + i * bs_, bs_, s.scope));
     // False when the same prefix was computed concurrently by another
     // sequence: that copy stays the cached one and ours is freed on release.
-    pool_.set_key(s.table[i], s.keys[i]);
+    // A dropped scope's blocks stay unkeyed (never cached).
+    if (!dropped) pool_.set_key(s.table[i], s.keys[i], s.scope);
   }
 }
 
@@ -172,7 +174,24 @@ SeqId KvManager::fork(SeqId parent) {
 void KvManager::release(SeqId seq) {
   Seq& s = get(seq);
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);
+  const Scope scope = s.scope;
   seqs_.erase(seq);
+  if (!dropped_.empty() && is_dropped(scope)) {
+    bool live = false;
+    for (const auto& [id, o] : seqs_) live = live || o.scope == scope;
+    if (!live) std::erase(dropped_, scope);
+  }
+}
+
+bool KvManager::is_dropped(const Scope& scope) const {
+  return std::find(dropped_.begin(), dropped_.end(), scope) != dropped_.end();
+}
+
+int32_t KvManager::drop_cached_scope(const Scope& scope) {
+  bool live = false;
+  for (const auto& [id, s] : seqs_) live = live || s.scope == scope;
+  if (live && !is_dropped(scope)) dropped_.push_back(scope);
+  return pool_.drop_scope(scope);
 }
 
 SeqInfo KvManager::seq_info(SeqId seq) const {

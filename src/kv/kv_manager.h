@@ -95,6 +95,24 @@ class KvManager {
   // Every cached (unreferenced) block becomes free: a cold cache.
   void drop_cached() { pool_.drop_cached(); }
 
+  // The caller's monotonic time (any unit, e.g. ms); stamped as the last use
+  // of blocks shared, keyed or released from now on. The manager reads no
+  // clock itself.
+  void set_tick(int64_t tick) { pool_.set_tick(tick); }
+  // Drops the prefix cache of `scope` (a revoked tenant): every cached block
+  // keyed under it becomes free at once, and blocks of it still held by a
+  // running sequence lose their key, so they can never be hit again and go
+  // free (not cached) when their last holder releases them. Sequences of the
+  // scope that are live now key no new blocks until they end. Returns the
+  // cached blocks freed now.
+  int32_t drop_cached_scope(const Scope& scope);
+  // Cached blocks of `scope` whose last use (tick) is before `cutoff` become
+  // free (a retention TTL). Blocks held by sequences are not touched. Returns
+  // how many were freed.
+  int32_t drop_cached_older_than(const Scope& scope, int64_t cutoff) {
+    return pool_.drop_cached_older_than(scope, cutoff);
+  }
+
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
   const std::vector<int32_t>& block_table(SeqId seq) const { return get(seq).table; }
   const std::vector<int32_t>& tokens(SeqId seq) const { return get(seq).tokens; }
@@ -131,6 +149,10 @@ class KvManager {
   std::unordered_map<SeqId, Seq> seqs_;
   SeqId next_id_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0;
+  // Scopes dropped while sequences of them were live: their new full blocks
+  // get no key. An entry leaves when the last such sequence is released.
+  std::vector<Scope> dropped_;
+  bool is_dropped(const Scope& s) const;
 };
 
 }  // namespace kvs
