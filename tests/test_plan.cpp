@@ -3,6 +3,7 @@
 // SVG well-formedness, and the probe's profile round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "tools/presets.h"
 #include "tools/probe.h"
 #include "tools/units.h"
+#include "kernels/quant.h"
 
 using namespace kvs;
 using namespace kvs::tools;
@@ -509,6 +511,159 @@ TEST(Probe, ProfileRoundTrip) {
   EXPECT_DOUBLE_EQ(hw.flops_for("int8"), 4e11);
   EXPECT_THROW(profile_from_json(nlohmann::json{{"kvserve_profile", 1}}), std::invalid_argument);
   EXPECT_THROW(load_profile(test::temp_dir() + "/missing.json"), std::runtime_error);
+}
+
+// ---- expected decode from measured kernel rates ----------------------------------
+
+namespace {
+KernelRate synthetic_q8_kernel() {
+  // Seconds per weight byte: 1e-10 at n=1, 2e-10 at n=16, 1e-9 at n=128.
+  return {"q8_0", {{1, 2e9, 10e9}, {16, 16e9, 5e9}, {128, 64e9, 1e9}}};
+}
+PlanInput synthetic_input() {
+  PlanInput in = preset_input("llama-3-8b");
+  in.hw.bandwidth = 20e9;
+  in.hw.flops_fp32 = 1e12;
+  in.hw.flops_int8 = 4e12;
+  in.ctx = 100;
+  in.batches = {1, 8, 16, 256};
+  in.weight_mix = {{"Q8_0", 1e9, 1e9}};
+  return in;
+}
+double attention_time(const PlanResult& p, int64_t b) {
+  const ModelShape& m = p.in.model;
+  const double kv = double(b) * 100.0 * double(p.kv_bytes_per_token) / 20e9;
+  const double ops = double(b) * 4.0 * m.n_layers * m.n_heads * m.head_dim * 100.0 / 1e12;
+  return std::max(kv, ops);
+}
+}  // namespace
+
+TEST(PlanExpected, KernelRatesExactArithmetic) {
+  PlanInput in = synthetic_input();
+  in.hw.kernels = {synthetic_q8_kernel()};
+  const PlanResult p = make_plan(in);
+  ASSERT_TRUE(p.has_kernel_rates);
+  ASSERT_EQ(p.weight_mix.size(), 1u);
+  EXPECT_EQ(p.weight_mix[0].type, "q8_0");  // lower-cased
+  ASSERT_EQ(p.roofline.size(), 4u);
+  // B=1: the n=1 kernel (10 GB/s) is slower than the 20 GB/s bandwidth.
+  const double tw[] = {0.1, 1e9 * (1e-10 + 7.0 / 15.0 * 1e-10), 0.2, 2.0};
+  const char* limit[] = {"kernel n=1", "kernel n=1..16", "kernel n=16", "kernel n=128 rate"};
+  for (size_t i = 0; i < 4; ++i) {
+    const RooflinePoint& r = p.roofline[i];
+    EXPECT_NEAR(r.t_weights, tw[i], 1e-12) << r.batch;
+    EXPECT_NEAR(r.t_attention, attention_time(p, r.batch), 1e-15) << r.batch;
+    EXPECT_NEAR(r.t_expected, tw[i] + attention_time(p, r.batch), 1e-12) << r.batch;
+    EXPECT_NEAR(r.tok_s_expected, double(r.batch) / r.t_expected, 1e-9) << r.batch;
+    EXPECT_EQ(r.limit, limit[i]) << r.batch;
+  }
+  // The ceiling columns are untouched by the kernel rates.
+  PlanInput bare = synthetic_input();
+  const PlanResult q = make_plan(bare);
+  for (size_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(p.roofline[i].tok_s, q.roofline[i].tok_s);
+  // The bandwidth binds when it is below the kernel's n=1 rate.
+  in.hw.bandwidth = 5e9;
+  const PlanResult slow = make_plan(in);
+  EXPECT_NEAR(slow.roofline[0].t_weights, 0.2, 1e-12);
+  EXPECT_EQ(slow.roofline[0].limit, "bandwidth");
+}
+
+TEST(PlanExpected, MixedTypesAndFallback) {
+  PlanInput in = synthetic_input();
+  in.hw.kernels = {synthetic_q8_kernel()};
+  // q6_k has no measured kernel: max(bytes / bandwidth, 2·B·params / int8 peak).
+  in.weight_mix = {{"q8_0", 1e9, 1e9}, {"q6_k", 4e8, 5e8}};
+  const PlanResult p = make_plan(in);
+  const RooflinePoint& r = p.roofline.at(2);  // batch 16
+  const double q6 = std::max(4e8 / 20e9, 2.0 * 16 * 5e8 / 4e12);
+  EXPECT_NEAR(r.t_weights, 0.2 + q6, 1e-12);
+  EXPECT_EQ(r.limit, "q8_0 kernel n=16");
+}
+
+TEST(PlanExpected, OldProfileFallsBackToTheRoofline) {
+  HardwareProfile hp;
+  hp.mem_total_bytes = 24ull << 30;
+  hp.bandwidth = 20e9;
+  hp.fp32 = {"avx2", {}, 1e12};
+  hp.bf16 = {"avx2", {}, 1e12};
+  hp.int8 = {"avx2", {}, 4e12};
+  nlohmann::json j = profile_to_json(hp);
+  EXPECT_FALSE(j.contains("matmul"));  // what an old profile looks like
+  const HardwareProfile back = profile_from_json(j);
+  EXPECT_TRUE(back.kernels.empty());
+  PlanInput in = synthetic_input();
+  in.hw = hardware_from_profile(back, "old");
+  const PlanResult p = make_plan(in);
+  EXPECT_FALSE(p.has_kernel_rates);
+  for (const RooflinePoint& r : p.roofline) {
+    const double tw = std::max(1e9 / 20e9, 2.0 * double(r.batch) * 1e9 / 4e12);
+    EXPECT_NEAR(r.t_weights, tw, 1e-12);
+    EXPECT_NEAR(r.t_expected, tw + attention_time(p, r.batch), 1e-12);
+  }
+  bool noted = false;
+  for (const auto& n : p.notes) noted |= n.find("kernel rate") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // Without a weight mix the model's weight type names the kernel.
+  PlanInput preset = preset_input("llama-3-8b", "q8_0");
+  preset.hw.kernels = {synthetic_q8_kernel()};
+  EXPECT_TRUE(make_plan(preset).has_kernel_rates);
+}
+
+TEST(PlanExpected, JsonKeysAndProfileRoundTrip) {
+  HardwareProfile hp;
+  hp.mem_total_bytes = 1ull << 30;
+  hp.bandwidth = 20e9;
+  hp.kernel_threads = 2;
+  hp.kernel_rows = 8192;
+  hp.kernel_cols = 2048;
+  hp.kernel_buffer_bytes = 1ull << 30;
+  hp.kernels = {synthetic_q8_kernel()};
+  const nlohmann::json j = profile_to_json(hp);
+  ASSERT_TRUE(j.contains("matmul"));
+  for (const char* k : {"threads", "rows", "cols", "buffer_bytes", "types"}) EXPECT_TRUE(j["matmul"].contains(k)) << k;
+  const auto& pts = j["matmul"]["types"]["q8_0"];
+  ASSERT_EQ(pts.size(), 3u);
+  EXPECT_EQ(pts[1]["n"], 16);
+  EXPECT_DOUBLE_EQ(pts[1]["ops_per_s"].get<double>(), 16e9);
+  EXPECT_DOUBLE_EQ(pts[0]["weight_bytes_per_s"].get<double>(), 10e9);
+  const HardwareProfile back = profile_from_json(j);
+  EXPECT_EQ(back.kernel_threads, 2);
+  EXPECT_EQ(back.kernel_rows, 8192);
+  ASSERT_NE(back.kernel("Q8_0"), nullptr);
+  EXPECT_DOUBLE_EQ(back.kernel("q8_0")->at(128)->weight_bytes_per_s, 1e9);
+  EXPECT_EQ(back.kernel("f16"), nullptr);
+  nlohmann::json bad = j;
+  bad["matmul"]["types"]["q8_0"][0]["ops_per_s"] = -1;
+  EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
+
+  PlanInput in = synthetic_input();
+  in.hw.kernels = hp.kernels;
+  const nlohmann::json pj = plan_to_json(make_plan(in));
+  const auto& e = pj["roofline"]["points"][0]["expected"];
+  for (const char* k : {"t_weights_s", "t_attention_s", "step_s", "tok_s", "limit"}) EXPECT_TRUE(e.contains(k)) << k;
+  EXPECT_EQ(e["limit"], "kernel n=1");
+  EXPECT_TRUE(pj["roofline"]["kernel_rates"].get<bool>());
+  EXPECT_EQ(pj["roofline"]["weight_mix"][0]["type"], "q8_0");
+  EXPECT_EQ(pj["roofline"]["weight_mix"][0]["kernel"].size(), 3u);
+  const std::string text = format_plan(make_plan(in));
+  EXPECT_NE(text.find("exp. tok/s"), std::string::npos);
+  EXPECT_NE(text.find("kernel n=1"), std::string::npos);
+}
+
+TEST(Probe, KernelMeasurementIsPositive) {
+  for (const char* t : {"f16", "q8_0", "q4_0"}) {
+    const KernelRate k = measure_kernel(t, 64, 256, {16, 1}, 1u << 20, 1, 2, 0.01);
+    EXPECT_EQ(k.type, t);
+    ASSERT_EQ(k.points.size(), 2u);
+    EXPECT_EQ(k.points[0].n, 1);  // sorted
+    for (const auto& q : k.points) {
+      EXPECT_GT(q.ops_per_s, 1e6) << t;
+      EXPECT_NEAR(q.weight_bytes_per_s, q.ops_per_s / (2.0 * q.n * 64 * 256) * double(row_bytes(std::string(t) == "f16" ? GgmlType::F16 : std::string(t) == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0, 256)) * 64,
+                  q.weight_bytes_per_s * 1e-9);
+    }
+  }
+  EXPECT_THROW(measure_kernel("q9_9", 64, 256, {1}, 1u << 20, 1, 1, 0.01), std::invalid_argument);
+  EXPECT_THROW(measure_kernel("q4_0", 64, 100, {1}, 1u << 20, 1, 1, 0.01), std::invalid_argument);  // not whole blocks
 }
 
 // ---- CLI -------------------------------------------------------------------------

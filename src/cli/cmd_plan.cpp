@@ -2,12 +2,16 @@
 // (GGUF metadata or a preset) on a hardware profile. Hardware figures come
 // from, in increasing priority: the default profile if one exists, --profile
 // or --probe, then explicit --mem / --bandwidth / --flops.
+#include <cctype>
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
+#include "kernels/quant.h"
+#include "model/gguf.h"
 #include "tools/plan.h"
 #include "tools/presets.h"
 #include "tools/probe.h"
@@ -25,6 +29,25 @@ struct PlanArgs {
   int64_t batch = 1, ctx = 0, prompt = -1, max_tokens = -1;
   double headroom = 0.05;
 };
+
+// Streamed matrices by weight type, from the tensor table: every 2-D tensor
+// but an untied token_embd (gathered a row per token, never streamed).
+std::vector<tools::WeightPart> weight_mix_from_gguf(const std::string& path, bool tied_output) {
+  auto f = GgufFile::open(path);
+  std::map<std::string, tools::WeightPart> by;
+  for (const auto& t : f->tensors()) {
+    if (t.dims.size() < 2 || (t.name == "token_embd.weight" && !tied_output)) continue;
+    std::string n = type_name(t.type);
+    for (char& c : n) c = char(std::tolower(static_cast<unsigned char>(c)));
+    auto& w = by[n];
+    w.type = n;
+    w.bytes += double(t.nbytes);
+    w.params += double(t.n_elements());
+  }
+  std::vector<tools::WeightPart> out;
+  for (auto& [n, w] : by) out.push_back(w);
+  return out;
+}
 
 tools::Hardware resolve_hardware(const PlanArgs& a) {
   using namespace tools;
@@ -59,6 +82,7 @@ int run_plan(const PlanArgs& a) {
   if (!a.model.empty()) {
     if (a.weights_given) throw std::invalid_argument("--weights applies to presets; a GGUF's weight types are read from the file");
     in.model = shape_from_gguf(a.model);
+    in.weight_mix = weight_mix_from_gguf(a.model, in.model.tied_output);
   } else {
     in.model = priced_shape(find_preset(a.preset), parse_weight_quant(a.weights));
   }

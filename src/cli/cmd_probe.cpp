@@ -12,7 +12,7 @@ namespace kvs::cli {
 namespace {
 
 struct ProbeArgs {
-  std::string out, size = "1GiB";
+  std::string out, size = "1GiB", kernels = "f16,bf16,q8_0,q4_0,q4_k,q6_k";
   int threads = 0, runs = 5;
   double seconds = 0.2;
   bool json = false, no_save = false;
@@ -24,6 +24,18 @@ int run_probe_cmd(const ProbeArgs& a) {
   opt.max_threads = a.threads;
   opt.runs = a.runs;
   opt.flops_seconds = a.seconds;
+  opt.kernel_types.clear();
+  if (a.kernels != "none") {
+    std::string cur;
+    for (char ch : a.kernels + ",") {
+      if (ch == ',') {
+        if (!cur.empty()) opt.kernel_types.push_back(cur);
+        cur.clear();
+      } else if (ch != ' ') {
+        cur += ch;
+      }
+    }
+  }
   const auto log = [](const std::string& s) { std::fprintf(stderr, "  %s\n", s.c_str()); };
   const tools::HardwareProfile p = tools::run_probe(opt, log);
   if (a.json) std::cout << tools::profile_to_json(p).dump(2) << "\n";
@@ -44,12 +56,16 @@ void add_probe(CLI::App& app, Runner& run) {
       "probe",
       "Measure this machine for `kvserve plan`: memory read bandwidth (multi-threaded streaming read of a "
       "buffer much larger than the cache), peak ops/s of the FP32 FMA, BF16 dot and INT8 dot paths per "
-      "thread count, core count. Prints the figures and saves a JSON profile.");
+      "thread count, core count, and the engine's own matmul per weight type (weight bytes/s at n=1, "
+      "ops/s at n=16 and n=128), which `plan` uses for its expected decode rate. Prints the figures and saves a JSON profile.");
   c->add_option("-o,--out", a->out, "profile path (default: $KVS_PROFILE or ~/.config/kvserve/profile.json)");
   c->add_option("--size", a->size, "bandwidth buffer size; keep it far above the last-level cache")->capture_default_str();
   c->add_option("--threads", a->threads, "most threads to use (default: every logical core)")->check(CLI::NonNegativeNumber);
   c->add_option("--runs", a->runs, "bandwidth passes per thread count (best is kept)")->capture_default_str()->check(CLI::Range(1, 1000));
   c->add_option("--seconds", a->seconds, "duration of each compute measurement")->capture_default_str()->check(CLI::Range(0.001, 60.0));
+  c->add_option("--kernels", a->kernels,
+                "weight types whose kvs::matmul is timed (comma-separated ggml names), or none")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "print the profile as JSON");
   c->add_flag("--no-save", a->no_save, "only print, do not write the profile");
   c->callback([a, &run] { run = [a] { return run_probe_cmd(*a); }; });

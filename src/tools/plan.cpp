@@ -4,6 +4,7 @@
 #include "tools/plan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 
@@ -18,6 +19,27 @@ double Hardware::flops_for(const std::string& path) const {
   throw std::invalid_argument("unknown compute path '" + path + "'");
 }
 
+namespace {
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
+const KernelRate* Hardware::kernel(const std::string& type) const {
+  const std::string l = lower(type);
+  for (const auto& k : kernels)
+    if (k.type == l && !k.points.empty()) return &k;
+  return nullptr;
+}
+
+std::string compute_path_for_type(const std::string& type) {
+  const std::string l = lower(type);
+  if (l == "f32" || l == "f16") return "fp32";
+  if (l == "bf16") return "bf16";
+  return "int8";
+}
+
 Hardware hardware_from_profile(const HardwareProfile& p, const std::string& source) {
   Hardware h;
   h.source = source;
@@ -26,6 +48,7 @@ Hardware hardware_from_profile(const HardwareProfile& p, const std::string& sour
   h.flops_fp32 = p.fp32.peak;
   h.flops_bf16 = p.bf16.peak;
   h.flops_int8 = p.int8.peak;
+  h.kernels = p.kernels;
   return h;
 }
 
@@ -53,6 +76,22 @@ Crossover crossover(uint64_t weights, int64_t batch, uint64_t kvpt, int n_ctx) {
 
 }  // namespace
 
+KernelTime kernel_seconds_per_byte(const KernelRate& k, double n) {
+  const auto& v = k.points;  // ascending n, non-empty
+  const auto s = [](const KernelPoint& q) { return 1.0 / q.weight_bytes_per_s; };
+  if (n <= v.front().n) return {s(v.front()), "kernel n=" + std::to_string(v.front().n)};
+  if (n >= v.back().n)  // past the largest n the product is compute-bound: time grows as n
+    return {s(v.back()) * n / double(v.back().n), "kernel n=" + std::to_string(v.back().n) + (n > v.back().n ? " rate" : "")};
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (n > v[i].n) continue;
+    if (n == v[i].n) return {s(v[i]), "kernel n=" + std::to_string(v[i].n)};
+    const double f = (n - v[i - 1].n) / double(v[i].n - v[i - 1].n);
+    return {s(v[i - 1]) + f * (s(v[i]) - s(v[i - 1])),
+            "kernel n=" + std::to_string(v[i - 1].n) + ".." + std::to_string(v[i].n)};
+  }
+  return {s(v.back()), "kernel"};  // unreachable
+}
+
 RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const ModelShape& m = p.in.model;
   RooflinePoint r;
@@ -71,6 +110,39 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
     r.fits = batch * blocks_for_tokens(ctx, p.in.block_size) <= p.capacity.usable_blocks;
   else
     r.fits = false;
+
+  // Expected: measured kernel rates per weight type, summed with attention.
+  const Hardware& hw = p.in.hw;
+  const double bw = hw.bandwidth;
+  const double t_kv = bw > 0 ? r.kv_bytes / bw : 0;
+  const double attn_ops = double(batch) * attn_ops_per_position(m) * double(ctx);
+  const double t_attn_ops = hw.flops_fp32 > 0 ? attn_ops / hw.flops_fp32 : 0;
+  r.t_attention = std::max(t_kv, t_attn_ops);
+  double biggest = r.t_attention;
+  r.limit = t_kv >= t_attn_ops ? "KV read" : "attention compute";
+  for (const WeightPart& w : p.weight_mix) {
+    const double t_stream = bw > 0 ? w.bytes / bw : 0;
+    double t_kernel = 0;
+    std::string label;
+    if (const KernelRate* k = hw.kernel(w.type)) {
+      const KernelTime kt = kernel_seconds_per_byte(*k, double(batch));
+      t_kernel = w.bytes * kt.seconds_per_byte;
+      label = kt.label;
+    } else {
+      const std::string path = compute_path_for_type(w.type);
+      const double peak = hw.flops_for(path);
+      t_kernel = peak > 0 ? 2.0 * double(batch) * w.params / peak : 0;
+      label = path + " peak";
+    }
+    const double t = std::max(t_stream, t_kernel);
+    r.t_weights += t;
+    if (t > biggest) {
+      biggest = t;
+      r.limit = (p.weight_mix.size() > 1 ? w.type + " " : std::string()) + (t_stream >= t_kernel ? "bandwidth" : label);
+    }
+  }
+  r.t_expected = r.t_weights + r.t_attention;
+  r.tok_s_expected = r.t_expected > 0 ? double(batch) / r.t_expected : 0;
   return r;
 }
 
@@ -143,6 +215,18 @@ PlanResult make_plan(PlanInput in) {
 
   // Roofline.
   p.in = in;
+  p.weight_mix = in.weight_mix;
+  if (p.weight_mix.empty()) {
+    // "q4_0", "q4_k (some rows q8_0/f16)", "mixed (q4_0 + f32)": the first type named.
+    std::string t = m.weight_type;
+    if (t.rfind("mixed (", 0) == 0) t = t.substr(7);
+    t = lower(t.substr(0, t.find_first_of(" )")));
+    p.weight_mix.push_back({t, double(m.streamed_weight_bytes), double(m.matmul_params)});
+  }
+  for (auto& w : p.weight_mix) {
+    w.type = lower(w.type);
+    if (in.hw.kernel(w.type)) p.has_kernel_rates = true;
+  }
   p.compute_path = m.compute_path.empty() ? "fp32" : m.compute_path;
   p.peak_ops = in.hw.flops_for(p.compute_path);
   p.has_roofline = in.hw.bandwidth > 0;
@@ -172,6 +256,9 @@ PlanResult make_plan(PlanInput in) {
   pf.seconds = std::max(tm, tc);
   pf.tok_s = pf.seconds > 0 ? P / pf.seconds : 0;
   pf.compute_bound = tc > tm;
+  if (p.has_roofline && !p.has_kernel_rates)
+    p.notes.push_back("no measured kernel rate for the model's weight types (re-run `kvserve probe`): "
+                      "expected decode = roofline terms summed");
   if (!p.has_roofline) p.notes.push_back("no bandwidth given (--bandwidth, --profile or --probe): no decode roofline");
   else if (p.peak_ops <= 0)
     p.notes.push_back("no compute rate for the " + p.compute_path +
@@ -258,8 +345,27 @@ nlohmann::json plan_to_json(const PlanResult& p) {
                    {"t_compute_s", r.t_compute},
                    {"tok_s", r.tok_s},
                    {"bound", r.memory_bound ? "memory" : "compute"},
-                   {"fits", r.fits}});
+                   {"fits", r.fits},
+                   {"expected",
+                    {{"t_weights_s", r.t_weights},
+                     {"t_attention_s", r.t_attention},
+                     {"step_s", r.t_expected},
+                     {"tok_s", r.tok_s_expected},
+                     {"limit", r.limit}}}});
   roof["points"] = pts;
+  json mix = json::array();
+  for (const auto& w : p.weight_mix) {
+    json e = {{"type", w.type}, {"bytes", w.bytes}, {"params", w.params}};
+    if (const KernelRate* k = p.in.hw.kernel(w.type)) {
+      json kp = json::array();
+      for (const auto& q : k->points)
+        kp.push_back({{"n", q.n}, {"ops_per_s", q.ops_per_s}, {"weight_bytes_per_s", q.weight_bytes_per_s}});
+      e["kernel"] = kp;
+    }
+    mix.push_back(e);
+  }
+  roof["weight_mix"] = mix;
+  roof["kernel_rates"] = p.has_kernel_rates;
   j["roofline"] = roof;
   j["prefill"] = {{"tokens", p.prefill.tokens},        {"ops", p.prefill.ops},
                   {"bytes", p.prefill.bytes},          {"seconds", p.prefill.seconds},

@@ -7,7 +7,22 @@
 //   bytes(B) = W + B·S·kv_bytes_per_token
 // and does B·(2·matmul_params + 4·layers·heads·head_dim·S) operations (the
 // matmuls, plus QKᵀ and A·V over S positions). Its time is the larger of
-// bytes / bandwidth and ops / peak; tok/s = B / time.
+// bytes / bandwidth and ops / peak; tok/s = B / time. That is the ceiling.
+//
+// The expected rate uses the engine's measured kernel rates (`kvserve probe`
+// times kvs::matmul per weight type at n = 1, 16, 128 activation rows; see
+// KernelRate). A product of n rows over W weight bytes takes W·s(n), s(n) the
+// measured seconds per weight byte, interpolated linearly in n between the
+// measured points (time per product ≈ fixed streaming cost + a cost per row)
+// and proportional to n past the largest (compute-bound). Per weight type t
+// of the model, W_t its streamed bytes:
+//   t_t(B) = max(W_t / bandwidth, W_t · s_t(B))
+// At B = 1 this is W_t / min(bandwidth, kernel n=1 bytes/s); at a measured
+// n it is the kernel's own ops rate. The engine runs the matrices and the
+// attention one after the other, so the step is their sum:
+//   t_step = Σ_t t_t(B) + max(K/V bytes / bandwidth, attention ops / fp32 peak)
+// A type with no measured kernel falls back to max(W_t / bandwidth,
+// 2·B·params_t / peak of its path), so old profiles give the roofline terms.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,7 +41,18 @@ struct Hardware {
   double bandwidth = 0;   // bytes/s; 0 = unknown (no roofline)
   double flops_fp32 = 0, flops_bf16 = 0, flops_int8 = 0;  // ops/s; 0 = unknown
   double flops_for(const std::string& path) const;  // path: fp32 | bf16 | int8
+  std::vector<KernelRate> kernels;  // measured kvs::matmul rates; empty: expected = roofline
+  const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if absent
 };
+
+// The streamed matrices of one weight type (lower-case ggml name).
+struct WeightPart {
+  std::string type;
+  double bytes = 0;   // streamed bytes of this type
+  double params = 0;  // matmul parameters of this type
+};
+// Compute path a weight type runs on: fp32 (f32/f16), bf16, else int8.
+std::string compute_path_for_type(const std::string& type);
 Hardware hardware_from_profile(const HardwareProfile& p, const std::string& source);
 
 struct PlanInput {
@@ -41,6 +67,9 @@ struct PlanInput {
   double headroom = 0.05;
   int64_t scratch_bytes = -1;    // -1: default_scratch_bytes(model)
   std::vector<int64_t> batches;  // roofline table rows; empty: 1, 2, 4 ... 256
+  // Streamed weights by type (from the GGUF tensor table). Empty: the whole
+  // model as the first word of model.weight_type.
+  std::vector<WeightPart> weight_mix;
 };
 
 // Activations of one 512-token step in f32 (residual, attention, FFN, logits).
@@ -68,6 +97,12 @@ struct RooflinePoint {
   double tok_s = 0;
   bool memory_bound = true;
   bool fits = true;  // B sequences of ctx tokens fit in the usable KV blocks
+  // Expected, from measured kernel rates (equal to the roofline terms where
+  // no kernel rate is known): see the top of this file.
+  double t_weights = 0;    // Σ over weight types of max(stream, compute)
+  double t_attention = 0;  // max(K/V read, attention ops at the fp32 peak)
+  double t_expected = 0, tok_s_expected = 0;
+  std::string limit;  // what binds the largest term: "bandwidth", "kernel n=1", "kernel n=16", "KV read", ...
 };
 
 struct PrefillEstimate {
@@ -93,6 +128,8 @@ struct PlanResult {
   int64_t kv_overtakes_batch = 0;   // first batch whose K/V reads exceed the weight reads
   int64_t compute_bound_batch = 0;  // first compute-bound batch; 0 = never (KV grows as fast)
   std::vector<RooflinePoint> roofline;
+  std::vector<WeightPart> weight_mix;  // resolved
+  bool has_kernel_rates = false;       // some weight type had a measured kernel
   PrefillEstimate prefill;
   std::vector<std::string> notes;
 };
@@ -101,6 +138,13 @@ struct PlanResult {
 // memory budget too small for the weights is not thrown: it is reported in
 // capacity_error so the KV figures are still printed.
 PlanResult make_plan(PlanInput in);
+// Seconds per weight byte of kvs::matmul at n rows (see the top of this file);
+// label names the measured point(s) used. k.points must be non-empty, ascending.
+struct KernelTime {
+  double seconds_per_byte = 0;
+  std::string label;
+};
+KernelTime kernel_seconds_per_byte(const KernelRate& k, double n);
 // One roofline point at any (batch, context); used by make_plan and the plots.
 RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx);
 

@@ -103,12 +103,24 @@ std::string format_plan(const PlanResult& p) {
     o << "\nDecode roofline at context " << p.in.ctx << " (" << p.compute_path << " path"
       << (p.peak_ops > 0 ? ", ridge " + num(p.ridge_intensity, "%.3g") + " ops/B" : "") << ")\n";
     o << "  " << pad("batch", 6) << pad("weights", 12) << pad("KV read", 12) << pad("ops/B", 9) << pad("step", 10)
-      << pad("tok/s", 11) << pad("bound", 9) << pad("fits", 6) << "\n";
+      << pad("tok/s", 11) << pad("bound", 9) << pad("fits", 6) << pad("exp. step", 11) << pad("exp. tok/s", 12)
+      << "  expected limit\n";
     for (const auto& r : p.roofline)
       o << "  " << pad(std::to_string(r.batch), 6) << pad(format_bytes(r.weight_bytes), 12)
         << pad(format_bytes(r.kv_bytes), 12) << pad(num(r.intensity, "%.3g"), 9)
         << pad(duration(std::max(r.t_memory, r.t_compute)), 10) << pad(rate(r.tok_s), 11)
-        << pad(r.memory_bound ? "memory" : "compute", 9) << pad(r.fits ? "yes" : "no", 6) << "\n";
+        << pad(r.memory_bound ? "memory" : "compute", 9) << pad(r.fits ? "yes" : "no", 6)
+        << pad(duration(r.t_expected), 11) << pad(rate(r.tok_s_expected), 12) << "  " << r.limit << "\n";
+    o << "  step / tok/s / bound: roofline ceiling (bandwidth and peak ops). exp.: "
+      << (p.has_kernel_rates ? "measured kvs::matmul rates per weight type" : "roofline terms (no kernel rates in the profile)")
+      << " summed with attention (max of K/V read and fp32 ops).\n";
+    for (const auto& w : p.weight_mix)
+      if (const KernelRate* k = hw.kernel(w.type)) {
+        o << "  kernel " << w.type << " (" << format_bytes(w.bytes) << "):";
+        for (const auto& q : k->points)
+          o << " n=" << q.n << " " << format_si(q.ops_per_s, "OP/s") << " / " << format_si(q.weight_bytes_per_s, "B/s");
+        o << "\n";
+      }
     o << "  K/V reads overtake weight reads from batch " << p.kv_overtakes_batch << " at context " << p.in.ctx
       << ": past it, a bigger batch mostly buys more KV traffic, not more tokens per byte.\n";
     if (p.peak_ops > 0) {

@@ -10,7 +10,10 @@
 #include <immintrin.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +26,9 @@
 #include <thread>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "kernels/threadpool.h"
 #include "tools/units.h"
 
 namespace kvs::tools {
@@ -318,7 +324,130 @@ std::vector<RatePoint> points_from(const nlohmann::json& a, const char* key) {
   return v;
 }
 
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+GgmlType type_from_name(const std::string& name) {
+  const std::string l = lower(name);
+  for (uint32_t raw = 0; raw < 64; ++raw) {
+    if (!is_known_type(raw)) continue;
+    const auto t = GgmlType(raw);
+    if (lower(type_name(t)) == l) {
+      if (!type_traits(t).supported) throw std::invalid_argument("kernel probe: type '" + name + "' is not supported");
+      return t;
+    }
+  }
+  throw std::invalid_argument("kernel probe: unknown weight type '" + name + "'");
+}
+
 }  // namespace
+
+const KernelPoint* KernelRate::at(int n) const {
+  for (const auto& k : points)
+    if (k.n == n) return &k;
+  return nullptr;
+}
+
+const KernelPoint* KernelRate::nearest(double n) const {
+  const KernelPoint* best = nullptr;
+  double best_d = 0;
+  for (const auto& k : points) {
+    const double d = std::fabs(std::log(double(k.n)) - std::log(std::max(1.0, n)));
+    if (!best || d < best_d - 1e-12) best = &k, best_d = d;
+  }
+  return best;
+}
+
+const KernelRate* HardwareProfile::kernel(const std::string& type) const {
+  const std::string l = lower(type);
+  for (const auto& k : kernels)
+    if (k.type == l) return &k;
+  return nullptr;
+}
+
+KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
+                          uint64_t buffer_bytes, int threads, int runs, double seconds) {
+  const GgmlType t = type_from_name(type);
+  threads = resolve_threads(threads);
+  if (rows < 1 || cols < 1) throw std::invalid_argument("kernel probe: empty matrix");
+  if (runs < 1) throw std::invalid_argument("kernel probe: runs must be >= 1");
+  const size_t rb = row_bytes(t, cols);  // throws when cols is not a whole number of blocks
+  const size_t stride = (rb + 63) / 64 * 64;
+  const size_t mat = stride * size_t(rows);
+  // One quantized matrix of deterministic pseudo-random weights, then copies.
+  std::unique_ptr<uint8_t, decltype(&std::free)> one(static_cast<uint8_t*>(std::aligned_alloc(64, mat)), &std::free);
+  if (!one) throw std::runtime_error("kernel probe: out of memory");
+  std::memset(one.get(), 0, mat);
+  uint64_t lcg = 0x9e3779b97f4a7c15ull;
+  const auto rnd = [&] {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int32_t(lcg >> 33) % 2001 - 1000) * 1e-3f;  // [-1, 1]
+  };
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = rnd();
+    quantize_row(t, row.data(), one.get() + size_t(r) * stride, cols);
+  }
+  const size_t copies = std::max<size_t>(2, size_t((buffer_bytes + mat - 1) / mat));
+  std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, (copies * mat + 4095) / 4096 * 4096)),
+                                                     &std::free);
+  if (!buf) throw std::runtime_error("kernel probe: cannot allocate " + format_bytes(double(copies * mat)));
+  for (size_t c = 0; c < copies; ++c) std::memcpy(buf.get() + c * mat, one.get(), mat);
+  one.reset();
+  const int n_max = ns.empty() ? 1 : *std::max_element(ns.begin(), ns.end());
+  std::vector<float> x(size_t(n_max) * size_t(cols)), y(size_t(n_max) * size_t(rows));
+  for (auto& v : x) v = rnd();
+  ThreadPool pool(threads);
+  size_t next = 0;
+  const auto product = [&](int n) {
+    WeightView w;
+    w.type = t;
+    w.data = buf.get() + next * mat;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_stride = stride;
+    next = (next + 1) % copies;
+    matmul(w, x.data(), cols, n, y.data(), rows, pool);
+  };
+  KernelRate out;
+  out.type = lower(type_name(t));
+  std::vector<int> sorted = ns;
+  std::sort(sorted.begin(), sorted.end());
+  for (int n : sorted) {
+    if (n < 1) throw std::invalid_argument("kernel probe: n must be >= 1");
+    product(n);  // warm-up (and ISA dispatch)
+    double best = 0;  // products per second
+    if (n == 1) {
+      // Whole passes over every copy: each product reads its matrix from DRAM.
+      for (int r = 0; r < runs; ++r) {
+        const auto t0 = Clock::now();
+        for (size_t c = 0; c < copies; ++c) product(n);
+        best = std::max(best, double(copies) / std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+    } else {
+      for (int r = 0; r < 2; ++r) {  // best of two: the first may pay for frequency ramp-up
+        int64_t done = 0;
+        const auto t0 = Clock::now();
+        double el = 0;
+        do {
+          product(n);
+          ++done;
+          el = std::chrono::duration<double>(Clock::now() - t0).count();
+        } while (el < seconds / 2);
+        best = std::max(best, double(done) / el);
+      }
+    }
+    g_sink += bits(double(y[0]));
+    KernelPoint k;
+    k.n = n;
+    k.ops_per_s = best * 2.0 * double(n) * double(rows) * double(cols);
+    k.weight_bytes_per_s = best * double(rb) * double(rows);
+    out.points.push_back(k);
+  }
+  return out;
+}
 
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs) {
   threads = resolve_threads(threads);
@@ -410,6 +539,23 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
     *dst = measure_peak(name, n, opt.flops_seconds);
     say(std::string(name) + " peak (" + dst->isa + "): " + format_si(dst->peak, "OP/s"));
   }
+  if (!opt.kernel_types.empty()) {
+    p.kernel_threads = n;
+    p.kernel_rows = opt.kernel_rows;
+    p.kernel_cols = opt.kernel_cols;
+    for (const auto& type : opt.kernel_types) {
+      KernelRate k = measure_kernel(type, opt.kernel_rows, opt.kernel_cols, opt.kernel_n, opt.buffer_bytes, n,
+                                    std::max(2, std::min(opt.runs, 3)), opt.flops_seconds);
+      const size_t mat = (row_bytes(type_from_name(type), opt.kernel_cols) + 63) / 64 * 64 * size_t(opt.kernel_rows);
+      p.kernel_buffer_bytes = std::max<uint64_t>(p.kernel_buffer_bytes, std::max<size_t>(2, (opt.buffer_bytes + mat - 1) / mat) * mat);
+      std::string line = "matmul " + k.type + ":";
+      for (const auto& q : k.points)
+        line += " n=" + std::to_string(q.n) + " " + format_si(q.ops_per_s, "OP/s") + " (" +
+                format_si(q.weight_bytes_per_s, "B/s") + " of weights)";
+      say(line);
+      p.kernels.push_back(std::move(k));
+    }
+  }
   return p;
 }
 
@@ -417,16 +563,31 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json flops;
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8}})
     flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
-  return {{"kvserve_profile", 1},
-          {"cpu", p.cpu},
-          {"logical_cores", p.logical_cores},
-          {"mem_total_bytes", p.mem_total_bytes},
-          {"bandwidth",
-           {{"read_bytes_per_s", p.bandwidth},
-            {"buffer_bytes", p.buffer_bytes},
-            {"by_threads", points_json(p.bandwidth_by_threads, "bytes_per_s")}}},
-          {"flops", flops},
-          {"created", p.created}};
+  nlohmann::json j = {{"kvserve_profile", 1},
+                      {"cpu", p.cpu},
+                      {"logical_cores", p.logical_cores},
+                      {"mem_total_bytes", p.mem_total_bytes},
+                      {"bandwidth",
+                       {{"read_bytes_per_s", p.bandwidth},
+                        {"buffer_bytes", p.buffer_bytes},
+                        {"by_threads", points_json(p.bandwidth_by_threads, "bytes_per_s")}}},
+                      {"flops", flops},
+                      {"created", p.created}};
+  if (!p.kernels.empty()) {
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& k : p.kernels) {
+      nlohmann::json pts = nlohmann::json::array();
+      for (const auto& q : k.points)
+        pts.push_back({{"n", q.n}, {"ops_per_s", q.ops_per_s}, {"weight_bytes_per_s", q.weight_bytes_per_s}});
+      types[k.type] = pts;
+    }
+    j["matmul"] = {{"threads", p.kernel_threads},
+                   {"rows", p.kernel_rows},
+                   {"cols", p.kernel_cols},
+                   {"buffer_bytes", p.kernel_buffer_bytes},
+                   {"types", types}};
+  }
+  return j;
 }
 
 HardwareProfile profile_from_json(const nlohmann::json& j) {
@@ -447,6 +608,28 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
       if (e.contains("by_threads")) r->by_threads = points_from(e["by_threads"], "ops_per_s");
     }
     p.created = j.value("created", "");
+    if (j.contains("matmul")) {  // optional: older profiles have no kernel rates
+      const auto& m = j.at("matmul");
+      p.kernel_threads = m.value("threads", 0);
+      p.kernel_rows = m.value("rows", int64_t(0));
+      p.kernel_cols = m.value("cols", int64_t(0));
+      p.kernel_buffer_bytes = m.value("buffer_bytes", uint64_t(0));
+      for (const auto& [name, pts] : m.at("types").items()) {
+        KernelRate k;
+        k.type = lower(name);
+        for (const auto& e : pts) {
+          KernelPoint q;
+          q.n = e.at("n").get<int>();
+          q.ops_per_s = e.at("ops_per_s").get<double>();
+          q.weight_bytes_per_s = e.at("weight_bytes_per_s").get<double>();
+          if (q.n < 1 || !(q.ops_per_s > 0) || !(q.weight_bytes_per_s > 0))
+            throw std::invalid_argument("malformed hardware profile: matmul." + name + " needs n >= 1 and positive rates");
+          k.points.push_back(q);
+        }
+        std::sort(k.points.begin(), k.points.end(), [](const KernelPoint& a, const KernelPoint& b) { return a.n < b.n; });
+        p.kernels.push_back(std::move(k));
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed hardware profile: ") + e.what());
   }
@@ -491,6 +674,16 @@ std::string format_profile(const HardwareProfile& p) {
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8}}) {
     o << name << " peak:      " << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
     for (const auto& t : r->by_threads) o << "  " << t.threads << " thread(s): " << format_si(t.rate, "OP/s") << "\n";
+  }
+  if (!p.kernels.empty()) {
+    o << "matmul (kvs::matmul, " << p.kernel_rows << "x" << p.kernel_cols << " weights cycled over "
+      << format_bytes(double(p.kernel_buffer_bytes)) << ", " << p.kernel_threads << " thread(s)):\n";
+    for (const auto& k : p.kernels) {
+      o << "  " << k.type << ":";
+      for (const auto& q : k.points)
+        o << "  n=" << q.n << " " << format_si(q.ops_per_s, "OP/s") << " / " << format_si(q.weight_bytes_per_s, "B/s");
+      o << "\n";
+    }
   }
   return o.str();
 }

@@ -15,6 +15,12 @@ struct ProbeOptions {
   int max_threads = 0;                 // 0 = every logical core
   int runs = 5;                        // best of this many passes per thread count
   double flops_seconds = 0.2;          // target duration of one FLOP measurement
+  // Weight types whose real kvs::matmul is timed (lower-case ggml names); empty: none.
+  std::vector<std::string> kernel_types = default_kernel_types();
+  int64_t kernel_rows = 8192, kernel_cols = 2048;  // one weight matrix (a 1.1B-class FFN projection)
+  std::vector<int> kernel_n = {1, 16, 128};         // activation rows: decode, batched decode, prefill
+
+  static std::vector<std::string> default_kernel_types() { return {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}; }
 };
 
 struct RatePoint {
@@ -29,6 +35,24 @@ struct PeakRate {
   double peak = 0;  // best over thread counts
 };
 
+// The engine's own kvs::matmul timed on one weight type: Y[n, rows] =
+// X[n, cols] · W^T, cycling through copies of W that together exceed the
+// last-level cache, so every product streams its weights from DRAM as decode
+// does. ops = 2·n·rows·cols; weight bytes = the stored matrix.
+struct KernelPoint {
+  int n = 0;
+  double ops_per_s = 0;           // achieved, 2·n·rows·cols per product
+  double weight_bytes_per_s = 0;  // stored weight bytes per second of products
+};
+struct KernelRate {
+  std::string type;  // lower-case ggml name: "f16", "q8_0", "q4_0", ...
+  std::vector<KernelPoint> points;  // ascending n
+  const KernelPoint* at(int n) const;  // exact n, or nullptr
+  // The point whose n is nearest `n` in log distance (ties: the smaller n);
+  // nullptr when there are no points.
+  const KernelPoint* nearest(double n) const;
+};
+
 struct HardwareProfile {
   std::string cpu;            // /proc/cpuinfo model name
   int logical_cores = 0;
@@ -37,6 +61,12 @@ struct HardwareProfile {
   std::vector<RatePoint> bandwidth_by_threads;
   double bandwidth = 0;       // best read bandwidth, bytes/s
   PeakRate fp32, bf16, int8;
+  // Real kernel rates (absent in profiles written before they were measured).
+  int kernel_threads = 0;
+  int64_t kernel_rows = 0, kernel_cols = 0;
+  uint64_t kernel_buffer_bytes = 0;  // all copies of the matrix together
+  std::vector<KernelRate> kernels;
+  const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if not measured
   std::string created;        // UTC ISO-8601
 };
 
@@ -46,6 +76,12 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
 // Single measurements, exposed for tests and quick checks.
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
 PeakRate measure_peak(const std::string& path, int max_threads, double seconds);  // path: fp32|bf16|int8
+// Times kvs::matmul for `type` (a ggml type name) on a rows×cols matrix copied
+// until the copies fill at least buffer_bytes, on a ThreadPool of `threads`;
+// n = 1 is the best of `runs` full passes over the copies, larger n run for
+// about `seconds`. Throws std::invalid_argument for unknown / unsupported types.
+KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
+                          uint64_t buffer_bytes, int threads, int runs, double seconds);
 
 nlohmann::json profile_to_json(const HardwareProfile& p);
 // Throws std::invalid_argument naming the missing or malformed key.
