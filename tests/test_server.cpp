@@ -541,11 +541,20 @@ TEST(Server, TenantIsolationOfThePrefixCache) {
   EXPECT_GE(prefill2 - prefill1, double(b["prompt_tokens"].get<int>())) << "B must prefill the whole prompt";
   EXPECT_GT(t_b, 2.5 * t_a2) << "B's TTFT must not show A's hit (B " << t_b << " s, A cached " << t_a2 << " s)";
   (void)prefill0;
-  // Revoke A: its old blocks miss from now on.
+  // Revoke A: its old blocks miss from now on, and are dropped at once.
   EXPECT_EQ(post(port, "/admin/tenants/a/revoke", json::object(), "key-a").status, 403);
+  const std::string dropped_revoke = "kvserve_prefix_cache_dropped_blocks_total{reason=\"revoke\"}";
+  EXPECT_EQ(metric(port, dropped_revoke), 0);
+  const double cached0 = metric(port, "kvserve_kv_blocks_cached"), free0 = metric(port, "kvserve_kv_blocks_free");
   const Reply rv = post(port, "/admin/tenants/a/revoke", json::object(), "key-admin");
   ASSERT_EQ(rv.status, 200) << rv.body;
   EXPECT_EQ(rv.js()["permission_version"], 2);
+  // A's prompt filled P / 16 full blocks (block size 16), all cached.
+  const int a_blocks = a1["prompt_tokens"].get<int>() / 16;
+  EXPECT_GE(rv.js()["dropped_blocks"].get<int>(), a_blocks) << rv.body;
+  EXPECT_EQ(metric(port, dropped_revoke), rv.js()["dropped_blocks"].get<double>());
+  EXPECT_EQ(metric(port, "kvserve_kv_blocks_cached"), cached0 - rv.js()["dropped_blocks"].get<double>());
+  EXPECT_EQ(metric(port, "kvserve_kv_blocks_free"), free0 + rv.js()["dropped_blocks"].get<double>());
   const json a3 = run("key-a", &t_a3);
   EXPECT_EQ(a3["prompt_tokens_details"]["cached_tokens"], 0);
   s.stop();
@@ -553,6 +562,47 @@ TEST(Server, TenantIsolationOfThePrefixCache) {
   EXPECT_EQ(log.find(prompt.substr(0, 40)), std::string::npos) << "prompt text leaked into the log";
   EXPECT_EQ(log.find("key-a"), std::string::npos);
   EXPECT_EQ(log.find("tenant=a "), std::string::npos);
+}
+
+TEST(Server, RetentionDropsATenantsCachedBlocks) {
+  REQUIRE_SHARED();
+  const std::string dir = kvs::test::temp_dir();
+  {
+    std::ofstream f(dir + "/keys.json");
+    f << json{{"keys",
+               {{{"key_sha256", sha256_hex("key-r")}, {"tenant", "r"}, {"retention_s", 1}},
+                {{"key_sha256", sha256_hex("key-k")}, {"tenant", "k"}}}}}
+             .dump();
+  }
+  Server s({"-m", stories(), "--api-keys", dir + "/keys.json"});
+  const int port = s.port();
+  const std::string dropped = "kvserve_prefix_cache_dropped_blocks_total{reason=\"retention\"}";
+  auto run = [&](const std::string& key) {
+    const Reply r = post(port, "/v1/completions", {{"prompt", words(60)}, {"max_tokens", 2}, {"temperature", 0}}, key);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.js()["usage"];
+  };
+  run("key-k");  // a tenant without retention: its blocks stay
+  const double cached_k = metric(port, "kvserve_kv_blocks_cached");
+  EXPECT_GT(cached_k, 0);
+  const json r1 = run("key-r");
+  const json r2 = run("key-r");
+  EXPECT_GT(r2["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << "within retention_s it hits";
+  EXPECT_EQ(metric(port, "kvserve_kv_blocks_cached"), 2 * cached_k);
+  EXPECT_EQ(metric(port, dropped), 0);
+  // Unused for longer than retention_s (1 s): the sweep (every second) drops
+  // r's blocks, and only r's.
+  const double t0 = now_s();
+  while (metric(port, dropped) <= 0 && now_s() - t0 < 6) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(now_s() - t0, 0.8);
+  EXPECT_EQ(metric(port, dropped), cached_k);
+  EXPECT_EQ(metric(port, "kvserve_kv_blocks_cached"), cached_k);
+  const json r3 = run("key-r");
+  EXPECT_EQ(r3["prompt_tokens_details"]["cached_tokens"], 0) << "after retention_s an identical request misses";
+  const json k2 = run("key-k");
+  EXPECT_GT(k2["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  (void)r1;
+  EXPECT_EQ(s.stop(), 0);
 }
 
 TEST(Server, FloodGets429WithRetryAfterAndNothingIsLost) {

@@ -98,6 +98,15 @@ class PagedEngine {
   void release(SeqId seq) { kv_.release(seq); }
   // Forget every cached block (cold prefix cache).
   void drop_cached() { kv_.drop_cached(); }
+  // The caller's monotonic tick (KvManager::set_tick): last use of blocks.
+  void set_tick(int64_t tick) { kv_.set_tick(tick); }
+  // Drops the prefix cache of a caller scope (model identity folded in, as
+  // add() does): KvManager::drop_cached_scope. Returns the cached blocks freed.
+  int32_t drop_cached_scope(const Scope& caller) { return kv_.drop_cached_scope(kv_scope(caller)); }
+  // Cached blocks of the caller scope last used before `cutoff` become free.
+  int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) {
+    return kv_.drop_cached_older_than(kv_scope(caller), cutoff);
+  }
 
   const KvManager& kv() const { return kv_; }
   int block_size() const { return kv_.block_size(); }

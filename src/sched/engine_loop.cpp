@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -75,6 +77,20 @@ struct EngineLoop::Impl {
   std::condition_variable cv;
   bool stop = false;
   std::thread th;
+  // Under mu: scope drops waiting for the engine thread, and the scopes with
+  // a retention TTL (caller scope, TTL s, last submit time).
+  struct PendingDrop {
+    Scope scope;
+    std::promise<int64_t> done;
+  };
+  std::vector<std::unique_ptr<PendingDrop>> pending_drops;
+  struct Retained {
+    Scope scope;
+    double retention_s = 0, last_submit = 0;
+  };
+  std::vector<Retained> retained;
+  double next_sweep = 0;
+  int64_t dropped_revoke = 0, dropped_retention = 0;  // engine thread; published
 
   std::mutex live_mu;  // live requests' sinks and text state (submit inserts, engine thread serves)
   std::unordered_map<RequestId, Live> live;
@@ -87,7 +103,45 @@ struct EngineLoop::Impl {
   void run();
   void deliver(std::vector<TokenEvent>& events, double t);
   void publish(double t);
+  bool upkeep(double t, std::vector<std::unique_ptr<PendingDrop>>& drops);
+  static int64_t tick_of(double t) { return int64_t(std::llround(t * 1000.0)); }  // ms
 };
+
+// Engine thread, between steps: scope drops (revoke), then the retention
+// sweep when due. True when a block was dropped.
+bool EngineLoop::Impl::upkeep(double t, std::vector<std::unique_ptr<PendingDrop>>& drops) {
+  exec->set_tick(tick_of(t));
+  int64_t n = 0;
+  for (auto& d : drops) {
+    int64_t k = 0;
+    try {
+      k = exec->drop_cached_scope(d->scope);
+    } catch (const std::exception& ex) {
+      if (opts.log) opts.log(std::string("prefix cache drop failed: ") + ex.what());
+    }
+    dropped_revoke += k;
+    n += k;
+    d->done.set_value(k);
+  }
+  drops.clear();
+  if (t >= next_sweep) {
+    next_sweep = t + opts.retention_sweep_s;
+    std::vector<Retained> todo;
+    {
+      std::lock_guard lk(mu);
+      // A scope not submitted under for a long while has been retired (the
+      // server moved the tenant to a new scope): forget it.
+      std::erase_if(retained, [&](const Retained& r) { return t - r.last_submit > std::max(4 * r.retention_s, 600.0); });
+      todo = retained;
+    }
+    for (const Retained& r : todo) {
+      const int64_t k = exec->drop_cached_older_than(r.scope, tick_of(t - r.retention_s));
+      dropped_retention += k;
+      n += k;
+    }
+  }
+  return n > 0;
+}
 
 void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
   std::lock_guard lk(live_mu);
@@ -160,6 +214,8 @@ void EngineLoop::Impl::publish(double t) {
   m.block_size = kv.block_size;
   m.prefix_query_tokens = kv.prefix_query_tokens;
   m.prefix_hit_tokens = kv.prefix_hit_tokens;
+  m.prefix_dropped_revoke = dropped_revoke;
+  m.prefix_dropped_retention = dropped_retention;
   m.preemptions = s.preemptions;
   m.rejections = s.rejections;
   m.requests_submitted = s.submitted;
@@ -177,14 +233,20 @@ void EngineLoop::Impl::publish(double t) {
 
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
+  std::vector<std::unique_ptr<PendingDrop>> drops;
+  const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
   while (true) {
     {
       std::unique_lock lk(mu);
-      cv.wait(lk, [&] { return stop || sched->has_work(); });
+      cv.wait_for(lk, sweep_period, [&] { return stop || sched->has_work() || !pending_drops.empty(); });
       if (stop) break;
+      drops.swap(pending_drops);
     }
-    events.clear();
     double t = now();
+    if (upkeep(t, drops) || !sched->has_work()) publish(t);
+    if (!sched->has_work()) continue;
+    events.clear();
+    exec->set_tick(tick_of(t));
     StepReport rep;
     try {
       rep = sched->step(t, events);
@@ -202,6 +264,11 @@ void EngineLoop::Impl::run() {
       std::unique_lock lk(mu);
       cv.wait_for(lk, std::chrono::milliseconds(2));
     }
+  }
+  {
+    std::lock_guard lk(mu);
+    for (auto& d : pending_drops) d->done.set_value(0);
+    pending_drops.clear();
   }
   events.clear();
   const double t = now();
@@ -248,6 +315,8 @@ SubmitResult EngineLoop::submit(Request req) {
   const int n = req.n;
   const bool stops = !req.stop.empty();
   std::vector<std::string> stop_strings = req.stop;
+  const Scope scope = req.scope;
+  const double retention_s = req.retention_s;
   SubmitResult res;
   {
     std::lock_guard lk(m.live_mu);
@@ -264,8 +333,33 @@ SubmitResult EngineLoop::submit(Request req) {
       }
     }
   }
+  if (res.accepted && retention_s > 0) {
+    std::lock_guard lk(m.mu);
+    auto it = std::find_if(m.retained.begin(), m.retained.end(), [&](const Impl::Retained& r) { return r.scope == scope; });
+    if (it == m.retained.end()) m.retained.push_back({scope, retention_s, t});
+    else {
+      it->retention_s = retention_s;
+      it->last_submit = t;
+    }
+  }
   if (res.accepted) m.cv.notify_one();
   return res;
+}
+
+int64_t EngineLoop::drop_scope(const Scope& scope) {
+  Impl& m = *impl_;
+  std::future<int64_t> f;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.stop) return 0;
+    std::erase_if(m.retained, [&](const Impl::Retained& r) { return r.scope == scope; });
+    auto d = std::make_unique<Impl::PendingDrop>();
+    d->scope = scope;
+    f = d->done.get_future();
+    m.pending_drops.push_back(std::move(d));
+  }
+  m.cv.notify_one();
+  return f.get();
 }
 
 bool EngineLoop::cancel(RequestId id) {

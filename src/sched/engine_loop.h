@@ -42,6 +42,9 @@ struct EngineLoopOptions {
   int64_t kv_blocks = 0;           // explicit pool size (tests, benchmarks)
   int max_ctx = 0;                 // 0 = the model's training context
   bool prefix_caching = true;
+  // How often the engine thread drops cached blocks past their scope's
+  // retention (Request::retention_s), seconds; also its longest idle sleep.
+  double retention_sweep_s = 1.0;
   // Seconds on a monotonic clock; tests inject a fake one.
   std::function<double()> clock;
   // Log line per rejection (estimate, tenant hash, class; never prompt text).
@@ -68,6 +71,7 @@ struct MetricsSnapshot {
   int64_t kv_headroom_blocks = 0;
   int block_size = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  int64_t prefix_dropped_revoke = 0, prefix_dropped_retention = 0;  // cached blocks dropped
   int64_t preemptions = 0;
   std::array<int64_t, kNumRejectReasons> rejections{};  // by RejectReason
   int64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0;
@@ -100,6 +104,13 @@ class EngineLoop {
   // before the next step and its choices end with FinishReason::Cancelled.
   // False when the id is unknown or already finished.
   bool cancel(RequestId id);
+
+  // Thread-safe. Drops the prefix cache of caller scope `scope` (a revoked
+  // tenant): the engine thread frees its cached blocks before its next step;
+  // blocks held by running requests are never hit again and are freed, not
+  // cached, when released. Blocks until done; returns the blocks freed now
+  // (0 once the loop has shut down).
+  int64_t drop_scope(const Scope& scope);
 
   MetricsSnapshot metrics() const;  // thread-safe snapshot
   // Stop accepting (ShuttingDown) and block until every accepted request has

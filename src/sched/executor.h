@@ -29,6 +29,11 @@ class StepExecutor {
   virtual StepResult step(const std::vector<SeqStep>& items) = 0;
   virtual int n_vocab() const = 0;
   virtual int max_ctx() const = 0;
+  // Prefix-cache upkeep (engine thread, between steps). Scopes are caller
+  // scopes, folded like add() does. Return the cached blocks freed.
+  virtual void set_tick(int64_t tick) = 0;
+  virtual int32_t drop_cached_scope(const Scope& caller) = 0;
+  virtual int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) = 0;
 };
 
 // The model behind the scheduler.
@@ -43,6 +48,11 @@ class PagedExecutor final : public StepExecutor {
   StepResult step(const std::vector<SeqStep>& items) override { return pe_.step(items); }
   int n_vocab() const override;
   int max_ctx() const override { return pe_.max_ctx(); }
+  void set_tick(int64_t tick) override { pe_.set_tick(tick); }
+  int32_t drop_cached_scope(const Scope& caller) override { return pe_.drop_cached_scope(caller); }
+  int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
+    return pe_.drop_cached_older_than(caller, cutoff);
+  }
   PagedEngine& paged() { return pe_; }
 
  private:
@@ -72,6 +82,11 @@ class FakeExecutor final : public StepExecutor {
   StepResult step(const std::vector<SeqStep>& items) override;
   int n_vocab() const override { return o_.n_vocab; }
   int max_ctx() const override { return o_.max_ctx; }
+  void set_tick(int64_t tick) override { kv_.set_tick(tick); }
+  int32_t drop_cached_scope(const Scope& caller) override { return kv_.drop_cached_scope(caller); }
+  int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
+    return kv_.drop_cached_older_than(caller, cutoff);
+  }
 
   // What the fake model predicts after `history` (argmax of its logits).
   int32_t next_token(std::span<const int32_t> history) const;

@@ -49,6 +49,7 @@ struct Request {
   SloClass slo = SloClass::Interactive;
   std::string tenant;                 // quota key (hashed in logs)
   Scope scope;                        // prefix-cache scope, derived by the server (tenant, permissions)
+  double retention_s = 0;             // > 0: cached blocks of `scope` unused this long are dropped
   bool logprobs = false;              // log-probability of each sampled token
   int top_logprobs = 0;               // and the most likely alternatives (0..20)
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)

@@ -109,11 +109,16 @@ HttpResponse ApiService::revoke(const HttpRequest& req, const std::string& tenan
   if (!caller) return error_response(make_error(401, "authentication_error", "invalid_api_key", "missing or invalid API key"));
   if (!caller->policy.admin)
     return error_response(make_error(403, "permission_error", "not_admin", "this key may not administer tenants"));
-  auto v = tenants_.revoke(tenant);
+  std::vector<Scope> retired;
+  auto v = tenants_.revoke(tenant, &retired);
   if (!v) return error_response(make_error(404, "not_found_error", "tenant_not_found", "unknown tenant"));
-  std::fprintf(stderr, "kvserve: revoke tenant=%s permission_version=%lld\n", tenant_hash(tenant).c_str(),
-               static_cast<long long>(*v));
-  return json_response(200, {{"tenant", tenant}, {"permission_version", *v}});
+  // The old scopes' cached blocks are freed now (the engine thread does it
+  // between two steps; this waits for it).
+  int64_t dropped = 0;
+  for (const Scope& sc : retired) dropped += loop_.drop_scope(sc);
+  std::fprintf(stderr, "kvserve: revoke tenant=%s permission_version=%lld dropped_blocks=%lld\n",
+               tenant_hash(tenant).c_str(), static_cast<long long>(*v), static_cast<long long>(dropped));
+  return json_response(200, {{"tenant", tenant}, {"permission_version", *v}, {"dropped_blocks", dropped}});
 }
 
 Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake) {
@@ -242,6 +247,7 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
   r.slo = slo;
   r.tenant = caller->tenant_hash;  // the loop's quota key and log field: a hash, never the id
   r.scope = scope;
+  r.retention_s = caller->policy.retention_s;
   r.logprobs = p.logprobs;
   r.top_logprobs = p.top_logprobs;
   std::shared_ptr<EventQueue> q = ex->queue();

@@ -110,6 +110,10 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
             double(m.prefix_query_tokens));
   o.counter("prefix_cache_hits_tokens_total", "Prompt tokens whose K/V came from the prefix cache.",
             double(m.prefix_hit_tokens));
+  o.head("prefix_cache_dropped_blocks_total", "counter",
+         "Cached KV blocks dropped before eviction: a tenant revoke, or its retention TTL.");
+  o.val("prefix_cache_dropped_blocks_total{reason=\"revoke\"}", double(m.prefix_dropped_revoke));
+  o.val("prefix_cache_dropped_blocks_total{reason=\"retention\"}", double(m.prefix_dropped_retention));
   o.counter("preemptions_total", "Requests preempted to free KV blocks.", double(m.preemptions));
   o.counter("prompt_tokens_total", "Prompt tokens of admitted requests.", double(m.prompt_tokens));
   o.counter("prefill_tokens_total", "Prompt (and recomputed) tokens that went through the model.",

@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -205,13 +206,24 @@ Scope TenantRegistry::scope_for(const std::string& tenant, const std::string& mo
   if (!HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(msg.data()),
             msg.size(), mac, &mac_len))
     throw std::runtime_error("HMAC-SHA256 failed");
-  return make_scope(model_identity, std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+  const Scope scope = make_scope(model_identity, std::string_view(reinterpret_cast<const char*>(mac), mac_len));
+  {
+    std::lock_guard lk(mu_);
+    std::vector<Scope>& v = tenants_[tenant].issued;
+    if (std::find(v.begin(), v.end(), scope) == v.end()) {
+      if (v.size() >= kMaxIssued) v.erase(v.begin());
+      v.push_back(scope);
+    }
+  }
+  return scope;
 }
 
-std::optional<int64_t> TenantRegistry::revoke(const std::string& tenant) {
+std::optional<int64_t> TenantRegistry::revoke(const std::string& tenant, std::vector<Scope>* retired) {
   std::lock_guard lk(mu_);
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return std::nullopt;
+  if (retired) *retired = it->second.issued;
+  it->second.issued.clear();
   return ++it->second.policy.permission_version;
 }
 

@@ -72,7 +72,9 @@ class TenantRegistry {
 
   // Bumps the tenant's permission version: every block cached under the old
   // scope misses from now on. Returns the new version, nullopt if unknown.
-  std::optional<int64_t> revoke(const std::string& tenant);
+  // `retired` (optional) receives the scopes scope_for handed out under the
+  // old version (the most recent few), for the server to drop their blocks.
+  std::optional<int64_t> revoke(const std::string& tenant, std::vector<Scope>* retired = nullptr);
   std::optional<TenantPolicy> policy(const std::string& tenant) const;
   std::vector<std::string> tenant_ids() const;
 
@@ -88,7 +90,9 @@ class TenantRegistry {
     double last_use = -1;       // monotonic seconds of the last scope_for
     int64_t epoch = 0;          // bumped when the tenant idled past retention_s
     int64_t reserved_blocks = 0;
+    std::vector<Scope> issued;  // scopes handed out under the current version (last kMaxIssued)
   };
+  static constexpr size_t kMaxIssued = 16;
   std::vector<TenantKey> keys_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, State> tenants_;
