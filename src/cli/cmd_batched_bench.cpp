@@ -92,6 +92,9 @@ int run_throughput(const Args& a, Loaded& l) {
     o.sched.max_queue = b;
     o.sched.max_request_share = 1.0;
     o.sched.tenant_quota_share = 1.0;
+    // Measures the engine, not admission: B = 64 prefills take longer than the
+    // interactive class's default 10 s queue limit, which would reject some.
+    o.sched.wait_limit_s = {600, 600};
     o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
     sched::EngineLoop loop(*l.engine, l.tok.get(), o);
     Tracker tr(b);
