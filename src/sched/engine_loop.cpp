@@ -1,6 +1,7 @@
 #include "sched/engine_loop.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -82,6 +83,7 @@ struct EngineLoop::Impl {
   struct PendingDrop {
     Scope scope;
     std::promise<int64_t> done;
+    int64_t result = 0;
   };
   std::vector<std::unique_ptr<PendingDrop>> pending_drops;
   struct Retained {
@@ -121,9 +123,8 @@ bool EngineLoop::Impl::upkeep(double t, std::vector<std::unique_ptr<PendingDrop>
     }
     dropped_revoke += k;
     n += k;
-    d->done.set_value(k);
+    d->result = k;
   }
-  drops.clear();
   if (t >= next_sweep) {
     next_sweep = t + opts.retention_sweep_s;
     std::vector<Retained> todo;
@@ -140,12 +141,24 @@ bool EngineLoop::Impl::upkeep(double t, std::vector<std::unique_ptr<PendingDrop>
       n += k;
     }
   }
+  // Publish before answering the drop requests, so an admin who reads
+  // /metrics after the revoke reply sees the blocks gone.
+  if (n > 0 || !drops.empty()) publish(t);
+  for (auto& d : drops) d->done.set_value(d->result);
+  drops.clear();
   return n > 0;
 }
 
+// Three phases so that a client never sees the end of its request before the
+// metrics do: (1) update per-choice state and histograms, (2) publish the
+// snapshot, (3) hand events to the sinks. A client that reads /metrics right
+// after its final event therefore sees its blocks already released.
 void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
   std::lock_guard lk(live_mu);
-  for (TokenEvent& e : events) {
+  std::vector<char> send(events.size(), 0);
+  std::vector<RequestId> finished;
+  for (size_t i = 0; i < events.size(); ++i) {
+    TokenEvent& e = events[i];
     auto it = live.find(e.request);
     if (it == live.end()) continue;
     Live& L = it->second;
@@ -180,7 +193,21 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
       ct.done = true;
       --L.open;
       if (ct.first >= 0 && ct.tokens > 1) tpot.observe((t - ct.first) / double(ct.tokens - 1));
+      if (L.open == 0) {
+        e2e.observe(t - L.submitted);
+        finished.push_back(e.request);
+      }
     }
+    send[i] = 1;
+  }
+  publish(t);
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (!send[i]) continue;
+    TokenEvent& e = events[i];
+    auto it = live.find(e.request);
+    assert(it != live.end());
+    Live& L = it->second;
+    const bool final = e.finish != FinishReason::None;
     if (L.sink && (!L.sink_failed || final)) {
       const bool ok = L.sink(std::move(e));
       if (!ok && !final && !L.sink_failed) {
@@ -190,11 +217,8 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
         sched->cancel(it->first);
       }
     }
-    if (final && L.open == 0) {
-      e2e.observe(t - L.submitted);
-      live.erase(it);
-    }
   }
+  for (RequestId r : finished) live.erase(r);
 }
 
 void EngineLoop::Impl::publish(double t) {
@@ -243,7 +267,7 @@ void EngineLoop::Impl::run() {
       drops.swap(pending_drops);
     }
     double t = now();
-    if (upkeep(t, drops) || !sched->has_work()) publish(t);
+    if (!upkeep(t, drops) && !sched->has_work()) publish(t);
     if (!sched->has_work()) continue;
     events.clear();
     exec->set_tick(tick_of(t));
@@ -257,8 +281,7 @@ void EngineLoop::Impl::run() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     t = now();
-    deliver(events, t);
-    publish(t);
+    deliver(events, t);  // publishes the metrics too
     if (rep.seqs == 0 && events.empty()) {
       // Nothing could run (waiting for a wait limit or a cancel): do not spin.
       std::unique_lock lk(mu);
@@ -274,7 +297,6 @@ void EngineLoop::Impl::run() {
   const double t = now();
   sched->abort_all(RejectReason::ShuttingDown, t, events);
   deliver(events, t);
-  publish(t);
 }
 
 static std::unique_ptr<StepExecutor> paged_executor(Engine& engine, const EngineLoopOptions& o) {
