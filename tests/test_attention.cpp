@@ -45,8 +45,9 @@ TEST_P(AttentionIsa, PagedMatchesContiguousReference) {
     }
     AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
     std::vector<float> out(sh.nh * sh.hd, -7.f), ref(sh.nh * sh.hd);
-    std::vector<float> scratch(size_t(sh.nh / sh.nkv) * sh.n_ctx);
-    for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, table.data(), sh.n_ctx, g, s, out.data(), scratch.data());
+    std::vector<float> scratch(attention_scratch_floats(sh.nh / sh.nkv, sh.n_ctx, sh.bs, sh.hd));
+    const AttnSeq as{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
+    for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, as, g, s, out.data(), scratch.data());
     attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i;
   }

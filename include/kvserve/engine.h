@@ -29,6 +29,11 @@ struct SeqChunk {
   const int32_t* tokens = nullptr;
   int n_tokens = 0;
   bool all_logits = false;  // logits of every token (perplexity) or only of the last
+  // Quantized KV cache only: the sequence's full-precision residual
+  // ([n_layers, 2, group_tokens, kvdim], KvLayout::residual_floats()): K and V
+  // of the tokens of its last, not yet complete group. forward() reads the
+  // first pos0 % group_tokens rows and leaves those of the new last group.
+  float* residual = nullptr;
 };
 
 struct ForwardStats {
@@ -60,6 +65,7 @@ class Engine {
   std::unique_ptr<Scratch> s_;
   ForwardStats stats_;
   bool exact_ = false;
+  void store_quantized(const std::vector<SeqChunk>& batch, const KvStorage& kv, int layer);
   void mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
 };
 

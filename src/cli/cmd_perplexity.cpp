@@ -14,6 +14,7 @@ struct PplArgs {
   std::string file;
   int ctx = 512;
   bool json = false;
+  KvArgs kv;
 };
 
 std::string slurp(const std::string& path) {
@@ -34,7 +35,7 @@ int run_ppl(const PplArgs& a) {
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", toks.size(), toks.size() / a.ctx, a.ctx);
   PerplexityResult r = perplexity(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, [](int d, int n, double p) {
     std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
-  });
+  }, a.kv.options());
   if (a.json) {
     nlohmann::json j{{"ppl", r.ppl}, {"nll", r.nll}, {"chunks", r.n_chunks}, {"scored_tokens", r.n_scored},
                      {"ctx", a.ctx}, {"tokens", toks.size()}, {"model", l.model->path()}};
@@ -54,6 +55,7 @@ void add_perplexity(CLI::App& app, Runner& run) {
   c->add_option("-f,--file", a->file, "Text file")->required();
   c->add_option("-c,--ctx", a->ctx, "Context per chunk")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object with ppl");
+  add_kv_args(c, a->kv);
   c->callback([a, &run] { run = [a] { return run_ppl(*a); }; });
 }
 

@@ -37,6 +37,7 @@ struct ServeArgs {
   int max_seqs = 64, max_batch_tokens = 512, max_queue = 256, default_max_tokens = 256;
   double max_request_share = 0.25, kv_headroom = 0.05, interactive_wait_s = 10, batch_wait_s = 300;
   bool no_prefix_cache = false;
+  KvArgs kv;
   std::string api_keys, cache_secret_file, chat_template = "auto", served_model_name;
   int http_threads = 4;
   double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
@@ -97,13 +98,14 @@ int run_serve(const ServeArgs& a) {
   lo.block_size = a.block_size;
   lo.max_ctx = ctx;
   lo.prefix_caching = !a.no_prefix_cache;
+  lo.cache = a.kv.options();
   if (!a.kv_memory.empty()) {
     lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
   } else {
     // Default: enough for --max-seqs full contexts, at most 20% of the
     // memory available now.
     const int64_t want = int64_t(a.max_seqs) * ((ctx + a.block_size - 1) / a.block_size) + 1;
-    const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"));
+    const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }
   sched::EngineLoop loop(*l.engine, l.tok.get(), lo);
@@ -186,6 +188,7 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--default-max-tokens", a->default_max_tokens, "max_tokens when a request names none")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse K/V of equal prompt prefixes");
+  add_kv_args(c, a->kv);
   c->add_option("--api-keys", a->api_keys, "JSON file of sha256 key hashes -> tenants (default: no auth)");
   c->add_option("--cache-secret-file", a->cache_secret_file,
                 "Secret for prefix-cache scopes (default: random per process)");

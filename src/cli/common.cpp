@@ -12,6 +12,29 @@ void add_model_args(CLI::App* cmd, ModelArgs& a) {
   cmd->add_option("-t,--threads", a.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 1024));
 }
 
+void add_kv_args(CLI::App* cmd, KvArgs& a) {
+  cmd->add_option("--kv-type", a.type, "KV cache element type: f32, f16, bf16, int8, int4")->capture_default_str();
+  cmd->add_option("--kv-key-scale", a.key_scale,
+                  "int8/int4 keys: one scale per channel over a token group (KIVI) or per token")
+      ->capture_default_str();
+  cmd->add_option("--kv-residual", a.residual,
+                  "int8/int4: tokens per key group, kept in full precision until the group is complete; must divide "
+                  "the block size (default: the block size)")
+      ->check(CLI::Range(0, 256));
+  cmd->add_option("--kv-group", a.group, "int8/int4: row elements sharing one scale in per-token quantization")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+}
+
+KvCacheOptions KvArgs::options() const {
+  KvCacheOptions o;
+  o.type = parse_kv_type(type);
+  o.key_scale = parse_key_scale(key_scale);
+  o.residual = residual;
+  o.group_channels = group;
+  return o;
+}
+
 Loaded load_all(const ModelArgs& a) {
   Loaded l;
   l.model = Model::load(resolve_model_path(a.model), a.tokenizer);

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include "engine/kv_cache.h"
 #include "kvserve/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -16,6 +17,17 @@ struct ModelArgs {
 };
 
 void add_model_args(CLI::App* cmd, ModelArgs& a);
+
+// The KV cache's element type and quantization (--kv-type, --kv-key-scale,
+// --kv-residual, --kv-group).
+struct KvArgs {
+  std::string type = "f32";
+  std::string key_scale = "channel";
+  int residual = 0;
+  int group = 32;
+  KvCacheOptions options() const;  // throws std::invalid_argument on a bad spelling
+};
+void add_kv_args(CLI::App* cmd, KvArgs& a);
 
 struct Loaded {
   std::shared_ptr<const Model> model;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kernels/attention.h"
+#include "kernels/kv_codec.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/threadpool.h"
@@ -29,7 +30,9 @@ struct Engine::Scratch {
   std::vector<float> rope_cos, rope_sin;  // [T, n_rot/2]
   std::vector<int32_t> pos;         // [T] absolute position of each token
   std::vector<int32_t> seq_of;      // [T] chunk index of each token
-  std::vector<std::vector<float>> attn_scratch;  // per thread: [r * n_ctx]
+  std::vector<std::vector<float>> attn_scratch;  // per thread: scores [r, n_ctx] + one tile
+  std::vector<float> stage_k, stage_v;  // quantized cache: [Σ rows, kvdim] float rows of each chunk's open groups
+  std::vector<int64_t> stage_row0;      // [n_chunks] first stage row of a chunk (its first group's start)
   std::vector<float> out_rows;      // [n_out, dim]
 };
 
@@ -56,6 +59,37 @@ void Engine::mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, flo
 static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
   if (!b) return;
   for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * cols, b, int(cols));
+}
+
+// Quantized cache, layer l: per chunk, assemble its open groups' float rows
+// (residual rows of the first group, then the chunk's tokens), store every
+// group that is now complete, and keep the new last group's rows as the
+// residual. Token rows are in s.k / s.v ([T, kvdim], batch order).
+void Engine::store_quantized(const std::vector<SeqChunk>& batch, const KvStorage& kv, int l) {
+  Scratch& s = *s_;
+  const KvLayout& L = kv.layout;
+  const int G = L.group_tokens, bs = L.block_size;
+  const size_t kvdim = L.row_floats(), gfl = size_t(G) * kvdim;
+  int64_t t0 = 0;
+  for (size_t ci = 0; ci < batch.size(); ++ci) {
+    const SeqChunk& ch = batch[ci];
+    const int r0 = ch.pos0 % G, start = ch.pos0 - r0, end = ch.pos0 + ch.n_tokens;
+    float* sk = &s.stage_k[size_t(s.stage_row0[ci]) * kvdim];  // [r0 + n_tokens, kvdim]
+    float* sv = &s.stage_v[size_t(s.stage_row0[ci]) * kvdim];
+    float* rk = ch.residual + size_t(l) * 2 * gfl;  // [G, kvdim]
+    float* rv = rk + gfl;
+    std::memcpy(sk, rk, size_t(r0) * kvdim * sizeof(float));
+    std::memcpy(sv, rv, size_t(r0) * kvdim * sizeof(float));
+    std::memcpy(sk + size_t(r0) * kvdim, &s.k[size_t(t0) * kvdim], size_t(ch.n_tokens) * kvdim * sizeof(float));
+    std::memcpy(sv + size_t(r0) * kvdim, &s.v[size_t(t0) * kvdim], size_t(ch.n_tokens) * kvdim * sizeof(float));
+    int p = start;
+    for (; p + G <= end; p += G)
+      kvc::store_group(kv, ch.block_table[p / bs], l, p % bs, sk + size_t(p - start) * kvdim, sv + size_t(p - start) * kvdim);
+    const int rest = end - p;  // the new residual group
+    std::memcpy(rk, sk + size_t(p - start) * kvdim, size_t(rest) * kvdim * sizeof(float));
+    std::memcpy(rv, sv + size_t(p - start) * kvdim, size_t(rest) * kvdim * sizeof(float));
+    t0 += ch.n_tokens;
+  }
 }
 
 void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits) {
@@ -95,7 +129,23 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
   s.pos.resize(T);
   s.seq_of.resize(T);
   const int r = nh / nkv;
-  for (auto& a : s.attn_scratch) a.resize(size_t(r) * max_ctx);
+  for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r, max_ctx, bs, hd));
+  // A quantized cache stores a token group only once it is complete; the
+  // chunk's groups are assembled here first ([rows, kvdim] per chunk: the
+  // residual rows of its first group, then its own tokens).
+  const bool quant = kv.layout.quantized();
+  const int G = kv.layout.group_tokens;
+  int64_t stage_rows = 0;
+  s.stage_row0.resize(batch.size());
+  for (size_t ci = 0; ci < batch.size(); ++ci) {
+    s.stage_row0[ci] = stage_rows;
+    if (quant) {
+      if (!batch[ci].residual) throw std::invalid_argument("Engine::forward: a quantized KV cache needs each chunk's residual");
+      stage_rows += batch[ci].pos0 % G + batch[ci].n_tokens;
+    }
+  }
+  s.stage_k.resize(size_t(stage_rows) * kvdim);
+  s.stage_v.resize(size_t(stage_rows) * kvdim);
 
   {
     int64_t t = 0;
@@ -135,17 +185,27 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       rope_apply(&s.q[t * qdim], nh, hd, n_rot, neox, cs, sn);
       rope_apply(&s.k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
       // Store this token's K/V in its slot before any query reads it.
-      const SeqChunk& ch = batch[s.seq_of[t]];
-      const int p = s.pos[t];
-      std::memcpy(kv.k(ch.block_table[p / bs], l, p % bs), &s.k[t * kvdim], kvdim * sizeof(float));
-      std::memcpy(kv.v(ch.block_table[p / bs], l, p % bs), &s.v[t * kvdim], kvdim * sizeof(float));
+      if (!quant) {
+        const SeqChunk& ch = batch[s.seq_of[t]];
+        const int p = s.pos[t];
+        kvc::store_rows(kv, ch.block_table[p / bs], l, p % bs, 1, &s.k[t * kvdim], &s.v[t * kvdim]);
+      }
     }
+    if (quant) store_quantized(batch, kv, l);
     pool.parallel_for(T * nkv, [&](int64_t task, int thread) {
       const int64_t t = task / nkv;
       const int g = int(task % nkv);
-      const SeqChunk& ch = batch[s.seq_of[t]];
-      attention_group(&s.q[t * qdim], kv, l, ch.block_table, s.pos[t] + 1, g, shape, &s.att[t * qdim],
-                      s.attn_scratch[thread].data());
+      const size_t ci = size_t(s.seq_of[t]);
+      const SeqChunk& ch = batch[ci];
+      AttnSeq as{ch.block_table, s.pos[t] + 1, s.pos[t] + 1, nullptr, nullptr};
+      if (quant) {
+        // Complete groups from the cache, the token's own group in full precision.
+        as.n_stored = s.pos[t] / G * G;
+        const int64_t row = s.stage_row0[ci] + (as.n_stored - ch.pos0 / G * G);  // [kvdim] row of n_stored
+        as.own_k = &s.stage_k[size_t(row) * kvdim];
+        as.own_v = &s.stage_v[size_t(row) * kvdim];
+      }
+      attention_group(&s.q[t * qdim], kv, l, as, g, shape, &s.att[t * qdim], s.attn_scratch[thread].data());
     });
     mm(L.wo, s.att.data(), qdim, T, s.proj.data(), dim);  // [T, dim]
     for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <vector>
+#include "engine/kv_cache.h"
 #include "kv/block_storage.h"
 #include "kvserve/engine.h"
 
@@ -11,7 +12,7 @@ namespace kvs {
 
 class LocalSequence {
  public:
-  LocalSequence(Engine& e, int max_ctx, int block_size = 16);
+  LocalSequence(Engine& e, int max_ctx, int block_size = 16, const KvCacheOptions& cache = {});
   // Appends `tokens` to the sequence in one forward (chunks of at most
   // `max_chunk` tokens); returns the logits of the last token ([n_vocab]) or,
   // with all_logits, of every appended token ([n, n_vocab]).
@@ -22,7 +23,11 @@ class LocalSequence {
   int n_past() const { return n_past_; }
   int max_ctx() const { return max_ctx_; }
   void reset() { n_past_ = 0; }
-  void truncate(int n) { n_past_ = n < n_past_ ? n : n_past_; }
+  // Drops tokens past n. A quantized cache can only go back to a group
+  // boundary (the residual rows of a group are gone once it is stored):
+  // throws std::invalid_argument otherwise.
+  void truncate(int n);
+  const KvLayout& layout() const { return storage_.view().layout; }
 
  private:
   Engine& e_;
@@ -30,6 +35,7 @@ class LocalSequence {
   BlockStorage storage_;
   std::vector<int32_t> table_;
   std::vector<float> logits_, part_;
+  std::vector<float> residual_;  // quantized cache: [KvLayout::residual_floats()]
   int n_past_ = 0;
 };
 

@@ -15,19 +15,18 @@ void check_block_size_option(int bs) {
                                 std::to_string(kMaxUserBlockSize) + " tokens, got " + std::to_string(bs));
 }
 
-static KvLayout layout_of(const Engine& e, int bs) {
-  const ModelConfig& c = e.model().config();
-  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, bs};
-}
-
-int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes) {
+int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes, const KvCacheOptions& cache) {
   const ModelConfig& c = engine.model().config();
-  const uint64_t per_token = kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, KvFormat::f32());
-  // The capacity arithmetic and the storage layout must agree byte for byte,
-  // or admission would promise blocks that do not exist.
-  if (per_token != layout_of(engine, block_size).bytes_per_token())
-    throw std::logic_error("KV bytes per token: capacity helper and storage layout disagree");
-  return int64_t(bytes / (per_token * uint64_t(block_size)));
+  const KvLayout l = kv_layout_for(engine, block_size, cache);
+  if (cache.type == KvType::F32) {
+    // The capacity arithmetic (planner, admission) and the storage layout
+    // must agree byte for byte, or admission would promise blocks that do
+    // not exist.
+    const uint64_t per_token = kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, KvFormat::f32());
+    if (per_token != l.bytes_per_token())
+      throw std::logic_error("KV bytes per token: capacity helper and storage layout disagree");
+  }
+  return int64_t(bytes / l.block_bytes());
 }
 
 static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max_ctx) {
@@ -36,11 +35,11 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
                                 " tokens, got " + std::to_string(o.block_size));
   if (max_ctx < 1) throw std::invalid_argument("max context must be >= 1 token");
   int64_t n = o.n_blocks;
-  if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes);
+  if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes, o.cache);
   else if (n <= 0) throw std::invalid_argument("paged engine: give a KV memory budget (--kv-memory) or a block count");
   const int64_t need = blocks_for_tokens(max_ctx, o.block_size);
   if (n < need) {
-    const uint64_t block_bytes = layout_of(e, o.block_size).block_bytes();
+    const uint64_t block_bytes = kv_layout_for(e, o.block_size, o.cache).block_bytes();
     throw std::invalid_argument(
         "KV budget too small: " + std::to_string(n) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
         std::to_string(block_bytes) + " bytes each) cannot hold one " + std::to_string(max_ctx) +
@@ -49,6 +48,17 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   }
   if (n > INT32_MAX) throw std::invalid_argument("KV budget holds more than 2^31 blocks; raise --block-size");
   return n;
+}
+
+static KvManagerOptions manager_options(const KvLayout& l, const PagedEngineOptions& o) {
+  KvManagerOptions m;
+  m.block_size = o.block_size;
+  m.prefix_caching = o.prefix_caching;
+  if (l.quantized()) {
+    m.align_tokens = l.group_tokens;
+    m.residual_floats = l.residual_floats();
+  }
+  return m;
 }
 
 static int resolve_ctx(const Engine& e, int max_ctx) {
@@ -60,8 +70,9 @@ static int resolve_ctx(const Engine& e, int max_ctx) {
 PagedEngine::PagedEngine(Engine& engine, const PagedEngineOptions& opts)
     : engine_(engine),
       max_ctx_(resolve_ctx(engine, opts.max_ctx)),
-      storage_(std::make_unique<BlockStorage>(layout_of(engine, opts.block_size), pool_blocks(engine, opts, max_ctx_))),
-      kv_(int32_t(storage_->n_blocks()), KvManagerOptions{opts.block_size, opts.prefix_caching}, storage_.get()) {}
+      storage_(std::make_unique<BlockStorage>(kv_layout_for(engine, opts.block_size, opts.cache),
+                                              pool_blocks(engine, opts, max_ctx_))),
+      kv_(int32_t(storage_->n_blocks()), manager_options(storage_->view().layout, opts), storage_.get()) {}
 
 SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
   if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
@@ -114,7 +125,8 @@ void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
   int64_t rows = 0;
   for (const SeqStep& it : items) {
     const auto& table = kv_.block_table(it.seq);
-    chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()), it.all_logits});
+    chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()),
+                               it.all_logits, kv_.residual(it.seq)});
     r.row0.push_back(rows);
     rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
   }

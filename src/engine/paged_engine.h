@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv_cache.h"
 #include "kv/block_storage.h"
 #include "kv/kv_manager.h"
 #include "kvserve/engine.h"
@@ -37,11 +38,11 @@ struct PagedEngineOptions {
   int64_t n_blocks = 0;          // explicit pool size (tests, simulations)
   int max_ctx = 0;               // longest sequence; 0 = the model's training context
   bool prefix_caching = true;    // --no-prefix-cache turns it off
+  KvCacheOptions cache;          // --kv-type and friends
 };
 
-// Blocks a byte budget holds for this model (f32 K/V, as BlockStorage keeps
-// them), via the shared capacity arithmetic.
-int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes);
+// Blocks a byte budget holds for this model and cache type.
+int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t bytes, const KvCacheOptions& cache = {});
 
 struct SeqStep {
   SeqId seq = -1;

@@ -18,7 +18,8 @@ double token_nll(const float* logits, int n_vocab, int target) {
 }
 
 PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, int bos,
-                            const std::function<void(int, int, double)>& progress) {
+                            const std::function<void(int, int, double)>& progress, const KvCacheOptions& cache,
+                            int block_size) {
   if (ctx < 4) throw std::invalid_argument("perplexity: context must be >= 4");
   PerplexityResult r;
   r.n_chunks = int(tokens.size() / ctx);
@@ -26,7 +27,7 @@ PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, 
     throw std::invalid_argument("perplexity: text has " + std::to_string(tokens.size()) +
                                 " tokens, fewer than one context of " + std::to_string(ctx));
   const int nv = e.model().config().n_vocab;
-  LocalSequence seq(e, ctx);
+  LocalSequence seq(e, ctx, block_size, cache);
   const int first = ctx / 2;
   double nll = 0;
   std::vector<int32_t> chunk(ctx);

@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <vector>
+#include "engine/kv_cache.h"
 #include "kvserve/engine.h"
 
 namespace kvs {
@@ -20,7 +21,8 @@ struct PerplexityResult {
 
 // progress(done_chunks, total_chunks, running_ppl)
 PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, int bos,
-                            const std::function<void(int, int, double)>& progress = nullptr);
+                            const std::function<void(int, int, double)>& progress = nullptr,
+                            const KvCacheOptions& cache = {}, int block_size = 16);
 
 // -log softmax(logits)[target], computed in double.
 double token_nll(const float* logits, int n_vocab, int target);

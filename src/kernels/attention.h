@@ -1,6 +1,7 @@
 // Causal attention of one query token over a sequence's cached K/V, read in
 // place through its block table (no gather into a contiguous copy).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include "kv/kv_layout.h"
 
@@ -13,14 +14,33 @@ struct AttnShape {
   float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
+// One query token's view of its sequence's keys and values: positions
+// [0, n_stored) are read from the block storage through `block_table`;
+// positions [n_stored, n_ctx) (the quantized cache's not yet quantized
+// residual group, at most group_tokens of them) from the float rows
+// own_k / own_v ([n_ctx - n_stored, kvdim], row stride kvdim).
+struct AttnSeq {
+  const int32_t* block_table = nullptr;
+  int n_ctx = 0;
+  int n_stored = 0;
+  const float* own_k = nullptr;
+  const float* own_v = nullptr;
+};
+
 // The query heads that share kv head `g` (GQA group), for keys/values at
 // positions [0, n_ctx) of `layer`:
 //   q:   [n_heads, head_dim]   (only heads g*r .. g*r+r-1 are read, r = n_heads/n_kv_heads)
 //   out: [n_heads, head_dim]   (only those heads are written)
-// scratch: at least r * n_ctx floats. Keys are visited in position order, so
-// the result for a position does not depend on how the prompt was chunked.
-void attention_group(const float* q, const KvStorage& kv, int layer, const int32_t* block_table,
-                     int n_ctx, int g, const AttnShape& s, float* out, float* scratch);
+// scratch: at least r * n_ctx + block_size * head_dim floats (scores, then a
+// dequantized tile). Keys are visited in position order, so the result for
+// a position does not depend on how the prompt was chunked or on the block
+// size.
+void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
+                     const AttnShape& s, float* out, float* scratch);
+// Scratch floats attention_group needs.
+inline size_t attention_scratch_floats(int r, int n_ctx, int block_size, int head_dim) {
+  return size_t(r) * n_ctx + size_t(block_size) * head_dim;
+}
 
 // Reference for tests: K/V given contiguously as [n_ctx, n_kv_heads, head_dim].
 void attention_reference(const float* q, const float* k, const float* v, int n_ctx,

@@ -9,8 +9,7 @@
 namespace kvs {
 
 BlockStorage::BlockStorage(const KvLayout& layout, int64_t n_blocks) {
-  if (layout.block_size < 1 || layout.n_layers < 1 || layout.n_kv_heads < 1 || layout.head_dim < 1)
-    throw std::invalid_argument("KV layout: every dimension must be >= 1");
+  layout.validate();
   if (n_blocks < 1) throw std::invalid_argument("KV storage needs at least one block");
   view_.layout = layout;
   view_.n_blocks = n_blocks;
@@ -19,7 +18,7 @@ BlockStorage::BlockStorage(const KvLayout& layout, int64_t n_blocks) {
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);  // touch now: no page faults mid-request, RSS is honest
-  view_.base = static_cast<float*>(p);
+  view_.base = static_cast<uint8_t*>(p);
 }
 
 BlockStorage::~BlockStorage() { std::free(view_.base); }
@@ -27,8 +26,8 @@ BlockStorage::~BlockStorage() { std::free(view_.base); }
 void BlockStorage::copy_block(int32_t dst, int32_t src) {
   if (dst < 0 || src < 0 || dst >= view_.n_blocks || src >= view_.n_blocks)
     throw std::out_of_range("copy_block: block id out of range");
-  const size_t n = view_.layout.block_floats();
-  std::memcpy(view_.base + size_t(dst) * n, view_.base + size_t(src) * n, n * sizeof(float));
+  const size_t n = view_.layout.block_bytes();
+  std::memcpy(view_.base + size_t(dst) * n, view_.base + size_t(src) * n, n);
 }
 
 }  // namespace kvs

@@ -13,8 +13,15 @@ static std::logic_error bug(const std::string& what) { return std::logic_error("
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 KvManager::KvManager(int32_t n_blocks, const KvManagerOptions& opts, BlockStorage* storage)
-    : bs_(opts.block_size), caching_(opts.prefix_caching), pool_(n_blocks), storage_(storage) {
+    : bs_(opts.block_size),
+      caching_(opts.prefix_caching),
+      align_(opts.align_tokens),
+      residual_floats_(opts.residual_floats),
+      pool_(n_blocks),
+      storage_(storage) {
   if (bs_ < 1) throw std::invalid_argument("kv manager: block size must be >= 1, got " + std::to_string(bs_));
+  if (align_ < 1 || bs_ % align_ != 0)
+    throw std::invalid_argument("kv manager: alignment " + std::to_string(align_) + " must divide the block size");
   if (storage_ && (storage_->n_blocks() != n_blocks || storage_->view().layout.block_size != bs_))
     throw std::invalid_argument("kv manager: storage has " + std::to_string(storage_->n_blocks()) + " blocks of " +
                                 std::to_string(storage_->view().layout.block_size) + " slots, pool wants " +
@@ -61,12 +68,15 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
     // token goes through the model, not a whole block as in vLLM. (With
     // block size 1 the last block would hold none of the sequence's tokens:
     // it is simply not taken.)
-    cached = n - 1;
+    // A quantized cache recomputes the whole last token group instead: its
+    // rows must be in the sequence's full-precision residual.
+    cached = (n - 1) / align_ * align_;
     hits.resize(size_t(ceil_div(cached, bs_)));
     s.keys.resize(size_t(cached / bs_));
   }
   for (int32_t b : hits) pool_.share(b);
   s.table = std::move(hits);
+  s.residual.assign(residual_floats_, 0.0f);
   s.tokens.assign(prompt.begin(), prompt.begin() + cached);
   if (caching_) {
     query_tokens_ += n;
@@ -163,6 +173,7 @@ SeqId KvManager::fork(SeqId parent) {
   c.tokens = p.tokens;
   c.keys = p.keys;
   c.scope = p.scope;
+  c.residual = p.residual;  // the open group's rows: each sequence writes its own
   // Only blocks holding tokens: the parent's reservation stays its own.
   c.table.assign(p.table.begin(), p.table.begin() + ceil_div(int64_t(p.tokens.size()), bs_));
   for (int32_t b : c.table) pool_.share(b);
@@ -222,6 +233,7 @@ KvStats KvManager::stats() const {
   for (const auto& [id, s] : seqs_) {
     st.seq_tokens += int64_t(s.tokens.size());
     st.seq_blocks += int64_t(s.table.size());
+    st.residual_bytes += int64_t(s.residual.size() * sizeof(float));
   }
   for (int32_t b = 0; b < pool_.size(); ++b)
     if (pool_.state(b) == BlockState::Used) st.stored_tokens += fill_[b];

@@ -38,6 +38,12 @@ using SeqId = int64_t;
 struct KvManagerOptions {
   int block_size = 16;        // token slots per block (>= 1 here; the user-facing option is 8..256)
   bool prefix_caching = true;
+  // Quantized KV cache: token groups of this many tokens are stored only when
+  // complete, so a prompt served from the cache must stop at a group
+  // boundary (1 = any token), and each sequence carries a full-precision
+  // residual of `residual_floats` floats (KvLayout::residual_floats()).
+  int align_tokens = 1;
+  size_t residual_floats = 0;
 };
 
 struct SeqAdmission {
@@ -57,6 +63,7 @@ struct KvStats {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // over add_sequence calls
   int64_t cow_copies = 0;
   int64_t evictions = 0;
+  int64_t residual_bytes = 0;  // full-precision residuals of the sequences (quantized KV cache)
 };
 
 struct SeqInfo {
@@ -116,6 +123,12 @@ class KvManager {
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
   const std::vector<int32_t>& block_table(SeqId seq) const { return get(seq).table; }
   const std::vector<int32_t>& tokens(SeqId seq) const { return get(seq).tokens; }
+  // The sequence's full-precision residual (SeqChunk::residual); null when
+  // the cache needs none. Written by Engine::forward.
+  float* residual(SeqId seq) {
+    Seq& s = get(seq);
+    return s.residual.empty() ? nullptr : s.residual.data();
+  }
   int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
   SeqInfo seq_info(SeqId seq) const;
   std::vector<SeqId> sequences() const;  // ascending
@@ -135,6 +148,7 @@ class KvManager {
     std::vector<int32_t> table;   // physical block per logical block; may extend past tokens (reserved)
     std::vector<BlockKey> keys;   // chain key of each full block (empty without prefix caching)
     Scope scope;
+    std::vector<float> residual;  // [residual_floats] (quantized KV cache)
   };
   Seq& get(SeqId seq);
   const Seq& get(SeqId seq) const;
@@ -143,6 +157,8 @@ class KvManager {
 
   int bs_;
   bool caching_;
+  int align_;
+  size_t residual_floats_;
   BlockPool pool_;
   BlockStorage* storage_;
   std::vector<int32_t> fill_;  // per block: leading slots holding valid K/V

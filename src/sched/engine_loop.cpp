@@ -307,6 +307,7 @@ static std::unique_ptr<StepExecutor> paged_executor(Engine& engine, const Engine
   p.n_blocks = o.kv_blocks;
   p.max_ctx = o.max_ctx;
   p.prefix_caching = o.prefix_caching;
+  p.cache = o.cache;
   return std::make_unique<PagedExecutor>(engine, p);
 }
 

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_cache.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
 
@@ -42,6 +43,7 @@ struct EngineLoopOptions {
   int64_t kv_blocks = 0;           // explicit pool size (tests, benchmarks)
   int max_ctx = 0;                 // 0 = the model's training context
   bool prefix_caching = true;
+  KvCacheOptions cache;              // --kv-type and friends
   // How often the engine thread drops cached blocks past their scope's
   // retention (Request::retention_s), seconds; also its longest idle sleep.
   double retention_sweep_s = 1.0;

@@ -1,0 +1,19 @@
+#include "engine/kv_cache.h"
+
+#include "kvserve/engine.h"
+#include "model/model.h"
+
+namespace kvs {
+
+KvLayout kv_layout_for(const Engine& e, int bs, const KvCacheOptions& cache) {
+  const ModelConfig& c = e.model().config();
+  KvLayout l{c.n_layers, c.n_kv_heads, c.head_dim, bs};
+  l.type = cache.type;
+  l.key_scale = cache.key_scale;
+  l.group_tokens = cache.residual > 0 ? cache.residual : bs;
+  l.group_channels = cache.group_channels;
+  l.validate();
+  return l;
+}
+
+}  // namespace kvs

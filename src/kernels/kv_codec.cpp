@@ -1,0 +1,212 @@
+#include "kernels/kv_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/quant.h"
+
+namespace kvs::kvc {
+
+namespace {
+
+// fp16 cannot hold more than 65504: keep metadata finite for any input.
+float clamp_half(float x) { return std::clamp(x, -65504.f, 65504.f); }
+
+// Row of quantized codes: element i of a row lives in byte i (int8) or in
+// nibble i & 1 of byte i / 2 (int4).
+inline void put_code(uint8_t* row, int i, int bits, uint8_t c) {
+  if (bits == 8) {
+    row[i] = c;
+  } else {
+    uint8_t& b = row[i >> 1];
+    b = (i & 1) ? uint8_t((b & 0x0F) | (c << 4)) : uint8_t((b & 0xF0) | c);
+  }
+}
+inline int get_code(const uint8_t* row, int i, int bits) {
+  return bits == 8 ? row[i] : (row[i >> 1] >> ((i & 1) * 4)) & 0x0F;
+}
+
+int bits_of(KvType t) { return t == KvType::Int8 ? 8 : 4; }
+
+// Per-token row record: scale [ncg] fp16, min [ncg] fp16, codes [row_q_bytes].
+void store_token_row(const KvLayout& L, uint8_t* rec, const float* x) {
+  const int n = L.kvdim(), C = L.group_channels, ncg = L.n_cgroups(), bits = bits_of(L.type);
+  auto* sc = reinterpret_cast<uint16_t*>(rec);
+  auto* mn = sc + ncg;
+  uint8_t* q = rec + size_t(ncg) * 4;
+  uint8_t codes[256];
+  for (int gi = 0; gi < ncg; ++gi) {
+    const int c0 = gi * C, m = std::min(C, n - c0);
+    // A channel group longer than the local buffer takes a heap one.
+    if (m <= 256) {
+      quantize_asym(x + c0, m, 1, bits, &sc[gi], &mn[gi], codes);
+      for (int i = 0; i < m; ++i) put_code(q, c0 + i, bits, codes[i]);
+    } else {
+      std::vector<uint8_t> big(static_cast<size_t>(m));
+      quantize_asym(x + c0, m, 1, bits, &sc[gi], &mn[gi], big.data());
+      for (int i = 0; i < m; ++i) put_code(q, c0 + i, bits, big[size_t(i)]);
+    }
+  }
+}
+
+void load_token_rows(const KvLayout& L, const uint8_t* area, int g, int slot0, int n, float* out) {
+  const int hd = L.head_dim, C = L.group_channels, ncg = L.n_cgroups(), bits = bits_of(L.type);
+  const size_t rb = L.token_row_bytes();
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* rec = area + size_t(slot0 + r) * rb;
+    const auto* sc = reinterpret_cast<const uint16_t*>(rec);
+    const auto* mn = sc + ncg;
+    const uint8_t* q = rec + size_t(ncg) * 4;
+    float* o = out + size_t(r) * hd;  // [head_dim]
+    int c = g * hd;
+    const int end = c + hd;
+    while (c < end) {
+      const int gi = c / C, stop = std::min(end, (gi + 1) * C);
+      const float d = fp16_to_f32(sc[gi]), m = fp16_to_f32(mn[gi]);
+      for (; c < stop; ++c) o[c - g * hd] = m + d * float(get_code(q, c, bits));
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_asym(const float* x, int n, int stride, int bits, uint16_t* scale, uint16_t* min, uint8_t* code) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) {
+    lo = std::min(lo, x[size_t(i) * stride]);
+    hi = std::max(hi, x[size_t(i) * stride]);
+  }
+  const int qmax = (1 << bits) - 1;
+  *min = f32_to_fp16(clamp_half(lo));
+  *scale = f32_to_fp16(clamp_half((hi - lo) / float(qmax)));
+  const float m = fp16_to_f32(*min), d = fp16_to_f32(*scale);
+  const float inv = d > 0 ? 1.0f / d : 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float v = std::nearbyint((x[size_t(i) * stride] - m) * inv);
+    code[i] = uint8_t(std::clamp(v, 0.0f, float(qmax)));
+  }
+}
+
+void store_rows(const KvStorage& kv, int32_t block, int layer, int slot0, int n, const float* k, const float* v) {
+  const KvLayout& L = kv.layout;
+  const size_t row = L.row_floats();
+  switch (L.type) {
+    case KvType::F32:
+      std::memcpy(kv.k(block, layer, slot0), k, size_t(n) * row * sizeof(float));
+      std::memcpy(kv.v(block, layer, slot0), v, size_t(n) * row * sizeof(float));
+      return;
+    case KvType::F16:
+    case KvType::BF16: {
+      auto* kd = reinterpret_cast<uint16_t*>(kv.k_area(block, layer)) + size_t(slot0) * row;
+      auto* vd = reinterpret_cast<uint16_t*>(kv.v_area(block, layer)) + size_t(slot0) * row;
+      const bool h = L.type == KvType::F16;
+      for (size_t i = 0; i < size_t(n) * row; ++i) {
+        kd[i] = h ? f32_to_fp16(clamp_half(k[i])) : f32_to_bf16(k[i]);
+        vd[i] = h ? f32_to_fp16(clamp_half(v[i])) : f32_to_bf16(v[i]);
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  throw std::logic_error("kv codec: store_rows on a quantized cache (use store_group)");
+}
+
+void store_group(const KvStorage& kv, int32_t block, int layer, int slot0, const float* k, const float* v) {
+  const KvLayout& L = kv.layout;
+  if (!L.quantized()) throw std::logic_error("kv codec: store_group on an unquantized cache");
+  const int G = L.group_tokens, n = L.kvdim(), bits = bits_of(L.type);
+  if (slot0 % G != 0 || slot0 + G > L.block_size) throw std::logic_error("kv codec: group not aligned to its block");
+  uint8_t* ka = kv.k_area(block, layer);
+  if (L.key_scale == KeyScale::Channel) {
+    uint8_t* rec = ka + size_t(slot0 / G) * L.channel_group_bytes();
+    auto* sc = reinterpret_cast<uint16_t*>(rec);  // [kvdim]
+    auto* mn = sc + n;                            // [kvdim]
+    uint8_t* q = rec + size_t(n) * 4;             // [G, row_q_bytes]
+    uint8_t codes[256];
+    std::vector<uint8_t> big;
+    uint8_t* cd = codes;
+    if (G > 256) {
+      big.resize(size_t(G));
+      cd = big.data();
+    }
+    for (int c = 0; c < n; ++c) {
+      quantize_asym(k + c, G, n, bits, &sc[c], &mn[c], cd);
+      for (int t = 0; t < G; ++t) put_code(q + size_t(t) * L.row_q_bytes(), c, bits, cd[t]);
+    }
+  } else {
+    for (int t = 0; t < G; ++t) store_token_row(L, ka + size_t(slot0 + t) * L.token_row_bytes(), k + size_t(t) * n);
+  }
+  uint8_t* va = kv.v_area(block, layer);
+  for (int t = 0; t < G; ++t) store_token_row(L, va + size_t(slot0 + t) * L.token_row_bytes(), v + size_t(t) * n);
+}
+
+void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+  const KvLayout& L = kv.layout;
+  const int hd = L.head_dim;
+  const size_t row = L.row_floats();
+  switch (L.type) {
+    case KvType::F32:
+      for (int r = 0; r < n; ++r) std::memcpy(out + size_t(r) * hd, kv.k(block, layer, slot0 + r) + size_t(g) * hd, size_t(hd) * 4);
+      return;
+    case KvType::F16:
+    case KvType::BF16: {
+      const auto* d = reinterpret_cast<const uint16_t*>(kv.k_area(block, layer));
+      const bool h = L.type == KvType::F16;
+      for (int r = 0; r < n; ++r) {
+        const uint16_t* src = d + size_t(slot0 + r) * row + size_t(g) * hd;
+        for (int i = 0; i < hd; ++i) out[size_t(r) * hd + i] = h ? fp16_to_f32(src[i]) : bf16_to_f32(src[i]);
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  const uint8_t* ka = kv.k_area(block, layer);
+  if (L.key_scale == KeyScale::Token) {
+    load_token_rows(L, ka, g, slot0, n, out);
+    return;
+  }
+  const int G = L.group_tokens, bits = bits_of(L.type), n_ch = L.kvdim();
+  for (int r = 0; r < n; ++r) {
+    const int slot = slot0 + r;
+    const uint8_t* rec = ka + size_t(slot / G) * L.channel_group_bytes();
+    const auto* sc = reinterpret_cast<const uint16_t*>(rec);
+    const auto* mn = sc + n_ch;
+    const uint8_t* q = rec + size_t(n_ch) * 4 + size_t(slot % G) * L.row_q_bytes();
+    float* o = out + size_t(r) * hd;  // [head_dim]
+    for (int i = 0; i < hd; ++i) {
+      const int c = g * hd + i;
+      o[i] = fp16_to_f32(mn[c]) + fp16_to_f32(sc[c]) * float(get_code(q, c, bits));
+    }
+  }
+}
+
+void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+  const KvLayout& L = kv.layout;
+  const int hd = L.head_dim;
+  const size_t row = L.row_floats();
+  switch (L.type) {
+    case KvType::F32:
+      for (int r = 0; r < n; ++r) std::memcpy(out + size_t(r) * hd, kv.v(block, layer, slot0 + r) + size_t(g) * hd, size_t(hd) * 4);
+      return;
+    case KvType::F16:
+    case KvType::BF16: {
+      const auto* d = reinterpret_cast<const uint16_t*>(kv.v_area(block, layer));
+      const bool h = L.type == KvType::F16;
+      for (int r = 0; r < n; ++r) {
+        const uint16_t* src = d + size_t(slot0 + r) * row + size_t(g) * hd;
+        for (int i = 0; i < hd; ++i) out[size_t(r) * hd + i] = h ? fp16_to_f32(src[i]) : bf16_to_f32(src[i]);
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  load_token_rows(L, kv.v_area(block, layer), g, slot0, n, out);
+}
+
+}  // namespace kvs::kvc
