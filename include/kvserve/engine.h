@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "kv/window_policy.h"
+
 namespace kvs {
 
 class Model;
@@ -34,6 +36,11 @@ struct SeqChunk {
   // of the tokens of its last, not yet complete group. forward() reads the
   // first pos0 % group_tokens rows and leaves those of the new last group.
   float* residual = nullptr;
+  // Which keys each token sees and at which RoPE positions. None: the
+  // model's own sliding window if its metadata declares one, else all.
+  // Entries of block_table for blocks no token of the chunk can see may be
+  // -1 (freed).
+  WindowPolicy window;
 };
 
 struct ForwardStats {

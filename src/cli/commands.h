@@ -12,6 +12,7 @@ using Runner = std::function<int()>;
 void add_generate(CLI::App& app, Runner& run);
 void add_tokenize(CLI::App& app, Runner& run);
 void add_perplexity(CLI::App& app, Runner& run);
+void add_eval(CLI::App& app, Runner& run);  // KV cache policy quality
 void add_bench(CLI::App& app, Runner& run);
 void add_make_model(CLI::App& app, Runner& run);
 void add_convert(CLI::App& app, Runner& run);

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   kvs::cli::add_generate(app, run);
   kvs::cli::add_tokenize(app, run);
   kvs::cli::add_perplexity(app, run);
+  kvs::cli::add_eval(app, run);
   kvs::cli::add_bench(app, run);
   kvs::cli::add_make_model(app, run);
   kvs::cli::add_convert(app, run);

@@ -28,7 +28,10 @@ struct Engine::Scratch {
   std::vector<float> proj;          // [T, dim]
   std::vector<float> gate, up;      // [T, ffn]
   std::vector<float> rope_cos, rope_sin;  // [T, n_rot/2]
-  std::vector<int32_t> pos;         // [T] absolute position of each token
+  std::vector<int32_t> pos;         // [T] text index of each token in its sequence
+  std::vector<WindowView> view;     // [T] keys each token sees (WindowPolicy::view)
+  std::vector<WindowPolicy> policy; // [n_chunks] effective window policy
+  std::vector<float> krope_cos, krope_sin;  // [positions, n_rot/2]: keys stored before RoPE
   std::vector<int32_t> seq_of;      // [T] chunk index of each token
   std::vector<std::vector<float>> attn_scratch;  // per thread: scores [r, n_ctx] + one tile
   std::vector<float> stage_k, stage_v;  // quantized cache: [Σ rows, kvdim] float rows of each chunk's open groups
@@ -101,15 +104,20 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
     throw std::invalid_argument("Engine::forward: KV layout does not match the model");
 
   // Flatten the batch: token t belongs to chunk seq_of[t] at position pos[t].
-  Scratch& s = *s_;
   int64_t T = 0, n_out = 0;
   int max_ctx = 0;
+  Scratch& s = *s_;
+  s.policy.clear();
+  int max_visible = 0, max_key_pos = -1;
   for (const SeqChunk& ch : batch) {
     if (ch.n_tokens < 1 || ch.pos0 < 0 || !ch.block_table || !ch.tokens)
       throw std::invalid_argument("Engine::forward: empty or malformed chunk");
     T += ch.n_tokens;
     n_out += ch.all_logits ? ch.n_tokens : 1;
     max_ctx = std::max(max_ctx, ch.pos0 + ch.n_tokens);
+    const WindowPolicy wp = ch.window.resolve(c.sliding_window);
+    wp.validate();
+    s.policy.push_back(wp);
   }
   if (T == 0) {
     logits.clear();
@@ -128,8 +136,32 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
   s.rope_sin.resize(T * (n_rot / 2));
   s.pos.resize(T);
   s.seq_of.resize(T);
+  s.view.resize(T);
+  {
+    int64_t t = 0;
+    for (size_t ci = 0; ci < batch.size(); ++ci)
+      for (int i = 0; i < batch[ci].n_tokens; ++i, ++t) {
+        const int p = batch[ci].pos0 + i;
+        const WindowView v = s.policy[ci].view(p);
+        s.view[t] = v;
+        const int nvis = v.sink_end >= v.win_start ? p + 1 : v.sink_end + (p + 1 - v.win_start);
+        max_visible = std::max(max_visible, nvis);
+        if (s.policy[ci].rotates()) max_key_pos = std::max(max_key_pos, p - v.shift);
+      }
+  }
+  (void)max_ctx;
   const int r = nh / nkv;
-  for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r, max_ctx, bs, hd));
+  for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r, max_visible, bs, hd));
+  // Keys stored before RoPE are rotated at attention time: cos/sin of every
+  // position a key can take (grown on demand, kept across calls).
+  if (max_key_pos >= 0 && int64_t(s.krope_cos.size()) < int64_t(max_key_pos + 1) * (n_rot / 2)) {
+    const int n_pos = std::max(max_key_pos + 1, int(s.krope_cos.size() / std::max(1, n_rot / 2)) * 2);
+    s.krope_cos.resize(size_t(n_pos) * (n_rot / 2));
+    s.krope_sin.resize(size_t(n_pos) * (n_rot / 2));
+    RopeTable rt;
+    for (int p = 0; p < n_pos; ++p)
+      rt.compute(p, n_rot, c.rope_theta, &s.krope_cos[size_t(p) * (n_rot / 2)], &s.krope_sin[size_t(p) * (n_rot / 2)]);
+  }
   // A quantized cache stores a token group only once it is complete; the
   // chunk's groups are assembled here first ([rows, kvdim] per chunk: the
   // residual rows of its first group, then its own tokens).
@@ -159,7 +191,9 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
         s.pos[t] = ch.pos0 + i;
         s.seq_of[t] = int32_t(ci);
         dequantize_weight_row(w.tok_embd, tok, &s.x[t * dim]);  // [dim]
-        rt.compute(s.pos[t], n_rot, c.rope_theta, &s.rope_cos[t * (n_rot / 2)], &s.rope_sin[t * (n_rot / 2)]);
+        // The query's RoPE position (keys are rotated at their own).
+        const int shift = s.policy[ci].view(s.pos[t]).shift;
+        rt.compute(s.pos[t] - shift, n_rot, c.rope_theta, &s.rope_cos[t * (n_rot / 2)], &s.rope_sin[t * (n_rot / 2)]);
       }
     }
   }
@@ -183,7 +217,8 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       const float* cs = &s.rope_cos[t * (n_rot / 2)];
       const float* sn = &s.rope_sin[t * (n_rot / 2)];
       rope_apply(&s.q[t * qdim], nh, hd, n_rot, neox, cs, sn);
-      rope_apply(&s.k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
+      // Keys of a shifting window policy are stored before RoPE.
+      if (!s.policy[s.seq_of[t]].rotates()) rope_apply(&s.k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
       // Store this token's K/V in its slot before any query reads it.
       if (!quant) {
         const SeqChunk& ch = batch[s.seq_of[t]];
@@ -198,6 +233,15 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       const size_t ci = size_t(s.seq_of[t]);
       const SeqChunk& ch = batch[ci];
       AttnSeq as{ch.block_table, s.pos[t] + 1, s.pos[t] + 1, nullptr, nullptr};
+      as.sink_end = s.view[t].sink_end;
+      as.win_start = s.view[t].win_start;
+      if (s.policy[ci].rotates()) {
+        as.rope_cos = s.krope_cos.data();
+        as.rope_sin = s.krope_sin.data();
+        as.shift = s.view[t].shift;
+        as.n_rot = n_rot;
+        as.neox = neox;
+      }
       if (quant) {
         // Complete groups from the cache, the token's own group in full precision.
         as.n_stored = s.pos[t] / G * G;

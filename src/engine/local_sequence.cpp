@@ -8,40 +8,96 @@
 
 namespace kvs {
 
-LocalSequence::LocalSequence(Engine& e, int max_ctx, int block_size, const KvCacheOptions& cache)
+namespace {
+WindowPolicy resolved(const Engine& e, const WindowPolicy& w) {
+  const WindowPolicy p = w.resolve(e.model().config().sliding_window);
+  p.validate();
+  return p;
+}
+
+int64_t blocks_needed(const Engine& e, int max_ctx, int bs, const WindowPolicy& w) {
+  if (max_ctx < 1) throw std::invalid_argument("context size must be >= 1");
+  const int64_t all = (int64_t(max_ctx) + bs - 1) / bs;
+  const int vis = w.max_visible();
+  if (vis <= 0) return all;
+  // Visible tokens may straddle two extra partial blocks (sinks and window
+  // edges), plus one chunk being written.
+  (void)e;
+  const int64_t bounded = (int64_t(vis) + bs - 1) / bs + 2 + (LocalSequence::kMaxWindowChunk + bs - 1) / bs;
+  return std::min(all, bounded);
+}
+}  // namespace
+
+LocalSequence::LocalSequence(Engine& e, int max_ctx, int block_size, const KvCacheOptions& cache,
+                             const WindowPolicy& window)
     : e_(e),
       max_ctx_(max_ctx),
-      storage_(kv_layout_for(e, block_size, cache), (std::max(max_ctx, 1) + block_size - 1) / block_size) {
-  if (max_ctx < 1) throw std::invalid_argument("context size must be >= 1");
-  table_.resize(storage_.n_blocks());
-  for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(i);
+      window_(resolved(e, window)),
+      storage_(kv_layout_for(e, block_size, cache), blocks_needed(e, max_ctx, block_size, window_)) {
   residual_.assign(storage_.view().layout.residual_floats(), 0.0f);
+  reset();
+}
+
+void LocalSequence::reset() {
+  n_past_ = 0;
+  table_.clear();
+  free_.clear();
+  for (int32_t b = int32_t(storage_.n_blocks()) - 1; b >= 0; --b) free_.push_back(b);  // block 0 first
 }
 
 void LocalSequence::truncate(int n) {
   if (n >= n_past_) return;
   const KvLayout& l = storage_.view().layout;
+  if (window_.active() && window_.dead_range(n_past_).second > 0)
+    throw std::invalid_argument("a windowed sequence cannot be truncated once tokens left its window");
   if (l.quantized() && n % l.group_tokens != 0 && n / l.group_tokens != n_past_ / l.group_tokens)
     throw std::invalid_argument("a quantized KV cache can only be truncated to a multiple of " +
                                 std::to_string(l.group_tokens) + " tokens");
   n_past_ = std::max(n, 0);
 }
 
+void LocalSequence::ensure_blocks(int n_tokens) {
+  const int bs = storage_.view().layout.block_size;
+  while (int64_t(table_.size()) * bs < n_tokens) {
+    if (free_.empty())
+      throw std::logic_error("local sequence: out of KV blocks (" + std::to_string(storage_.n_blocks()) + ")");
+    table_.push_back(free_.back());
+    free_.pop_back();
+  }
+  peak_blocks_ = std::max(peak_blocks_, live_blocks());
+}
+
+void LocalSequence::free_dead() {
+  if (!window_.active()) return;
+  const int bs = storage_.view().layout.block_size;
+  const auto [lo, hi] = window_.dead_range(n_past_);
+  // Whole blocks inside [lo, hi): no token at n_past or later sees them.
+  for (int64_t b = (int64_t(lo) + bs - 1) / bs; (b + 1) * bs <= hi && b < int64_t(table_.size()); ++b) {
+    if (table_[size_t(b)] < 0) continue;
+    free_.push_back(table_[size_t(b)]);
+    table_[size_t(b)] = -1;
+  }
+}
+
 const std::vector<float>& LocalSequence::eval(const int32_t* tokens, int n, bool all_logits, int max_chunk) {
   if (n < 1) throw std::invalid_argument("eval: no tokens");
-  if (n_past_ + n > max_ctx_)
-    throw std::length_error("context full: " + std::to_string(n_past_ + n) + " tokens > context size " +
+  if (int64_t(n_past_) + n > max_ctx_)
+    throw std::length_error("context full: " + std::to_string(int64_t(n_past_) + n) + " tokens > context size " +
                             std::to_string(max_ctx_) + " (raise --ctx)");
-  if (max_chunk <= 0) max_chunk = n;
+  if (max_chunk <= 0) max_chunk = window_.max_visible() > 0 ? kMaxWindowChunk : n;
+  if (window_.max_visible() > 0) max_chunk = std::min(max_chunk, int(kMaxWindowChunk));
   logits_.clear();
   const int nv = e_.model().config().n_vocab;
   for (int done = 0; done < n;) {
     const int m = std::min(max_chunk, n - done);
-    SeqChunk ch{table_.data(), n_past_, tokens + done, m, all_logits, residual_.empty() ? nullptr : residual_.data()};
+    ensure_blocks(n_past_ + m);
+    SeqChunk ch{table_.data(), n_past_, tokens + done, m, all_logits, residual_.empty() ? nullptr : residual_.data(),
+                window_};
     e_.forward({ch}, storage_.view(), part_);
     if (all_logits) logits_.insert(logits_.end(), part_.begin(), part_.end());
     n_past_ += m;
     done += m;
+    free_dead();
     if (!all_logits && done == n) logits_.assign(part_.end() - nv, part_.end());
   }
   return logits_;

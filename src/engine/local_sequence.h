@@ -1,42 +1,63 @@
-// One sequence with its own private KV blocks (block table 0, 1, 2, ...):
-// the simple path used by `generate`, `perplexity`, `bench` and tests.
-// The serving path shares one block pool between many sequences instead.
+// One sequence with its own private KV blocks: the simple path used by
+// `generate`, `perplexity`, `eval`, `bench` and tests. The serving path
+// shares one block pool between many sequences instead.
+//
+// Without a window policy the blocks are 0, 1, 2, ... up to max_ctx. With
+// one (kv/window_policy.h, or the model's native window) the sequence may
+// grow past its memory: blocks no later token can see are recycled, so the
+// KV memory stays at what the policy keeps visible (plus one chunk).
 #pragma once
 #include <cstdint>
 #include <vector>
 #include "engine/kv_cache.h"
 #include "kv/block_storage.h"
+#include "kv/window_policy.h"
 #include "kvserve/engine.h"
 
 namespace kvs {
 
 class LocalSequence {
  public:
-  LocalSequence(Engine& e, int max_ctx, int block_size = 16, const KvCacheOptions& cache = {});
-  // Appends `tokens` to the sequence in one forward (chunks of at most
-  // `max_chunk` tokens); returns the logits of the last token ([n_vocab]) or,
-  // with all_logits, of every appended token ([n, n_vocab]).
+  // max_ctx: the longest the sequence may get (tokens); with a bounding
+  // window policy the memory is sized by the policy instead.
+  LocalSequence(Engine& e, int max_ctx, int block_size = 16, const KvCacheOptions& cache = {},
+                const WindowPolicy& window = {});
+  // Appends `tokens` to the sequence (forwards of at most `max_chunk` tokens;
+  // 0 = one forward, or kMaxWindowChunk under a window policy); returns the
+  // logits of the last token ([n_vocab]) or, with all_logits, of every
+  // appended token ([n, n_vocab]).
   const std::vector<float>& eval(const int32_t* tokens, int n, bool all_logits = false, int max_chunk = 0);
   const std::vector<float>& eval(const std::vector<int32_t>& t, bool all = false) {
     return eval(t.data(), int(t.size()), all);
   }
   int n_past() const { return n_past_; }
   int max_ctx() const { return max_ctx_; }
-  void reset() { n_past_ = 0; }
+  void reset();
   // Drops tokens past n. A quantized cache can only go back to a group
-  // boundary (the residual rows of a group are gone once it is stored):
-  // throws std::invalid_argument otherwise.
+  // boundary (the residual rows of a group are gone once it is stored), and
+  // a windowed sequence cannot go back at all: throws std::invalid_argument.
   void truncate(int n);
   const KvLayout& layout() const { return storage_.view().layout; }
+  const WindowPolicy& window() const { return window_; }
+  // Blocks holding K/V now, and the most ever held (memory stays bounded).
+  int live_blocks() const { return int(storage_.n_blocks()) - int(free_.size()); }
+  int peak_blocks() const { return peak_blocks_; }
+  int64_t block_bytes() const { return int64_t(storage_.view().layout.block_bytes()); }
+
+  static constexpr int kMaxWindowChunk = 64;
 
  private:
   Engine& e_;
   int max_ctx_;
+  WindowPolicy window_;
   BlockStorage storage_;
-  std::vector<int32_t> table_;
+  std::vector<int32_t> table_;  // per logical block: physical block, -1 = freed by the window
+  std::vector<int32_t> free_;   // physical blocks not in use
   std::vector<float> logits_, part_;
   std::vector<float> residual_;  // quantized cache: [KvLayout::residual_floats()]
-  int n_past_ = 0;
+  int n_past_ = 0, peak_blocks_ = 0;
+  void ensure_blocks(int n_tokens);  // table covers [0, n_tokens)
+  void free_dead();                  // recycle blocks the window hides from every later token
 };
 
 }  // namespace kvs

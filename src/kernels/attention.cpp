@@ -10,50 +10,93 @@
 
 namespace kvs {
 
+namespace {
+
+// Visits the visible keys in position order, one run of rows at a time:
+// fn(first position, rows, row pointer, row stride in floats), where rows
+// are [n, head_dim] of kv head g (rotated to their RoPE position when the
+// keys are stored before RoPE). `tile` holds loaded rows ([block_size,
+// head_dim]).
+template <bool Keys, class Fn>
+void visit_rows(const KvStorage& kv, int layer, const AttnSeq& q, int g, float* tile, Fn&& fn) {
+  const int hd = kv.layout.head_dim, bs = kv.layout.block_size;
+  const size_t kvdim = kv.layout.row_floats();
+  const bool direct = kv.layout.type == KvType::F32;
+  const bool rotate = Keys && q.rope_cos;
+  const int half = q.n_rot / 2;
+  auto rot = [&](float* rows, int n, int pos0) {
+    for (int i = 0; i < n; ++i) {
+      const int t = pos0 + i;
+      const int pos = t < q.sink_end ? t : t - q.shift;
+      rope_apply(rows + size_t(i) * hd, 1, hd, q.n_rot, q.neox, q.rope_cos + size_t(pos) * half, q.rope_sin + size_t(pos) * half);
+    }
+  };
+  auto range = [&](int lo, int hi) {
+    // Stored rows, block by block.
+    for (int t = lo; t < std::min(hi, q.n_stored);) {
+      const int32_t b = q.block_table[t / bs];
+      const int slot = t % bs, n = std::min(bs - slot, std::min(hi, q.n_stored) - t);
+      if (direct && !rotate) {
+        const float* p = Keys ? kv.k(b, layer, slot) : kv.v(b, layer, slot);
+        fn(t, n, p + size_t(g) * hd, kvdim);
+      } else {
+        if (Keys) kvc::load_k(kv, b, layer, g, slot, n, tile);
+        else kvc::load_v(kv, b, layer, g, slot, n, tile);
+        if (rotate) rot(tile, n, t);
+        fn(t, n, tile, size_t(hd));
+      }
+      t += n;
+    }
+    // The residual group's rows, in full precision.
+    const int from = std::max(lo, q.n_stored);
+    if (from >= hi) return;
+    const float* own = (Keys ? q.own_k : q.own_v) + size_t(from - q.n_stored) * kvdim + size_t(g) * hd;
+    if (!rotate) {
+      fn(from, hi - from, own, kvdim);
+      return;
+    }
+    for (int t = from; t < hi; t += bs) {
+      const int n = std::min(bs, hi - t);
+      for (int i = 0; i < n; ++i) std::copy_n(own + size_t(t - from + i) * kvdim, hd, tile + size_t(i) * hd);
+      rot(tile, n, t);
+      fn(t, n, tile, size_t(hd));
+    }
+  };
+  if (q.sink_end >= q.win_start) {
+    range(0, q.n_ctx);
+  } else {
+    range(0, q.sink_end);
+    range(q.win_start, q.n_ctx);
+  }
+}
+
+}  // namespace
+
 void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
                      const AttnShape& s, float* out, float* scratch) {
   const int r = s.n_heads / s.n_kv_heads;
   const int hd = s.head_dim;
-  const int bs = kv.layout.block_size;
   const int h0 = g * r;
-  const int n_ctx = seq.n_ctx, n_st = seq.n_stored;
-  const size_t kvdim = kv.layout.row_floats();
-  const bool direct = kv.layout.type == KvType::F32;
+  const int nv = seq.n_visible();
   const attn::VecOps& ops = attn::vec_ops();
-  float* sc = scratch;                       // [r, n_ctx] scores, then probabilities
-  float* tile = scratch + size_t(r) * n_ctx;  // [block_size, head_dim] dequantized rows
-  // Keys from storage, one block tile at a time (f32 is read in place).
-  for (int t0 = 0; t0 < n_st; t0 += bs) {
-    const int n = std::min(bs, n_st - t0);
-    const int32_t b = seq.block_table[t0 / bs];
-    if (!direct) kvc::load_k(kv, b, layer, g, 0, n, tile);
-    for (int i = 0; i < n; ++i) {
-      const float* k = direct ? kv.k(b, layer, i) + size_t(g) * hd : tile + size_t(i) * hd;  // [head_dim]
-      for (int j = 0; j < r; ++j) sc[size_t(j) * n_ctx + t0 + i] = ops.dot(q + size_t(h0 + j) * hd, k, hd) * s.scale;
-    }
-  }
-  for (int t = n_st; t < n_ctx; ++t) {
-    const float* k = seq.own_k + size_t(t - n_st) * kvdim + size_t(g) * hd;  // [head_dim]
-    for (int j = 0; j < r; ++j) sc[size_t(j) * n_ctx + t] = ops.dot(q + size_t(h0 + j) * hd, k, hd) * s.scale;
-  }
-  for (int j = 0; j < r; ++j) softmax_inplace(sc + size_t(j) * n_ctx, n_ctx);
+  float* sc = scratch;                    // [r, n_visible] scores, then probabilities
+  float* tile = scratch + size_t(r) * nv;  // [block_size, head_dim] loaded rows
+  int col = 0;                            // score column of the next visible key
+  visit_rows<true>(kv, layer, seq, g, tile, [&](int, int n, const float* k, size_t ld) {
+    for (int i = 0; i < n; ++i, ++col)
+      for (int j = 0; j < r; ++j)
+        sc[size_t(j) * nv + col] = ops.dot(q + size_t(h0 + j) * hd, k + size_t(i) * ld, hd) * s.scale;
+  });
+  for (int j = 0; j < r; ++j) softmax_inplace(sc + size_t(j) * nv, nv);
   for (int j = 0; j < r; ++j) {
     float* o = out + size_t(h0 + j) * hd;  // [head_dim]
     for (int i = 0; i < hd; ++i) o[i] = 0.f;
   }
-  for (int t0 = 0; t0 < n_st; t0 += bs) {
-    const int n = std::min(bs, n_st - t0);
-    const int32_t b = seq.block_table[t0 / bs];
-    if (!direct) kvc::load_v(kv, b, layer, g, 0, n, tile);
-    for (int i = 0; i < n; ++i) {
-      const float* v = direct ? kv.v(b, layer, i) + size_t(g) * hd : tile + size_t(i) * hd;  // [head_dim]
-      for (int j = 0; j < r; ++j) ops.axpy(sc[size_t(j) * n_ctx + t0 + i], v, out + size_t(h0 + j) * hd, hd);
-    }
-  }
-  for (int t = n_st; t < n_ctx; ++t) {
-    const float* v = seq.own_v + size_t(t - n_st) * kvdim + size_t(g) * hd;  // [head_dim]
-    for (int j = 0; j < r; ++j) ops.axpy(sc[size_t(j) * n_ctx + t], v, out + size_t(h0 + j) * hd, hd);
-  }
+  col = 0;
+  visit_rows<false>(kv, layer, seq, g, tile, [&](int, int n, const float* v, size_t ld) {
+    for (int i = 0; i < n; ++i, ++col)
+      for (int j = 0; j < r; ++j) ops.axpy(sc[size_t(j) * nv + col], v + size_t(i) * ld, out + size_t(h0 + j) * hd, hd);
+  });
 }
 
 void attention_reference(const float* q, const float* k, const float* v, int n_ctx,

@@ -19,27 +19,39 @@ struct AttnShape {
 // positions [n_stored, n_ctx) (the quantized cache's not yet quantized
 // residual group, at most group_tokens of them) from the float rows
 // own_k / own_v ([n_ctx - n_stored, kvdim], row stride kvdim).
+//
+// A window policy (kv/window_policy.h) hides keys: only [0, sink_end) and
+// [win_start, n_ctx) are visible (sink_end >= win_start: all). With
+// rope_cos/rope_sin the keys are stored before RoPE and rotated here to
+// position i (i < sink_end) or i - shift (tables [position, n_rot/2]).
 struct AttnSeq {
   const int32_t* block_table = nullptr;
   int n_ctx = 0;
   int n_stored = 0;
   const float* own_k = nullptr;
   const float* own_v = nullptr;
+  int sink_end = 0, win_start = 0;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  int shift = 0, n_rot = 0;
+  bool neox = false;
+  // Keys the query sees.
+  int n_visible() const { return sink_end >= win_start ? n_ctx : sink_end + (n_ctx - win_start); }
 };
 
 // The query heads that share kv head `g` (GQA group), for keys/values at
 // positions [0, n_ctx) of `layer`:
 //   q:   [n_heads, head_dim]   (only heads g*r .. g*r+r-1 are read, r = n_heads/n_kv_heads)
 //   out: [n_heads, head_dim]   (only those heads are written)
-// scratch: at least r * n_ctx + block_size * head_dim floats (scores, then a
-// dequantized tile). Keys are visited in position order, so the result for
+// scratch: attention_scratch_floats(r, seq.n_visible(), ...) floats (scores,
+// then a dequantized tile). Keys are visited in position order, so the result for
 // a position does not depend on how the prompt was chunked or on the block
 // size.
 void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
                      const AttnShape& s, float* out, float* scratch);
 // Scratch floats attention_group needs.
-inline size_t attention_scratch_floats(int r, int n_ctx, int block_size, int head_dim) {
-  return size_t(r) * n_ctx + size_t(block_size) * head_dim;
+inline size_t attention_scratch_floats(int r, int n_visible, int block_size, int head_dim) {
+  return size_t(r) * n_visible + size_t(block_size) * head_dim;
 }
 
 // Reference for tests: K/V given contiguously as [n_ctx, n_kv_heads, head_dim].

@@ -1,0 +1,76 @@
+#include "kv/window_policy.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kvs {
+
+WindowView WindowPolicy::view(int p) const {
+  WindowView v;
+  switch (kind) {
+    case WindowKind::None:
+      break;
+    case WindowKind::Native:
+      v.win_start = std::max(0, p - window + 1);
+      break;
+    case WindowKind::Streaming:
+      if (p - window + 1 > sinks) {
+        v.sink_end = sinks;
+        v.win_start = p - window + 1;
+        v.shift = v.win_start - sinks;
+      }
+      break;
+    case WindowKind::ContextShift: {
+      // Token p is added to a cache holding p - D tokens; whenever it would
+      // overflow C, n_discard = (C - keep) / 2 tokens after the kept ones go.
+      const int nd = (ctx - keep) / 2;
+      const int over = p + 1 - ctx;
+      const int shifts = over > 0 ? (over + nd - 1) / nd : 0;
+      v.sink_end = keep;
+      v.win_start = keep + shifts * nd;
+      v.shift = shifts * nd;
+      break;
+    }
+  }
+  return v;
+}
+
+int WindowPolicy::max_visible() const {
+  switch (kind) {
+    case WindowKind::None: return 0;
+    case WindowKind::Native: return window;
+    case WindowKind::Streaming: return sinks + window;
+    case WindowKind::ContextShift: return ctx;
+  }
+  return 0;
+}
+
+void WindowPolicy::validate() const {
+  switch (kind) {
+    case WindowKind::None:
+      return;
+    case WindowKind::Native:
+    case WindowKind::Streaming:
+      if (window < 1) throw std::invalid_argument("--kv-window must be >= 1 token");
+      if (sinks < 0) throw std::invalid_argument("--kv-sinks must be >= 0");
+      return;
+    case WindowKind::ContextShift:
+      if (keep < 0 || ctx < 2 || (ctx - keep) / 2 < 1)
+        throw std::invalid_argument("context shift needs a cache of at least n_keep + 2 tokens");
+      return;
+  }
+}
+
+std::string WindowPolicy::describe() const {
+  switch (kind) {
+    case WindowKind::None: return "none";
+    case WindowKind::Native: return "native window " + std::to_string(window);
+    case WindowKind::Streaming:
+      return sinks ? std::to_string(sinks) + " sinks + window " + std::to_string(window) : "window " + std::to_string(window);
+    case WindowKind::ContextShift:
+      return "context shift (cache " + std::to_string(ctx) + ", keep " + std::to_string(keep) + ")";
+  }
+  return "?";
+}
+
+}  // namespace kvs
