@@ -20,7 +20,7 @@ struct EvalArgs {
   KvArgs kv;
   std::string file, svg;
   int ctx = 512, block_size = 16, repeat = 1;
-  int window = 0, sinks = 0, shift_ctx = 0, n_keep = 0;
+  WindowArgs w;
   bool stream = false, oracle = false, compare = false, json = false;
   int oracle_stride = 1, segment = 1000;
 };
@@ -31,14 +31,6 @@ std::string slurp(const std::string& path) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-WindowPolicy policy_of(const EvalArgs& a) {
-  if (a.shift_ctx > 0 && a.window > 0) throw std::invalid_argument("give --kv-window or --ctx-shift, not both");
-  if (a.shift_ctx > 0) return WindowPolicy::context_shift(a.shift_ctx, a.n_keep);
-  if (a.window > 0) return WindowPolicy::streaming(a.window, a.sinks);
-  if (a.sinks > 0) throw std::invalid_argument("--kv-sinks needs --kv-window");
-  return {};
 }
 
 nlohmann::json stream_json(const std::string& name, const StreamEvalResult& r) {
@@ -54,10 +46,11 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
   base.cache = a.kv.options();
   base.segment = a.segment;
   base.oracle_stride = a.oracle_stride;
-  base.oracle_window = a.window > 0 ? a.window : 256;
+  base.oracle_window = a.w.window > 0 ? a.w.window : 256;
   std::vector<std::pair<std::string, StreamEvalOptions>> runs;
   if (a.compare) {
-    // The four policies of the StreamingLLM comparison, at the same window.
+    // The policies of the StreamingLLM comparison, at the same window, plus
+    // naive dropping (original text positions) for contrast.
     const int W = base.oracle_window;
     StreamEvalOptions o = base;
     o.oracle = true;
@@ -65,14 +58,16 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
     o = base;
     o.window = WindowPolicy::streaming(W, 0);
     runs.emplace_back("window " + std::to_string(W), o);
-    o.window = WindowPolicy::streaming(W, a.sinks > 0 ? a.sinks : 4);
-    runs.emplace_back(std::to_string(a.sinks > 0 ? a.sinks : 4) + " sinks + window " + std::to_string(W), o);
-    o.window = WindowPolicy::context_shift(a.shift_ctx > 0 ? a.shift_ctx : W, a.n_keep);
-    runs.emplace_back("context shift (cache " + std::to_string(o.window.ctx) + ", keep " + std::to_string(a.n_keep) + ")", o);
+    o.window = WindowPolicy::native(W);
+    runs.emplace_back("window " + std::to_string(W) + ", text positions (naive)", o);
+    o.window = WindowPolicy::streaming(W, a.w.sinks > 0 ? a.w.sinks : 4);
+    runs.emplace_back(std::to_string(a.w.sinks > 0 ? a.w.sinks : 4) + " sinks + window " + std::to_string(W), o);
+    o.window = WindowPolicy::context_shift(a.w.shift_ctx > 0 ? a.w.shift_ctx : W, a.w.n_keep);
+    runs.emplace_back("context shift (cache " + std::to_string(o.window.ctx) + ", keep " + std::to_string(a.w.n_keep) + ")", o);
   } else {
     StreamEvalOptions o = base;
     o.oracle = a.oracle;
-    if (!a.oracle) o.window = policy_of(a);
+    if (!a.oracle) o.window = a.w.policy();
     runs.emplace_back(a.oracle ? "sliding-window recompute (oracle)" : o.window.describe(), o);
   }
   nlohmann::json all = nlohmann::json::array();
@@ -124,7 +119,7 @@ int run_eval(const EvalArgs& a) {
   KvEvalOptions o;
   o.block_size = a.block_size;
   o.cache = a.kv.options();
-  o.window = policy_of(a);
+  o.window = a.w.policy();
   const KvEvalResult r = kv_eval(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, o, [](int d, int n, double p) {
     std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
   });
@@ -154,14 +149,11 @@ void add_eval(CLI::App& app, Runner& run) {
   c->add_option("-c,--ctx", a->ctx, "Context per chunk (perplexity protocol)")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 256));
   c->add_option("--repeat", a->repeat, "Evaluate the file's text N times in a row")->capture_default_str()->check(CLI::Range(1, 1000));
-  c->add_option("--kv-window", a->window, "Keep the last W tokens visible (StreamingLLM window)")->check(CLI::Range(0, 1 << 24));
-  c->add_option("--kv-sinks", a->sinks, "Keep the first S tokens visible (attention sinks)")->check(CLI::Range(0, 1 << 20));
-  c->add_option("--ctx-shift", a->shift_ctx, "llama.cpp context shift over a cache of C tokens")->check(CLI::Range(0, 1 << 24));
-  c->add_option("--n-keep", a->n_keep, "Context shift: tokens kept at the start")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  add_window_args(c, a->w);
   c->add_flag("--stream", a->stream, "Token-by-token stream through the window policy, PPL per segment");
   c->add_flag("--oracle", a->oracle, "Stream with sliding-window recompute over --kv-window tokens (slow, exact)");
   c->add_flag("--compare", a->compare,
-              "Stream the four policies (oracle, window, sinks + window, context shift) at --kv-window");
+              "Stream the policies side by side (oracle, window, naive window, sinks + window, context shift) at --kv-window");
   c->add_option("--oracle-stride", a->oracle_stride, "Oracle: score every k-th token")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   c->add_option("--segment", a->segment, "Stream: tokens per PPL point")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   c->add_option("--svg", a->svg, "Stream: write a plot of PPL against tokens processed");

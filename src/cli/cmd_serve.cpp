@@ -38,6 +38,7 @@ struct ServeArgs {
   double max_request_share = 0.25, kv_headroom = 0.05, interactive_wait_s = 10, batch_wait_s = 300;
   bool no_prefix_cache = false;
   KvArgs kv;
+  WindowArgs window;
   std::string api_keys, cache_secret_file, chat_template = "auto", served_model_name;
   int http_threads = 4;
   double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
@@ -99,12 +100,18 @@ int run_serve(const ServeArgs& a) {
   lo.max_ctx = ctx;
   lo.prefix_caching = !a.no_prefix_cache;
   lo.cache = a.kv.options();
+  lo.window = a.window.policy();
   if (!a.kv_memory.empty()) {
     lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
   } else {
     // Default: enough for --max-seqs full contexts, at most 20% of the
     // memory available now.
-    const int64_t want = int64_t(a.max_seqs) * ((ctx + a.block_size - 1) / a.block_size) + 1;
+    // A bounding window caps what one sequence holds (KvManager::live_cap).
+    const WindowPolicy w = lo.window.resolve(l.model->config().sliding_window);
+    const int64_t per_seq = w.max_visible() > 0
+                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
+                                : ctx;
+    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
     const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }
@@ -133,9 +140,11 @@ int run_serve(const ServeArgs& a) {
   server::HttpServer http(api, ho);
   http.start();
   api.set_ready(true);
-  std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, %s)\n",
+  std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, KV %s, window %s, %s)\n",
               a.host.c_str(), http.port(), ao.model_id.c_str(), ctx, static_cast<long long>(loop.kv_blocks_total()),
-              loop.block_size(), tenants->auth_required() ? "API keys required" : "no auth");
+              loop.block_size(), kv_layout_for(*l.engine, a.block_size, lo.cache).describe().c_str(),
+              lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
+              tenants->auth_required() ? "API keys required" : "no auth");
   std::fflush(stdout);
 
   int sig = 0;
@@ -189,6 +198,7 @@ void add_serve(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse K/V of equal prompt prefixes");
   add_kv_args(c, a->kv);
+  add_window_args(c, a->window);
   c->add_option("--api-keys", a->api_keys, "JSON file of sha256 key hashes -> tenants (default: no auth)");
   c->add_option("--cache-secret-file", a->cache_secret_file,
                 "Secret for prefix-cache scopes (default: random per process)");

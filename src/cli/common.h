@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include "engine/kv_cache.h"
+#include "kv/window_policy.h"
 #include "kvserve/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -28,6 +29,14 @@ struct KvArgs {
   KvCacheOptions options() const;  // throws std::invalid_argument on a bad spelling
 };
 void add_kv_args(CLI::App* cmd, KvArgs& a);
+
+// A window policy bounding each sequence's KV (--kv-window/--kv-sinks, or
+// --ctx-shift/--n-keep).
+struct WindowArgs {
+  int window = 0, sinks = 0, shift_ctx = 0, n_keep = 0;
+  WindowPolicy policy() const;  // throws std::invalid_argument on a bad combination
+};
+void add_window_args(CLI::App* cmd, WindowArgs& a);
 
 struct Loaded {
   std::shared_ptr<const Model> model;

@@ -37,7 +37,11 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   int64_t n = o.n_blocks;
   if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes, o.cache);
   else if (n <= 0) throw std::invalid_argument("paged engine: give a KV memory budget (--kv-memory) or a block count");
-  const int64_t need = blocks_for_tokens(max_ctx, o.block_size);
+  int64_t need = blocks_for_tokens(max_ctx, o.block_size);
+  const WindowPolicy w = o.window.resolve(e.model().config().sliding_window);
+  if (w.max_visible() > 0)  // a bounding window: one sequence never holds more (KvManager::live_cap)
+    need = std::min(need, blocks_for_tokens(w.max_visible(), o.block_size) + 2 +
+                              blocks_for_tokens(std::max(1, o.max_step_tokens), o.block_size));
   if (n < need) {
     const uint64_t block_bytes = kv_layout_for(e, o.block_size, o.cache).block_bytes();
     throw std::invalid_argument(
@@ -50,10 +54,12 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   return n;
 }
 
-static KvManagerOptions manager_options(const KvLayout& l, const PagedEngineOptions& o) {
+static KvManagerOptions manager_options(const Engine& e, const KvLayout& l, const PagedEngineOptions& o) {
   KvManagerOptions m;
   m.block_size = o.block_size;
   m.prefix_caching = o.prefix_caching;
+  m.window = o.window.resolve(e.model().config().sliding_window);
+  m.max_step_tokens = o.max_step_tokens;
   if (l.quantized()) {
     m.align_tokens = l.group_tokens;
     m.residual_floats = l.residual_floats();
@@ -72,7 +78,8 @@ PagedEngine::PagedEngine(Engine& engine, const PagedEngineOptions& opts)
       max_ctx_(resolve_ctx(engine, opts.max_ctx)),
       storage_(std::make_unique<BlockStorage>(kv_layout_for(engine, opts.block_size, opts.cache),
                                               pool_blocks(engine, opts, max_ctx_))),
-      kv_(int32_t(storage_->n_blocks()), manager_options(storage_->view().layout, opts), storage_.get()) {}
+      kv_(int32_t(storage_->n_blocks()), manager_options(engine, storage_->view().layout, opts), storage_.get()),
+      window_(opts.window.resolve(engine.model().config().sliding_window)) {}
 
 SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
   if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
@@ -126,7 +133,7 @@ void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
   for (const SeqStep& it : items) {
     const auto& table = kv_.block_table(it.seq);
     chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()),
-                               it.all_logits, kv_.residual(it.seq)});
+                               it.all_logits, kv_.residual(it.seq), window_});
     r.row0.push_back(rows);
     rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
   }

@@ -39,6 +39,8 @@ struct PagedEngineOptions {
   int max_ctx = 0;               // longest sequence; 0 = the model's training context
   bool prefix_caching = true;    // --no-prefix-cache turns it off
   KvCacheOptions cache;          // --kv-type and friends
+  WindowPolicy window;           // --kv-window/--kv-sinks, --ctx-shift; None = the model's native window, if any
+  int max_step_tokens = 512;     // most tokens one sequence appends per step (window memory bound)
 };
 
 // Blocks a byte budget holds for this model and cache type.
@@ -112,6 +114,7 @@ class PagedEngine {
   const KvManager& kv() const { return kv_; }
   int block_size() const { return kv_.block_size(); }
   int max_ctx() const { return max_ctx_; }
+  const WindowPolicy& window() const { return window_; }
   int64_t n_blocks() const { return storage_->n_blocks(); }
   PagedStats stats() const;
   Engine& engine() { return engine_; }
@@ -121,6 +124,7 @@ class PagedEngine {
   int max_ctx_;
   std::unique_ptr<BlockStorage> storage_;
   KvManager kv_;
+  WindowPolicy window_;  // resolved: the user's, or the model's native window
   std::vector<SeqChunk> chunks_;
   std::vector<SeqId> ids_;  // duplicate check
   int64_t forward_tokens_ = 0, steps_ = 0;

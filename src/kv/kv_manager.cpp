@@ -1,6 +1,7 @@
 #include "kv/kv_manager.h"
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 #include <string>
 
@@ -17,9 +18,12 @@ KvManager::KvManager(int32_t n_blocks, const KvManagerOptions& opts, BlockStorag
       caching_(opts.prefix_caching),
       align_(opts.align_tokens),
       residual_floats_(opts.residual_floats),
+      window_(opts.window),
+      max_step_(std::max(1, opts.max_step_tokens)),
       pool_(n_blocks),
       storage_(storage) {
   if (bs_ < 1) throw std::invalid_argument("kv manager: block size must be >= 1, got " + std::to_string(bs_));
+  window_.validate();
   if (align_ < 1 || bs_ % align_ != 0)
     throw std::invalid_argument("kv manager: alignment " + std::to_string(align_) + " must divide the block size");
   if (storage_ && (storage_->n_blocks() != n_blocks || storage_->view().layout.block_size != bs_))
@@ -113,6 +117,22 @@ int32_t KvManager::blocks_needed(SeqId seq, int n_new) const {
   return need;
 }
 
+int64_t KvManager::live_cap() const {
+  const int vis = window_.max_visible();
+  if (vis <= 0) return INT64_MAX;
+  return ceil_div(vis, bs_) + 2 + ceil_div(max_step_, bs_);
+}
+
+int64_t KvManager::horizon_blocks(SeqId seq, int64_t horizon) const {
+  const Seq& s = get(seq);
+  const int64_t n = std::max<int64_t>(0, horizon - int64_t(s.tokens.size()));
+  const int64_t need = blocks_needed(seq, int(std::min<int64_t>(n, INT32_MAX)));
+  const int64_t cap = live_cap();
+  if (cap == INT64_MAX) return need;
+  const int64_t held = int64_t(s.table.size()) - std::count(s.table.begin(), s.table.end(), -1);
+  return std::min(need, std::max<int64_t>(0, cap - held));
+}
+
 bool KvManager::reserve(SeqId seq, int n_new) {
   const int32_t need = blocks_needed(seq, n_new);
   if (need > pool_.n_available()) return false;  // nothing changed
@@ -155,7 +175,21 @@ void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
     fill_[b] = int32_t(std::min<int64_t>(bs_, len + n - i * bs_));
   }
   s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
-  if (!caching_) return;
+  if (caching_) register_keys(s, len, n);
+  free_dead(s);
+}
+
+void KvManager::free_dead(Seq& s) {
+  if (!window_.active()) return;
+  const auto [lo, hi] = window_.dead_range(int(s.tokens.size()));
+  for (int64_t b = ceil_div(lo, bs_); (b + 1) * bs_ <= hi && b < int64_t(s.table.size()); ++b) {
+    if (s.table[size_t(b)] < 0) continue;
+    pool_.release(s.table[size_t(b)]);
+    s.table[size_t(b)] = -1;
+  }
+}
+
+void KvManager::register_keys(Seq& s, int64_t len, int64_t n) {
   const int64_t full = (len + n) / bs_;
   const bool dropped = !dropped_.empty() && is_dropped(s.scope);
   for (int64_t i = int64_t(s.keys.size()); i < full; ++i) {
@@ -163,7 +197,7 @@ void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
     // False when the same prefix was computed concurrently by another
     // sequence: that copy stays the cached one and ours is freed on release.
     // A dropped scope's blocks stay unkeyed (never cached).
-    if (!dropped) pool_.set_key(s.table[i], s.keys[i], s.scope);
+    if (!dropped && s.table[size_t(i)] >= 0) pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope);
   }
 }
 
@@ -176,7 +210,8 @@ SeqId KvManager::fork(SeqId parent) {
   c.residual = p.residual;  // the open group's rows: each sequence writes its own
   // Only blocks holding tokens: the parent's reservation stays its own.
   c.table.assign(p.table.begin(), p.table.begin() + ceil_div(int64_t(p.tokens.size()), bs_));
-  for (int32_t b : c.table) pool_.share(b);
+  for (int32_t b : c.table)
+    if (b >= 0) pool_.share(b);
   const SeqId id = next_id_++;
   seqs_.emplace(id, std::move(c));
   return id;
@@ -184,7 +219,8 @@ SeqId KvManager::fork(SeqId parent) {
 
 void KvManager::release(SeqId seq) {
   Seq& s = get(seq);
-  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);
+  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it)
+    if (*it >= 0) pool_.release(*it);
   const Scope scope = s.scope;
   seqs_.erase(seq);
   if (!dropped_.empty() && is_dropped(scope)) {
@@ -209,8 +245,11 @@ SeqInfo KvManager::seq_info(SeqId seq) const {
   const Seq& s = get(seq);
   SeqInfo i;
   i.tokens = int(s.tokens.size());
-  i.blocks = int(s.table.size());
-  for (int32_t b : s.table) i.shared_blocks += pool_.ref_count(b) > 1;
+  for (int32_t b : s.table) {
+    if (b < 0) continue;
+    ++i.blocks;
+    i.shared_blocks += pool_.ref_count(b) > 1;
+  }
   return i;
 }
 
@@ -232,7 +271,7 @@ KvStats KvManager::stats() const {
   st.sequences = int64_t(seqs_.size());
   for (const auto& [id, s] : seqs_) {
     st.seq_tokens += int64_t(s.tokens.size());
-    st.seq_blocks += int64_t(s.table.size());
+    st.seq_blocks += int64_t(s.table.size() - size_t(std::count(s.table.begin(), s.table.end(), -1)));
     st.residual_bytes += int64_t(s.residual.size() * sizeof(float));
   }
   for (int32_t b = 0; b < pool_.size(); ++b)
@@ -257,6 +296,12 @@ void KvManager::check_invariants(bool deep) const {
       fail(sid + ": key chain length is not the number of full blocks");
     for (size_t i = 0; i < s.table.size(); ++i) {
       const int32_t b = s.table[i];
+      if (b < 0 && window_.active()) {
+        // Freed by the window: only blocks no later token can see.
+        const auto [lo, hi] = window_.dead_range(int(len));
+        if (int64_t(i) * bs_ < lo || (int64_t(i) + 1) * bs_ > hi) fail(sid + ": a visible block was freed");
+        continue;
+      }
       if (b < 0 || b >= pool_.size()) fail(sid + ": bad block id");
       ++holders[b];
       if (pool_.state(b) != BlockState::Used) fail(sid + " holds block " + std::to_string(b) + " that is not used");

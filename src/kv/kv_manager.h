@@ -16,6 +16,9 @@
 //   commit(seq, tokens): the n tokens now have K/V; newly full blocks get
 //       their chained key and enter the prefix index.
 //   fork(seq) -> child sharing every block;  release(seq).
+// Under a window policy (KvManagerOptions::window) commit() also releases
+// the blocks the window has left behind: a sequence then holds at most the
+// blocks of its visible tokens, however long it grows.
 //
 // Two rules make sharing safe: a keyed (content-addressed) block is never
 // written again, and a block with ref count > 1 is never written; reserve()
@@ -28,6 +31,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/prefix_hash.h"
+#include "kv/window_policy.h"
 
 namespace kvs {
 
@@ -44,6 +48,11 @@ struct KvManagerOptions {
   // residual of `residual_floats` floats (KvLayout::residual_floats()).
   int align_tokens = 1;
   size_t residual_floats = 0;
+  // A window policy (already resolved with the model's native window):
+  // after each commit, blocks whose tokens no later query of the sequence
+  // can see are released and their table entries become -1.
+  WindowPolicy window;
+  int max_step_tokens = 512;  // window policy: most tokens one step appends (bounds live_cap)
 };
 
 struct SeqAdmission {
@@ -68,7 +77,7 @@ struct KvStats {
 
 struct SeqInfo {
   int tokens = 0;          // tokens with K/V in the cache
-  int blocks = 0;          // table length (reserved blocks included)
+  int blocks = 0;          // blocks held (reserved included; blocks freed by a window not counted)
   int shared_blocks = 0;   // blocks of the table with ref count > 1
 };
 
@@ -88,6 +97,14 @@ class KvManager {
 
   // Blocks reserve(seq, n_new) would take from the pool (new + copies).
   int32_t blocks_needed(SeqId seq, int n_new) const;
+  // Worst-case blocks the sequence may still take from the pool on its way
+  // to `horizon` tokens (admission estimates): blocks_needed, but under a
+  // bounding window at most live_cap() minus the blocks it holds now.
+  int64_t horizon_blocks(SeqId seq, int64_t horizon) const;
+  // Most blocks one sequence can hold at once under a bounding window
+  // policy: its visible tokens, two partly visible edge blocks and one
+  // step's new blocks. INT64_MAX without such a policy.
+  int64_t live_cap() const;
   // All or nothing: false leaves the sequence and the pool as they were.
   bool reserve(SeqId seq, int n_new);
   // Returns reserved blocks that hold no token (e.g. after a batch that
@@ -145,7 +162,8 @@ class KvManager {
  private:
   struct Seq {
     std::vector<int32_t> tokens;  // tokens with K/V written (prompt prefix + generated)
-    std::vector<int32_t> table;   // physical block per logical block; may extend past tokens (reserved)
+    std::vector<int32_t> table;   // physical block per logical block; may extend past tokens (reserved);
+                                  // -1: released because the window hides it from every later token
     std::vector<BlockKey> keys;   // chain key of each full block (empty without prefix caching)
     Scope scope;
     std::vector<float> residual;  // [residual_floats] (quantized KV cache)
@@ -154,11 +172,15 @@ class KvManager {
   const Seq& get(SeqId seq) const;
   bool must_copy(int32_t block) const { return pool_.ref_count(block) > 1 || pool_.has_key(block); }
   int32_t alloc_one();  // pool has room: checked by the caller
+  void free_dead(Seq& s);  // window policy: release blocks no later token sees
+  void register_keys(Seq& s, int64_t len, int64_t n);  // chain keys of blocks now full
 
   int bs_;
   bool caching_;
   int align_;
   size_t residual_floats_;
+  WindowPolicy window_;
+  int max_step_;
   BlockPool pool_;
   BlockStorage* storage_;
   std::vector<int32_t> fill_;  // per block: leading slots holding valid K/V

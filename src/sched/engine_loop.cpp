@@ -308,6 +308,8 @@ static std::unique_ptr<StepExecutor> paged_executor(Engine& engine, const Engine
   p.max_ctx = o.max_ctx;
   p.prefix_caching = o.prefix_caching;
   p.cache = o.cache;
+  p.window = o.window;
+  p.max_step_tokens = o.sched.max_batch_tokens;
   return std::make_unique<PagedExecutor>(engine, p);
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "kv/window_policy.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
 
@@ -44,6 +45,7 @@ struct EngineLoopOptions {
   int max_ctx = 0;                 // 0 = the model's training context
   bool prefix_caching = true;
   KvCacheOptions cache;              // --kv-type and friends
+  WindowPolicy window;               // --kv-window/--kv-sinks, --ctx-shift
   // How often the engine thread drops cached blocks past their scope's
   // retention (Request::retention_s), seconds; also its longest idle sleep.
   double retention_sweep_s = 1.0;

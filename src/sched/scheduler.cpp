@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -125,7 +126,10 @@ SubmitResult Scheduler::submit(Request req, double now) {
                          now);
   // max_tokens is a hard stop; it is also clamped to the context window.
   const int max_tokens = int(std::min<int64_t>(req.max_tokens.value_or(cfg_.default_max_tokens), max_ctx - P));
-  const int64_t need = request_footprint(P, max_tokens, req.n, bs_);
+  // Under a bounding window policy no choice ever holds more than live_cap.
+  const int64_t cap = exec_.kv().live_cap();
+  const int64_t need = cap == INT64_MAX ? request_footprint(P, max_tokens, req.n, bs_)
+                                        : std::min(request_footprint(P, max_tokens, req.n, bs_), cap * req.n);
   if (need > lim_.request_cap)
     return reject_submit(req, need, RejectReason::RequestShare,
                          "request needs up to " + std::to_string(need) + " KV blocks (" + std::to_string(P) +
@@ -221,9 +225,9 @@ int64_t Scheduler::outstanding(const Req& r) const {
   for (const Choice& c : r.ch) {
     if (c.seq >= 0) {
       const int64_t horizon = cfg_.worst_case_reservation ? full : int64_t(c.ctx.size());
-      sum += kv.blocks_needed(c.seq, int(std::max<int64_t>(0, horizon - kv.num_tokens(c.seq))));
+      sum += kv.horizon_blocks(c.seq, horizon);
     } else if (c.fork_pending) {
-      sum += cfg_.worst_case_reservation ? blocks_for_tokens(full, bs_) - P / bs_ : 1;
+      sum += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
     }
   }
   return sum;
@@ -252,7 +256,7 @@ int64_t Scheduler::admission_cost(const Req& r) const {
     const Choice& c = r.ch[i];
     if (c.done) continue;
     if (!any_gen && i > 0) {  // forked later from choice 0
-      cost += cfg_.worst_case_reservation ? blocks_for_tokens(full, bs_) - P / bs_ : 1;
+      cost += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
       continue;
     }
     const int64_t len = int64_t(c.ctx.size());
@@ -268,7 +272,8 @@ int64_t Scheduler::admission_cost(const Req& r) const {
       }
     }
     const int64_t horizon = cfg_.worst_case_reservation ? full : len + 1;
-    cost += revived + request_blocks(len, std::max<int64_t>(0, horizon - len), bs_, hits) + (hits * bs_ == len ? 1 : 0);
+    cost += revived + std::min(request_blocks(len, std::max<int64_t>(0, horizon - len), bs_, hits), kv.live_cap()) +
+            (hits * bs_ == len ? 1 : 0);
   }
   return cost;
 }
