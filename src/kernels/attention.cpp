@@ -83,19 +83,18 @@ void attention_group(const float* q, const KvStorage& kv, int layer, const AttnS
   float* tile = scratch + size_t(r) * nv;  // [block_size, head_dim] loaded rows
   int col = 0;                            // score column of the next visible key
   visit_rows<true>(kv, layer, seq, g, tile, [&](int, int n, const float* k, size_t ld) {
-    for (int i = 0; i < n; ++i, ++col)
-      for (int j = 0; j < r; ++j)
-        sc[size_t(j) * nv + col] = ops.dot(q + size_t(h0 + j) * hd, k + size_t(i) * ld, hd) * s.scale;
+    ops.scores(q + size_t(h0) * hd, r, k, ld, n, hd, s.scale, sc + col, size_t(nv));
+    col += n;
   });
-  for (int j = 0; j < r; ++j) softmax_inplace(sc + size_t(j) * nv, nv);
+  for (int j = 0; j < r; ++j) ops.softmax(sc + size_t(j) * nv, nv);
   for (int j = 0; j < r; ++j) {
     float* o = out + size_t(h0 + j) * hd;  // [head_dim]
     for (int i = 0; i < hd; ++i) o[i] = 0.f;
   }
   col = 0;
   visit_rows<false>(kv, layer, seq, g, tile, [&](int, int n, const float* v, size_t ld) {
-    for (int i = 0; i < n; ++i, ++col)
-      for (int j = 0; j < r; ++j) ops.axpy(sc[size_t(j) * nv + col], v + size_t(i) * ld, out + size_t(h0 + j) * hd, hd);
+    ops.accum(sc + col, size_t(nv), r, v, ld, n, hd, out + size_t(h0) * hd);
+    col += n;
   });
 }
 

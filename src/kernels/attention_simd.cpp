@@ -2,7 +2,10 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu.h"
+#include "kernels/ops.h"
 #include "kernels/target_region.h"
 
 namespace kvs::attn {
@@ -16,6 +19,14 @@ float dot_scalar(const float* a, const float* b, int n) {
 }
 void axpy_scalar(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void scores_scalar(const float* q, int R, const float* k, size_t ldk, int n, int hd, float scale, float* s, size_t lds) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < R; ++j) s[size_t(j) * lds + i] = dot_scalar(q + size_t(j) * hd, k + size_t(i) * ldk, hd) * scale;
+}
+void accum_scalar(const float* p, size_t ldp, int R, const float* v, size_t ldv, int n, int hd, float* out) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < R; ++j) axpy_scalar(p[size_t(j) * ldp + i], v + size_t(i) * ldv, out + size_t(j) * hd, hd);
 }
 
 }  // namespace
@@ -39,6 +50,32 @@ void axpy_avx2(float a, const float* x, float* y, int n) {
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
 }
+void scores_avx2(const float* q, int R, const float* k, size_t ldk, int n, int hd, float scale, float* s, size_t lds) {
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < R; ++j) s[size_t(j) * lds + i] = dot_avx2(q + size_t(j) * hd, k + size_t(i) * ldk, hd) * scale;
+}
+// Output rows stay in registers over the run when head_dim is 64 or less
+// (4 rows x 8 floats x up to 8 vectors would not fit: rows go one at a time).
+void accum_avx2(const float* p, size_t ldp, int R, const float* v, size_t ldv, int n, int hd, float* out) {
+  if (hd % 8 != 0 || hd > 64) {
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < R; ++j) axpy_avx2(p[size_t(j) * ldp + i], v + size_t(i) * ldv, out + size_t(j) * hd, hd);
+    return;
+  }
+  const int nv = hd / 8;
+  for (int j = 0; j < R; ++j) {
+    __m256 acc[8];
+    float* o = out + size_t(j) * hd;
+    for (int c = 0; c < nv; ++c) acc[c] = _mm256_loadu_ps(o + 8 * c);
+    const float* pj = p + size_t(j) * ldp;
+    for (int i = 0; i < n; ++i) {
+      const __m256 a = _mm256_broadcast_ss(pj + i);
+      const float* vi = v + size_t(i) * ldv;
+      for (int c = 0; c < nv; ++c) acc[c] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vi + 8 * c), acc[c]);
+    }
+    for (int c = 0; c < nv; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
+  }
+}
 }  // namespace
 KVS_TARGET_END()
 
@@ -54,6 +91,95 @@ float dot_avx512(const float* a, const float* b, int n) {
   }
   return _mm512_reduce_add_ps(acc);
 }
+void axpy_avx512(float a, const float* x, float* y, int n);
+// exp(x) for x <= 0 (softmax after subtracting the max): 2^(x log2 e) with
+// a degree-6 polynomial for 2^f, f in [-0.5, 0.5]; relative error < 2e-7.
+inline __m512 exp_avx512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 y = _mm512_set1_ps(1.535336188319500e-4f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.339887440266574e-3f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.618437357674640e-3f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.550332471162809e-2f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.402264791363012e-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.931472028550421e-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+void softmax_avx512(float* x, int n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+  float m = _mm512_reduce_max_ps(mx);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    _mm512_storeu_ps(x + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __mmask16 k = __mmask16((1u << (n - i)) - 1);
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+    _mm512_mask_storeu_ps(x + i, k, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (i < n) {
+    const __mmask16 k = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+  }
+}
+// Scores: each dot as dot_avx512 computes it (16-wide accumulation, one
+// reduction); four query rows share each loaded key row.
+void scores_avx512(const float* q, int R, const float* k, size_t ldk, int n, int hd, float scale, float* s, size_t lds) {
+  const int nv = (hd + 15) / 16;
+  if (nv > 8) {
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < R; ++j) s[size_t(j) * lds + i] = dot_avx512(q + size_t(j) * hd, k + size_t(i) * ldk, hd) * scale;
+    return;
+  }
+  const __mmask16 tail = hd % 16 ? __mmask16((1u << (hd % 16)) - 1) : __mmask16(0xFFFF);
+  for (int i = 0; i < n; ++i) {
+    const float* ki = k + size_t(i) * ldk;
+    __m512 kv[8];
+    for (int c = 0; c < nv; ++c) kv[c] = _mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), ki + 16 * c);
+    for (int j = 0; j < R; ++j) {
+      const float* qj = q + size_t(j) * hd;
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < nv; ++c)
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), qj + 16 * c), kv[c], acc);
+      s[size_t(j) * lds + i] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+}
+// Accumulation: each output row stays in registers over the run of keys.
+void accum_avx512(const float* p, size_t ldp, int R, const float* v, size_t ldv, int n, int hd, float* out) {
+  const int nv = (hd + 15) / 16;
+  if (nv > 8) {
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < R; ++j) axpy_avx512(p[size_t(j) * ldp + i], v + size_t(i) * ldv, out + size_t(j) * hd, hd);
+    return;
+  }
+  const __mmask16 tail = hd % 16 ? __mmask16((1u << (hd % 16)) - 1) : __mmask16(0xFFFF);
+  for (int j = 0; j < R; ++j) {
+    __m512 acc[8];
+    float* o = out + size_t(j) * hd;
+    for (int c = 0; c < nv; ++c) acc[c] = _mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), o + 16 * c);
+    const float* pj = p + size_t(j) * ldp;
+    for (int i = 0; i < n; ++i) {
+      const __m512 a = _mm512_set1_ps(pj[i]);
+      const float* vi = v + size_t(i) * ldv;
+      for (int c = 0; c < nv; ++c)
+        acc[c] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), vi + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < nv; ++c) _mm512_mask_storeu_ps(o + 16 * c, c + 1 == nv ? tail : __mmask16(0xFFFF), acc[c]);
+  }
+}
 void axpy_avx512(float a, const float* x, float* y, int n) {
   const __m512 va = _mm512_set1_ps(a);
   int i = 0;
@@ -67,15 +193,15 @@ void axpy_avx512(float a, const float* x, float* y, int n) {
 KVS_TARGET_END()
 
 const VecOps& vec_ops_scalar() {
-  static const VecOps v{dot_scalar, axpy_scalar};
+  static const VecOps v{dot_scalar, axpy_scalar, scores_scalar, accum_scalar, softmax_inplace};
   return v;
 }
 const VecOps& vec_ops_avx2() {
-  static const VecOps v{dot_avx2, axpy_avx2};
+  static const VecOps v{dot_avx2, axpy_avx2, scores_avx2, accum_avx2, softmax_inplace};
   return v;
 }
 const VecOps& vec_ops_avx512() {
-  static const VecOps v{dot_avx512, axpy_avx512};
+  static const VecOps v{dot_avx512, axpy_avx512, scores_avx512, accum_avx512, softmax_avx512};
   return v;
 }
 
