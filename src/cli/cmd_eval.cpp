@@ -50,7 +50,9 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
   std::vector<std::pair<std::string, StreamEvalOptions>> runs;
   if (a.compare) {
     // The policies of the StreamingLLM comparison, at the same window, plus
-    // naive dropping (original text positions) for contrast.
+    // naive dropping (sinks kept at their text positions) for contrast. A
+    // window without sinks needs no such variant: RoPE scores depend only on
+    // the distance between query and key, which a common shift keeps.
     const int W = base.oracle_window;
     StreamEvalOptions o = base;
     o.oracle = true;
@@ -58,8 +60,9 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
     o = base;
     o.window = WindowPolicy::streaming(W, 0);
     runs.emplace_back("window " + std::to_string(W), o);
-    o.window = WindowPolicy::native(W);
-    runs.emplace_back("window " + std::to_string(W) + ", text positions (naive)", o);
+    const int S = a.w.sinks > 0 ? a.w.sinks : 4;
+    o.window = WindowPolicy::streaming(W, S, /*text_positions=*/true);
+    runs.emplace_back(std::to_string(S) + " sinks + window " + std::to_string(W) + ", text positions (naive)", o);
     o.window = WindowPolicy::streaming(W, a.w.sinks > 0 ? a.w.sinks : 4);
     runs.emplace_back(std::to_string(a.w.sinks > 0 ? a.w.sinks : 4) + " sinks + window " + std::to_string(W), o);
     o.window = WindowPolicy::context_shift(a.w.shift_ctx > 0 ? a.w.shift_ctx : W, a.w.n_keep);
@@ -68,6 +71,7 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
     StreamEvalOptions o = base;
     o.oracle = a.oracle;
     if (!a.oracle) o.window = a.w.policy();
+    if (a.oracle && a.w.window <= 0) throw std::invalid_argument("--oracle needs --kv-window (the recompute window)");
     runs.emplace_back(a.oracle ? "sliding-window recompute (oracle)" : o.window.describe(), o);
   }
   nlohmann::json all = nlohmann::json::array();

@@ -43,13 +43,15 @@ void add_window_args(CLI::App* cmd, WindowArgs& a) {
   cmd->add_option("--ctx-shift", a.shift_ctx, "llama.cpp-style context shift over a cache of C tokens")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--n-keep", a.n_keep, "With --ctx-shift: tokens kept at the start")->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--kv-text-positions", a.text_positions,
+                "With --kv-window: keep original text positions (naive dropping, for comparison)");
 }
 
 WindowPolicy WindowArgs::policy() const {
   if (shift_ctx > 0 && window > 0) throw std::invalid_argument("give --kv-window or --ctx-shift, not both");
   WindowPolicy p;
   if (shift_ctx > 0) p = WindowPolicy::context_shift(shift_ctx, n_keep);
-  else if (window > 0) p = WindowPolicy::streaming(window, sinks);
+  else if (window > 0) p = WindowPolicy::streaming(window, sinks, text_positions);
   else if (sinks > 0) throw std::invalid_argument("--kv-sinks needs --kv-window");
   else if (n_keep > 0) throw std::invalid_argument("--n-keep needs --ctx-shift");
   p.validate();

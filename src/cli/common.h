@@ -34,6 +34,7 @@ void add_kv_args(CLI::App* cmd, KvArgs& a);
 // --ctx-shift/--n-keep).
 struct WindowArgs {
   int window = 0, sinks = 0, shift_ctx = 0, n_keep = 0;
+  bool text_positions = false;
   WindowPolicy policy() const;  // throws std::invalid_argument on a bad combination
 };
 void add_window_args(CLI::App* cmd, WindowArgs& a);

@@ -31,6 +31,24 @@ inline int get_code(const uint8_t* row, int i, int bits) {
 
 int bits_of(KvType t) { return t == KvType::Int8 ? 8 : 4; }
 
+// fp16 -> float by table (256 KiB, built once): the cache's loads convert
+// every element (f16) or every scale (int8/int4), so a branch-free lookup
+// pays. bf16 is a shift.
+const float* half_table() {
+  static const std::vector<float> t = [] {
+    std::vector<float> v(65536);
+    for (uint32_t h = 0; h < 65536; ++h) v[h] = fp16_to_f32(uint16_t(h));
+    return v;
+  }();
+  return t.data();
+}
+inline float bf16f(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // Per-token row record: scale [ncg] fp16, min [ncg] fp16, codes [row_q_bytes].
 void store_token_row(const KvLayout& L, uint8_t* rec, const float* x) {
   const int n = L.kvdim(), C = L.group_channels, ncg = L.n_cgroups(), bits = bits_of(L.type);
@@ -55,19 +73,36 @@ void store_token_row(const KvLayout& L, uint8_t* rec, const float* x) {
 void load_token_rows(const KvLayout& L, const uint8_t* area, int g, int slot0, int n, float* out) {
   const int hd = L.head_dim, C = L.group_channels, ncg = L.n_cgroups(), bits = bits_of(L.type);
   const size_t rb = L.token_row_bytes();
+  const float* h2f = half_table();
   for (int r = 0; r < n; ++r) {
     const uint8_t* rec = area + size_t(slot0 + r) * rb;
     const auto* sc = reinterpret_cast<const uint16_t*>(rec);
     const auto* mn = sc + ncg;
     const uint8_t* q = rec + size_t(ncg) * 4;
-    float* o = out + size_t(r) * hd;  // [head_dim]
+    float* o = out + size_t(r) * hd - size_t(g) * hd;  // indexed by channel
     int c = g * hd;
     const int end = c + hd;
     while (c < end) {
       const int gi = c / C, stop = std::min(end, (gi + 1) * C);
-      const float d = fp16_to_f32(sc[gi]), m = fp16_to_f32(mn[gi]);
-      for (; c < stop; ++c) o[c - g * hd] = m + d * float(get_code(q, c, bits));
+      const float d = h2f[sc[gi]], m = h2f[mn[gi]];
+      if (bits == 8) {
+        for (; c < stop; ++c) o[c] = m + d * float(q[c]);
+      } else {
+        for (; c < stop; ++c) o[c] = m + d * float((q[c >> 1] >> ((c & 1) * 4)) & 0x0F);
+      }
     }
+  }
+}
+
+void load_half_rows(const uint16_t* d, bool f16, size_t row, int g, int hd, int slot0, int n, float* out) {
+  const float* h2f = half_table();
+  for (int r = 0; r < n; ++r) {
+    const uint16_t* src = d + size_t(slot0 + r) * row + size_t(g) * hd;
+    float* o = out + size_t(r) * hd;
+    if (f16)
+      for (int i = 0; i < hd; ++i) o[i] = h2f[src[i]];
+    else
+      for (int i = 0; i < hd; ++i) o[i] = bf16f(src[i]);
   }
 }
 
@@ -154,12 +189,8 @@ void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
       return;
     case KvType::F16:
     case KvType::BF16: {
-      const auto* d = reinterpret_cast<const uint16_t*>(kv.k_area(block, layer));
-      const bool h = L.type == KvType::F16;
-      for (int r = 0; r < n; ++r) {
-        const uint16_t* src = d + size_t(slot0 + r) * row + size_t(g) * hd;
-        for (int i = 0; i < hd; ++i) out[size_t(r) * hd + i] = h ? fp16_to_f32(src[i]) : bf16_to_f32(src[i]);
-      }
+      load_half_rows(reinterpret_cast<const uint16_t*>(kv.k_area(block, layer)), L.type == KvType::F16, row, g, hd,
+                     slot0, n, out);
       return;
     }
     default:
@@ -171,16 +202,30 @@ void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
     return;
   }
   const int G = L.group_tokens, bits = bits_of(L.type), n_ch = L.kvdim();
-  for (int r = 0; r < n; ++r) {
-    const int slot = slot0 + r;
+  const float* h2f = half_table();
+  float d[512], m[512];  // this head's channel scales for the current group
+  if (hd > 512) throw std::invalid_argument("kv codec: head_dim above 512");
+  for (int r = 0; r < n;) {
+    const int slot = slot0 + r, stop = std::min(n, r + (G - slot % G));  // rows of this group
     const uint8_t* rec = ka + size_t(slot / G) * L.channel_group_bytes();
-    const auto* sc = reinterpret_cast<const uint16_t*>(rec);
-    const auto* mn = sc + n_ch;
-    const uint8_t* q = rec + size_t(n_ch) * 4 + size_t(slot % G) * L.row_q_bytes();
-    float* o = out + size_t(r) * hd;  // [head_dim]
+    const auto* sc = reinterpret_cast<const uint16_t*>(rec) + size_t(g) * hd;
+    const auto* mn = reinterpret_cast<const uint16_t*>(rec) + n_ch + size_t(g) * hd;
     for (int i = 0; i < hd; ++i) {
-      const int c = g * hd + i;
-      o[i] = fp16_to_f32(mn[c]) + fp16_to_f32(sc[c]) * float(get_code(q, c, bits));
+      d[i] = h2f[sc[i]];
+      m[i] = h2f[mn[i]];
+    }
+    for (; r < stop; ++r) {
+      const uint8_t* q = rec + size_t(n_ch) * 4 + size_t((slot0 + r) % G) * L.row_q_bytes();
+      float* o = out + size_t(r) * hd;  // [head_dim]
+      if (bits == 8) {
+        const uint8_t* qh = q + size_t(g) * hd;
+        for (int i = 0; i < hd; ++i) o[i] = m[i] + d[i] * float(qh[i]);
+      } else {
+        for (int i = 0; i < hd; ++i) {
+          const int c = g * hd + i;
+          o[i] = m[i] + d[i] * float((q[c >> 1] >> ((c & 1) * 4)) & 0x0F);
+        }
+      }
     }
   }
 }
@@ -195,12 +240,8 @@ void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
       return;
     case KvType::F16:
     case KvType::BF16: {
-      const auto* d = reinterpret_cast<const uint16_t*>(kv.v_area(block, layer));
-      const bool h = L.type == KvType::F16;
-      for (int r = 0; r < n; ++r) {
-        const uint16_t* src = d + size_t(slot0 + r) * row + size_t(g) * hd;
-        for (int i = 0; i < hd; ++i) out[size_t(r) * hd + i] = h ? fp16_to_f32(src[i]) : bf16_to_f32(src[i]);
-      }
+      load_half_rows(reinterpret_cast<const uint16_t*>(kv.v_area(block, layer)), L.type == KvType::F16, row, g, hd,
+                     slot0, n, out);
       return;
     }
     default:

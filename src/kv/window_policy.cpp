@@ -17,7 +17,7 @@ WindowView WindowPolicy::view(int p) const {
       if (p - window + 1 > sinks) {
         v.sink_end = sinks;
         v.win_start = p - window + 1;
-        v.shift = v.win_start - sinks;
+        v.shift = text_positions ? 0 : v.win_start - sinks;
       }
       break;
     case WindowKind::ContextShift: {
@@ -66,7 +66,8 @@ std::string WindowPolicy::describe() const {
     case WindowKind::None: return "none";
     case WindowKind::Native: return "native window " + std::to_string(window);
     case WindowKind::Streaming:
-      return sinks ? std::to_string(sinks) + " sinks + window " + std::to_string(window) : "window " + std::to_string(window);
+      return (sinks ? std::to_string(sinks) + " sinks + window " + std::to_string(window) : "window " + std::to_string(window)) +
+             (text_positions ? ", text positions" : "");
     case WindowKind::ContextShift:
       return "context shift (cache " + std::to_string(ctx) + ", keep " + std::to_string(keep) + ")";
   }

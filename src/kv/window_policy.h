@@ -44,10 +44,15 @@ struct WindowPolicy {
   int window = 0;  // Streaming, Native: visible recent tokens, the query included
   int keep = 0;    // ContextShift: n_keep
   int ctx = 0;     // ContextShift: cache size C
+  // Streaming only: keep text indices as positions (naive dropping; the
+  // query's distance to the sinks then grows without bound). For contrast.
+  bool text_positions = false;
 
-  static WindowPolicy streaming(int window, int sinks) { return {WindowKind::Streaming, sinks, window, 0, 0}; }
-  static WindowPolicy native(int window) { return {WindowKind::Native, 0, window, 0, 0}; }
-  static WindowPolicy context_shift(int ctx, int keep) { return {WindowKind::ContextShift, 0, 0, keep, ctx}; }
+  static WindowPolicy streaming(int window, int sinks, bool text_positions = false) {
+    return {WindowKind::Streaming, sinks, window, 0, 0, text_positions};
+  }
+  static WindowPolicy native(int window) { return {WindowKind::Native, 0, window, 0, 0, false}; }
+  static WindowPolicy context_shift(int ctx, int keep) { return {WindowKind::ContextShift, 0, 0, keep, ctx, false}; }
 
   bool active() const { return kind != WindowKind::None; }
   // The policy in force: this one, or the model's native window (its
@@ -55,7 +60,9 @@ struct WindowPolicy {
   WindowPolicy resolve(int model_sliding_window) const {
     return !active() && model_sliding_window > 0 ? native(model_sliding_window) : *this;
   }
-  bool rotates() const { return kind == WindowKind::Streaming || kind == WindowKind::ContextShift; }
+  bool rotates() const {
+    return (kind == WindowKind::Streaming && !text_positions) || kind == WindowKind::ContextShift;
+  }
   WindowView view(int p) const;
   // Keys [first, second) that no query at index >= p can see.
   std::pair<int, int> dead_range(int p) const { const WindowView v = view(p); return {v.sink_end, v.win_start}; }
