@@ -70,6 +70,15 @@ TEST(Cli, BadInputsFailCleanly) {
       {{"generate", "--no-such-flag"}, "no-such-flag"},
       {{"perplexity", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", dir + "/none.txt"}, "none.txt"},
       {{"generate", "-m", test::shared("models/stories260K/stories260K.gguf"), "-p", "x", "-c", "2", "-n", "5"}, "context"},
+      {{"eval", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", test::shared("eval/stories-eval.txt"),
+        "--kv-type", "int3"},
+       "int3"},
+      {{"eval", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", test::shared("eval/stories-eval.txt"),
+        "--kv-type", "int4", "--kv-residual", "5"},
+       "--kv-residual"},
+      {{"eval", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", test::shared("eval/stories-eval.txt"),
+        "--kv-sinks", "4"},
+       "--kv-window"},
   };
   for (const auto& c : cases) {
     std::string out, err;
@@ -80,8 +89,37 @@ TEST(Cli, BadInputsFailCleanly) {
   }
 }
 
+// kvserve eval: the JSON fields the issue names, f32 equal to perplexity's
+// 4.882, int8 within 0.5%, and a streaming run writes its SVG.
+TEST(Cli, EvalReportsPplKlAndBytes) {
+  const std::string m = test::shared("models/stories260K/stories260K.gguf"), f = test::shared("eval/stories-eval.txt");
+  std::string out, err;
+  ASSERT_EQ(0, test::run_kvserve({"eval", "-m", m, "-f", f, "--json"}, &out, &err)) << err;
+  json r = json::parse(out);
+  EXPECT_NEAR(r["ppl"].get<double>(), 4.882, 0.005);
+  EXPECT_EQ(r["kl"].get<double>(), 0.0);
+  EXPECT_EQ(r["kv_bytes_per_token"].get<double>(), 1280.0);  // 2 x 5 layers x 32 x 4 B
+  ASSERT_EQ(0, test::run_kvserve({"eval", "-m", m, "-f", f, "--kv-type", "int8", "--json"}, &out, &err)) << err;
+  r = json::parse(out);
+  EXPECT_LT(std::abs(r["ppl"].get<double>() / r["ppl_f32"].get<double>() - 1), 0.005);
+  EXPECT_GT(r["kl"].get<double>(), 0.0);
+  EXPECT_LT(r["kl"].get<double>(), 0.001);
+  EXPECT_LT(r["kv_bytes_per_token"].get<double>(), 400.0);
+  const std::string svg = test::temp_dir() + "/stream.svg";
+  ASSERT_EQ(0, test::run_kvserve({"eval", "-m", m, "-f", f, "--stream", "--kv-window", "64", "--kv-sinks", "4",
+                                  "--segment", "500", "--svg", svg, "--json"},
+                                 &out, &err))
+      << err;
+  r = json::parse(out);
+  EXPECT_EQ(r["segment_ppl"].size(), 5u);  // 2,204 scored tokens in segments of 500
+  EXPECT_LT(r["ppl"].get<double>(), 8.0);
+  EXPECT_NE(test::read_file(svg).find("<svg"), std::string::npos);
+  EXPECT_NE(err.find("running PPL"), std::string::npos) << "progress on stderr";
+}
+
 TEST(Cli, HelpOnEveryCommand) {
-  for (const char* cmd : {"generate", "tokenize", "perplexity", "bench", "make-model", "convert", "plan", "probe"}) {
+  for (const char* cmd : {"generate", "tokenize", "perplexity", "eval", "bench", "make-model", "convert", "plan", "probe",
+                          "serve", "batched-bench", "kv-sim", "kv-bench"}) {
     std::string out, err;
     EXPECT_EQ(0, test::run_kvserve({cmd, "--help"}, &out, &err)) << cmd;
     EXPECT_NE(out.find("Usage"), std::string::npos) << cmd << ": " << out;

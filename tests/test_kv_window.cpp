@@ -18,6 +18,8 @@
 #include "kernels/ops.h"
 #include "kv/block_storage.h"
 #include "kv/kv_manager.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -243,6 +245,36 @@ TEST(WindowEngine, ChunkingInvariantAndNoOpWhenWindowIsLong) {
   const auto& y = windowed.eval(toks, true);
   ASSERT_EQ(x.size(), y.size());
   EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * 4));
+}
+
+// A model whose metadata declares a sliding window (Mistral style) gets it
+// without any flag: its logits equal the original model's under an explicit
+// native window, and differ from full attention once the window is passed.
+TEST(WindowEngine, NativeSlidingWindowFromMetadataIsHonoured) {
+  SKIP_WITHOUT_SHARED();
+  const std::string src = test::shared("models/tiny-random/tiny-llama-f16.gguf");
+  const auto in = GgufFile::open(src);
+  GgufWriter w;
+  for (const auto& [k, v] : in->metadata()) w.set_value(k, v);
+  const std::string arch = in->get_str("general.architecture");
+  w.set_u32(arch + ".attention.sliding_window", 8);
+  for (const GgufTensorInfo& t : in->tensors())
+    w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  const std::string dst = test::temp_dir() + "/tiny-llama-swa8.gguf";
+  w.write(dst);
+  auto swa = Model::load(dst);
+  auto orig = Model::load(src);
+  ASSERT_EQ(swa->config().sliding_window, 8);
+  Engine es(swa, EngineOptions{2}), eo(orig, EngineOptions{2});
+  const V toks = random_tokens(40, orig->config().n_vocab, 11);
+  LocalSequence a(es, 64), b(eo, 64, 16, {}, WindowPolicy::native(8)), full(eo, 64);
+  const auto la = a.eval(toks, true), lb = b.eval(toks, true), lf = full.eval(toks, true);
+  const size_t nv = size_t(orig->config().n_vocab);
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4)) << "metadata window = explicit native window";
+  EXPECT_EQ(0, std::memcmp(la.data(), lf.data(), 8 * nv * 4)) << "the first 8 tokens see everything either way";
+  EXPECT_NE(0, std::memcmp(la.data() + 20 * nv, lf.data() + 20 * nv, nv * 4)) << "token 20 sees only 13..20";
+  EXPECT_LE(a.peak_blocks(), 3) << "blocks behind the window are recycled";
 }
 
 // 10k decode steps at constant KV memory, in LocalSequence and in the shared

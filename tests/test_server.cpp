@@ -72,6 +72,7 @@ class Server {
         std::smatch m;
         if (std::regex_search(line, m, std::regex("listening on http://[0-9.]+:([0-9]+)"))) {
           port_ = std::stoi(m[1]);
+          ready_ = line;
           break;
         }
         line.clear();
@@ -112,11 +113,13 @@ class Server {
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const { return kvs::test::read_file(log_); }
+  const std::string& ready_line() const { return ready_; }
 
  private:
   static inline int counter_ = 0;
   pid_t pid_ = -1;
   int port_ = 0, stdout_fd_ = -1, status_ = 0;
+  std::string ready_;
   std::string log_;
 };
 
@@ -603,6 +606,37 @@ TEST(Server, RetentionDropsATenantsCachedBlocks) {
   EXPECT_GT(k2["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
   (void)r1;
   EXPECT_EQ(s.stop(), 0);
+}
+
+// An int8 cache with 4 sinks + a 64-token window: a 1,000-token generation
+// fits a pool that could not hold it without the window (admission counts
+// the window's live cap, not prompt + max_tokens).
+TEST(Server, QuantizedWindowedCacheServesLongGenerations) {
+  REQUIRE_SHARED();
+  const std::vector<std::string> common{"-m", stories(), "--ctx", "2048", "--kv-memory", "512KiB", "--max-batch-tokens",
+                                        "64", "--kv-type", "int8"};
+  const json body{{"prompt", words(40)}, {"max_tokens", 1000}, {"ignore_eos", true}, {"temperature", 0}};
+  {
+    std::vector<std::string> a = common;
+    for (const char* x : {"--kv-window", "64", "--kv-sinks", "4"}) a.push_back(x);
+    Server s(a);
+    const Reply r = post(s.port(), "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.js()["usage"]["completion_tokens"], 1000);
+    EXPECT_LE(metric(s.port(), "kvserve_kv_blocks_total"), 90);
+    EXPECT_EQ(metric(s.port(), "kvserve_kv_blocks_used"), 0);
+    EXPECT_NE(s.ready_line().find("KV int8"), std::string::npos) << s.ready_line();
+    EXPECT_NE(s.ready_line().find("4 sinks + window 64"), std::string::npos);
+    EXPECT_EQ(s.stop(), 0);
+  }
+  // Without the window one 2,048-token sequence would not fit the pool: the
+  // server refuses the configuration at start-up, saying why.
+  try {
+    Server s(common);
+    ADD_FAILURE() << "started without a window on a pool smaller than one context";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV budget too small"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Server, FloodGets429WithRetryAfterAndNothingIsLost) {

@@ -6,6 +6,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <immintrin.h>
+
+#include "kernels/cpu.h"
 #include "kernels/quant.h"
 
 namespace kvs::kvc {
@@ -25,10 +28,6 @@ inline void put_code(uint8_t* row, int i, int bits, uint8_t c) {
     b = (i & 1) ? uint8_t((b & 0x0F) | (c << 4)) : uint8_t((b & 0xF0) | c);
   }
 }
-inline int get_code(const uint8_t* row, int i, int bits) {
-  return bits == 8 ? row[i] : (row[i >> 1] >> ((i & 1) * 4)) & 0x0F;
-}
-
 int bits_of(KvType t) { return t == KvType::Int8 ? 8 : 4; }
 
 // fp16 -> float by table (256 KiB, built once): the cache's loads convert
@@ -179,7 +178,7 @@ void store_group(const KvStorage& kv, int32_t block, int layer, int slot0, const
   for (int t = 0; t < G; ++t) store_token_row(L, va + size_t(slot0 + t) * L.token_row_bytes(), v + size_t(t) * n);
 }
 
-void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+static void load_k_generic(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
   const int hd = L.head_dim;
   const size_t row = L.row_floats();
@@ -230,7 +229,7 @@ void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
   }
 }
 
-void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+static void load_v_generic(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
   const int hd = L.head_dim;
   const size_t row = L.row_floats();
@@ -248,6 +247,104 @@ void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
       break;
   }
   load_token_rows(L, kv.v_area(block, layer), g, slot0, n, out);
+}
+
+// AVX-512: 16 elements per step (needs head_dim and --kv-group multiples
+// of 16). Dequantization is fma(scale, code, min), so its results may
+// differ from the generic path's in the last bit; each ISA is consistent
+// with itself, which is what chunk and batch independence need.
+#include "kernels/target_region.h"
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx2,fma,f16c")
+namespace {
+
+inline __m512 codes16(const uint8_t* q, int c, int bits) {  // codes of elements c .. c+15 as floats
+  if (bits == 8) return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c))));
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c / 2));  // 8 bytes = 16 nibbles (c even)
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+
+void load_token_rows_avx512(const KvLayout& L, const uint8_t* area, int g, int slot0, int n, float* out) {
+  const int hd = L.head_dim, C = L.group_channels, ncg = L.n_cgroups(), bits = bits_of(L.type);
+  const size_t rb = L.token_row_bytes();
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* rec = area + size_t(slot0 + r) * rb;
+    const auto* sc = reinterpret_cast<const uint16_t*>(rec);
+    const auto* mn = sc + ncg;
+    const uint8_t* q = rec + size_t(ncg) * 4;
+    float* o = out + size_t(r) * hd;
+    for (int i = 0; i < hd; i += 16) {
+      const int c = g * hd + i, gi = c / C;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(sc[gi])), m = _mm512_set1_ps(_cvtsh_ss(mn[gi]));
+      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(d, codes16(q, c, bits), m));
+    }
+  }
+}
+
+void load_channel_keys_avx512(const KvLayout& L, const uint8_t* ka, int g, int slot0, int n, float* out) {
+  const int hd = L.head_dim, G = L.group_tokens, bits = bits_of(L.type), n_ch = L.kvdim();
+  for (int r = 0; r < n;) {
+    const int slot = slot0 + r, stop = std::min(n, r + (G - slot % G));
+    const uint8_t* rec = ka + size_t(slot / G) * L.channel_group_bytes();
+    const auto* sc = reinterpret_cast<const uint16_t*>(rec) + size_t(g) * hd;
+    const auto* mn = reinterpret_cast<const uint16_t*>(rec) + n_ch + size_t(g) * hd;
+    __m512 d[32], m[32];  // head_dim <= 512
+    for (int i = 0; i < hd; i += 16) {
+      d[i / 16] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + i)));
+      m[i / 16] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + i)));
+    }
+    for (; r < stop; ++r) {
+      const uint8_t* q = rec + size_t(n_ch) * 4 + size_t((slot0 + r) % G) * L.row_q_bytes();
+      float* o = out + size_t(r) * hd;
+      for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(o + i, _mm512_fmadd_ps(d[i / 16], codes16(q, g * hd + i, bits), m[i / 16]));
+    }
+  }
+}
+
+void load_half_rows_avx512(const uint16_t* src0, bool f16, size_t row, int g, int hd, int slot0, int n, float* out) {
+  for (int r = 0; r < n; ++r) {
+    const uint16_t* src = src0 + size_t(slot0 + r) * row + size_t(g) * hd;
+    float* o = out + size_t(r) * hd;
+    for (int i = 0; i < hd; i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      const __m512 v = f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      _mm512_storeu_ps(o + i, v);
+    }
+  }
+}
+
+}  // namespace
+KVS_TARGET_END()
+
+namespace {
+bool fast512(const KvLayout& L) {
+  return active_isa() == Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
+         (!L.quantized() || L.group_channels % 16 == 0);
+}
+}  // namespace
+
+void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+  const KvLayout& L = kv.layout;
+  if (L.type != KvType::F32 && fast512(L)) {
+    if (!L.quantized())
+      return load_half_rows_avx512(reinterpret_cast<const uint16_t*>(kv.k_area(block, layer)), L.type == KvType::F16,
+                                   L.row_floats(), g, L.head_dim, slot0, n, out);
+    if (L.key_scale == KeyScale::Channel) return load_channel_keys_avx512(L, kv.k_area(block, layer), g, slot0, n, out);
+    return load_token_rows_avx512(L, kv.k_area(block, layer), g, slot0, n, out);
+  }
+  load_k_generic(kv, block, layer, g, slot0, n, out);
+}
+
+void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
+  const KvLayout& L = kv.layout;
+  if (L.type != KvType::F32 && fast512(L)) {
+    if (!L.quantized())
+      return load_half_rows_avx512(reinterpret_cast<const uint16_t*>(kv.v_area(block, layer)), L.type == KvType::F16,
+                                   L.row_floats(), g, L.head_dim, slot0, n, out);
+    return load_token_rows_avx512(L, kv.v_area(block, layer), g, slot0, n, out);
+  }
+  load_v_generic(kv, block, layer, g, slot0, n, out);
 }
 
 }  // namespace kvs::kvc
