@@ -254,7 +254,7 @@ static void load_v_generic(const KvStorage& kv, int32_t block, int layer, int g,
 // differ from the generic path's in the last bit; each ISA is consistent
 // with itself, which is what chunk and batch independence need.
 #include "kernels/target_region.h"
-KVS_TARGET_BEGIN("avx512f,avx512bw,avx2,fma,f16c")
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 namespace {
 
 inline __m512 codes16(const uint8_t* q, int c, int bits) {  // codes of elements c .. c+15 as floats
@@ -274,10 +274,16 @@ void load_token_rows_avx512(const KvLayout& L, const uint8_t* area, int g, int s
     const auto* mn = sc + ncg;
     const uint8_t* q = rec + size_t(ncg) * 4;
     float* o = out + size_t(r) * hd;
+    // The head's scales: groups g0 .. g0+15 converted at once (one cvtph).
+    const int g0 = g * hd / C, ng = std::min(16, ncg - g0);
+    const __mmask16 km = __mmask16((1u << ng) - 1);
+    const __m512 ds = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, sc + g0));
+    const __m512 ms = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, mn + g0));
     for (int i = 0; i < hd; i += 16) {
-      const int c = g * hd + i, gi = c / C;
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(sc[gi])), m = _mm512_set1_ps(_cvtsh_ss(mn[gi]));
-      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(d, codes16(q, c, bits), m));
+      const int c = g * hd + i;
+      const __m512i lane = _mm512_set1_epi32(c / C - g0);
+      _mm512_storeu_ps(o + i, _mm512_fmadd_ps(_mm512_permutexvar_ps(lane, ds), codes16(q, c, bits),
+                                              _mm512_permutexvar_ps(lane, ms)));
     }
   }
 }
@@ -319,8 +325,9 @@ KVS_TARGET_END()
 
 namespace {
 bool fast512(const KvLayout& L) {
+  // A head spans at most 16 channel groups (one register of scales).
   return active_isa() == Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
-         (!L.quantized() || L.group_channels % 16 == 0);
+         (!L.quantized() || (L.group_channels % 16 == 0 && L.head_dim <= 16 * L.group_channels));
 }
 }  // namespace
 

@@ -1,0 +1,86 @@
+// Decode attention micro-benchmark at the 1.1B Llama shape (32 query heads,
+// 4 kv heads, head_dim 64): one query token over a paged cache of `ctx`
+// tokens, one layer, every kv-head group, for each --kv-type. Counters:
+//   GFLOP/s   4 * n_heads * head_dim * ctx per call (QK^T and PV)
+//   KV_GB/s   bytes of K and V the call reads (the layer's cache)
+// The cache is spread over enough layers (>= 256 MiB) that calls stream it
+// from DRAM, as a real decode step does.
+// Run: build/bench_attention --benchmark_filter='attention/int8'
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/kv_codec.h"
+#include "kv/block_storage.h"
+
+namespace {
+
+using namespace kvs;
+
+constexpr int kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
+
+struct Case {
+  KvType type;
+  KeyScale ks;
+  const char* name;
+};
+const Case kCases[] = {{KvType::F32, KeyScale::Channel, "f32"},     {KvType::F16, KeyScale::Channel, "f16"},
+                       {KvType::BF16, KeyScale::Channel, "bf16"},   {KvType::Int8, KeyScale::Channel, "int8"},
+                       {KvType::Int4, KeyScale::Channel, "int4"},   {KvType::Int4, KeyScale::Token, "int4_token"}};
+
+void BM_attention(benchmark::State& st, Case c) {
+  const int ctx = int(st.range(0));
+  KvLayout L{1, kKvHeads, kHeadDim, kBlock};
+  L.type = c.type;
+  L.key_scale = c.ks;
+  L.group_tokens = kBlock;
+  const int blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  const size_t seq_bytes = size_t(blocks_per_seq) * L.block_bytes();
+  const int copies = int(std::max<size_t>(1, (256u << 20) / seq_bytes));
+  BlockStorage storage(L, int64_t(blocks_per_seq) * copies);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const size_t row = L.row_floats();
+  std::vector<float> k(size_t(kBlock) * row), v(k.size());
+  for (int64_t b = 0; b < storage.n_blocks(); ++b) {
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    if (L.quantized()) kvc::store_group(storage.view(), int32_t(b), 0, 0, k.data(), v.data());
+    else kvc::store_rows(storage.view(), int32_t(b), 0, 0, kBlock, k.data(), v.data());
+  }
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(copies),
+                                          std::vector<int32_t>(static_cast<size_t>(blocks_per_seq)));
+  for (int cp = 0; cp < copies; ++cp)
+    for (int i = 0; i < blocks_per_seq; ++i) tables[size_t(cp)][size_t(i)] = cp * blocks_per_seq + i;
+  std::vector<float> q(size_t(kHeads) * kHeadDim), out(q.size());
+  for (auto& x : q) x = nd(rng);
+  const int r = kHeads / kKvHeads;
+  std::vector<float> scratch(attention_scratch_floats(r, ctx, kBlock, kHeadDim));
+  const AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  int cp = 0;
+  for (auto _ : st) {
+    AttnSeq as{tables[size_t(cp)].data(), ctx, ctx, nullptr, nullptr};
+    for (int g = 0; g < kKvHeads; ++g) attention_group(q.data(), storage.view(), 0, as, g, shape, out.data(), scratch.data());
+    benchmark::DoNotOptimize(out.data());
+    cp = (cp + 1) % copies;
+  }
+  const double calls = double(st.iterations());
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(calls * 4.0 * kHeads * kHeadDim * ctx / 1e9, benchmark::Counter::kIsRate);
+  st.counters["KV_GB/s"] =
+      benchmark::Counter(calls * double(L.block_bytes()) * ctx / kBlock / 1e9, benchmark::Counter::kIsRate);
+}
+
+const bool registered = [] {
+  for (const Case& c : kCases)
+    benchmark::RegisterBenchmark((std::string("attention/") + c.name).c_str(), BM_attention, c)
+        ->Arg(512)
+        ->Arg(4096)
+        ->Unit(benchmark::kMicrosecond);
+  return true;
+}();
+
+}  // namespace
