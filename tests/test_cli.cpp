@@ -117,6 +117,23 @@ TEST(Cli, EvalReportsPplKlAndBytes) {
   EXPECT_NE(err.find("running PPL"), std::string::npos) << "progress on stderr";
 }
 
+// generate past the 512-token training context: with a window it runs on
+// (int8 cache, 4 sinks + 128), without one it stops when the context is full.
+TEST(Cli, GenerateRunsPastTheContextWithAWindow) {
+  const std::string m = test::shared("models/stories260K/stories260K.gguf");
+  std::string out, err;
+  ASSERT_EQ(0, test::run_kvserve({"generate", "-m", m, "-n", "1500", "--temp", "0", "--ignore-eos", "--kv-type", "int8",
+                                  "--kv-window", "128", "--kv-sinks", "4", "--json"},
+                                 &out, &err))
+      << err;
+  EXPECT_EQ(json::parse(out)["tokens"].size(), 1500u);
+  ASSERT_EQ(0, test::run_kvserve({"generate", "-m", m, "-n", "1500", "--temp", "0", "--ignore-eos", "--json"}, &out, &err))
+      << err;
+  const json r = json::parse(out);
+  EXPECT_LT(r["tokens"].size(), 512u);
+  EXPECT_EQ(r["finish_reason"], "length");
+}
+
 TEST(Cli, HelpOnEveryCommand) {
   for (const char* cmd : {"generate", "tokenize", "perplexity", "eval", "bench", "make-model", "convert", "plan", "probe",
                           "serve", "batched-bench", "kv-sim", "kv-bench"}) {

@@ -21,6 +21,8 @@ struct GenerateArgs {
   int ctx = 0;
   bool json = false, ignore_eos = false;
   std::vector<std::string> stop;
+  KvArgs kv;
+  WindowArgs window;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -28,6 +30,8 @@ int run_generate(const GenerateArgs& a) {
   GenerateParams p;
   p.max_tokens = a.n;
   p.n_ctx = a.ctx;
+  p.cache = a.kv.options();
+  p.window = a.window.policy();
   p.stop = a.stop;
   p.ignore_eos = a.ignore_eos;
   p.sampling.temperature = a.temp;
@@ -84,6 +88,8 @@ void add_generate(CLI::App& app, Runner& run) {
   c->add_option("-s,--seed", a->seed, "Sampling seed (default: random)");
   c->add_option("-c,--ctx", a->ctx, "Context size (default: the model's)")->check(CLI::Range(0, 1 << 22));
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
+  add_kv_args(c, a->kv);
+  add_window_args(c, a->window);
   c->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
   c->add_flag("--json", a->json, "Print one JSON object: prompt_tokens, tokens, text, speeds");
   c->callback([a, &run] { run = [a] { return run_generate(*a); }; });

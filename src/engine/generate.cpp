@@ -53,12 +53,13 @@ GenerateResult generate(Engine& engine, const Tokenizer& tok, const std::vector<
   GenerateResult r;
   r.prompt_tokens = prompt_tokens;
   if (prompt_tokens.empty()) throw std::invalid_argument("empty prompt: nothing to condition on");
-  const int n_ctx = p.n_ctx > 0 ? p.n_ctx : engine.model().config().n_ctx_train;
+  const bool bounded = p.window.resolve(engine.model().config().sliding_window).max_visible() > 0;
+  const int n_ctx = bounded ? (1 << 30) : p.n_ctx > 0 ? p.n_ctx : engine.model().config().n_ctx_train;
   if (int(prompt_tokens.size()) >= n_ctx)
     throw std::length_error("prompt has " + std::to_string(prompt_tokens.size()) +
                             " tokens; the context holds " + std::to_string(n_ctx) + " (raise --ctx)");
   const int n_vocab = engine.model().config().n_vocab;
-  LocalSequence seq(engine, n_ctx);
+  LocalSequence seq(engine, n_ctx, 16, p.cache, p.window);
   Sampler sampler(p.sampling);
   Detokenizer detok(tok);
   StopMatcher stop(p.stop);

@@ -5,7 +5,9 @@
 #include <functional>
 #include <string>
 #include <vector>
+#include "engine/kv_cache.h"
 #include "engine/sampler.h"
+#include "kv/window_policy.h"
 #include "kvserve/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,6 +19,10 @@ struct GenerateParams {
   std::vector<std::string> stop;  // stop strings (not included in the text)
   bool ignore_eos = false;
   int n_ctx = 0;                  // 0 = model's training context
+  KvCacheOptions cache;           // --kv-type and friends
+  // A bounding window (or the model's native one) lifts the n_ctx limit:
+  // prompt and generation may run past it at constant KV memory.
+  WindowPolicy window;
 };
 
 struct GenerateResult {
