@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu.h"
@@ -134,10 +135,56 @@ void softmax_avx512(float* x, int n) {
     _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
   }
 }
+// Sum of each of 16 vectors, lane t = key t, by a fixed tree that is the
+// same for every key (lanes l + 8, then + 4, + 2, + 1), so a key's score
+// does not depend on its neighbours in the tile.
+inline __m512 reduce16(__m512* a) {
+  __m512 c[8], e[4], g[2];
+  for (int m = 0; m < 8; ++m)
+    c[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int p = 0; p < 4; ++p)
+    e[p] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int u = 0; u < 2; ++u)
+    g[u] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * u], e[2 * u + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(e[2 * u], e[2 * u + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 h = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // Lane 4k + e of h holds key 4e + k.
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, h);
+}
+// Scores, head_dim a multiple of 16 up to 128: 16 keys per tile, each key's
+// 16-lane partial sums reduced together (reduce16).
+void scores_tiled_avx512(const float* q, int R, const float* k, size_t ldk, int n, int nv, float scale, float* s,
+                         size_t lds) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int i0 = 0; i0 < n; i0 += 16) {
+    const int m = std::min(16, n - i0);
+    for (int j = 0; j < R; ++j) {
+      __m512 qv[8];
+      for (int c = 0; c < nv; ++c) qv[c] = _mm512_loadu_ps(q + size_t(j) * nv * 16 + 16 * c);
+      __m512 acc[16];
+      for (int t = 0; t < 16; ++t) {
+        acc[t] = _mm512_setzero_ps();
+        if (t < m) {
+          const float* kt = k + size_t(i0 + t) * ldk;
+          for (int c = 0; c < nv; ++c) acc[t] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + 16 * c), acc[t]);
+        }
+      }
+      _mm512_mask_storeu_ps(s + size_t(j) * lds + i0, __mmask16((1u << m) - 1), _mm512_mul_ps(reduce16(acc), vs));
+    }
+  }
+}
 // Scores: each dot as dot_avx512 computes it (16-wide accumulation, one
 // reduction); four query rows share each loaded key row.
 void scores_avx512(const float* q, int R, const float* k, size_t ldk, int n, int hd, float scale, float* s, size_t lds) {
   const int nv = (hd + 15) / 16;
+  if (hd % 16 == 0 && nv <= 8) {
+    scores_tiled_avx512(q, R, k, ldk, n, nv, scale, s, lds);
+    return;
+  }
   if (nv > 8) {
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < R; ++j) s[size_t(j) * lds + i] = dot_avx512(q + size_t(j) * hd, k + size_t(i) * ldk, hd) * scale;
