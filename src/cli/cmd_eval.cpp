@@ -3,9 +3,7 @@
 // KV bytes per token. --stream: one long text token by token through a
 // window policy, PPL per segment, peak KV memory, optional SVG plot.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -24,14 +22,6 @@ struct EvalArgs {
   bool stream = false, oracle = false, compare = false, json = false;
   int oracle_stride = 1, segment = 1000;
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open text file '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 nlohmann::json stream_json(const std::string& name, const StreamEvalResult& r) {
   nlohmann::json seg = nlohmann::json::array();
@@ -112,7 +102,7 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
 int run_eval(const EvalArgs& a) {
   Loaded l = load_all(a.m);
   const Vocab& v = l.model->vocab();
-  std::vector<int> one = l.tok->encode(slurp(a.file), v.add_bos);
+  std::vector<int> one = l.tok->encode(read_text_file(a.file), v.add_bos);
   std::vector<int> toks = one;
   // Repeats continue the text (no second BOS).
   const size_t skip = v.add_bos && !one.empty() && one[0] == v.bos ? 1 : 0;

@@ -17,21 +17,10 @@ struct PplArgs {
   KvArgs kv;
 };
 
-std::string slurp(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw std::runtime_error("cannot open text file '" + path + "'");
-  std::string s;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
 int run_ppl(const PplArgs& a) {
   Loaded l = load_all(a.m);
   const Vocab& v = l.model->vocab();
-  std::vector<int> toks = l.tok->encode(slurp(a.file), v.add_bos);
+  std::vector<int> toks = l.tok->encode(read_text_file(a.file), v.add_bos);
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", toks.size(), toks.size() / a.ctx, a.ctx);
   PerplexityResult r = perplexity(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, [](int d, int n, double p) {
     std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);

@@ -1,5 +1,8 @@
 #include "cli/common.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "tools/default_model.h"
 
 namespace kvs::cli {
@@ -56,6 +59,14 @@ WindowPolicy WindowArgs::policy() const {
   else if (n_keep > 0) throw std::invalid_argument("--n-keep needs --ctx-shift");
   p.validate();
   return p;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open text file '" + path + "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 Loaded load_all(const ModelArgs& a) {

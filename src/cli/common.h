@@ -44,6 +44,9 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Engine> engine;
 };
+// Whole file as bytes; throws std::runtime_error naming the path.
+std::string read_text_file(const std::string& path);
+
 // Resolves the default model, loads model + tokenizer, builds the engine.
 Loaded load_all(const ModelArgs& a);
 

@@ -105,7 +105,6 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
 
   // Flatten the batch: token t belongs to chunk seq_of[t] at position pos[t].
   int64_t T = 0, n_out = 0;
-  int max_ctx = 0;
   Scratch& s = *s_;
   s.policy.clear();
   int max_visible = 0, max_key_pos = -1;
@@ -114,7 +113,6 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       throw std::invalid_argument("Engine::forward: empty or malformed chunk");
     T += ch.n_tokens;
     n_out += ch.all_logits ? ch.n_tokens : 1;
-    max_ctx = std::max(max_ctx, ch.pos0 + ch.n_tokens);
     const WindowPolicy wp = ch.window.resolve(c.sliding_window);
     wp.validate();
     s.policy.push_back(wp);
@@ -149,7 +147,6 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
         if (s.policy[ci].rotates()) max_key_pos = std::max(max_key_pos, p - v.shift);
       }
   }
-  (void)max_ctx;
   const int r = nh / nkv;
   for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r, max_visible, bs, hd));
   // Keys stored before RoPE are rotated at attention time: cos/sin of every
@@ -192,8 +189,7 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
         s.seq_of[t] = int32_t(ci);
         dequantize_weight_row(w.tok_embd, tok, &s.x[t * dim]);  // [dim]
         // The query's RoPE position (keys are rotated at their own).
-        const int shift = s.policy[ci].view(s.pos[t]).shift;
-        rt.compute(s.pos[t] - shift, n_rot, c.rope_theta, &s.rope_cos[t * (n_rot / 2)], &s.rope_sin[t * (n_rot / 2)]);
+        rt.compute(s.pos[t] - s.view[t].shift, n_rot, c.rope_theta, &s.rope_cos[t * (n_rot / 2)], &s.rope_sin[t * (n_rot / 2)]);
       }
     }
   }

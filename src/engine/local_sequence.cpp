@@ -15,14 +15,13 @@ WindowPolicy resolved(const Engine& e, const WindowPolicy& w) {
   return p;
 }
 
-int64_t blocks_needed(const Engine& e, int max_ctx, int bs, const WindowPolicy& w) {
+int64_t blocks_needed(int max_ctx, int bs, const WindowPolicy& w) {
   if (max_ctx < 1) throw std::invalid_argument("context size must be >= 1");
   const int64_t all = (int64_t(max_ctx) + bs - 1) / bs;
   const int vis = w.max_visible();
   if (vis <= 0) return all;
   // Visible tokens may straddle two extra partial blocks (sinks and window
   // edges), plus one chunk being written.
-  (void)e;
   const int64_t bounded = (int64_t(vis) + bs - 1) / bs + 2 + (LocalSequence::kMaxWindowChunk + bs - 1) / bs;
   return std::min(all, bounded);
 }
@@ -33,7 +32,7 @@ LocalSequence::LocalSequence(Engine& e, int max_ctx, int block_size, const KvCac
     : e_(e),
       max_ctx_(max_ctx),
       window_(resolved(e, window)),
-      storage_(kv_layout_for(e, block_size, cache), blocks_needed(e, max_ctx, block_size, window_)) {
+      storage_(kv_layout_for(e, block_size, cache), blocks_needed(max_ctx, block_size, window_)) {
   residual_.assign(storage_.view().layout.residual_floats(), 0.0f);
   reset();
 }
