@@ -316,6 +316,64 @@ TEST(WindowEngine, ConstantMemoryOverTenThousandSteps) {
   pe.kv().check_invariants();
 }
 
+// Prefix caching under a window: a second sequence with the same long
+// prompt reuses the cached blocks (those the window freed stay cached, keyed
+// by their prefix), gets the first one's logits bit for bit, and both then
+// decode identically while the pool stays bounded.
+TEST(WindowEngine, PrefixCacheAndForkUnderAWindow) {
+  SKIP_WITHOUT_SHARED();
+  auto m = stories();
+  Engine e(m, EngineOptions{2});
+  for (KvType kt : {KvType::F32, KvType::Int8}) {
+    SCOPED_TRACE(to_string(kt));
+    PagedEngineOptions po;
+    po.block_size = 16;
+    po.n_blocks = 64;
+    po.max_ctx = 4096;
+    po.window = WindowPolicy::streaming(48, 4);
+    po.max_step_tokens = 64;
+    po.cache.type = kt;
+    PagedEngine pe(e, po);
+    const V prompt = random_tokens(200, m->config().n_vocab, 5);
+    const auto a = pe.add(prompt);
+    std::vector<std::vector<float>> la;
+    for (size_t i = size_t(a.cached_tokens); i < prompt.size(); i += 64) {  // chunked prefill under the window
+      const size_t n = std::min<size_t>(64, prompt.size() - i);
+      StepResult r = pe.step({{a.seq, std::span<const int32_t>(&prompt[i], n)}});
+      ASSERT_TRUE(r.ok);
+      if (i + n == prompt.size()) la.emplace_back(r.logits_of(0), r.logits_of(0) + r.n_vocab);
+    }
+    pe.kv().check_invariants(true);
+    const auto b = pe.add(prompt);
+    EXPECT_GT(b.cached_tokens, 0);
+    EXPECT_EQ(b.cached_tokens % 16, 0);
+    std::vector<float> lb;
+    for (size_t i = size_t(b.cached_tokens); i < prompt.size(); i += 64) {
+      const size_t n = std::min<size_t>(64, prompt.size() - i);
+      StepResult r = pe.step({{b.seq, std::span<const int32_t>(&prompt[i], n)}});
+      ASSERT_TRUE(r.ok);
+      if (i + n == prompt.size()) lb.assign(r.logits_of(0), r.logits_of(0) + r.n_vocab);
+    }
+    ASSERT_EQ(lb.size(), la[0].size());
+    EXPECT_EQ(0, std::memcmp(lb.data(), la[0].data(), lb.size() * 4)) << "cached prefix under a window";
+    const SeqId f = pe.fork(a.seq);
+    for (int i = 0; i < 40; ++i) {
+      const int32_t t = int32_t(3 + i * 11);
+      StepResult r = pe.step({{a.seq, std::span<const int32_t>(&t, 1)}, {b.seq, std::span<const int32_t>(&t, 1)},
+                              {f, std::span<const int32_t>(&t, 1)}});
+      ASSERT_TRUE(r.ok);
+      EXPECT_EQ(0, std::memcmp(r.logits_of(0), r.logits_of(1), size_t(r.n_vocab) * 4)) << i;
+      EXPECT_EQ(0, std::memcmp(r.logits_of(0), r.logits_of(2), size_t(r.n_vocab) * 4)) << i;
+    }
+    pe.kv().check_invariants(true);
+    EXPECT_LE(pe.kv().pool().n_used(), 3 * int(pe.kv().live_cap()));
+    pe.release(a.seq);
+    pe.release(b.seq);
+    pe.release(f);
+    EXPECT_EQ(pe.kv().pool().n_used(), 0);
+  }
+}
+
 // 20 windows' worth of text through 4 sinks + a 128-token window: the last
 // segment's perplexity stays near the full-context one (fluent), whereas
 // positions past the training context (the naive window) degrade.
