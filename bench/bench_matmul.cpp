@@ -11,6 +11,8 @@
 // speed when it has a core; DRAM contention from other processes remains).
 // Run: build-kern/bench_matmul --benchmark_filter='Q4_0/2048x2048'
 // ISA: KVS_ISA=scalar|avx2|avx512 (default: best available).
+// Q8_0/Q4_0 run on Panel16 copies (load-time repack, as Model::load does)
+// unless KVS_REPACK=0: run both to compare file layout and packed layout.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
+#include "kernels/weight_pack.h"
 
 namespace {
 
@@ -87,10 +90,24 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
   w.rows = s.rows;
   w.cols = s.cols;
   w.row_stride = kvs::row_bytes(t, s.cols);
+  // Panel16 copies, one per weight copy, exactly as Model::load makes them.
+  std::vector<kvs::PackedArena> arenas;
+  std::vector<const uint8_t*> packed;
+  const char* rp = std::getenv("KVS_REPACK");
+  if (!(rp && std::string(rp) == "0") && kvs::packable(w)) {
+    for (int i = 0; i < c.count; ++i) {
+      kvs::WeightView wi = w;
+      wi.data = c.mem.get() + c.matrix_bytes * size_t(i);
+      arenas.push_back(kvs::pack_weights({{&wi, false}}));
+      packed.push_back(wi.packed);
+    }
+    w.pack = kvs::PackLayout::Panel16;
+  }
   int idx = 0;
   const double cpu0 = thread_cpu_seconds();
   for (auto _ : state) {
     w.data = c.mem.get() + c.matrix_bytes * size_t(idx);
+    if (!packed.empty()) w.packed = packed[size_t(idx)];
     idx = idx + 1 == c.count ? 0 : idx + 1;
     kvs::matmul(w, x.data(), s.cols, n, y.data(), s.rows, pool);
     benchmark::DoNotOptimize(y.data());
@@ -107,7 +124,7 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
                                                 benchmark::Counter::kIsRate);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what);
+  state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + (packed.empty() ? "" : " panel16"));
 }
 
 int register_all() {

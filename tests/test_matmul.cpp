@@ -17,6 +17,7 @@
 #include "kernels/matmul_internal.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
+#include "kernels/weight_pack.h"
 
 namespace kvs {
 namespace {
@@ -125,6 +126,18 @@ void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, Thre
     IsaGuard g(isa);
     matmul(W.view, x.data(), ldx, n, y.data(), ldy, pool);
   }
+  // The load-time Panel16 copy (AVX-512) must give the same bits.
+  PackedArena arena;
+  if (isa == Isa::Avx512) {
+    IsaGuard g(isa);
+    if (packable(W.view)) {
+      arena = pack_weights({{&W.view, false}});
+      ASSERT_EQ(W.view.pack, PackLayout::Panel16);
+      std::vector<float> yp(size_t(n * ldy), -1.0f);
+      matmul(W.view, x.data(), ldx, n, yp.data(), ldy, pool);
+      ASSERT_EQ(0, std::memcmp(yp.data(), y.data(), yp.size() * 4)) << "packed differs from file layout";
+    }
+  }
   matmul_q8_reference(W.view, x.data(), ldx, n, yq.data(), ldy);
   matmul_reference(W.view, x.data(), ldx, n, ye.data(), ldy);
   int bad = 0;
@@ -207,6 +220,63 @@ TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
         }
       }
     }
+  }
+}
+
+// Panel16 copies (load-time repack, AVX-512): tail panels (301 rows = 18
+// full panels + 13), odd and even block counts (the odd one leaves half a
+// pair unit empty), every thread count and batch size: bit-exact with the
+// scalar reference, so packing never changes a token.
+TEST(Matmul, PackedPanel16BitExact) {
+  if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "AVX-512 not available: Panel16 is not used here";
+  IsaGuard g(Isa::Avx512);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    for (int64_t cols : {int64_t(4608), int64_t(4096 + 96), int64_t(32)}) {
+      const int64_t rows = 301;
+      Weights W = make_weights(t, rows, cols, 7 + uint32_t(cols));
+      std::vector<float> x = make_x(64, cols, 11);
+      std::vector<float> ref(size_t(64 * rows));
+      matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);
+      ASSERT_TRUE(packable(W.view));
+      PackedArena arena = pack_weights({{&W.view, false}});
+      ASSERT_EQ(W.view.pack, PackLayout::Panel16);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(64)}) {
+          std::vector<float> y(size_t(nn * rows));
+          matmul(W.view, x.data(), cols, nn, y.data(), rows, pool);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << type_name(t) << " cols=" << cols << " threads=" << threads << " n=" << nn;
+        }
+      }
+    }
+  }
+}
+
+// The documented Panel16 byte layout (weight_pack.h), at named offsets.
+TEST(Matmul, PackedPanel16Layout) {
+  const int64_t rows = 17, cols = 96;  // 2 panels, 3 blocks = 2 pair units (the last half empty)
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    Weights W = make_weights(t, rows, cols, 5);
+    std::vector<uint8_t> p(packed_size(W.view) + 64);
+    uint8_t* dst = p.data() + (64 - reinterpret_cast<uintptr_t>(p.data()) % 64) % 64;
+    pack_panel16(W.view, dst);
+    const bool q8 = t == GgmlType::Q8_0;
+    const int64_t lb = q8 ? 512 : 256, ub = 2 * lb + 64, pbytes = 2 * ub;
+    ASSERT_EQ(packed_size(W.view), size_t(2 * pbytes));
+    auto blk = [&](int64_t r, int64_t b) { return W.view.row(r) + b * (q8 ? 34 : 18); };
+    // Panel 0, block 1 (second half of unit 0), row 5, vector 3.
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t want = q8 ? uint8_t(blk(5, 1)[2 + 12 + j] ^ 0x80) : blk(5, 1)[2 + 12 + j];
+      EXPECT_EQ(dst[lb + 64 * 3 + 4 * 5 + j], want) << type_name(t) << " byte " << j;
+    }
+    // Its fp16 scale: after both level blocks, second group of 16.
+    EXPECT_EQ(0, std::memcmp(dst + 2 * lb + 32 + 2 * 5, blk(5, 1), 2));
+    // Panel 1 holds row 16 in lane 0 and repeats it in lanes 1..15.
+    for (int lane : {0, 1, 15}) EXPECT_EQ(0, std::memcmp(dst + pbytes + 2 * lb + 2 * lane, blk(16, 0), 2));
+    // Block 2 lives in unit 1; the unit's second half is zero.
+    EXPECT_EQ(dst[ub + 4 * 2], q8 ? uint8_t(blk(2, 2)[2] ^ 0x80) : blk(2, 2)[2]);
+    for (int64_t o = ub + lb; o < ub + 2 * lb; ++o) ASSERT_EQ(dst[o], 0) << o;
   }
 }
 

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 
 #include "engine/local_sequence.h"
+#include "kernels/cpu.h"
 #include "gguf_test_util.h"
 #include "kvserve/engine.h"
 #include "model/model.h"
@@ -163,6 +166,44 @@ TEST(ModelLoad, EverySharedModel) {
     }
   }
   EXPECT_EQ(ids.size(), 6u);
+}
+
+// Load-time repacking (Panel16, AVX-512) must not move a bit of the logits,
+// and the file pages it releases must still serve the paths that read the
+// file layout (here: the AVX2 kernels via an ISA override).
+TEST(ModelLoad, RepackedWeightsGiveIdenticalLogits) {
+  if (!shared_available()) GTEST_SKIP();
+  for (const std::string rel : {"models/tiny-random/tiny-llama-q4_0.gguf", "models/tiny-random/tiny-qwen2-q8_0.gguf"}) {
+    SCOPED_TRACE(rel);
+    setenv("KVS_REPACK", "0", 1);
+    auto plain = Model::load(shared(rel));
+    unsetenv("KVS_REPACK");
+    auto packed = Model::load(shared(rel));
+    const WeightView& wq = packed->weights().layers[0].wq;
+    EXPECT_EQ(plain->weights().layers[0].wq.pack, PackLayout::None);
+    if (active_isa() == Isa::Avx512) {
+      EXPECT_EQ(wq.pack, PackLayout::Panel16) << "Q8_0/Q4_0 weights are repacked on AVX-512";
+      EXPECT_GE(packed->packed_.size(), packed_size(wq));
+    }
+    const std::vector<int32_t> prompt = {1, 15, 300, 7, 42, 99, 5, 250, 3, 17, 64, 128, 11, 2, 9, 77, 31};
+    auto logits = [&](const std::shared_ptr<const Model>& m) {
+      Engine e(m, EngineOptions{2});
+      LocalSequence seq(e, 64);
+      std::vector<float> all = seq.eval(prompt, /*all_logits=*/true);  // [n_prompt, n_vocab]
+      for (int i = 0; i < 4; ++i) {
+        std::vector<float> l = seq.eval({int32_t(20 + i)}, false);  // decode steps: n = 1 path
+        all.insert(all.end(), l.begin(), l.end());
+      }
+      return all;
+    };
+    const std::vector<float> a = logits(plain), b = logits(packed);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "repacking changed the logits";
+    set_isa_override(Isa::Avx2);
+    const std::vector<float> c = logits(plain), d = logits(packed);
+    clear_isa_override();
+    EXPECT_EQ(0, std::memcmp(c.data(), d.data(), c.size() * 4)) << "released file pages read back wrong";
+  }
 }
 
 TEST(ModelLoad, QwenBiasesAndTypes) {

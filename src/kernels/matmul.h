@@ -15,12 +15,19 @@ namespace kvs {
 
 class ThreadPool;
 
+// How `WeightView::packed` is laid out (kernels/weight_pack.h).
+enum class PackLayout : uint8_t { None = 0, Panel16 = 1 };
+
 struct WeightView {
   GgmlType type = GgmlType::F32;
   const void* data = nullptr;
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
   size_t row_stride = 0;  // bytes between rows
+  // Optional load-time copy in a kernel-friendly layout. `data` stays valid
+  // (paths that cannot read `packed` use it); both hold the same values.
+  const uint8_t* packed = nullptr;
+  PackLayout pack = PackLayout::None;
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride; }
 };
 

@@ -82,42 +82,6 @@ inline void unpack_to_scratch(const Panel& p, int64_t u, uint8_t* dst) {
   });
 }
 
-// ------------------------------------------------------------ block kernel
-
-inline __m512i bcast4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// One weight block against one activation block: the float chain step of
-// matmul_internal.h for all 16 lanes.
-template <bool SUB16, bool MIN>
-inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb,
-                         __m512 acc) {
-  const __m512 xd = _mm512_set1_ps(xb.d);
-  if (SUB16) {
-    __m512i lo = _mm512_set1_epi32(xb.corr[0]), hi = _mm512_set1_epi32(xb.corr[1]);
-    for (int k = 0; k < 4; ++k) {
-      lo = _mm512_dpbusd_epi32(lo, W[k], bcast4(xb.q + 4 * k));
-      hi = _mm512_dpbusd_epi32(hi, W[k + 4], bcast4(xb.q + 16 + 4 * k));
-    }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(ws0, xd), acc);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(ws1, xd), acc);
-  } else {
-    // Two chains to halve the dpbusd latency; integer adds are exact.
-    __m512i s0 = _mm512_set1_epi32(xb.corr[0]), s1 = _mm512_setzero_si512();
-    for (int k = 0; k < 8; k += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, W[k], bcast4(xb.q + 4 * k));
-      s1 = _mm512_dpbusd_epi32(s1, W[k + 1], bcast4(xb.q + 4 * k + 4));
-    }
-    const __m512i s = _mm512_add_epi32(s0, s1);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws0, xd), acc);
-  }
-  if (MIN) acc = _mm512_fmadd_ps(wm, _mm512_set1_ps(xb.s), acc);
-  return acc;
-}
-
 // ------------------------------------------------------------ drivers
 
 // n = 1: unpack in registers, one pass over the panel rows.
@@ -280,6 +244,7 @@ void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlo
 
 void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                        float* y, int64_t ldy, Scratch s) {
+  if (w.pack == PackLayout::Panel16) return quant_rows_avx512_packed(w, r0, r1, xq, n, y, ldy);
   const QFormat f = qformat(w.type, false);
   switch (w.type) {  // the driver only sends is_quant_type() formats
     case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, f, r0, r1, xq, n, y, ldy, s);

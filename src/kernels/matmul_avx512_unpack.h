@@ -272,6 +272,43 @@ struct UnpackQ6K {
   }
 };
 
+// ------------------------------------------------------------ block kernel
+// (shared by the file-layout and the packed-layout drivers)
+
+inline __m512i bcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// One weight block against one activation block: the float chain step of
+// matmul_internal.h for all 16 lanes.
+template <bool SUB16, bool MIN>
+inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb,
+                         __m512 acc) {
+  const __m512 xd = _mm512_set1_ps(xb.d);
+  if (SUB16) {
+    __m512i lo = _mm512_set1_epi32(xb.corr[0]), hi = _mm512_set1_epi32(xb.corr[1]);
+    for (int k = 0; k < 4; ++k) {
+      lo = _mm512_dpbusd_epi32(lo, W[k], bcast4(xb.q + 4 * k));
+      hi = _mm512_dpbusd_epi32(hi, W[k + 4], bcast4(xb.q + 16 + 4 * k));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(ws0, xd), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(ws1, xd), acc);
+  } else {
+    // Two chains to halve the dpbusd latency; integer adds are exact.
+    __m512i s0 = _mm512_set1_epi32(xb.corr[0]), s1 = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, W[k], bcast4(xb.q + 4 * k));
+      s1 = _mm512_dpbusd_epi32(s1, W[k + 1], bcast4(xb.q + 4 * k + 4));
+    }
+    const __m512i s = _mm512_add_epi32(s0, s1);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws0, xd), acc);
+  }
+  if (MIN) acc = _mm512_fmadd_ps(wm, _mm512_set1_ps(xb.s), acc);
+  return acc;
+}
+
 }  // namespace kvs::mm::avx512_detail
 
 KVS_TARGET_END()

@@ -134,6 +134,11 @@ void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x
 void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                        int64_t n, float* y, int64_t ldy, Scratch scratch);
 
+// AVX-512 kernels for PackLayout::Panel16 weights (matmul_avx512_packed.cpp);
+// reached from avx512_kernels().quant_rows when w.pack says so. r0 % 16 == 0.
+void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
+                              int64_t n, float* y, int64_t ldy);
+
 // Scalar activation quantizer (the definition the SIMD ones must match).
 void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out);
 

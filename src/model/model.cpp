@@ -2,6 +2,7 @@
 #include <openssl/evp.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,11 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
 
 }  // namespace detail
 
+bool weight_repack_enabled() {
+  const char* v = std::getenv("KVS_REPACK");
+  return !(v && std::string(v) == "0");
+}
+
 std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path) {
   char magic[4] = {};
   {
@@ -52,6 +58,17 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
     detail::load_gguf(*m, path);
   } else {
     detail::load_llama2c(*m, path, tokenizer_path);
+  }
+  if (weight_repack_enabled()) {
+    std::vector<PackItem> items;
+    const bool mapped = m->gguf_ != nullptr;  // only file-mapped data may be released
+    for (LayerWeights& l : m->w_.layers)
+      for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        items.push_back({w, mapped});
+    // A tied output shares its rows with the embedding table, which is read
+    // row by row from the file layout: keep those pages.
+    items.push_back({&m->w_.output, mapped && !m->cfg_.tied_output});
+    m->packed_ = pack_weights(items);
   }
   return m;
 }

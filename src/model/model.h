@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 #include "kernels/matmul.h"
+#include "kernels/weight_pack.h"
 #include "model/gguf.h"
 #include "tokenizer/vocab.h"
 
@@ -71,6 +72,7 @@ class Model {
   Vocab vocab_;
   std::string path_, identity_;
   std::unique_ptr<GgufFile> gguf_;             // keeps the mapping alive
+  PackedArena packed_;                         // load-time Panel16 copies (kernels/weight_pack.h)
   std::vector<std::vector<float>> owned_f32_;  // llama2.c weights, biases made f32, etc.
 };
 
@@ -81,4 +83,7 @@ namespace kvs {
 // `kvserve plan` and by Model::load. Throws ModelError for unknown
 // architectures or missing keys, naming the key.
 ModelConfig config_from_gguf(const GgufFile& f);
+// Model::load repacks Q8_0/Q4_0 matrices for the AVX-512 kernels unless the
+// environment sets KVS_REPACK=0 (side-by-side benchmarks, debugging).
+bool weight_repack_enabled();
 }  // namespace kvs

@@ -1,0 +1,203 @@
+// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 weights
+// (kernels/weight_pack.h). Same arithmetic as matmul_avx512.cpp, bit for
+// bit (block_step and the same per-lane float chain); only where the weight
+// vectors come from changes: one aligned 64-B load per vector from the
+// packed panel instead of 16 row loads, a transpose and a scale gather.
+//
+// n = 1 (decode) streams each panel once, front to back. n > 1 runs the
+// register tiles of matmul_avx512.cpp directly on the packed panels: no
+// per-call unpacking into scratch.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/matmul_avx512_unpack.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
+
+namespace kvs::mm {
+
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt")
+
+namespace {
+
+using namespace avx512_detail;
+constexpr int KB = 32;  // blocks per K slice (two Q8_0 panels: 34 KiB, stays in L1)
+constexpr int R = 8;    // activation rows per one-panel register tile
+
+
+// Addressing of one packed panel (layout in weight_pack.h).
+template <bool Q4>
+struct Pk {
+  static constexpr int64_t LB = Q4 ? 256 : 512;  // level bytes per block
+  static constexpr int64_t UB = 2 * LB + 64;     // bytes per pair unit
+  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b >> 1) * UB + (b & 1) * LB; }
+  static __m512 scale(const uint8_t* pan, int64_t b) {
+    const uint8_t* s = pan + (b >> 1) * UB + 2 * LB + (b & 1) * 32;
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
+  }
+  // Vector k (0..7) of u8 levels: lane r = elements 4k..4k+3 of row r.
+  static __m512i vec(const uint8_t* l, int k) {
+    if (!Q4) return _mm512_load_si512(l + 64 * k);
+    const __m512i g = _mm512_load_si512(l + 64 * (k & 3));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    return k < 4 ? _mm512_and_si512(g, m4) : _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
+  }
+};
+
+inline __mmask16 lanes(int64_t n) { return n >= L ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+// MP panels at once: MP independent memory streams and float chains. One
+// sequential stream per core left DRAM bandwidth unused (bench_matmul, Q4_0
+// w_down, 2 threads: 15.7 GB/s with one panel at a time, 18.8 with two,
+// 21.3 with four, 19.9 with eight; software prefetch did not help).
+template <int MP, bool Q4>
+inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t nb, const XBlock* xq, float* y,
+                          int64_t avail) {
+  using P = Pk<Q4>;
+  __m512 acc[MP];
+  for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int m = 0; m < MP; ++m) {
+      const uint8_t* pan = pan0 + m * pbytes;
+      const uint8_t* l = P::lev(pan, b);
+      __m512i W[8];
+      for (int k = 0; k < 8; ++k) W[k] = P::vec(l, k);
+      const __m512 ws = P::scale(pan, b);
+      acc[m] = block_step<false, false>(W, ws, ws, ws, xq[b], acc[m]);
+    }
+  }
+  for (int m = 0; m < MP; ++m) _mm512_mask_storeu_ps(y + m * L, lanes(avail - m * L), acc[m]);
+}
+
+template <bool Q4>
+void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
+  using P = Pk<Q4>;
+  const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+  int64_t p0 = r0;
+  for (; p0 + 3 * L < r1; p0 += 4 * L)
+    matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+  for (; p0 + L < r1; p0 += 2 * L)
+    matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+  if (p0 < r1) matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+}
+
+// RT activation rows x one panel over blocks [kb0, kb0 + kb). Accumulators
+// live in y between K slices (exact round trip).
+template <int RT, bool Q4>
+void tile1(const uint8_t* pan, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb, int64_t i0,
+           float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
+  using P = Pk<Q4>;
+  __m512 acc[RT];
+  for (int i = 0; i < RT; ++i)
+    acc[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + (i0 + i) * ldy + p0);
+  for (int64_t b = kb0; b < kb0 + kb; ++b) {
+    const uint8_t* l = P::lev(pan, b);
+    __m512i W[8];
+    for (int k = 0; k < 8; ++k) W[k] = P::vec(l, k);
+    const __m512 ws = P::scale(pan, b);
+    for (int i = 0; i < RT; ++i) acc[i] = block_step<false, false>(W, ws, ws, ws, xq[(i0 + i) * nb + b], acc[i]);
+  }
+  for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
+}
+
+// RT activation rows x two panels (32 weight rows): each broadcast
+// activation dword feeds two vpdpbusd. One integer chain per (row, panel),
+// then exactly block_step's float step, so results equal tile1's.
+template <int RT, bool Q4>
+void tile2(const uint8_t* pa, const uint8_t* pb, int64_t kb0, int64_t kb, const XBlock* xq,
+           int64_t nb, int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
+  using P = Pk<Q4>;
+  __m512 aa[RT], ab[RT];
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    aa[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+    ab[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
+  }
+  for (int64_t b = kb0; b < kb0 + kb; ++b) {
+    const uint8_t* la = P::lev(pa, b);
+    const uint8_t* lb = P::lev(pb, b);
+    const XBlock* xr[RT];
+    for (int i = 0; i < RT; ++i) xr[i] = xq + (i0 + i) * nb + b;
+    __m512i ia[RT], ib[RT];
+    for (int i = 0; i < RT; ++i) ia[i] = ib[i] = _mm512_set1_epi32(xr[i]->corr[0]);
+    for (int k = 0; k < 8; ++k) {
+      const __m512i va = P::vec(la, k), vb = P::vec(lb, k);
+      for (int i = 0; i < RT; ++i) {
+        const __m512i xv = bcast4(xr[i]->q + 4 * k);
+        ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
+        ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
+      }
+    }
+    const __m512 wsa = P::scale(pa, b), wsb = P::scale(pb, b);
+    for (int i = 0; i < RT; ++i) {
+      const __m512 xd = _mm512_set1_ps(xr[i]->d);
+      aa[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[i]), _mm512_mul_ps(wsa, xd), aa[i]);
+      ab[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib[i]), _mm512_mul_ps(wsb, xd), ab[i]);
+    }
+  }
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    _mm512_storeu_ps(yr, aa[i]);
+    _mm512_mask_storeu_ps(yr + L, valid_b, ab[i]);
+  }
+}
+
+template <bool Q4>
+void tiles1(const uint8_t* pan, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb, int64_t n,
+            float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
+  int64_t i0 = 0;
+  for (; i0 + R <= n; i0 += R) tile1<R, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 + 4 <= n; i0 += 4) tile1<4, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 < n; ++i0) tile1<1, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+}
+
+template <bool Q4>
+void tiles2(const uint8_t* pa, const uint8_t* pb, int64_t kb0, int64_t kb, const XBlock* xq,
+            int64_t nb, int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
+  int64_t i0 = 0;
+  for (; i0 + 6 <= n; i0 += 6) tile2<6, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+  switch (n - i0) {
+    case 5: return tile2<5, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 4: return tile2<4, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 3: return tile2<3, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 2: return tile2<2, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 1: return tile2<1, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    default: return;
+  }
+}
+
+template <bool Q4>
+void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                 int64_t ldy) {
+  using P = Pk<Q4>;
+  const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+  for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
+    const uint8_t* pa = w.packed + (p0 / L) * pbytes;
+    const bool two = p0 + L < r1;
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+      if (two) tiles2<Q4>(pa, pa + pbytes, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0 - L));
+      else tiles1<Q4>(pa, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0));
+    }
+  }
+}
+
+}  // namespace
+
+void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
+                              int64_t n, float* y, int64_t ldy) {
+  // Tasks start on panel boundaries (the driver's row_align is 2 panels).
+  const bool q4 = w.type == GgmlType::Q4_0;
+  if (n == 1) {
+    if (q4) matvec_packed<true>(w, r0, r1, xq, y);
+    else matvec_packed<false>(w, r0, r1, xq, y);
+  } else {
+    if (q4) gemm_packed<true>(w, r0, r1, xq, n, y, ldy);
+    else gemm_packed<false>(w, r0, r1, xq, n, y, ldy);
+  }
+}
+
+KVS_TARGET_END()
+
+}  // namespace kvs::mm

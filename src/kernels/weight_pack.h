@@ -1,0 +1,76 @@
+// Load-time weight repacking (PackLayout::Panel16).
+//
+// The file layout keeps each weight row's blocks together, so a kernel that
+// computes 16 rows per zmm (one row per lane) must gather 16 scattered rows
+// and transpose them for every 32-element block, every token (decode), or
+// every step into scratch (prefill / batched decode). Panel16 does that once
+// at load time:
+//
+//   panel p = rows 16p .. 16p+15 (the last panel repeats its last real row)
+//   panel bytes = ceil(nb / 2) pair units, nb = cols / 32
+//   pair unit c = blocks 2c and 2c+1 of the 16 rows:
+//     [levels of block 2c: LB bytes][levels of block 2c+1: LB][scales: 64]
+//   levels, Q8_0 (LB = 512): 8 vectors of 64 B; vector k, lane r (4 bytes)
+//     = elements 4k..4k+3 of row r as u8 levels q + 128
+//   levels, Q4_0 (LB = 256): 4 vectors of 64 B; vector k, lane r
+//     = bytes 4k..4k+3 of row r's nibble array (elements 4k..4k+3 in the low
+//     nibbles, 16+4k..16+4k+3 in the high), i.e. u = q + 8 after a mask
+//   scales: 16 fp16 for block 2c (lane order), then 16 for block 2c+1
+//   An odd nb leaves the last unit's second block zero (never read).
+//
+// Every unit is a multiple of 64 B, so vectors load aligned. The values are
+// the file's bit for bit: the kernels' integer dots and float chains, hence
+// their results, are unchanged (tests compare bit-exactly).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/matmul.h"
+
+namespace kvs {
+
+// True when the active ISA has a kernel for `w` in Panel16 (AVX-512 VNNI,
+// Q8_0 or Q4_0).
+bool packable(const WeightView& w);
+size_t packed_size(const WeightView& w);  // bytes of the Panel16 copy
+// Writes the Panel16 copy of `w` to dst (64-byte aligned, packed_size bytes).
+void pack_panel16(const WeightView& w, uint8_t* dst);
+
+// Anonymous memory holding packed copies (transparent huge pages requested:
+// a decode step streams the whole of it). Move-only.
+class PackedArena {
+ public:
+  PackedArena() = default;
+  explicit PackedArena(size_t bytes);
+  PackedArena(PackedArena&& o) noexcept;
+  PackedArena& operator=(PackedArena&& o) noexcept;
+  PackedArena(const PackedArena&) = delete;
+  PackedArena& operator=(const PackedArena&) = delete;
+  ~PackedArena();
+  uint8_t* data() const { return base_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Packs every packable matrix among `items` into one arena and points their
+// views at it. Returns the arena (empty when nothing was packed). With
+// `release_source`, a packed matrix's file pages are dropped from this
+// process (madvise) so resident memory is not doubled; they fault back in
+// from the page cache if a non-packed path reads them (an ISA override, an
+// embedding row lookup). Set it only for data in a read-only file mapping.
+struct PackItem {
+  WeightView* w;
+  bool release_source;
+};
+PackedArena pack_weights(const std::vector<PackItem>& items);
+
+// Drops [p, p + n) from this process's resident set (whole pages inside the
+// range only). For read-only file mappings.
+void release_mapped_pages(const void* p, size_t n);
+
+}  // namespace kvs
