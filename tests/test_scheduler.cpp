@@ -265,6 +265,44 @@ TEST(Scheduler, DecodesFirstThenPrefillChunks) {
   EXPECT_EQ(h.tk(1, 0), h.expected(8, 50, 1));
 }
 
+// A burst sharing one long prompt prefix: the second request waits while the
+// first computes the shared blocks, then admits as a cache hit, so the
+// prefix goes through the model once (not once per request). A request with
+// a different prompt is not held back.
+TEST(Scheduler, BurstWaitsForAPrefixInFlight) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 128;
+  Harness h(pool(200), c);
+  auto submit_with = [&](int shared, int tail_salt) {
+    Request r;
+    for (int i = 0; i < shared; ++i) r.prompt.push_back((i * 7 + 1) % 60);          // the common prefix
+    for (int i = 0; i < 10; ++i) r.prompt.push_back((i * 11 + tail_salt) % 60);   // a unique tail
+    r.max_tokens = 3;
+    r.sampling.temperature = 0;
+    return h.sched.submit(std::move(r), h.now);
+  };
+  ASSERT_TRUE(submit_with(96, 5).accepted);   // request 1: 106 tokens, 6 full shared blocks
+  ASSERT_TRUE(submit_with(96, 9).accepted);   // request 2: same 96-token prefix
+  StepReport r = h.step();
+  // 2 waits (22 tokens of budget stay unused): 1 is computing the shared blocks.
+  EXPECT_EQ(r.admitted, std::vector<RequestId>{1});
+  EXPECT_EQ(r.prefill_tokens, 106);
+  EXPECT_EQ(h.sched.stats(h.now).prefix_waits, 1);
+  r = h.step();  // 1 decodes; 2 admits with 96 tokens cached: only its 10-token tail runs
+  EXPECT_EQ(r.admitted, std::vector<RequestId>{2});
+  EXPECT_EQ(r.decode_tokens, 1);
+  EXPECT_EQ(r.prefill_tokens, 10);
+  EXPECT_EQ(h.sched.stats(h.now).prefix_waits, 1);
+  // An unrelated prompt does not wait.
+  ASSERT_TRUE(h.submit(30, 2, SloClass::Interactive, "t", 1, 3).accepted);
+  ASSERT_TRUE(h.submit(40, 2, SloClass::Interactive, "t", 1, 4).accepted);
+  r = h.step();
+  EXPECT_EQ(r.admitted.size(), 2u);
+  h.run();
+  EXPECT_EQ(h.sched.stats(h.now).prefix_waits, 1);
+  EXPECT_EQ(h.sched.stats(h.now).prefill_tokens, 106 + 10 + 30 + 40);
+}
+
 TEST(Scheduler, ForksShareThePromptAndCancelFreesBlocks) {
   SchedulerConfig c;
   Harness h(pool(100), c);

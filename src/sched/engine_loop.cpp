@@ -241,6 +241,7 @@ void EngineLoop::Impl::publish(double t) {
   m.prefix_dropped_revoke = dropped_revoke;
   m.prefix_dropped_retention = dropped_retention;
   m.preemptions = s.preemptions;
+  m.prefix_waits = s.prefix_waits;
   m.rejections = s.rejections;
   m.requests_submitted = s.submitted;
   m.requests_finished = s.finished;

@@ -77,6 +77,7 @@ struct MetricsSnapshot {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_dropped_revoke = 0, prefix_dropped_retention = 0;  // cached blocks dropped
   int64_t preemptions = 0;
+  int64_t prefix_waits = 0;  // admissions deferred for a prefix in flight
   std::array<int64_t, kNumRejectReasons> rejections{};  // by RejectReason
   int64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0;        // over admitted requests (first admission)

@@ -341,6 +341,33 @@ bool Scheduler::make_room(int64_t need, int64_t limit, std::vector<Item>& plan, 
   return promised_blocks() + need <= limit;
 }
 
+// mu_ held. True when a running sequence in the same cache scope is still
+// prefilling full blocks that `h`'s prompt shares and the cache does not hold
+// yet. Admitting `h` now would compute that prefix a second time; after the
+// running prefill commits those blocks, `h` admits as a cache hit. (A burst
+// of requests with one system prompt: only the first computes it.)
+bool Scheduler::awaits_inflight_prefix(const Req& h) const {
+  const KvManager& kv = exec_.kv();
+  if (!kv.prefix_caching() || h.ch.empty()) return false;
+  const std::vector<int32_t>& p = h.ch[0].ctx;
+  const int bs = kv.block_size();
+  if (int(p.size()) < 2 * bs) return false;  // at most one full block: not worth a step
+  const int64_t cached = kv.cached_prefix_blocks(p, h.r.scope);
+  for (const Req* r : running_) {
+    if (!(r->r.scope == h.r.scope)) continue;
+    for (const Choice& c : r->ch) {
+      if (c.seq < 0 || c.done || int(c.ctx.size()) - kv.num_tokens(c.seq) <= 1) continue;  // not prefilling
+      const size_t n = std::min(p.size(), c.ctx.size());
+      size_t common = 0;
+      while (common < n && p[common] == c.ctx[common]) ++common;
+      // The prompt's last token is always computed, so a block ending there cannot be a hit.
+      const int64_t shared = int64_t(std::min(common, p.size() - 1)) / bs;
+      if (shared > cached) return true;
+    }
+  }
+  return false;
+}
+
 bool Scheduler::admit(Req* r, int& budget, std::vector<Item>& plan, double now) {
   bool any_gen = false;
   for (const Choice& c : r->ch) any_gen |= c.n_gen > 0;
@@ -567,6 +594,10 @@ StepReport Scheduler::step(double now, std::vector<TokenEvent>& out) {
       budget = cfg_.max_batch_tokens;
       for (const Item& it : plan) budget -= it.n;
       if (budget <= 0) break;
+    }
+    if (awaits_inflight_prefix(*h)) {
+      ++st_.prefix_waits;
+      break;
     }
     remove_queued(h);
     admit(h, budget, plan, now);

@@ -51,6 +51,7 @@ struct SchedStats {
   std::array<int, kNumSloClasses> queued{};
   int64_t total_blocks = 0, headroom_blocks = 0, promised_blocks = 0;
   int64_t preemptions = 0;
+  int64_t prefix_waits = 0;  // admissions deferred one step for a prefix another request is computing
   std::array<int64_t, kNumRejectReasons> rejections{};
   int64_t submitted = 0, finished = 0, cancelled = 0;
   int64_t prompt_tokens = 0, prefill_tokens = 0, generated_tokens = 0, steps = 0;
@@ -138,6 +139,7 @@ class Scheduler {
   void remove_queued(Req* r);
   void requeue(Req* r);
   bool admit(Req* r, int& budget, std::vector<Item>& plan, double now);
+  bool awaits_inflight_prefix(const Req& h) const;
   void preempt(Req* r, std::vector<Item>& plan, StepReport& rep);
   bool make_room(int64_t need, int64_t limit, std::vector<Item>& plan, StepReport& rep, double now);
   void release_seq(int64_t& seq);

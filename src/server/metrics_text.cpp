@@ -115,6 +115,9 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
   o.val("prefix_cache_dropped_blocks_total{reason=\"revoke\"}", double(m.prefix_dropped_revoke));
   o.val("prefix_cache_dropped_blocks_total{reason=\"retention\"}", double(m.prefix_dropped_retention));
   o.counter("preemptions_total", "Requests preempted to free KV blocks.", double(m.preemptions));
+  o.counter("prefix_waits_total",
+            "Admission steps deferred because another request was computing the same prompt prefix.",
+            double(m.prefix_waits));
   o.counter("prompt_tokens_total", "Prompt tokens of admitted requests.", double(m.prompt_tokens));
   o.counter("prefill_tokens_total", "Prompt (and recomputed) tokens that went through the model.",
             double(m.prefill_tokens));
