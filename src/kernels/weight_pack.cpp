@@ -33,6 +33,11 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
+bool repack_enabled() {
+  const char* v = std::getenv("KVS_REPACK");
+  return !(v && std::string(v) == "0");
+}
+
 bool packable(const WeightView& w) {
   if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0) return false;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % mm::kQBlock != 0) return false;

@@ -31,6 +31,10 @@
 
 namespace kvs {
 
+// Model::load (and the probe) repack unless the environment sets
+// KVS_REPACK=0: side-by-side benchmarks of the file layout, debugging.
+bool repack_enabled();
+
 // True when the active ISA has a kernel for `w` in Panel16 (AVX-512 VNNI,
 // Q8_0 or Q4_0).
 bool packable(const WeightView& w);

@@ -41,10 +41,6 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
 
 }  // namespace detail
 
-bool weight_repack_enabled() {
-  const char* v = std::getenv("KVS_REPACK");
-  return !(v && std::string(v) == "0");
-}
 
 std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path) {
   char magic[4] = {};
@@ -59,7 +55,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
   } else {
     detail::load_llama2c(*m, path, tokenizer_path);
   }
-  if (weight_repack_enabled()) {
+  if (repack_enabled()) {
     std::vector<PackItem> items;
     const bool mapped = m->gguf_ != nullptr;  // only file-mapped data may be released
     for (LayerWeights& l : m->w_.layers)

@@ -83,7 +83,4 @@ namespace kvs {
 // `kvserve plan` and by Model::load. Throws ModelError for unknown
 // architectures or missing keys, naming the key.
 ModelConfig config_from_gguf(const GgufFile& f);
-// Model::load repacks Q8_0/Q4_0 matrices for the AVX-512 kernels unless the
-// environment sets KVS_REPACK=0 (side-by-side benchmarks, debugging).
-bool weight_repack_enabled();
 }  // namespace kvs

@@ -8,9 +8,15 @@
 
 namespace kvs::sched {
 
+// How a preempted request gives back its blocks. Only recompute exists: on
+// this CPU backend the KV pool already is host memory, so "swapping blocks to
+// host memory" (vLLM's --swap-space, GPU -> CPU) would only move bytes
+// outside the pool's budget, i.e. over-commit memory. A preempted request's
+// full blocks go to the prefix cache's LRU; its recompute re-uses the ones
+// not evicted meanwhile (under the pressure that caused the preemption,
+// often none).
 enum class PreemptMode : uint8_t {
   Recompute,  // free the victim's blocks; re-prefill prompt + generated tokens later (prefix cache helps)
-  Swap,       // --preempt=swap: accepted, but not implemented yet: behaves as Recompute
 };
 
 struct SchedulerConfig {

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
+#include "kernels/weight_pack.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
 #include "tools/units.h"
@@ -400,14 +401,23 @@ KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, c
   std::vector<float> x(size_t(n_max) * size_t(cols)), y(size_t(n_max) * size_t(rows));
   for (auto& v : x) v = rnd();
   ThreadPool pool(threads);
-  size_t next = 0;
-  const auto product = [&](int n) {
-    WeightView w;
+  // The engine's view of each copy: repacked exactly as Model::load does, so
+  // the rates are those of the kernels a loaded model runs.
+  std::vector<WeightView> views(copies);
+  for (size_t c = 0; c < copies; ++c) {
+    WeightView& w = views[c];
     w.type = t;
-    w.data = buf.get() + next * mat;
+    w.data = buf.get() + c * mat;
     w.rows = rows;
     w.cols = cols;
     w.row_stride = stride;
+  }
+  std::vector<PackedArena> packed;
+  if (repack_enabled())
+    for (WeightView& w : views) packed.push_back(pack_weights({{&w, false}}));
+  size_t next = 0;
+  const auto product = [&](int n) {
+    const WeightView& w = views[next];
     next = (next + 1) % copies;
     matmul(w, x.data(), cols, n, y.data(), rows, pool);
   };
