@@ -130,7 +130,7 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
 int register_all() {
   for (GgmlType t : kTypes)
     for (const Shape& s : kShapes)
-      for (int64_t n : {int64_t(0), int64_t(1), int64_t(16), int64_t(128)})  // 0: n = 1, cache-hot
+      for (int64_t n : {int64_t(0), int64_t(1), int64_t(16), int64_t(128), int64_t(512)})  // 0: n = 1, cache-hot
         for (int threads : {1, 2}) {
           const bool cold = n == 1;
           const std::string name = kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +

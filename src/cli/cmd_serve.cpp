@@ -36,6 +36,7 @@ struct ServeArgs {
   int block_size = 16;
   int max_seqs = 64, max_batch_tokens = 512, max_queue = 256, default_max_tokens = 256;
   double max_request_share = 0.25, kv_headroom = 0.05, interactive_wait_s = 10, batch_wait_s = 300;
+  double tenant_share = -1;  // < 0: 0.5 with --api-keys, off without (one anonymous tenant)
   bool no_prefix_cache = false;
   KvArgs kv;
   WindowArgs window;
@@ -93,6 +94,9 @@ int run_serve(const ServeArgs& a) {
   lo.sched.max_seqs = a.max_seqs;
   lo.sched.max_queue = a.max_queue;
   lo.sched.max_request_share = a.max_request_share;
+  // Without keys every request is the one anonymous tenant: a per-tenant cap
+  // would only leave part of the pool unused.
+  lo.sched.tenant_quota_share = a.tenant_share >= 0 ? a.tenant_share : (a.api_keys.empty() ? 1.0 : 0.5);
   lo.sched.kv_headroom = a.kv_headroom;
   lo.sched.default_max_tokens = a.default_max_tokens;
   lo.sched.wait_limit_s = {a.interactive_wait_s, a.batch_wait_s};
@@ -189,6 +193,10 @@ void add_serve(CLI::App& app, Runner& run) {
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   c->add_option("--max-request-share", a->max_request_share, "Largest share of the KV pool one request may need")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  c->add_option("--tenant-share", a->tenant_share,
+                "Largest share of the KV pool one tenant's running + queued requests may need "
+                "(>= 1: off; default 0.5 with --api-keys, off without)")
+      ->check(CLI::Range(-1.0, 1e9));
   c->add_option("--kv-headroom", a->kv_headroom, "Share of the KV pool never promised")
       ->capture_default_str()->check(CLI::Range(0.0, 0.9));
   c->add_option("--interactive-wait", a->interactive_wait_s, "Seconds an interactive request may wait before 429")

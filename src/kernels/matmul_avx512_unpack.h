@@ -272,6 +272,27 @@ struct UnpackQ6K {
   }
 };
 
+// ------------------------------------------------------------ Panel16 copies
+
+// Addressing of one packed panel (layout in weight_pack.h).
+template <bool Q4>
+struct Pk {
+  static constexpr int64_t LB = Q4 ? 256 : 512;  // level bytes per block
+  static constexpr int64_t UB = 2 * LB + 64;     // bytes per pair unit
+  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b >> 1) * UB + (b & 1) * LB; }
+  static __m512 scale(const uint8_t* pan, int64_t b) {
+    const uint8_t* s = pan + (b >> 1) * UB + 2 * LB + (b & 1) * 32;
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
+  }
+  // Vector k (0..7) of u8 levels: lane r = elements 4k..4k+3 of row r.
+  static __m512i vec(const uint8_t* l, int k) {
+    if (!Q4) return _mm512_load_si512(l + 64 * k);
+    const __m512i g = _mm512_load_si512(l + 64 * (k & 3));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    return k < 4 ? _mm512_and_si512(g, m4) : _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
+  }
+};
+
 // ------------------------------------------------------------ block kernel
 // (shared by the file-layout and the packed-layout drivers)
 
