@@ -303,6 +303,66 @@ TEST(Scheduler, BurstWaitsForAPrefixInFlight) {
   EXPECT_EQ(h.sched.stats(h.now).prefill_tokens, 106 + 10 + 30 + 40);
 }
 
+// Predicted waits: with a measured token rate, a request that would wait
+// past its class's limit behind the prompt tokens ahead of it is rejected at
+// submit (QueueTimeout, Retry-After = the estimate), not after the wait. A
+// queued prompt that will be a prefix hit counts only its new tokens.
+TEST(Scheduler, PredictedWaitRejectsAtOnce) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 64;
+  c.max_request_share = 1.0;
+  c.tenant_quota_share = 1.0;
+  c.wait_limit_s = {1.0, 2.0};
+  Harness h(pool(400), c);
+  ASSERT_TRUE(h.submit(1000, 4, SloClass::Interactive, "t", 1, 1).accepted);
+  h.step(0.1);
+  h.step(0.1);  // the first step's 64 tokens took 0.1 s: 640 tokens/s
+  EXPECT_NEAR(h.sched.stats(h.now).tokens_per_s, 640.0, 1e-6);
+  // 872 prompt tokens still ahead: (872 - 64) / 640 = 1.26 s > 1 s.
+  SubmitResult r = h.submit(1000, 4, SloClass::Interactive, "t", 1, 2);
+  ASSERT_FALSE(r.accepted);
+  EXPECT_EQ(r.reason, RejectReason::QueueTimeout);
+  EXPECT_DOUBLE_EQ(r.retry_after_s, 2.0);  // ceil(1.26)
+  EXPECT_NE(r.message.find("busy"), std::string::npos) << r.message;
+  // Batch requests may wait 2 s. The first repeats the running prompt: 992
+  // of its tokens will be a prefix hit, so it adds 8 tokens to the backlog.
+  const SubmitResult same = h.submit(1000, 4, SloClass::Batch, "t", 1, 1);  // (872 - 64) / 640 = 1.26 s
+  EXPECT_TRUE(same.accepted);
+  EXPECT_TRUE(h.submit(1000, 4, SloClass::Batch, "t", 1, 3).accepted);   // (872 + 8 - 64) / 640 = 1.28 s
+  r = h.submit(1000, 4, SloClass::Batch, "t", 1, 4);                     // (872 + 8 + 1000 - 64) / 640 = 2.84 s
+  EXPECT_FALSE(r.accepted);
+  EXPECT_EQ(r.reason, RejectReason::QueueTimeout);
+  EXPECT_DOUBLE_EQ(r.retry_after_s, 3.0);
+  h.run();
+  EXPECT_EQ(h.tk(1, 0), h.expected(1000, 4, 1));
+  EXPECT_EQ(h.tk(same.id, 0), h.expected(1000, 4, 1));
+}
+
+// A cold burst (no rate measured yet, so every request queues): as soon as
+// the first prefill steps give a rate, the queued requests that cannot be
+// admitted before their limit are rejected, long before the limit passes.
+TEST(Scheduler, ColdBurstRejectsQueuedOnceTheRateIsKnown) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 64;
+  c.max_request_share = 1.0;
+  c.tenant_quota_share = 1.0;
+  c.wait_limit_s = {1.0, 300.0};
+  Harness h(pool(800), c);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(h.submit(300, 2, SloClass::Interactive, "t", 1, i).accepted);
+  h.step(0.1);  // request 1 runs 64 of 300 tokens; nothing rejected yet (no rate)
+  EXPECT_TRUE(h.finals.empty());
+  h.step(0.1);  // 640 tokens/s measured; at t = 0.2 s (deadlines at 1 s):
+  // request 2: 235 running prompt tokens ahead -> (235 - 64) / 640 = 0.27 s: in time;
+  // request 3: + 300 of request 2 -> (535 - 64) / 640 = 0.74 s: in time;
+  // request 4: + 300 of request 3 -> (835 - 64) / 640 = 1.20 s: too late, rejected now.
+  ASSERT_EQ(h.finals.size(), 1u);
+  EXPECT_EQ(h.fin(4, 0).finish, FinishReason::Rejected);
+  EXPECT_EQ(h.fin(4, 0).reject_reason, RejectReason::QueueTimeout);
+  EXPECT_NEAR(h.now, 0.2, 1e-9);
+  h.run();
+  for (RequestId id : {1, 2, 3}) EXPECT_EQ(h.tk(id, 0).size(), 2u) << id;
+}
+
 TEST(Scheduler, ForksShareThePromptAndCancelFreesBlocks) {
   SchedulerConfig c;
   Harness h(pool(100), c);

@@ -76,6 +76,14 @@ double DrainRate::rate(double now) const {
   return idle > 0 ? rate_ * std::exp2(-idle / std::max(1e-3, halflife_)) : rate_;
 }
 
+void TokenRate::add(int64_t tokens, double seconds) {
+  if (seconds <= 0 || tokens <= 0) return;
+  const double inst = double(tokens) / seconds;
+  const double a = 1.0 - std::exp2(-seconds / std::max(1e-3, halflife_));
+  rate_ = seen_ ? rate_ + a * (inst - rate_) : inst;
+  seen_ = true;
+}
+
 double retry_after_s(int64_t deficit, double rate, const SchedulerConfig& c) {
   double s = c.fallback_retry_after_s;
   if (deficit <= 0) s = c.min_retry_after_s;

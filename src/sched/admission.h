@@ -56,6 +56,22 @@ class DrainRate {
   bool seen_ = false;
 };
 
+// Tokens the model processes per second (prefill + decode), from busy
+// steps only: each step's tokens over its measured duration, smoothed with
+// the same half-life as DrainRate. Used to predict how long a new request
+// would wait for admission behind the prompt tokens ahead of it.
+class TokenRate {
+ public:
+  explicit TokenRate(double halflife_s = 5.0) : halflife_(halflife_s) {}
+  void add(int64_t tokens, double seconds);  // one busy step
+  double rate() const { return seen_ ? rate_ : 0.0; }  // 0 until a step was seen
+
+ private:
+  double halflife_;
+  double rate_ = 0;
+  bool seen_ = false;
+};
+
 // Seconds until `deficit_blocks` are likely free at the current drain rate,
 // clamped to [min, max]; without any drain history, the fallback (the pool
 // is idle or just started: a short retry is the honest answer).

@@ -34,6 +34,7 @@ struct Scheduler::Req {
   bool ended = false;
   uint64_t admit_order = 0;
   int cached_tokens = 0;
+  int64_t est_tokens = 0;        // prompt tokens it will likely run (cached / shared prefix excluded), at submit
   std::vector<Choice> ch;
 };
 
@@ -52,7 +53,8 @@ Scheduler::Scheduler(StepExecutor& exec, const SchedulerConfig& cfg, std::functi
       bs_(exec.kv().block_size()),
       is_eog_(std::move(is_eog)),
       log_(std::move(log)),
-      drain_(cfg.drain_halflife_s) {
+      drain_(cfg.drain_halflife_s),
+      tok_rate_(cfg.drain_halflife_s) {
   if (cfg.max_batch_tokens < 1) throw std::invalid_argument("--max-batch-tokens must be >= 1");
   if (cfg.max_seqs < 1) throw std::invalid_argument("--max-seqs must be >= 1");
   if (cfg.max_queue < 0) throw std::invalid_argument("--max-queue must be >= 0");
@@ -154,6 +156,20 @@ SubmitResult Scheduler::submit(Request req, double now) {
     if (tb == 0) tenant_blocks_.erase(req.tenant);
     return res;
   }
+  // A request that would wait past its class's limit is told so now, not
+  // after the wait (a burst of long prompts on a busy engine).
+  const int64_t est = estimate_tokens(req);
+  const double wait = predicted_wait_s(req.slo);
+  if (wait > cfg_.wait_limit_s[size_t(req.slo)]) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "the engine is busy: admission would take about %.0f s (%s requests wait at most %.0f s)", wait,
+                  to_string(req.slo), cfg_.wait_limit_s[size_t(req.slo)]);
+    SubmitResult res = reject_submit(req, need, RejectReason::QueueTimeout, buf, now);
+    res.retry_after_s = std::clamp(std::ceil(wait), cfg_.min_retry_after_s, cfg_.max_retry_after_s);
+    if (tb == 0) tenant_blocks_.erase(req.tenant);
+    return res;
+  }
   auto q = std::make_unique<Req>();
   if (req.id == 0) {
     while (reqs_.count(next_id_)) ++next_id_;
@@ -162,6 +178,7 @@ SubmitResult Scheduler::submit(Request req, double now) {
   q->id = req.id;
   q->max_tokens = max_tokens;
   q->footprint = need;
+  q->est_tokens = est;
   q->arrival = now;
   q->ch.resize(size_t(req.n));
   for (int i = 0; i < req.n; ++i) {
@@ -352,7 +369,7 @@ bool Scheduler::awaits_inflight_prefix(const Req& h) const {
   const std::vector<int32_t>& p = h.ch[0].ctx;
   const int bs = kv.block_size();
   if (int(p.size()) < 2 * bs) return false;  // at most one full block: not worth a step
-  const int64_t cached = kv.cached_prefix_blocks(p, h.r.scope);
+  const int64_t cached = kv.cached_prefix_blocks(p, exec_.kv_scope(h.r.scope));
   for (const Req* r : running_) {
     if (!(r->r.scope == h.r.scope)) continue;
     for (const Choice& c : r->ch) {
@@ -366,6 +383,53 @@ bool Scheduler::awaits_inflight_prefix(const Req& h) const {
     }
   }
   return false;
+}
+
+// mu_ held. Prompt tokens a new request will likely put through the model:
+// its prompt minus the longest full-block prefix it can reuse, whether cached
+// now or being computed by a running or queued request of the same scope
+// (which it will wait for, see awaits_inflight_prefix).
+int64_t Scheduler::estimate_tokens(const Request& req) const {
+  const int64_t P = int64_t(req.prompt.size());
+  const KvManager& kv = exec_.kv();
+  if (!kv.prefix_caching()) return P;
+  int64_t reuse = int64_t(kv.cached_prefix_blocks(req.prompt, exec_.kv_scope(req.scope))) * bs_;
+  auto consider = [&](const Req* o) {
+    if (!(o->r.scope == req.scope)) return;
+    const std::vector<int32_t>& p = o->r.prompt;
+    const size_t n = std::min(p.size(), req.prompt.size());
+    size_t common = 0;
+    while (common < n && p[common] == req.prompt[common]) ++common;
+    reuse = std::max<int64_t>(reuse, int64_t(common) / bs_ * bs_);
+  };
+  for (const Req* o : running_) consider(o);
+  for (const auto& q : queue_)
+    for (const Req* o : q) consider(o);
+  return P - std::min(reuse, P - 1);
+}
+
+// mu_ held. Context tokens of running choices not yet in the cache (their
+// prefill still to run; a decoding choice has none).
+int64_t Scheduler::running_prefill_tokens() const {
+  const KvManager& kv = exec_.kv();
+  int64_t n = 0;
+  for (const Req* r : running_)
+    for (const Choice& c : r->ch)
+      if (c.seq >= 0 && !c.done) n += std::max<int64_t>(0, int64_t(c.ctx.size()) - kv.num_tokens(c.seq) - 1);
+  return n;
+}
+
+// mu_ held. Seconds a new request of class `cls` would likely wait for
+// admission: the prompt tokens still to run ahead of it (running prefills,
+// then queued requests of its class or a more urgent one), less one step's
+// budget, at the measured token rate. 0 until a rate was measured.
+double Scheduler::predicted_wait_s(SloClass cls) const {
+  const double rate = tok_rate_.rate();
+  if (rate <= 0) return 0;
+  int64_t ahead = running_prefill_tokens();
+  for (int k = 0; k <= int(cls); ++k)
+    for (const Req* q : queue_[size_t(k)]) ahead += q->est_tokens;
+  return double(std::max<int64_t>(0, ahead - cfg_.max_batch_tokens)) / rate;
 }
 
 bool Scheduler::admit(Req* r, int& budget, std::vector<Item>& plan, double now) {
@@ -523,6 +587,10 @@ void Scheduler::sample_choice(Req* r, int ci, const float* logits, int nv, std::
 
 StepReport Scheduler::step(double now, std::vector<TokenEvent>& out) {
   std::lock_guard lk(mu_);
+  // The previous step's tokens over its duration (busy steps only).
+  if (last_step_tokens_ > 0 && now > last_step_at_) tok_rate_.add(last_step_tokens_, now - last_step_at_);
+  last_step_tokens_ = 0;
+  last_step_at_ = now;
   StepReport rep;
   ended_.clear();
   // 1. Cancellations free their blocks before anything is planned.
@@ -536,11 +604,20 @@ StepReport Scheduler::step(double now, std::vector<TokenEvent>& out) {
   }
   cancels_.clear();
   // 2. Wait limits (only requests that never ran: a preempted one has
-  //    already streamed tokens and is finished, not rejected).
+  //    already streamed tokens and is finished, not rejected). With a
+  //    measured prefill rate, a request that cannot be admitted before its
+  //    limit (the prompt tokens ahead of it at that rate) is rejected now,
+  //    not when the limit passes: a burst gets its 429s at once.
+  const double rate = tok_rate_.rate();
+  int64_t ahead = running_prefill_tokens();
   for (int k = 0; k < kNumSloClasses; ++k) {
     std::vector<Req*> expired;
-    for (Req* r : queue_[size_t(k)])
-      if (!r->started && now - r->arrival > cfg_.wait_limit_s[size_t(k)]) expired.push_back(r);
+    for (Req* r : queue_[size_t(k)]) {
+      const double deadline = r->arrival + cfg_.wait_limit_s[size_t(k)];
+      const double eta = rate > 0 ? now + double(std::max<int64_t>(0, ahead - cfg_.max_batch_tokens)) / rate : now;
+      if (!r->started && (now > deadline || eta > deadline)) expired.push_back(r);
+      else ahead += r->started ? int64_t(r->ch[0].ctx.size()) : r->est_tokens;
+    }
     for (Req* r : expired) {
       remove_queued(r);
       reject_locked(r, RejectReason::QueueTimeout, now, out);
@@ -662,6 +739,14 @@ StepReport Scheduler::step(double now, std::vector<TokenEvent>& out) {
   drain_.add(freed_this_step_, now);
   freed_this_step_ = 0;
   promised_published_ = promised_blocks();
+  // The prefill rate: steps that were mostly prefill, timed by the next
+  // step's start. That follows at once only while work remains (an idle
+  // engine thread waits, and that wait is not step time). Decode-only steps
+  // are not counted: their few tokens per weight pass would understate how
+  // fast queued prompts are served.
+  bool more = !running_.empty();
+  for (const auto& q : queue_) more = more || !q.empty();
+  if (more && 2 * rep.prefill_tokens >= cfg_.max_batch_tokens) last_step_tokens_ = rep.prefill_tokens + rep.decode_tokens;
   return rep;
 }
 
@@ -712,6 +797,7 @@ SchedStats Scheduler::stats(double now) const {
   for (int k = 0; k < kNumSloClasses; ++k) s.queued[size_t(k)] = int(queue_[size_t(k)].size());
   s.promised_blocks = promised_blocks();
   s.drain_blocks_per_s = drain_.rate(now);
+  s.tokens_per_s = tok_rate_.rate();
   return s;
 }
 

@@ -56,6 +56,7 @@ struct SchedStats {
   int64_t submitted = 0, finished = 0, cancelled = 0;
   int64_t prompt_tokens = 0, prefill_tokens = 0, generated_tokens = 0, steps = 0;
   double drain_blocks_per_s = 0;
+  double tokens_per_s = 0;  // model tokens per second over prefill-heavy steps (admission wait estimates)
 };
 
 // What one step did (tests, benchmarks).
@@ -120,6 +121,9 @@ class Scheduler {
   std::unordered_set<RequestId> cancels_;
   std::unordered_map<std::string, int64_t> tenant_blocks_;  // running + queued footprints
   DrainRate drain_;
+  TokenRate tok_rate_;             // model tokens per second over prefill-heavy steps
+  double last_step_at_ = -1;
+  int64_t last_step_tokens_ = 0;   // tokens of the last step, 0 when it ended idle
   int64_t promised_published_ = 0;
   SchedStats st_;
 
@@ -140,6 +144,9 @@ class Scheduler {
   void requeue(Req* r);
   bool admit(Req* r, int& budget, std::vector<Item>& plan, double now);
   bool awaits_inflight_prefix(const Req& h) const;
+  int64_t estimate_tokens(const Request& req) const;
+  double predicted_wait_s(SloClass cls) const;
+  int64_t running_prefill_tokens() const;
   void preempt(Req* r, std::vector<Item>& plan, StepReport& rep);
   bool make_room(int64_t need, int64_t limit, std::vector<Item>& plan, StepReport& rep, double now);
   void release_seq(int64_t& seq);
