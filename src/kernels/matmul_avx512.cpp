@@ -272,6 +272,36 @@ void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlo
   }
 }
 
+// Q4_K Panel16 weights at n > 1: each K slice's super-blocks into the
+// scratch layout (levels, ws, wm as floats), then the scratch tiles.
+void gemm_packed_scratch_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                           float* y, int64_t ldy, Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock, pbytes = w.cols / 256 * PkK::UB;
+  uint8_t* slice_a = scratch.buf;
+  uint8_t* slice_b = scratch.buf + KB * kPanelBlockBytes;
+  auto copy = [](const uint8_t* pan, int64_t u, uint8_t* dst) {  // super-block u -> 8 scratch blocks
+    PkK::unit(pan + u * PkK::UB, [&](int j, const __m512i* W, __m512 ws, __m512 wm) {
+      uint8_t* o = dst + j * kPanelBlockBytes;
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
+      _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws);
+      _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
+    });
+  };
+  for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
+    const uint8_t* pa = w.packed + (p0 / L) * pbytes;
+    const bool two = p0 + L < r1;
+    const __mmask16 va = lanes16(r1 - p0), vb = two ? lanes16(r1 - p0 - L) : 0;
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;  // KB and kb0 are multiples of 8
+      for (int64_t bb = 0; bb < kb; bb += 8) {
+        copy(pa, (kb0 + bb) / 8, slice_a + bb * kPanelBlockBytes);
+        if (two) copy(pa + pbytes, (kb0 + bb) / 8, slice_b + bb * kPanelBlockBytes);
+      }
+      run_slice<false, true>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
+    }
+  }
+}
+
 template <class U>
 void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
               float* y, int64_t ldy, Scratch s) {
@@ -282,6 +312,7 @@ void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlo
 void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                        float* y, int64_t ldy, Scratch s) {
   if (w.pack == PackLayout::Panel16) {
+    if (w.type == GgmlType::Q4_K && n > 1) return gemm_packed_scratch_k(w, r0, r1, xq, n, y, ldy, s);
     if (n < kPackedScratchN) return quant_rows_avx512_packed(w, r0, r1, xq, n, y, ldy);
     if (w.type == GgmlType::Q4_0) return gemm_packed_scratch<true>(w, r0, r1, xq, n, y, ldy, s);
     return gemm_packed_scratch<false>(w, r0, r1, xq, n, y, ldy, s);

@@ -293,6 +293,33 @@ struct Pk {
   }
 };
 
+// One Q4_K super-block of a packed panel (the Q4_K unit of weight_pack.h):
+// hands the sink each sub-block j's levels W[8], ws = d * sc_j and
+// wm = -(dmin * m_j), the same operations k4_scales() applies to the file.
+struct PkK {
+  static constexpr int64_t UB = 2368;
+  template <class F>
+  static inline void unit(const uint8_t* u, F&& f) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2048)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2080)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      __m512i g[8];
+      for (int k = 0; k < 8; ++k) g[k] = _mm512_load_si512(u + (8 * c + k) * 64);
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        __m512i W[8];
+        for (int k = 0; k < 8; ++k) W[k] = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2112 + 16 * j)));
+        const __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2240 + 16 * j)));
+        const __m512 ws = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        const __m512 wm = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f));
+        f(j, W, ws, wm);
+      }
+    }
+  }
+};
+
 // ------------------------------------------------------------ block kernel
 // (shared by the file-layout and the packed-layout drivers)
 

@@ -16,15 +16,19 @@
 
 #include "kernels/cpu.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/quant_internal.h"
 
 namespace kvs {
 namespace {
 
 constexpr int64_t kLanes = 16;
 
+constexpr int64_t kQ4KUnit = 2368;  // one Q4_K super-block of 16 rows (weight_pack.h)
+
 int64_t level_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 512 : 256; }
 int64_t unit_bytes(GgmlType t) { return 2 * level_bytes(t) + 64; }
 int64_t panel_bytes(const WeightView& w) {
+  if (w.type == GgmlType::Q4_K) return w.cols / QK_K * kQ4KUnit;
   const int64_t nb = w.cols / mm::kQBlock;
   return (nb + 1) / 2 * unit_bytes(w.type);
 }
@@ -39,8 +43,8 @@ bool repack_enabled() {
 }
 
 bool packable(const WeightView& w) {
-  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0) return false;
-  if (w.rows <= 0 || w.cols <= 0 || w.cols % mm::kQBlock != 0) return false;
+  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K) return false;
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
   return active_isa() == Isa::Avx512;
 }
 
@@ -50,8 +54,37 @@ size_t packed_size(const WeightView& w) {
 
 namespace {
 
+// Q4_K panels [p_begin, p_end): per super-block, the nibble bytes as 4
+// pairs x 8 vectors, then d[16], dmin[16] (fp16), then the decoded 6-bit
+// scales [8][16] and mins [8][16] as bytes.
+void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      const int64_t r = std::min(p * kLanes + lane, w.rows - 1);
+      const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.row(r));
+      for (int64_t u = 0; u < nsb; ++u) {
+        const BlockQ4_K& b = blocks[u];
+        uint8_t* unit = dst + p * pb + u * kQ4KUnit;
+        for (int c = 0; c < 4; ++c)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(unit + (8 * c + k) * 64 + 4 * lane, b.qs + 32 * c + 4 * k, 4);
+        std::memcpy(unit + 2048 + 2 * lane, &b.d, 2);
+        std::memcpy(unit + 2048 + 32 + 2 * lane, &b.dmin, 2);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, m;
+          detail::get_scale_min_k4(j, b.scales, &sc, &m);
+          unit[2112 + 16 * j + lane] = sc;
+          unit[2240 + 16 * j + lane] = m;
+        }
+      }
+    }
+  }
+}
+
 // Panels [p_begin, p_end) of the Panel16 copy.
 void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type), ub = unit_bytes(w.type);
   const int64_t pb = panel_bytes(w);
   const bool q8 = w.type == GgmlType::Q8_0;
@@ -87,7 +120,7 @@ void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_e
 }  // namespace
 
 void pack_panel16(const WeightView& w, uint8_t* dst) {
-  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0)
+  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K)
     throw std::invalid_argument("pack_panel16: unsupported type " + type_name(w.type));
   pack_panels(w, dst, 0, (w.rows + kLanes - 1) / kLanes);
 }

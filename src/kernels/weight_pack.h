@@ -18,6 +18,16 @@
 //   scales: 16 fp16 for block 2c (lane order), then 16 for block 2c+1
 //   An odd nb leaves the last unit's second block zero (never read).
 //
+// Q4_K: the unit is one 256-element super-block of the 16 rows, 2368 B:
+//   [0, 2048)     4 pairs c x 8 vectors: vector (c, k), lane r = bytes
+//                 32c+4k .. 32c+4k+3 of row r's nibble array (low nibbles:
+//                 sub-block 2c, high: 2c+1, elements 4k..4k+3 of each)
+//   [2048, 2112)  d[16] then dmin[16], fp16 (lane order)
+//   [2112, 2240)  the 6-bit scales, decoded: byte 16j + r = scale j of row r
+//   [2240, 2368)  the 6-bit mins, likewise
+//   so a kernel forms ws = d * sc and wm = -(dmin * m) exactly as from the
+//   file (3% more bytes than the file's 144 B x 16).
+//
 // Every unit is a multiple of 64 B, so vectors load aligned. The values are
 // the file's bit for bit: the kernels' integer dots and float chains, hence
 // their results, are unchanged (tests compare bit-exactly).
@@ -36,7 +46,7 @@ namespace kvs {
 bool repack_enabled();
 
 // True when the active ISA has a kernel for `w` in Panel16 (AVX-512 VNNI,
-// Q8_0 or Q4_0).
+// Q8_0, Q4_0 or Q4_K).
 bool packable(const WeightView& w);
 size_t packed_size(const WeightView& w);  // bytes of the Panel16 copy
 // Writes the Panel16 copy of `w` to dst (64-byte aligned, packed_size bytes).
