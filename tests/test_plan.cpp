@@ -666,6 +666,48 @@ TEST(Probe, KernelMeasurementIsPositive) {
   EXPECT_THROW(measure_kernel("q4_0", 64, 100, {1}, 1u << 20, 1, 1, 0.01), std::invalid_argument);  // not whole blocks
 }
 
+// The measured attention rate prices the expected attention term (the
+// ceiling keeps the FP32 peak), and it round-trips through the profile.
+TEST(PlanExpected, MeasuredAttentionRate) {
+  PlanInput in = synthetic_input();
+  in.hw.kernels = {synthetic_q8_kernel()};
+  in.hw.attention_ops = 5e10;  // 20x below the 1e12 FP32 peak
+  const PlanResult p = make_plan(in);
+  const PlanResult q = make_plan(synthetic_input());
+  const ModelShape& m = p.in.model;
+  for (size_t i = 0; i < p.roofline.size(); ++i) {
+    const RooflinePoint& r = p.roofline[i];
+    const double kv = double(r.batch) * 100.0 * double(p.kv_bytes_per_token) / 20e9;
+    const double ops = double(r.batch) * 4.0 * m.n_layers * m.n_heads * m.head_dim * 100.0 / 5e10;
+    EXPECT_NEAR(r.t_attention, std::max(kv, ops), 1e-15) << r.batch;
+    EXPECT_DOUBLE_EQ(r.tok_s, q.roofline[i].tok_s) << r.batch;  // the ceiling is unchanged
+  }
+  HardwareProfile hp;
+  hp.mem_total_bytes = 1ull << 30;
+  hp.bandwidth = 20e9;
+  hp.attention = {512, 2, 4.5e10};
+  const nlohmann::json j = profile_to_json(hp);
+  ASSERT_TRUE(j.contains("attention"));
+  const HardwareProfile back = profile_from_json(j);
+  EXPECT_EQ(back.attention.ctx, 512);
+  EXPECT_EQ(back.attention.threads, 2);
+  EXPECT_DOUBLE_EQ(back.attention.ops_per_s, 4.5e10);
+  EXPECT_DOUBLE_EQ(hardware_from_profile(back, "test").attention_ops, 4.5e10);
+  nlohmann::json bad = j;
+  bad["attention"]["ops_per_s"] = 0;
+  EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
+  nlohmann::json old = j;
+  old.erase("attention");
+  EXPECT_EQ(profile_from_json(old).attention.ops_per_s, 0.0);  // older profiles still load
+}
+
+TEST(Probe, AttentionMeasurementIsPositive) {
+  const AttentionRate a = measure_attention(64, 1, 0.02);
+  EXPECT_EQ(a.ctx, 64);
+  EXPECT_GT(a.ops_per_s, 1e8);
+  EXPECT_THROW(measure_attention(4, 1, 0.01), std::invalid_argument);
+}
+
 // ---- CLI -------------------------------------------------------------------------
 
 TEST(PlanCli, PresetTextAndJson) {

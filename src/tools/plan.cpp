@@ -49,6 +49,7 @@ Hardware hardware_from_profile(const HardwareProfile& p, const std::string& sour
   h.flops_bf16 = p.bf16.peak;
   h.flops_int8 = p.int8.peak;
   h.kernels = p.kernels;
+  h.attention_ops = p.attention.ops_per_s;
   return h;
 }
 
@@ -116,7 +117,10 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const double bw = hw.bandwidth;
   const double t_kv = bw > 0 ? r.kv_bytes / bw : 0;
   const double attn_ops = double(batch) * attn_ops_per_position(m) * double(ctx);
-  const double t_attn_ops = hw.flops_fp32 > 0 ? attn_ops / hw.flops_fp32 : 0;
+  // The measured attention kernel when the profile has it (it runs far
+  // below the FMA peak), else the FP32 peak.
+  const double attn_rate = hw.attention_ops > 0 ? hw.attention_ops : hw.flops_fp32;
+  const double t_attn_ops = attn_rate > 0 ? attn_ops / attn_rate : 0;
   r.t_attention = std::max(t_kv, t_attn_ops);
   double biggest = r.t_attention;
   r.limit = t_kv >= t_attn_ops ? "KV read" : "attention compute";

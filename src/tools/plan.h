@@ -42,6 +42,7 @@ struct Hardware {
   double flops_fp32 = 0, flops_bf16 = 0, flops_int8 = 0;  // ops/s; 0 = unknown
   double flops_for(const std::string& path) const;  // path: fp32 | bf16 | int8
   std::vector<KernelRate> kernels;  // measured kvs::matmul rates; empty: expected = roofline
+  double attention_ops = 0;         // measured decode attention ops/s; 0: expected uses flops_fp32
   const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if absent
 };
 

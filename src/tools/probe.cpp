@@ -566,6 +566,8 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
       p.kernels.push_back(std::move(k));
     }
   }
+  p.attention = measure_attention(512, n, opt.flops_seconds);
+  say("decode attention (f32 KV, ctx 512): " + format_si(p.attention.ops_per_s, "OP/s"));
   return p;
 }
 
@@ -597,6 +599,8 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                    {"buffer_bytes", p.kernel_buffer_bytes},
                    {"types", types}};
   }
+  if (p.attention.ops_per_s > 0)
+    j["attention"] = {{"ctx", p.attention.ctx}, {"threads", p.attention.threads}, {"ops_per_s", p.attention.ops_per_s}};
   return j;
 }
 
@@ -618,6 +622,14 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
       if (e.contains("by_threads")) r->by_threads = points_from(e["by_threads"], "ops_per_s");
     }
     p.created = j.value("created", "");
+    if (j.contains("attention")) {  // optional: older profiles have no attention rate
+      const auto& a = j.at("attention");
+      p.attention.ctx = a.value("ctx", 0);
+      p.attention.threads = a.value("threads", 0);
+      p.attention.ops_per_s = a.at("ops_per_s").get<double>();
+      if (!(p.attention.ops_per_s > 0))
+        throw std::invalid_argument("malformed hardware profile: attention.ops_per_s must be positive");
+    }
     if (j.contains("matmul")) {  // optional: older profiles have no kernel rates
       const auto& m = j.at("matmul");
       p.kernel_threads = m.value("threads", 0);
@@ -695,6 +707,9 @@ std::string format_profile(const HardwareProfile& p) {
       o << "\n";
     }
   }
+  if (p.attention.ops_per_s > 0)
+    o << "decode attention (f32 KV, ctx " << p.attention.ctx << ", " << p.attention.threads
+      << " thread(s)): " << format_si(p.attention.ops_per_s, "OP/s") << "\n";
   return o.str();
 }
 

@@ -53,6 +53,16 @@ struct KernelRate {
   const KernelPoint* nearest(double n) const;
 };
 
+// The engine's decode attention (attention_group, paged f32 cache, the 1.1B
+// shape: 32 query / 8 kv heads of 64) at `ctx` keys per token, tokens of
+// many sequences spread over `threads` threads. ops = 4·heads·head_dim·ctx
+// per token (QKᵀ and P·V).
+struct AttentionRate {
+  int ctx = 0;
+  int threads = 0;
+  double ops_per_s = 0;  // 0 = not measured
+};
+
 struct HardwareProfile {
   std::string cpu;            // /proc/cpuinfo model name
   int logical_cores = 0;
@@ -67,6 +77,7 @@ struct HardwareProfile {
   uint64_t kernel_buffer_bytes = 0;  // all copies of the matrix together
   std::vector<KernelRate> kernels;
   const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if not measured
+  AttentionRate attention;    // absent in older profiles (ops_per_s 0)
   std::string created;        // UTC ISO-8601
 };
 
@@ -83,6 +94,8 @@ PeakRate measure_peak(const std::string& path, int max_threads, double seconds);
 KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
                           uint64_t buffer_bytes, int threads, int runs, double seconds);
 
+// Times the decode attention kernel for about `seconds` (probe_attention.cpp).
+AttentionRate measure_attention(int ctx, int threads, double seconds);
 nlohmann::json profile_to_json(const HardwareProfile& p);
 // Throws std::invalid_argument naming the missing or malformed key.
 HardwareProfile profile_from_json(const nlohmann::json& j);
