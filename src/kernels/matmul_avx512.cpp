@@ -243,63 +243,60 @@ void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const X
 // time, where the packed slices are fresh lines each time.
 constexpr int64_t kPackedScratchN = 64;
 
-inline __mmask16 lanes16(int64_t n) { return n >= L ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
-
-template <bool Q4>
-void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
-                         float* y, int64_t ldy, Scratch scratch) {
-  using P = Pk<Q4>;
-  const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+// Panel16 weights through scratch: `fill(panel, kb0, kb, dst)` writes blocks
+// [kb0, kb0 + kb) of one packed panel in the scratch layout, then the
+// scratch tiles run on two panels at a time, as gemm_panels does.
+template <bool MIN, class Fill>
+void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                      float* y, int64_t ldy, Scratch scratch, Fill fill) {
+  const int64_t nb = w.cols / kQBlock;
   uint8_t* slice_a = scratch.buf;  // [KB blocks][704 B], 64-B aligned
   uint8_t* slice_b = scratch.buf + KB * kPanelBlockBytes;
-  auto copy = [](const uint8_t* pan, int64_t b, uint8_t* o) {
-    const uint8_t* l = P::lev(pan, b);
-    for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, P::vec(l, k));
-    _mm512_store_ps(reinterpret_cast<float*>(o + 512), P::scale(pan, b));  // ws1 / wm unused: no sub16, no min
-  };
   for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
     const uint8_t* pa = w.packed + (p0 / L) * pbytes;
     const bool two = p0 + L < r1;
-    const __mmask16 va = lanes16(r1 - p0), vb = two ? lanes16(r1 - p0 - L) : 0;
+    const __mmask16 va = lanes(r1 - p0), vb = two ? lanes(r1 - p0 - L) : 0;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
-      for (int64_t bb = 0; bb < kb; ++bb) {
-        copy(pa, kb0 + bb, slice_a + bb * kPanelBlockBytes);
-        if (two) copy(pa + pbytes, kb0 + bb, slice_b + bb * kPanelBlockBytes);
-      }
-      run_slice<false, false>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;  // KB, kb0: multiples of 8 (whole K-quant super-blocks)
+      fill(pa, kb0, kb, slice_a);
+      if (two) fill(pa + pbytes, kb0, kb, slice_b);
+      run_slice<false, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
     }
   }
 }
 
-// Q4_K Panel16 weights at n > 1: each K slice's super-blocks into the
-// scratch layout (levels, ws, wm as floats), then the scratch tiles.
+// Q8_0 / Q4_0: a straight copy per block (levels, then the fp16 scale as float).
+template <bool Q4>
+void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                         int64_t ldy, Scratch scratch) {
+  using P = Pk<Q4>;
+  const int64_t pbytes = (w.cols / kQBlock + 1) / 2 * P::UB;
+  gemm_via_scratch<false>(w, pbytes, r0, r1, xq, n, y, ldy, scratch,
+                          [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
+                            for (int64_t bb = 0; bb < kb; ++bb) {
+                              const uint8_t* l = P::lev(pan, kb0 + bb);
+                              uint8_t* o = dst + bb * kPanelBlockBytes;
+                              for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, P::vec(l, k));
+                              // ws1 / wm stay unused: no sub16, no min
+                              _mm512_store_ps(reinterpret_cast<float*>(o + 512), P::scale(pan, kb0 + bb));
+                            }
+                          });
+}
+
+// Q4_K: each super-block's 8 sub-blocks with ws and wm as floats.
 void gemm_packed_scratch_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                            float* y, int64_t ldy, Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, pbytes = w.cols / 256 * PkK::UB;
-  uint8_t* slice_a = scratch.buf;
-  uint8_t* slice_b = scratch.buf + KB * kPanelBlockBytes;
-  auto copy = [](const uint8_t* pan, int64_t u, uint8_t* dst) {  // super-block u -> 8 scratch blocks
-    PkK::unit(pan + u * PkK::UB, [&](int j, const __m512i* W, __m512 ws, __m512 wm) {
-      uint8_t* o = dst + j * kPanelBlockBytes;
-      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
-    });
-  };
-  for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
-    const uint8_t* pa = w.packed + (p0 / L) * pbytes;
-    const bool two = p0 + L < r1;
-    const __mmask16 va = lanes16(r1 - p0), vb = two ? lanes16(r1 - p0 - L) : 0;
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;  // KB and kb0 are multiples of 8
-      for (int64_t bb = 0; bb < kb; bb += 8) {
-        copy(pa, (kb0 + bb) / 8, slice_a + bb * kPanelBlockBytes);
-        if (two) copy(pa + pbytes, (kb0 + bb) / 8, slice_b + bb * kPanelBlockBytes);
-      }
-      run_slice<false, true>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
-    }
-  }
+  gemm_via_scratch<true>(w, w.cols / 256 * PkK::UB, r0, r1, xq, n, y, ldy, scratch,
+                         [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
+                           for (int64_t bb = 0; bb < kb; bb += 8)
+                             PkK::unit(pan + (kb0 + bb) / 8 * PkK::UB,
+                                       [&](int j, const __m512i* W, __m512 ws, __m512 wm) {
+                                         uint8_t* o = dst + (bb + j) * kPanelBlockBytes;
+                                         for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
+                                         _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws);
+                                         _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
+                                       });
+                         });
 }
 
 template <class U>

@@ -26,8 +26,6 @@ constexpr int KB = 32;  // blocks per K slice (two Q8_0 panels: 34 KiB, stays in
 constexpr int R = 8;    // activation rows per one-panel register tile
 
 
-inline __mmask16 lanes(int64_t n) { return n >= L ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
-
 // MP panels at once: MP independent memory streams and float chains. One
 // sequential stream per core left DRAM bandwidth unused (bench_matmul, Q4_0
 // w_down, 2 threads: 15.7 GB/s with one panel at a time, 18.8 with two,

@@ -36,6 +36,9 @@ struct Panel {
   __mmask16 valid;       // lanes holding real rows
 };
 
+// Lanes 0 .. n-1 (all 16 when n >= 16).
+inline __mmask16 lanes(int64_t n) { return n >= L ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
 inline void make_panel(const WeightView& w, int64_t p0, int64_t r1, Panel* p) {
   const int64_t nvalid = r1 - p0 < L ? r1 - p0 : L;
   alignas(64) int32_t off[L];

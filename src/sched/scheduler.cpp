@@ -8,35 +8,9 @@
 #include <stdexcept>
 
 #include "kv/capacity.h"
+#include "sched/scheduler_internal.h"
 
 namespace kvs::sched {
-
-// One choice (n > 1 gives several) of a request: its context is prompt +
-// generated tokens; the sequence holds K/V of a prefix of it.
-struct Choice {
-  std::vector<int32_t> ctx;      // prompt + generated
-  int n_gen = 0;
-  SeqId seq = -1;                // -1: not resident (queued, preempted, pending fork, done)
-  std::unique_ptr<Sampler> sampler;
-  std::vector<int> hist;         // prompt + generated as int, only with a repetition penalty
-  bool done = false;
-  bool fork_pending = false;     // n > 1: forked from choice 0 once its prompt is prefilled
-};
-
-struct Scheduler::Req {
-  RequestId id = 0;
-  Request r;
-  int max_tokens = 0;            // after the default cap and the context clamp
-  int64_t footprint = 0;         // request_footprint: share cap and tenant ledger
-  double arrival = 0;
-  bool started = false;          // admitted at least once (never times out after that)
-  bool running = false;
-  bool ended = false;
-  uint64_t admit_order = 0;
-  int cached_tokens = 0;
-  int64_t est_tokens = 0;        // prompt tokens it will likely run (cached / shared prefix excluded), at submit
-  std::vector<Choice> ch;
-};
 
 // A planned slice of one choice's context: ctx[from, from + n).
 struct Scheduler::Item {
@@ -356,80 +330,6 @@ bool Scheduler::make_room(int64_t need, int64_t limit, std::vector<Item>& plan, 
     preempt(v, plan, rep);
   }
   return promised_blocks() + need <= limit;
-}
-
-// mu_ held. True when a running sequence in the same cache scope is still
-// prefilling full blocks that `h`'s prompt shares and the cache does not hold
-// yet. Admitting `h` now would compute that prefix a second time; after the
-// running prefill commits those blocks, `h` admits as a cache hit. (A burst
-// of requests with one system prompt: only the first computes it.)
-bool Scheduler::awaits_inflight_prefix(const Req& h) const {
-  const KvManager& kv = exec_.kv();
-  if (!kv.prefix_caching() || h.ch.empty()) return false;
-  const std::vector<int32_t>& p = h.ch[0].ctx;
-  const int bs = kv.block_size();
-  if (int(p.size()) < 2 * bs) return false;  // at most one full block: not worth a step
-  const int64_t cached = kv.cached_prefix_blocks(p, exec_.kv_scope(h.r.scope));
-  for (const Req* r : running_) {
-    if (!(r->r.scope == h.r.scope)) continue;
-    for (const Choice& c : r->ch) {
-      if (c.seq < 0 || c.done || int(c.ctx.size()) - kv.num_tokens(c.seq) <= 1) continue;  // not prefilling
-      const size_t n = std::min(p.size(), c.ctx.size());
-      size_t common = 0;
-      while (common < n && p[common] == c.ctx[common]) ++common;
-      // The prompt's last token is always computed, so a block ending there cannot be a hit.
-      const int64_t shared = int64_t(std::min(common, p.size() - 1)) / bs;
-      if (shared > cached) return true;
-    }
-  }
-  return false;
-}
-
-// mu_ held. Prompt tokens a new request will likely put through the model:
-// its prompt minus the longest full-block prefix it can reuse, whether cached
-// now or being computed by a running or queued request of the same scope
-// (which it will wait for, see awaits_inflight_prefix).
-int64_t Scheduler::estimate_tokens(const Request& req) const {
-  const int64_t P = int64_t(req.prompt.size());
-  const KvManager& kv = exec_.kv();
-  if (!kv.prefix_caching()) return P;
-  int64_t reuse = int64_t(kv.cached_prefix_blocks(req.prompt, exec_.kv_scope(req.scope))) * bs_;
-  auto consider = [&](const Req* o) {
-    if (!(o->r.scope == req.scope)) return;
-    const std::vector<int32_t>& p = o->r.prompt;
-    const size_t n = std::min(p.size(), req.prompt.size());
-    size_t common = 0;
-    while (common < n && p[common] == req.prompt[common]) ++common;
-    reuse = std::max<int64_t>(reuse, int64_t(common) / bs_ * bs_);
-  };
-  for (const Req* o : running_) consider(o);
-  for (const auto& q : queue_)
-    for (const Req* o : q) consider(o);
-  return P - std::min(reuse, P - 1);
-}
-
-// mu_ held. Context tokens of running choices not yet in the cache (their
-// prefill still to run; a decoding choice has none).
-int64_t Scheduler::running_prefill_tokens() const {
-  const KvManager& kv = exec_.kv();
-  int64_t n = 0;
-  for (const Req* r : running_)
-    for (const Choice& c : r->ch)
-      if (c.seq >= 0 && !c.done) n += std::max<int64_t>(0, int64_t(c.ctx.size()) - kv.num_tokens(c.seq) - 1);
-  return n;
-}
-
-// mu_ held. Seconds a new request of class `cls` would likely wait for
-// admission: the prompt tokens still to run ahead of it (running prefills,
-// then queued requests of its class or a more urgent one), less one step's
-// budget, at the measured token rate. 0 until a rate was measured.
-double Scheduler::predicted_wait_s(SloClass cls) const {
-  const double rate = tok_rate_.rate();
-  if (rate <= 0) return 0;
-  int64_t ahead = running_prefill_tokens();
-  for (int k = 0; k <= int(cls); ++k)
-    for (const Req* q : queue_[size_t(k)]) ahead += q->est_tokens;
-  return double(std::max<int64_t>(0, ahead - cfg_.max_batch_tokens)) / rate;
 }
 
 bool Scheduler::admit(Req* r, int& budget, std::vector<Item>& plan, double now) {
