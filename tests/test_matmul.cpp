@@ -225,13 +225,13 @@ TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
 
 // Panel16 copies (load-time repack, AVX-512): tail panels (301 rows = 18
 // full panels + 13), odd and even block counts (the odd one leaves half a
-// pair unit empty), Q4_K super-blocks, every thread count and batch size:
+// pair unit empty), Q4_K and Q6_K super-blocks, every thread count and batch size:
 // bit-exact with the scalar reference, so packing never changes a token.
 TEST(Matmul, PackedPanel16BitExact) {
   if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "AVX-512 not available: Panel16 is not used here";
   IsaGuard g(Isa::Avx512);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K}) {
-    const std::vector<int64_t> widths = t == GgmlType::Q4_K ? std::vector<int64_t>{4608, 256}
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
                                                              : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
       const int64_t rows = 301;

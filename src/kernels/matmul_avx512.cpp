@@ -246,7 +246,7 @@ constexpr int64_t kPackedScratchN = 64;
 // Panel16 weights through scratch: `fill(panel, kb0, kb, dst)` writes blocks
 // [kb0, kb0 + kb) of one packed panel in the scratch layout, then the
 // scratch tiles run on two panels at a time, as gemm_panels does.
-template <bool MIN, class Fill>
+template <bool SUB16, bool MIN, class Fill>
 void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                       float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
@@ -260,7 +260,7 @@ void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;  // KB, kb0: multiples of 8 (whole K-quant super-blocks)
       fill(pa, kb0, kb, slice_a);
       if (two) fill(pa + pbytes, kb0, kb, slice_b);
-      run_slice<false, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
+      run_slice<SUB16, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
     }
   }
 }
@@ -271,7 +271,7 @@ void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlo
                          int64_t ldy, Scratch scratch) {
   using P = Pk<Q4>;
   const int64_t pbytes = (w.cols / kQBlock + 1) / 2 * P::UB;
-  gemm_via_scratch<false>(w, pbytes, r0, r1, xq, n, y, ldy, scratch,
+  gemm_via_scratch<false, false>(w, pbytes, r0, r1, xq, n, y, ldy, scratch,
                           [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
                             for (int64_t bb = 0; bb < kb; ++bb) {
                               const uint8_t* l = P::lev(pan, kb0 + bb);
@@ -283,20 +283,23 @@ void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlo
                           });
 }
 
-// Q4_K: each super-block's 8 sub-blocks with ws and wm as floats.
+// K-quants (U = PkK, PkQ6K): each super-block's 8 blocks with their float
+// scales (ws0, ws1 for Q6_K's second half, wm) as the scratch tiles read them.
+template <class U>
 void gemm_packed_scratch_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                            float* y, int64_t ldy, Scratch scratch) {
-  gemm_via_scratch<true>(w, w.cols / 256 * PkK::UB, r0, r1, xq, n, y, ldy, scratch,
-                         [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
-                           for (int64_t bb = 0; bb < kb; bb += 8)
-                             PkK::unit(pan + (kb0 + bb) / 8 * PkK::UB,
-                                       [&](int j, const __m512i* W, __m512 ws, __m512 wm) {
-                                         uint8_t* o = dst + (bb + j) * kPanelBlockBytes;
-                                         for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
-                                         _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws);
-                                         _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
-                                       });
-                         });
+  gemm_via_scratch<U::kSub16, U::kMin>(
+      w, w.cols / 256 * U::UB, r0, r1, xq, n, y, ldy, scratch,
+      [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
+        for (int64_t bb = 0; bb < kb; bb += 8)
+          U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+            uint8_t* o = dst + (bb + j) * kPanelBlockBytes;
+            for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
+            _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws0);
+            _mm512_store_ps(reinterpret_cast<float*>(o + 576), ws1);
+            _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
+          });
+      });
 }
 
 template <class U>
@@ -309,7 +312,8 @@ void run_fast(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const XBlo
 void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                        float* y, int64_t ldy, Scratch s) {
   if (w.pack == PackLayout::Panel16) {
-    if (w.type == GgmlType::Q4_K && n > 1) return gemm_packed_scratch_k(w, r0, r1, xq, n, y, ldy, s);
+    if (w.type == GgmlType::Q4_K && n > 1) return gemm_packed_scratch_k<PkK>(w, r0, r1, xq, n, y, ldy, s);
+    if (w.type == GgmlType::Q6_K && n > 1) return gemm_packed_scratch_k<PkQ6K>(w, r0, r1, xq, n, y, ldy, s);
     if (n < kPackedScratchN) return quant_rows_avx512_packed(w, r0, r1, xq, n, y, ldy);
     if (w.type == GgmlType::Q4_0) return gemm_packed_scratch<true>(w, r0, r1, xq, n, y, ldy, s);
     return gemm_packed_scratch<false>(w, r0, r1, xq, n, y, ldy, s);

@@ -70,8 +70,9 @@ void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq
   if (p0 < r1) matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
 }
 
-// Q4_K: MP panels at once, one super-block (8 sub-blocks) at a time.
-template <int MP>
+// K-quants (U = PkK for Q4_K, PkQ6K for Q6_K): MP panels at once, one
+// super-block (8 blocks) at a time.
+template <class U, int MP>
 inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, const XBlock* xq, float* y,
                             int64_t avail) {
   __m512 acc[MP];
@@ -83,22 +84,24 @@ inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, co
     // with it 21-23 GB/s, like the file layout's 16 row streams).
     if (u + 1 < nsb)
       for (int m = 0; m < MP; ++m)
-        for (int64_t o = 0; o < PkK::UB; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + (u + 1) * PkK::UB + o), _MM_HINT_T0);
+        for (int64_t o = 0; o < U::UB; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + (u + 1) * U::UB + o), _MM_HINT_T0);
     for (int m = 0; m < MP; ++m)
-      PkK::unit(pan0 + m * pbytes + u * PkK::UB, [&](int j, const __m512i* W, __m512 ws, __m512 wm) {
-        acc[m] = block_step<false, true>(W, ws, ws, wm, xb[j], acc[m]);
+      U::unit(pan0 + m * pbytes + u * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+        acc[m] = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], acc[m]);
       });
   }
   for (int m = 0; m < MP; ++m) _mm512_mask_storeu_ps(y + m * L, lanes(avail - m * L), acc[m]);
 }
 
+template <class U>
 void matvec_packed_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
-  const int64_t nsb = w.cols / 256, pbytes = nsb * PkK::UB;
+  const int64_t nsb = w.cols / 256, pbytes = nsb * U::UB;
   int64_t p0 = r0;
-  for (; p0 + 3 * L < r1; p0 += 4 * L) matvec_panels_k<4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  for (; p0 + L < r1; p0 += 2 * L) matvec_panels_k<2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  if (p0 < r1) matvec_panels_k<1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  for (; p0 + 3 * L < r1; p0 += 4 * L)
+    matvec_panels_k<U, 4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  for (; p0 + L < r1; p0 += 2 * L) matvec_panels_k<U, 2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  if (p0 < r1) matvec_panels_k<U, 1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
 }
 
 // RT activation rows x one panel over blocks [kb0, kb0 + kb). Accumulators
@@ -208,7 +211,9 @@ void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const
                               int64_t n, float* y, int64_t ldy) {
   // Tasks start on panel boundaries (the driver's row_align is 2 panels).
   const bool q4 = w.type == GgmlType::Q4_0;
-  if (w.type == GgmlType::Q4_K) return matvec_packed_k(w, r0, r1, xq, y);  // n > 1 goes through scratch
+  // K-quants: n > 1 goes through scratch (matmul_avx512.cpp).
+  if (w.type == GgmlType::Q4_K) return matvec_packed_k<PkK>(w, r0, r1, xq, y);
+  if (w.type == GgmlType::Q6_K) return matvec_packed_k<PkQ6K>(w, r0, r1, xq, y);
   if (n == 1) {
     if (q4) matvec_packed<true>(w, r0, r1, xq, y);
     else matvec_packed<false>(w, r0, r1, xq, y);

@@ -297,10 +297,12 @@ struct Pk {
 };
 
 // One Q4_K super-block of a packed panel (the Q4_K unit of weight_pack.h):
-// hands the sink each sub-block j's levels W[8], ws = d * sc_j and
-// wm = -(dmin * m_j), the same operations k4_scales() applies to the file.
+// hands the sink f(j, W, ws0, ws1, wm) each sub-block j's levels W[8],
+// ws = d * sc_j and wm = -(dmin * m_j), the same operations k4_scales()
+// applies to the file.
 struct PkK {
   static constexpr int64_t UB = 2368;
+  static constexpr bool kSub16 = false, kMin = true;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2048)));
@@ -317,7 +319,40 @@ struct PkK {
         const __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2240 + 16 * j)));
         const __m512 ws = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
         const __m512 wm = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f));
-        f(j, W, ws, wm);
+        f(j, W, ws, ws, wm);
+      }
+    }
+  }
+};
+
+// One Q6_K super-block of a packed panel (the Q6_K unit of weight_pack.h):
+// the levels and per-16 scales exactly as UnpackQ6K forms them from the file.
+struct PkQ6K {
+  static constexpr int64_t UB = 3392;
+  static constexpr bool kSub16 = true, kMin = false;
+  template <class F>
+  static inline void unit(const uint8_t* u, F&& f) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x03);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      __m512i ql[16], qh[8];
+      for (int v = 0; v < 16; ++v) ql[v] = _mm512_load_si512(u + (16 * chunk + v) * 64);
+      for (int v = 0; v < 8; ++v) qh[v] = _mm512_load_si512(u + 2048 + (8 * chunk + v) * 64);
+      for (int uu = 0; uu < 4; ++uu) {
+        const int t8 = 4 * chunk + uu;
+        const __m512i* lq = ql + 8 * (uu & 1);
+        __m512i W[8];
+        for (int k = 0; k < 8; ++k) {
+          const __m512i lo = _mm512_and_si512(uu >> 1 ? _mm512_srli_epi16(lq[k], 4) : lq[k], m4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * uu), m3);
+          W[k] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+        }
+        __m512 s[2];
+        for (int h = 0; h < 2; ++h) {
+          const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(u + 3072 + 16 * (2 * t8 + h)));
+          s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+        }
+        f(t8, W, s[0], s[1], s[0]);
       }
     }
   }

@@ -24,11 +24,13 @@ namespace {
 constexpr int64_t kLanes = 16;
 
 constexpr int64_t kQ4KUnit = 2368;  // one Q4_K super-block of 16 rows (weight_pack.h)
+constexpr int64_t kQ6KUnit = 3392;  // one Q6_K super-block of 16 rows
 
 int64_t level_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 512 : 256; }
 int64_t unit_bytes(GgmlType t) { return 2 * level_bytes(t) + 64; }
 int64_t panel_bytes(const WeightView& w) {
   if (w.type == GgmlType::Q4_K) return w.cols / QK_K * kQ4KUnit;
+  if (w.type == GgmlType::Q6_K) return w.cols / QK_K * kQ6KUnit;
   const int64_t nb = w.cols / mm::kQBlock;
   return (nb + 1) / 2 * unit_bytes(w.type);
 }
@@ -43,7 +45,9 @@ bool repack_enabled() {
 }
 
 bool packable(const WeightView& w) {
-  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K) return false;
+  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K &&
+      w.type != GgmlType::Q6_K)
+    return false;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
   return active_isa() == Isa::Avx512;
 }
@@ -82,9 +86,31 @@ void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t
   }
 }
 
+// Q6_K panels [p_begin, p_end): per super-block, ql as 2 halves x 16
+// vectors, qh as 2 halves x 8 vectors, the 16 int8 scales per lane, d.
+void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      const int64_t r = std::min(p * kLanes + lane, w.rows - 1);
+      const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w.row(r));
+      for (int64_t u = 0; u < nsb; ++u) {
+        const BlockQ6_K& b = blocks[u];
+        uint8_t* unit = dst + p * pb + u * kQ6KUnit;
+        for (int v = 0; v < 32; ++v) std::memcpy(unit + v * 64 + 4 * lane, b.ql + 4 * v, 4);
+        for (int v = 0; v < 16; ++v) std::memcpy(unit + 2048 + v * 64 + 4 * lane, b.qh + 4 * v, 4);
+        for (int i = 0; i < 16; ++i) unit[3072 + 16 * i + lane] = uint8_t(b.scales[i]);
+        std::memcpy(unit + 3328 + 2 * lane, &b.d, 2);
+        if (lane == 0) std::memset(unit + 3360, 0, 32);  // padding to a whole cache line
+      }
+    }
+  }
+}
+
 // Panels [p_begin, p_end) of the Panel16 copy.
 void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end);
+  if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type), ub = unit_bytes(w.type);
   const int64_t pb = panel_bytes(w);
   const bool q8 = w.type == GgmlType::Q8_0;
@@ -120,7 +146,7 @@ void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_e
 }  // namespace
 
 void pack_panel16(const WeightView& w, uint8_t* dst) {
-  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K)
+  if (!(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K || w.type == GgmlType::Q6_K))
     throw std::invalid_argument("pack_panel16: unsupported type " + type_name(w.type));
   pack_panels(w, dst, 0, (w.rows + kLanes - 1) / kLanes);
 }

@@ -28,6 +28,13 @@
 //   so a kernel forms ws = d * sc and wm = -(dmin * m) exactly as from the
 //   file (3% more bytes than the file's 144 B x 16).
 //
+// Q6_K: one 256-element super-block of the 16 rows, 3392 B (file: 3360):
+//   [0, 2048)     ql: half h (0, 1) x 16 vectors: vector (h, v), lane r =
+//                 ql bytes 64h+4v .. 64h+4v+3 of row r
+//   [2048, 3072)  qh: half h x 8 vectors: lane r = qh bytes 32h+4v .. +3
+//   [3072, 3328)  the 16 int8 scales: byte 16i + r = scale i of row r
+//   [3328, 3360)  d[16], fp16; [3360, 3392) zero
+//
 // Every unit is a multiple of 64 B, so vectors load aligned. The values are
 // the file's bit for bit: the kernels' integer dots and float chains, hence
 // their results, are unchanged (tests compare bit-exactly).
@@ -46,7 +53,7 @@ namespace kvs {
 bool repack_enabled();
 
 // True when the active ISA has a kernel for `w` in Panel16 (AVX-512 VNNI,
-// Q8_0, Q4_0 or Q4_K).
+// Q8_0, Q4_0, Q4_K or Q6_K).
 bool packable(const WeightView& w);
 size_t packed_size(const WeightView& w);  // bytes of the Panel16 copy
 // Writes the Panel16 copy of `w` to dst (64-byte aligned, packed_size bytes).
