@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / Q4_K weights
+// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / Q4_K / Q6_K weights
 // (kernels/weight_pack.h). Same arithmetic as matmul_avx512.cpp, bit for
 // bit (block_step and the same per-lane float chain); only where the weight
 // vectors come from changes: one aligned 64-B load per vector from the
@@ -6,7 +6,7 @@
 //
 // n = 1 (decode) streams four panels at a time, front to back, prefetching
 // whole units ahead. 1 < n < 64 (Q8_0 / Q4_0) runs register tiles directly
-// on the packed panels; larger n and Q4_K at any n > 1 copy K slices into
+// on the packed panels; larger n and K-quants at any n > 1 copy K slices into
 // the scratch layout first (matmul_avx512.cpp, gemm_via_scratch).
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-// Load-time weight repacking (PackLayout::Panel16).
+// Load-time weight repacking (PackLayout::Panel16): Q8_0, Q4_0, Q4_K, Q6_K.
 //
 // The file layout keeps each weight row's blocks together, so a kernel that
 // computes 16 rows per zmm (one row per lane) must gather 16 scattered rows
