@@ -198,30 +198,39 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
   const AttnShape shape{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
   const bool neox = c.rope == RopeStyle::Neox;
   ThreadPool& pool = *pool_;
+  // Row-wise work (norms, RoPE + K/V stores, SwiGLU, residual adds) is per
+  // token, so any split gives the same bits: spread a prefill's tokens over
+  // the pool. Serial, these loops left a core idle for ~15% of a pp128
+  // step (side by side: Q4_0 pp128 271/291 -> 322/332 tok/s with SwiGLU alone).
+  auto per_token = [&](const auto& fn) {
+    if (T > 1) pool.parallel_for(T, [&](int64_t t, int) { fn(t); });
+    else fn(0);
+  };
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     // --- attention block ---
-    for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.attn_norm, &s.xn[t * dim], dim, c.rms_eps);
+    per_token([&](int64_t t) { rmsnorm(&s.x[t * dim], L.attn_norm, &s.xn[t * dim], dim, c.rms_eps); });
     mm(L.wq, s.xn.data(), dim, T, s.q.data(), qdim);   // [T, qdim]
     mm(L.wk, s.xn.data(), dim, T, s.k.data(), kvdim);  // [T, kvdim]
     mm(L.wv, s.xn.data(), dim, T, s.v.data(), kvdim);  // [T, kvdim]
     add_bias(s.q.data(), L.bq, T, qdim);
     add_bias(s.k.data(), L.bk, T, kvdim);
     add_bias(s.v.data(), L.bv, T, kvdim);
-    for (int64_t t = 0; t < T; ++t) {
+    per_token([&](int64_t t) {
       const float* cs = &s.rope_cos[t * (n_rot / 2)];
       const float* sn = &s.rope_sin[t * (n_rot / 2)];
       rope_apply(&s.q[t * qdim], nh, hd, n_rot, neox, cs, sn);
       // Keys of a shifting window policy are stored before RoPE.
       if (!s.policy[s.seq_of[t]].rotates()) rope_apply(&s.k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
-      // Store this token's K/V in its slot before any query reads it.
+      // Store this token's K/V in its slot (each token its own slot) before
+      // any query reads it: the attention below starts after this barrier.
       if (!quant) {
         const SeqChunk& ch = batch[s.seq_of[t]];
         const int p = s.pos[t];
         kvc::store_rows(kv, ch.block_table[p / bs], l, p % bs, 1, &s.k[t * kvdim], &s.v[t * kvdim]);
       }
-    }
+    });
     if (quant) store_quantized(batch, kv, l);
     pool.parallel_for(T * nkv, [&](int64_t task, int thread) {
       const int64_t t = task / nkv;
@@ -248,15 +257,15 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       attention_group(&s.q[t * qdim], kv, l, as, g, shape, &s.att[t * qdim], s.attn_scratch[thread].data());
     });
     mm(L.wo, s.att.data(), qdim, T, s.proj.data(), dim);  // [T, dim]
-    for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
+    per_token([&](int64_t t) { add_inplace(&s.x[t * dim], &s.proj[t * dim], dim); });
 
     // --- feed-forward block (SwiGLU) ---
-    for (int64_t t = 0; t < T; ++t) rmsnorm(&s.x[t * dim], L.ffn_norm, &s.xn[t * dim], dim, c.rms_eps);
+    per_token([&](int64_t t) { rmsnorm(&s.x[t * dim], L.ffn_norm, &s.xn[t * dim], dim, c.rms_eps); });
     mm(L.w_gate, s.xn.data(), dim, T, s.gate.data(), ffn);  // [T, ffn]
     mm(L.w_up, s.xn.data(), dim, T, s.up.data(), ffn);      // [T, ffn]
-    for (int64_t t = 0; t < T; ++t) swiglu_inplace(&s.gate[t * ffn], &s.up[t * ffn], ffn);
+    per_token([&](int64_t t) { swiglu_inplace(&s.gate[t * ffn], &s.up[t * ffn], ffn); });
     mm(L.w_down, s.gate.data(), ffn, T, s.proj.data(), dim);  // [T, dim]
-    for (int64_t t = 0; t < T; ++t) add_inplace(&s.x[t * dim], &s.proj[t * dim], dim);
+    per_token([&](int64_t t) { add_inplace(&s.x[t * dim], &s.proj[t * dim], dim); });
   }
 
   // Final norm and classifier only for the rows whose logits are wanted.
