@@ -126,18 +126,6 @@ void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, Thre
     IsaGuard g(isa);
     matmul(W.view, x.data(), ldx, n, y.data(), ldy, pool);
   }
-  // The load-time Panel16 copy (AVX-512) must give the same bits.
-  PackedArena arena;
-  if (isa == Isa::Avx512) {
-    IsaGuard g(isa);
-    if (packable(W.view)) {
-      arena = pack_weights({{&W.view, false}});
-      ASSERT_EQ(W.view.pack, PackLayout::Panel16);
-      std::vector<float> yp(size_t(n * ldy), -1.0f);
-      matmul(W.view, x.data(), ldx, n, yp.data(), ldy, pool);
-      ASSERT_EQ(0, std::memcmp(yp.data(), y.data(), yp.size() * 4)) << "packed differs from file layout";
-    }
-  }
   matmul_q8_reference(W.view, x.data(), ldx, n, yq.data(), ldy);
   matmul_reference(W.view, x.data(), ldx, n, ye.data(), ldy);
   int bad = 0;
@@ -169,6 +157,35 @@ void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, Thre
       matmul(W.view, x.data() + i * ldx, ldx, 1, y1.data(), rows, pool);
       ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * ldy, size_t(rows) * 4)) << "row " << i;
     }
+  }
+  if (isa != Isa::Avx512) return;
+  // The load-time Panel16 copy (AVX-512). Quantized: the same bits as the
+  // file layout. Float: the k-chain order, bit-exact with its scalar
+  // definition, within the error bound, and independent of n.
+  IsaGuard g(isa);
+  if (!packable(W.view)) return;
+  PackedArena arena = pack_weights({{&W.view, false}});
+  ASSERT_EQ(W.view.pack, PackLayout::Panel16);
+  std::vector<float> yp(size_t(n * ldy), -1.0f);
+  matmul(W.view, x.data(), ldx, n, yp.data(), ldy, pool);
+  if (!is_float(t)) {
+    ASSERT_EQ(0, std::memcmp(yp.data(), y.data(), yp.size() * 4)) << "packed differs from file layout";
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(yp[size_t(i * ldy + r)], -1.0f) << "packed wrote padding";
+  std::vector<float> yc(size_t(n * ldy), -1.0f);
+  matmul_q8_reference(W.view, x.data(), ldx, n, yc.data(), ldy);  // k-chain for a packed float view
+  ASSERT_EQ(0, std::memcmp(yp.data(), yc.data(), yp.size() * 4)) << "packed float not bit-exact with the k-chain reference";
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r) {
+      const double e = ye[size_t(i * ldy + r)], bound = error_bound(W.view, x.data() + i * ldx, r);
+      ASSERT_LE(std::fabs(yp[size_t(i * ldy + r)] - e), bound) << "packed float i=" << i << " r=" << r;
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> y1(size_t(rows), 0.0f);
+    matmul(W.view, x.data() + i * ldx, ldx, 1, y1.data(), rows, pool);
+    ASSERT_EQ(0, std::memcmp(y1.data(), yp.data() + i * ldy, size_t(rows) * 4)) << "packed row " << i;
   }
 }
 
@@ -225,12 +242,15 @@ TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
 
 // Panel16 copies (load-time repack, AVX-512): tail panels (301 rows = 18
 // full panels + 13), odd and even block counts (the odd one leaves half a
-// pair unit empty), Q4_K and Q6_K super-blocks, every thread count and batch size:
-// bit-exact with the scalar reference, so packing never changes a token.
+// pair unit empty), Q4_K and Q6_K super-blocks, float k slices with a short
+// last one (4192 = 16 x 256 + 96), every thread count and batch size:
+// bit-exact with the scalar reference, so packing never changes a token
+// (float views: their k-chain reference).
 TEST(Matmul, PackedPanel16BitExact) {
   if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "AVX-512 not available: Panel16 is not used here";
   IsaGuard g(Isa::Avx512);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
+                     GgmlType::BF16, GgmlType::F32}) {
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
                                                              : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
@@ -242,6 +262,8 @@ TEST(Matmul, PackedPanel16BitExact) {
       ASSERT_TRUE(packable(W.view));
       PackedArena arena = pack_weights({{&W.view, false}});
       ASSERT_EQ(W.view.pack, PackLayout::Panel16);
+      // Float views change order with the copy (k-chain): the reference follows.
+      if (is_float(t)) matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
         for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(64)}) {
@@ -279,6 +301,24 @@ TEST(Matmul, PackedPanel16Layout) {
     // Block 2 lives in unit 1; the unit's second half is zero.
     EXPECT_EQ(dst[ub + 4 * 2], q8 ? uint8_t(blk(2, 2)[2] ^ 0x80) : blk(2, 2)[2]);
     for (int64_t o = ub + lb; o < ub + 2 * lb; ++o) ASSERT_EQ(dst[o], 0) << o;
+  }
+}
+
+// The float Panel16 layout: element k of panel p's 16 rows at [16k, 16k + 16).
+TEST(Matmul, PackedPanel16FloatLayout) {
+  const int64_t rows = 17, cols = 5;  // 2 panels, the second holds row 16 and repeats it
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+    Weights W = make_weights(t, rows, cols, 3);
+    const int64_t es = t == GgmlType::F32 ? 4 : 2;
+    ASSERT_EQ(packed_size(W.view), size_t(2 * cols * 16 * es));
+    std::vector<uint8_t> dst(packed_size(W.view));
+    pack_panel16(W.view, dst.data());
+    for (int64_t k : {0, 3, 4})
+      for (int64_t lane : {0, 5, 15}) {
+        EXPECT_EQ(0, std::memcmp(dst.data() + (k * 16 + lane) * es, W.view.row(lane) + k * es, size_t(es)));
+        EXPECT_EQ(0, std::memcmp(dst.data() + (cols * 16 + k * 16 + lane) * es, W.view.row(16) + k * es,
+                                 size_t(es)));
+      }
   }
 }
 

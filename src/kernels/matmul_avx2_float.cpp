@@ -107,6 +107,9 @@ void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
 
 void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                      int64_t n, float* y, int64_t ldy, Scratch) {
+  // A Panel16 copy exists only when AVX-512 was active at load; this path is
+  // then reached only through an ISA override, so plain k-chain code will do.
+  if (w.pack == PackLayout::Panel16) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);
   switch (w.type) {
     case GgmlType::F32: return rows_t<GgmlType::F32>(w, r0, r1, x, ldx, n, y, ldy);
     case GgmlType::F16: return rows_t<GgmlType::F16>(w, r0, r1, x, ldx, n, y, ldy);

@@ -215,32 +215,49 @@ void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock
   }
 }
 
-// Float weights: 16 lane accumulators (lane = k mod 16) then the fixed tree.
+inline float float_weight(const WeightView& w, const uint8_t* row, int64_t k) {
+  if (w.type == GgmlType::F32) {
+    float v;
+    std::memcpy(&v, row + 4 * k, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, row + 2 * k, 2);
+  return w.type == GgmlType::F16 ? half_to_float(h) : bf16_to_float(h);
+}
+
+// Float weights: 16 lane accumulators (lane = k mod 16) then the fixed tree;
+// a packed view runs the k-chain order instead.
 void float_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                        int64_t n, float* y, int64_t ldy, Scratch) {
+  if (w.pack == PackLayout::Panel16) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.row(r);
     for (int64_t i = 0; i < n; ++i) {
       const float* xi = x + i * ldx;  // [cols]
       float lane[16] = {};
-      for (int64_t k = 0; k < cols; ++k) {
-        float wv;
-        if (w.type == GgmlType::F32) {
-          std::memcpy(&wv, row + 4 * k, 4);
-        } else {
-          uint16_t h;
-          std::memcpy(&h, row + 2 * k, 2);
-          wv = w.type == GgmlType::F16 ? half_to_float(h) : bf16_to_float(h);
-        }
-        lane[k & 15] = std::fma(wv, xi[k], lane[k & 15]);
-      }
+      for (int64_t k = 0; k < cols; ++k)
+        lane[k & 15] = std::fma(float_weight(w, row, k), xi[k], lane[k & 15]);
       y[i * ldy + r] = float_tree_sum(lane);
     }
   }
 }
 
 }  // namespace
+
+void float_rows_chain_scalar(const WeightView& w, int64_t r0, int64_t r1, const float* x,
+                             int64_t ldx, int64_t n, float* y, int64_t ldy) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.row(r);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * ldx;  // [cols]
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.cols; ++k) acc = std::fma(float_weight(w, row, k), xi[k], acc);
+      y[i * ldy + r] = acc;
+    }
+  }
+}
 
 const IsaKernels& scalar_kernels() {
   static const IsaKernels k{1, quantize_x_scalar, false, quant_rows_scalar, float_rows_scalar};

@@ -29,6 +29,7 @@ constexpr int64_t kQ6KUnit = 3392;  // one Q6_K super-block of 16 rows
 int64_t level_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 512 : 256; }
 int64_t unit_bytes(GgmlType t) { return 2 * level_bytes(t) + 64; }
 int64_t panel_bytes(const WeightView& w) {
+  if (mm::is_float_type(w.type)) return w.cols * kLanes * (w.type == GgmlType::F32 ? 4 : 2);
   if (w.type == GgmlType::Q4_K) return w.cols / QK_K * kQ4KUnit;
   if (w.type == GgmlType::Q6_K) return w.cols / QK_K * kQ6KUnit;
   const int64_t nb = w.cols / mm::kQBlock;
@@ -46,7 +47,7 @@ bool repack_enabled() {
 
 bool packable(const WeightView& w) {
   if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K &&
-      w.type != GgmlType::Q6_K)
+      w.type != GgmlType::Q6_K && !mm::is_float_type(w.type))
     return false;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
   return active_isa() == Isa::Avx512;
@@ -107,8 +108,28 @@ void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t
   }
 }
 
+// Float panels [p_begin, p_end): element k of the 16 rows is 16 values
+// in the file's type, lane order. A panel (16 rows x cols) is at most a few
+// hundred KB, so the strided writes stay in cache.
+void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    uint8_t* pan = dst + p * pb;
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      const uint8_t* row = w.row(std::min(p * kLanes + lane, w.rows - 1));
+      uint8_t* d = pan + lane * es;
+      if (es == 2) {
+        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(d + k * kLanes * 2, row + 2 * k, 2);
+      } else {
+        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(d + k * kLanes * 4, row + 4 * k, 4);
+      }
+    }
+  }
+}
+
 // Panels [p_begin, p_end) of the Panel16 copy.
 void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end);
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type), ub = unit_bytes(w.type);
@@ -146,7 +167,8 @@ void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_e
 }  // namespace
 
 void pack_panel16(const WeightView& w, uint8_t* dst) {
-  if (!(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K || w.type == GgmlType::Q6_K))
+  if (!(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
+        w.type == GgmlType::Q6_K || mm::is_float_type(w.type)))
     throw std::invalid_argument("pack_panel16: unsupported type " + type_name(w.type));
   pack_panels(w, dst, 0, (w.rows + kLanes - 1) / kLanes);
 }
