@@ -1,0 +1,10 @@
+// ISA-specific element-wise ops behind ops.h (ops_simd.cpp). Callers use
+// ops.h, which picks one by the active ISA.
+#pragma once
+
+namespace kvs::simd {
+
+void swiglu_avx512(float* g, const float* u, int n);  // g, u: [n]
+void swiglu_avx2(float* g, const float* u, int n);
+
+}  // namespace kvs::simd
