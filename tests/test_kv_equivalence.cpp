@@ -77,8 +77,16 @@ TEST_P(KvEquivalence, IndependentOfChunkingBlockSizeAndBatch) {
   std::vector<int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5}, t2 = {6, 7, 8, 9, 10, 11};
   auto o1 = random_tokens(23, nv, 3), o2 = random_tokens(50, nv, 4);
   std::vector<float> lg;
-  engine.forward({{t1.data(), 0, o1.data(), 23, false}, {t0.data(), 0, toks.data(), n, true},
-                  {t2.data(), 0, o2.data(), 50, true}},
+  auto chunk = [](const int32_t* table, const int32_t* tokens, int n_tokens, bool all) {
+    SeqChunk c;
+    c.block_table = table;
+    c.tokens = tokens;
+    c.n_tokens = n_tokens;
+    c.all_logits = all;
+    return c;
+  };
+  engine.forward({chunk(t1.data(), o1.data(), 23, false), chunk(t0.data(), toks.data(), n, true),
+                  chunk(t2.data(), o2.data(), 50, true)},
                  st.view(), lg);
   ASSERT_EQ(lg.size(), size_t(1 + n + 50) * nv);
   EXPECT_EQ(0, std::memcmp(lg.data() + nv, ref.data(), ref.size() * sizeof(float)))

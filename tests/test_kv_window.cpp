@@ -303,11 +303,15 @@ TEST(WindowEngine, ConstantMemoryOverTenThousandSteps) {
     r = pe.step({{a.seq, std::span<const int32_t>(&t, 1)}});
     ASSERT_TRUE(r.ok) << "step " << i;
     const auto& l = local.eval(&t, 1);
-    if (i % 997 == 0) ASSERT_EQ(0, std::memcmp(l.data(), r.logits_of(0), l.size() * 4)) << "step " << i;
+    if (i % 997 == 0) {
+      ASSERT_EQ(0, std::memcmp(l.data(), r.logits_of(0), l.size() * 4)) << "step " << i;
+    }
     peak_used = std::max(peak_used, int(pe.kv().pool().n_used()));
     if (i == 1000) used_at_1k = int(pe.kv().pool().n_used());
     // Same phase within a block (1000 + 16 k): the same number of blocks.
-    if (i > 1000 && (i - 1000) % bs == 0) ASSERT_EQ(int(pe.kv().pool().n_used()), used_at_1k) << "step " << i;
+    if (i > 1000 && (i - 1000) % bs == 0) {
+      ASSERT_EQ(int(pe.kv().pool().n_used()), used_at_1k) << "step " << i;
+    }
   }
   std::printf("[ window ] 10k steps: pool peak %d blocks, at 1k %d, at 10k %d; LocalSequence peak %d\n", peak_used,
               used_at_1k, int(pe.kv().pool().n_used()), local.peak_blocks());
