@@ -108,7 +108,7 @@ TEST(BlockPool, MisuseThrowsAndBadSizes) {
 struct Harness {
   static KvLayout layout(int bs) { return KvLayout{1, 1, 1, bs}; }
   Harness(int32_t n_blocks, int bs, bool caching = true)
-      : storage(layout(bs), n_blocks), m(n_blocks, KvManagerOptions{bs, caching}, &storage) {}
+      : storage(layout(bs), n_blocks), m(n_blocks, KvManagerOptions::basic(bs, caching), &storage) {}
 
   // reserve + "forward" (write each token into its slot) + commit.
   bool append(SeqId s, const V& toks) {

@@ -100,7 +100,7 @@ TEST(PrefixHash, NoCollisionsAmongManySmallBlocks) {
 
 // What the keys mean for the cache: hits need the same tokens *and* scope.
 TEST(PrefixHash, ManagerHitsOnlyWithinScope) {
-  KvManager m(32, {4, true});
+  KvManager m(32, KvManagerOptions::basic(4, true));
   const Scope a = make_scope("model", "tenant-a"), b = make_scope("model", "tenant-b");
   auto prompt = iota_tokens(13, 1);  // 3 full blocks + 1 token
   auto s0 = m.add_sequence(prompt, a);
@@ -126,7 +126,7 @@ TEST(PrefixHash, ManagerHitsOnlyWithinScope) {
 }
 
 TEST(PrefixHash, DisabledCacheNeverHits) {
-  KvManager m(32, {4, false});
+  KvManager m(32, KvManagerOptions::basic(4, false));
   const Scope a = make_scope("model");
   auto prompt = iota_tokens(12, 1);
   auto s0 = m.add_sequence(prompt, a);

@@ -455,7 +455,7 @@ TEST(Server, MalformedInputCorpus) {
   // Raw protocol abuse: garbage, a huge header, slowloris (a head that
   // never ends), a body shorter than announced. Each ends in a 4xx or a
   // closed connection, never a crash.
-  for (const std::string raw :
+  for (const std::string& raw :
        {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/1.1\r\nX: ") + std::string(100000, 'x') + "\r\n\r\n",
         std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len"),
         std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")}) {

@@ -1,24 +1,48 @@
 // `kvserve bench`: llama-bench style prefill (pp) and decode (tg) speed,
-// repeated, mean ± sd, with the bytes each decoded token must read.
+// repeated, mean ± sd, each set against the roofline of the `kvserve probe`
+// profile: decode bytes read per token ÷ time vs the measured bandwidth,
+// prefill ops ÷ time vs the measured peak of each arithmetic path.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/local_sequence.h"
+#include "tools/bench_roofline.h"
 
 namespace kvs::cli {
 
 namespace {
+template <class... A>
+std::string fmt_str(const char* f, A... args) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
 struct BenchArgs {
   ModelArgs m;
   int p = 128, n = 64, reps = 5, depth = 0;
   bool json = false;
+  std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
 };
+
+// The roofline to print beside the results, or an empty one (with a hint on
+// stderr) when there is no profile.
+tools::BenchRoofline roofline_for(const std::string& flag, int threads) {
+  const std::string path = flag.empty() ? tools::default_profile_path() : flag;
+  if (flag.empty() && !std::filesystem::exists(path)) {
+    std::fprintf(stderr, "bench: no hardware profile at %s: run `kvserve probe` to print the roofline\n",
+                 path.c_str());
+    return {};
+  }
+  return tools::bench_roofline(tools::load_profile(path), path, threads);
+}
 
 struct Stat {
   double mean = 0, sd = 0;
@@ -87,6 +111,12 @@ int run_bench(const BenchArgs& a) {
   const double kv_tok = seq.layout().bytes_per_token_avg();
   const double bytes_per_token = w_bytes + kv_tok * (a.depth + a.n / 2.0);
   Stat sp = pp.empty() ? Stat{} : stat(pp), st = tg.empty() ? Stat{} : stat(tg);
+  const tools::BenchRoofline roof = roofline_for(a.profile, l.engine->n_threads());
+  const tools::PrefillOps ops = tools::prefill_ops_per_token(*l.model, a.p);
+  const double t_roof = tools::prefill_roofline_seconds(ops, roof);
+  const double pp_peak_frac = t_roof > 0 && sp.mean > 0 ? t_roof * sp.mean : 0;  // roofline time / measured time
+  const double decode_gbs = st.mean * bytes_per_token / 1e9;
+  const double bw_frac = roof.bandwidth > 0 ? decode_gbs * 1e9 / roof.bandwidth : 0;
   if (a.json) {
     nlohmann::json j{{"model", l.model->path()}, {"threads", l.engine->n_threads()},
                      {"pp", a.p}, {"tg", a.n}, {"depth", a.depth}, {"reps", a.reps},
@@ -94,16 +124,36 @@ int run_bench(const BenchArgs& a) {
                      {"pp_tokens_per_s", sp.mean}, {"pp_sd", sp.sd},
                      {"tg_tokens_per_s", st.mean}, {"tg_sd", st.sd},
                      {"decode_bytes_per_token", bytes_per_token},
-                     {"decode_gb_per_s", st.mean * bytes_per_token / 1e9}};
+                     {"decode_gb_per_s", decode_gbs},
+                     {"pp_ops_per_token", ops.total()},
+                     {"pp_ops_per_s", ops.total() * sp.mean}};
+    if (!roof.source.empty()) {
+      j["profile"] = roof.source;
+      j["profile_bandwidth_gb_per_s"] = roof.bandwidth / 1e9;
+      j["decode_bandwidth_fraction"] = bw_frac;
+      j["profile_peak_int8_ops"] = roof.peak_int8;
+      j["profile_peak_fp32_ops"] = roof.peak_fp32;
+      j["pp_roofline_tokens_per_s"] = t_roof > 0 ? 1.0 / t_roof : 0.0;
+      j["pp_peak_fraction"] = pp_peak_frac;
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("| model | threads | test | tok/s | GB/s read |\n|---|---|---|---|---|\n");
-    if (a.p > 0)
-      std::printf("| %s | %d | pp%d | %.2f ± %.2f | |\n", c.name.c_str(), l.engine->n_threads(), a.p, sp.mean, sp.sd);
-    if (a.n > 0)
-      std::printf("| %s | %d | tg%d%s | %.2f ± %.2f | %.1f |\n", c.name.c_str(), l.engine->n_threads(), a.n,
+    std::printf("| model | threads | test | tok/s | GB/s read | roofline (kvserve probe) |\n|---|---|---|---|---|---|\n");
+    if (a.p > 0) {
+      std::string r = "—";
+      if (t_roof > 0)
+        r = fmt_str("%.0f GOP/s = %.0f%% of peak (%.0f tok/s at peak)", ops.total() * sp.mean / 1e9,
+                    100 * pp_peak_frac, 1.0 / t_roof);
+      std::printf("| %s | %d | pp%d | %.2f ± %.2f | | %s |\n", c.name.c_str(), l.engine->n_threads(), a.p, sp.mean,
+                  sp.sd, r.c_str());
+    }
+    if (a.n > 0) {
+      std::string r = "—";
+      if (roof.bandwidth > 0) r = fmt_str("%.0f%% of %.1f GB/s", 100 * bw_frac, roof.bandwidth / 1e9);
+      std::printf("| %s | %d | tg%d%s | %.2f ± %.2f | %.1f | %s |\n", c.name.c_str(), l.engine->n_threads(), a.n,
                   a.depth > 0 ? (" @ d" + std::to_string(a.depth) + " " + seq.layout().describe()).c_str() : "", st.mean,
-                  st.sd, st.mean * bytes_per_token / 1e9);
+                  st.sd, decode_gbs, r.c_str());
+    }
   }
   return 0;
 }
@@ -120,6 +170,9 @@ void add_bench(CLI::App& app, Runner& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object");
+  c->add_option("--profile", a->profile,
+                "Hardware profile for the roofline column (default: $KVS_PROFILE or ~/.config/kvserve/profile.json, "
+                "written by `kvserve probe`)");
   add_kv_args(c, a->kv);
   c->callback([a, &run] { run = [a] { return run_bench(*a); }; });
 }

@@ -53,6 +53,14 @@ struct KvManagerOptions {
   // can see are released and their table entries become -1.
   WindowPolicy window;
   int max_step_tokens = 512;  // window policy: most tokens one step appends (bounds live_cap)
+
+  // Full-precision cache, no window: the common case, without spelling the rest.
+  static KvManagerOptions basic(int block_size, bool prefix_caching) {
+    KvManagerOptions o;
+    o.block_size = block_size;
+    o.prefix_caching = prefix_caching;
+    return o;
+  }
 };
 
 struct SeqAdmission {

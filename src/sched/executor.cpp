@@ -16,17 +16,8 @@ Scope PagedExecutor::kv_scope(const Scope& caller) const {
 
 int PagedExecutor::n_vocab() const { return const_cast<PagedEngine&>(pe_).engine().model().config().n_vocab; }
 
-namespace {
-KvManagerOptions kv_options(const FakeExecutorOptions& o) {
-  KvManagerOptions k;
-  k.block_size = o.block_size;
-  k.prefix_caching = o.prefix_caching;
-  return k;
-}
-}  // namespace
-
 FakeExecutor::FakeExecutor(const FakeExecutorOptions& o)
-    : o_(o), kv_(o.n_blocks, kv_options(o), nullptr) {
+    : o_(o), kv_(o.n_blocks, KvManagerOptions::basic(o.block_size, o.prefix_caching), nullptr) {
   if (o.n_vocab < 2) throw std::invalid_argument("fake executor: n_vocab must be >= 2");
 }
 

@@ -59,7 +59,7 @@ KvSimResult run_kv_sim(const KvSimConfig& cfg, KvSimPolicy policy) {
   const bool paged = policy == KvSimPolicy::Paged;
   const int bs = cfg.block_size;
   const int32_t n_blocks = int32_t(cfg.budget_tokens / bs);
-  KvManager kv(paged ? n_blocks : 1, KvManagerOptions{bs, false});
+  KvManager kv(paged ? n_blocks : 1, KvManagerOptions::basic(bs, false));
   const int32_t watermark = int32_t(double(n_blocks) * cfg.watermark);
   const std::vector<int32_t> zeros(size_t(cfg.max_ctx), 0);
   const Scope scope{};

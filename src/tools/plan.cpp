@@ -35,8 +35,7 @@ const KernelRate* Hardware::kernel(const std::string& type) const {
 
 std::string compute_path_for_type(const std::string& type) {
   const std::string l = lower(type);
-  if (l == "f32" || l == "f16") return "fp32";
-  if (l == "bf16") return "bf16";
+  if (l == "f32" || l == "f16" || l == "bf16") return "fp32";  // BF16 is widened to f32 exactly
   return "int8";
 }
 

@@ -52,7 +52,8 @@ struct WeightPart {
   double bytes = 0;   // streamed bytes of this type
   double params = 0;  // matmul parameters of this type
 };
-// Compute path a weight type runs on: fp32 (f32/f16), bf16, else int8.
+// Compute path a weight type runs on: fp32 (f32, f16, bf16: widened exactly
+// and multiplied with FP32 FMA), else int8 (quantized activations, VNNI).
 std::string compute_path_for_type(const std::string& type);
 Hardware hardware_from_profile(const HardwareProfile& p, const std::string& source);
 

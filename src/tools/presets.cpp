@@ -25,10 +25,12 @@ struct QuantInfo {
   const char* path;
 };
 
-// ggml block formats (see kernels/quant.h for the struct layouts).
+// ggml block formats (see kernels/quant.h for the struct layouts). The path
+// is what the matmul kernels run: BF16 weights are widened to f32 exactly
+// and go through FP32 FMA like F16 (vdpbf16ps is slower here; PERFORMANCE.md).
 const QuantInfo kQuants[] = {
     {WeightQuant::F32, "f32", 1, 4, "fp32"},      {WeightQuant::F16, "f16", 1, 2, "fp32"},
-    {WeightQuant::BF16, "bf16", 1, 2, "bf16"},    {WeightQuant::Q8_0, "q8_0", 32, 34, "int8"},
+    {WeightQuant::BF16, "bf16", 1, 2, "fp32"},    {WeightQuant::Q8_0, "q8_0", 32, 34, "int8"},
     {WeightQuant::Q6_K, "q6_k", 256, 210, "int8"}, {WeightQuant::Q4_K, "q4_k", 256, 144, "int8"},
     {WeightQuant::Q4_0, "q4_0", 32, 18, "int8"},
 };
@@ -224,9 +226,9 @@ ModelShape shape_from_gguf(const std::string& path) {
       if (n != s.weight_type) others += " + " + n;
     s.weight_type = "mixed (" + s.weight_type + others + ")";
   }
-  s.compute_path = (main_type == GgmlType::F32 || main_type == GgmlType::F16) ? "fp32"
-                   : main_type == GgmlType::BF16                              ? "bf16"
-                                                                              : "int8";
+  s.compute_path = (main_type == GgmlType::F32 || main_type == GgmlType::F16 || main_type == GgmlType::BF16)
+                       ? "fp32"  // float weights run on FP32 FMA (kQuants above)
+                       : "int8";
   if (s.weight_bytes == 0) s.weight_bytes = c.weight_bytes;
   return s;
 }

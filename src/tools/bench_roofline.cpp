@@ -1,0 +1,50 @@
+#include "tools/bench_roofline.h"
+
+#include "kernels/matmul_internal.h"
+
+namespace kvs::tools {
+
+namespace {
+// The point measured at `threads`, else the best over all thread counts.
+double at_threads(const std::vector<RatePoint>& pts, double best, int threads) {
+  for (const RatePoint& p : pts)
+    if (p.threads == threads) return p.rate;
+  return best;
+}
+}  // namespace
+
+BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads) {
+  BenchRoofline r;
+  r.source = source;
+  r.bandwidth = at_threads(p.bandwidth_by_threads, p.bandwidth, threads);
+  r.peak_int8 = at_threads(p.int8.by_threads, p.int8.peak, threads);
+  r.peak_fp32 = at_threads(p.fp32.by_threads, p.fp32.peak, threads);
+  return r;
+}
+
+PrefillOps prefill_ops_per_token(const Model& m, int n_prompt) {
+  PrefillOps o;
+  if (n_prompt <= 0) return o;
+  auto add = [&](const WeightView& w, double share) {
+    const double ops = 2.0 * double(w.rows) * double(w.cols) * share;
+    (mm::is_float_type(w.type) ? o.fp32 : o.int8) += ops;
+  };
+  const ModelWeights& w = m.weights();
+  for (const LayerWeights& l : w.layers)
+    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v, 1.0);
+  add(w.output, 1.0 / n_prompt);
+  // QKᵀ and P·V: 4 · heads · head_dim per key; token i sees i keys.
+  const ModelConfig& c = m.config();
+  o.attention = 4.0 * c.n_layers * c.n_heads * c.head_dim * (n_prompt + 1) / 2.0;
+  return o;
+}
+
+double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r) {
+  if ((ops.int8 > 0 && r.peak_int8 <= 0) || (ops.fp32 + ops.attention > 0 && r.peak_fp32 <= 0)) return 0;
+  double t = 0;
+  if (ops.int8 > 0) t += ops.int8 / r.peak_int8;
+  if (ops.fp32 + ops.attention > 0) t += (ops.fp32 + ops.attention) / r.peak_fp32;
+  return t;
+}
+
+}  // namespace kvs::tools

@@ -1,0 +1,36 @@
+// What `kvserve bench` sets its results against: the probe's measured read
+// bandwidth and peak arithmetic rates (at the bench's thread count), and the
+// work one token costs in this model.
+//
+//   decode:  bytes read per token × tok/s  vs  bandwidth
+//   prefill: per token, matmul ops on the int8 path (quantized weights, VNNI)
+//            and on the fp32 path (float weights, FMA) plus attention ops
+//            (fp32); the roofline time is Σ ops / peak of their path, and
+//            the fraction of peak is that time ÷ the measured time.
+#pragma once
+#include <string>
+
+#include "model/model.h"
+#include "tools/probe.h"
+
+namespace kvs::tools {
+
+struct BenchRoofline {
+  std::string source;    // the profile's path; empty: no profile (no roofline)
+  double bandwidth = 0;  // bytes/s at the bench's threads (best over threads if not measured there)
+  double peak_int8 = 0, peak_fp32 = 0;  // ops/s, likewise
+};
+BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads);
+
+// Ops per prompt token of an n_prompt-token prefill that returns the last
+// token's logits only (the output matrix runs once per prompt).
+struct PrefillOps {
+  double int8 = 0, fp32 = 0, attention = 0;
+  double total() const { return int8 + fp32 + attention; }
+};
+PrefillOps prefill_ops_per_token(const Model& m, int n_prompt);
+
+// Seconds per token at the peaks; 0 when a needed peak is unknown.
+double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r);
+
+}  // namespace kvs::tools

@@ -1,0 +1,102 @@
+// `kvserve bench` against the probe's roofline: the ops a prefill token
+// costs, the peak and bandwidth picked for the thread count, and the columns
+// the command prints with and without a profile.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "test_util.h"
+#include "tools/bench_roofline.h"
+#include "tools/probe.h"
+
+using namespace kvs;
+using namespace kvs::tools;
+
+namespace {
+
+HardwareProfile synthetic_profile() {
+  HardwareProfile p;
+  p.cpu = "test cpu";
+  p.logical_cores = 2;
+  p.mem_total_bytes = 8ull << 30;
+  p.bandwidth = 30e9;
+  p.bandwidth_by_threads = {{1, 12e9}, {2, 24e9}, {3, 30e9}};
+  p.fp32 = {"avx512 vfmadd", {{1, 1e11}, {2, 2e11}}, 2e11};
+  p.bf16 = {"avx512_bf16", {{1, 5e10}}, 5e10};
+  p.int8 = {"avx512_vnni", {{1, 4e11}}, 4e11};
+  return p;
+}
+
+TEST(BenchRoofline, PointAtTheThreadCountElseTheBest) {
+  const HardwareProfile p = synthetic_profile();
+  const BenchRoofline two = bench_roofline(p, "x", 2);
+  EXPECT_DOUBLE_EQ(two.bandwidth, 24e9);
+  EXPECT_DOUBLE_EQ(two.peak_fp32, 2e11);
+  EXPECT_DOUBLE_EQ(two.peak_int8, 4e11);  // 2 threads not measured: the best
+  const BenchRoofline five = bench_roofline(p, "x", 5);
+  EXPECT_DOUBLE_EQ(five.bandwidth, 30e9);
+}
+
+TEST(BenchRoofline, PrefillOpsOfStories260K) {
+  if (!test::shared_available()) GTEST_SKIP();
+  auto m = Model::load(test::shared("models/stories260K/stories260K.gguf"));
+  const ModelConfig& c = m->config();
+  const double kvdim = double(c.n_kv_heads) * c.head_dim, qdim = double(c.n_heads) * c.head_dim;
+  const double per_layer = 2.0 * (2 * qdim * c.dim + 2 * kvdim * c.dim + 3.0 * c.ffn_dim * c.dim);
+  const int p = 64;
+  const PrefillOps o = prefill_ops_per_token(*m, p);
+  // F32 weights: everything on the fp32 path; the output matrix once per prompt.
+  EXPECT_DOUBLE_EQ(o.int8, 0.0);
+  EXPECT_NEAR(o.fp32, c.n_layers * per_layer + 2.0 * c.n_vocab * c.dim / p, 1e-6 * o.fp32);
+  EXPECT_DOUBLE_EQ(o.attention, 4.0 * c.n_layers * c.n_heads * c.head_dim * (p + 1) / 2.0);
+  BenchRoofline r;
+  r.peak_fp32 = 1e11;
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), o.total() / 1e11);
+}
+
+TEST(BenchRoofline, QuantizedWeightsUseTheInt8Peak) {
+  if (!test::shared_available()) GTEST_SKIP();
+  auto m = Model::load(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
+  const PrefillOps o = prefill_ops_per_token(*m, 16);
+  ASSERT_GT(o.int8, 0.0);
+  BenchRoofline r;
+  r.peak_int8 = 4e11;
+  EXPECT_EQ(prefill_roofline_seconds(o, r), 0.0) << "attention needs the fp32 peak";
+  r.peak_fp32 = 1e11;
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), o.int8 / 4e11 + (o.fp32 + o.attention) / 1e11);
+}
+
+TEST(BenchRoofline, BenchPrintsItWithAProfileAndSaysHowWithout) {
+  if (!test::shared_available()) GTEST_SKIP();
+  const std::string prof = test::temp_dir() + "/roof/profile.json";
+  save_profile(synthetic_profile(), prof);
+  const std::string model = test::shared("models/stories260K/stories260K.gguf");
+  std::string out, err;
+  ASSERT_EQ(0, test::run_kvserve({"bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--profile",
+                                  prof, "--json"},
+                                 &out, &err))
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["profile"], prof);
+  EXPECT_DOUBLE_EQ(j["profile_bandwidth_gb_per_s"].get<double>(), 24.0);
+  EXPECT_NEAR(j["decode_bandwidth_fraction"].get<double>(), j["decode_gb_per_s"].get<double>() / 24.0, 1e-9);
+  const double frac = j["pp_peak_fraction"].get<double>();
+  EXPECT_NEAR(frac, j["pp_tokens_per_s"].get<double>() / j["pp_roofline_tokens_per_s"].get<double>(), 1e-9);
+  EXPECT_GT(frac, 0.0);
+  ASSERT_EQ(0, test::run_kvserve({"bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "--profile", prof}, &out,
+                                 &err));
+  EXPECT_NE(out.find("of peak"), std::string::npos) << out;
+  EXPECT_NE(out.find("% of 24.0 GB/s"), std::string::npos) << out;
+  // No profile: the numbers still come, the roofline columns say "—", and
+  // stderr names the command that writes a profile.
+  setenv("KVS_PROFILE", (test::temp_dir() + "/roof/none.json").c_str(), 1);
+  const int rc = test::run_kvserve({"bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "--json"}, &out, &err);
+  unsetenv("KVS_PROFILE");
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_FALSE(nlohmann::json::parse(out).contains("pp_peak_fraction"));
+  EXPECT_NE(err.find("kvserve probe"), std::string::npos) << err;
+}
+
+}  // namespace
