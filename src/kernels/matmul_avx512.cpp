@@ -16,6 +16,7 @@
 // row (8 rows per register tile).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -260,6 +261,16 @@ void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;  // KB, kb0: multiples of 8 (whole K-quant super-blocks)
       fill(pa, kb0, kb, slice_a);
       if (two) fill(pa + pbytes, kb0, kb, slice_b);
+      // The next slice of both panels streams from DRAM: request it now so
+      // it arrives while this slice's tiles run, instead of stalling the
+      // next fill (pp128 side by side, 7 runs: Q4_0 median 1.13x, Q8_0 1.02x).
+      if (kb0 + KB < nb) {
+        const int64_t from = (kb0 + KB) * pbytes / nb, to = std::min(nb, kb0 + 2 * KB) * pbytes / nb;
+        for (int64_t o = from; o < to; o += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(pa + o), _MM_HINT_T1);
+          if (two) _mm_prefetch(reinterpret_cast<const char*>(pa + pbytes + o), _MM_HINT_T1);
+        }
+      }
       run_slice<SUB16, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
     }
   }
