@@ -156,24 +156,32 @@ inline __m512 reduce16(__m512* a) {
   return _mm512_permutexvar_ps(idx, h);
 }
 // Scores, head_dim a multiple of 16 up to 128: 16 keys per tile, each key's
-// 16-lane partial sums reduced together (reduce16).
-void scores_tiled_avx512(const float* q, int R, const float* k, size_t ldk, int n, int nv, float scale, float* s,
+// 16-lane partial sums reduced together (reduce16). NV is a template
+// argument so the tile's 16 accumulators and the query stay in registers
+// (with a run-time NV the compiler kept them on the stack: 2x slower).
+template <int NV>
+inline void score_tile(const __m512* qv, const float* k, size_t ldk, int m, __m512 vs, float* s) {
+  __m512 acc[16];
+  for (int t = 0; t < 16; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    if (m == 16 || t < m) {
+      const float* kt = k + size_t(t) * ldk;
+      for (int c = 0; c < NV; ++c) acc[t] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + 16 * c), acc[t]);
+    }
+  }
+  _mm512_mask_storeu_ps(s, __mmask16((1u << m) - 1), _mm512_mul_ps(reduce16(acc), vs));
+}
+template <int NV>
+void scores_tiled_avx512(const float* q, int R, const float* k, size_t ldk, int n, float scale, float* s,
                          size_t lds) {
   const __m512 vs = _mm512_set1_ps(scale);
-  for (int i0 = 0; i0 < n; i0 += 16) {
-    const int m = std::min(16, n - i0);
-    for (int j = 0; j < R; ++j) {
-      __m512 qv[8];
-      for (int c = 0; c < nv; ++c) qv[c] = _mm512_loadu_ps(q + size_t(j) * nv * 16 + 16 * c);
-      __m512 acc[16];
-      for (int t = 0; t < 16; ++t) {
-        acc[t] = _mm512_setzero_ps();
-        if (t < m) {
-          const float* kt = k + size_t(i0 + t) * ldk;
-          for (int c = 0; c < nv; ++c) acc[t] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + 16 * c), acc[t]);
-        }
-      }
-      _mm512_mask_storeu_ps(s + size_t(j) * lds + i0, __mmask16((1u << m) - 1), _mm512_mul_ps(reduce16(acc), vs));
+  for (int j = 0; j < R; ++j) {
+    __m512 qv[NV];
+    for (int c = 0; c < NV; ++c) qv[c] = _mm512_loadu_ps(q + size_t(j) * NV * 16 + 16 * c);
+    for (int i0 = 0; i0 < n; i0 += 16) {
+      const int m = std::min(16, n - i0);
+      if (m == 16) score_tile<NV>(qv, k + size_t(i0) * ldk, ldk, 16, vs, s + size_t(j) * lds + i0);
+      else score_tile<NV>(qv, k + size_t(i0) * ldk, ldk, m, vs, s + size_t(j) * lds + i0);
     }
   }
 }
@@ -182,8 +190,16 @@ void scores_tiled_avx512(const float* q, int R, const float* k, size_t ldk, int 
 void scores_avx512(const float* q, int R, const float* k, size_t ldk, int n, int hd, float scale, float* s, size_t lds) {
   const int nv = (hd + 15) / 16;
   if (hd % 16 == 0 && nv <= 8) {
-    scores_tiled_avx512(q, R, k, ldk, n, nv, scale, s, lds);
-    return;
+    switch (nv) {
+      case 1: return scores_tiled_avx512<1>(q, R, k, ldk, n, scale, s, lds);
+      case 2: return scores_tiled_avx512<2>(q, R, k, ldk, n, scale, s, lds);
+      case 3: return scores_tiled_avx512<3>(q, R, k, ldk, n, scale, s, lds);
+      case 4: return scores_tiled_avx512<4>(q, R, k, ldk, n, scale, s, lds);
+      case 5: return scores_tiled_avx512<5>(q, R, k, ldk, n, scale, s, lds);
+      case 6: return scores_tiled_avx512<6>(q, R, k, ldk, n, scale, s, lds);
+      case 7: return scores_tiled_avx512<7>(q, R, k, ldk, n, scale, s, lds);
+      default: return scores_tiled_avx512<8>(q, R, k, ldk, n, scale, s, lds);
+    }
   }
   if (nv > 8) {
     for (int i = 0; i < n; ++i)
@@ -204,27 +220,56 @@ void scores_avx512(const float* q, int R, const float* k, size_t ldk, int n, int
     }
   }
 }
-// Accumulation: each output row stays in registers over the run of keys.
+// Accumulation: HB heads' output rows stay in registers over the run of
+// keys and share each loaded value row (HB x NV independent fma chains hide
+// the latency). Per element the sum is over the keys in order, as in axpy,
+// so grouping heads changes no bit.
+template <int HB, int NV>
+void accum_heads_avx512(const float* p, size_t ldp, const float* v, size_t ldv, int n, __mmask16 tail, float* out,
+                        int hd) {
+  __m512 acc[HB][NV];
+  for (int j = 0; j < HB; ++j)
+    for (int c = 0; c < NV; ++c)
+      acc[j][c] = _mm512_maskz_loadu_ps(c + 1 == NV ? tail : __mmask16(0xFFFF), out + size_t(j) * hd + 16 * c);
+  for (int i = 0; i < n; ++i) {
+    const float* vi = v + size_t(i) * ldv;
+    __m512 vv[NV];
+    for (int c = 0; c < NV; ++c) vv[c] = _mm512_maskz_loadu_ps(c + 1 == NV ? tail : __mmask16(0xFFFF), vi + 16 * c);
+    for (int j = 0; j < HB; ++j) {
+      const __m512 a = _mm512_set1_ps(p[size_t(j) * ldp + i]);
+      for (int c = 0; c < NV; ++c) acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
+    }
+  }
+  for (int j = 0; j < HB; ++j)
+    for (int c = 0; c < NV; ++c)
+      _mm512_mask_storeu_ps(out + size_t(j) * hd + 16 * c, c + 1 == NV ? tail : __mmask16(0xFFFF), acc[j][c]);
+}
+// Heads in groups of up to 4 (NV <= 4) or 2 (NV <= 8): at most 16 accumulators.
+template <int NV>
+void accum_nv_avx512(const float* p, size_t ldp, int R, const float* v, size_t ldv, int n, int hd, __mmask16 tail,
+                     float* out) {
+  constexpr int kMax = NV <= 4 ? 4 : 2;
+  int j = 0;
+  for (; j + kMax <= R; j += kMax)
+    accum_heads_avx512<kMax, NV>(p + size_t(j) * ldp, ldp, v, ldv, n, tail, out + size_t(j) * hd, hd);
+  for (; j + 2 <= R; j += 2) accum_heads_avx512<2, NV>(p + size_t(j) * ldp, ldp, v, ldv, n, tail, out + size_t(j) * hd, hd);
+  for (; j < R; ++j) accum_heads_avx512<1, NV>(p + size_t(j) * ldp, ldp, v, ldv, n, tail, out + size_t(j) * hd, hd);
+}
 void accum_avx512(const float* p, size_t ldp, int R, const float* v, size_t ldv, int n, int hd, float* out) {
   const int nv = (hd + 15) / 16;
-  if (nv > 8) {
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < R; ++j) axpy_avx512(p[size_t(j) * ldp + i], v + size_t(i) * ldv, out + size_t(j) * hd, hd);
-    return;
-  }
   const __mmask16 tail = hd % 16 ? __mmask16((1u << (hd % 16)) - 1) : __mmask16(0xFFFF);
-  for (int j = 0; j < R; ++j) {
-    __m512 acc[8];
-    float* o = out + size_t(j) * hd;
-    for (int c = 0; c < nv; ++c) acc[c] = _mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), o + 16 * c);
-    const float* pj = p + size_t(j) * ldp;
-    for (int i = 0; i < n; ++i) {
-      const __m512 a = _mm512_set1_ps(pj[i]);
-      const float* vi = v + size_t(i) * ldv;
-      for (int c = 0; c < nv; ++c)
-        acc[c] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(c + 1 == nv ? tail : __mmask16(0xFFFF), vi + 16 * c), acc[c]);
-    }
-    for (int c = 0; c < nv; ++c) _mm512_mask_storeu_ps(o + 16 * c, c + 1 == nv ? tail : __mmask16(0xFFFF), acc[c]);
+  switch (nv) {
+    case 1: return accum_nv_avx512<1>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 2: return accum_nv_avx512<2>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 3: return accum_nv_avx512<3>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 4: return accum_nv_avx512<4>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 5: return accum_nv_avx512<5>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 6: return accum_nv_avx512<6>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 7: return accum_nv_avx512<7>(p, ldp, R, v, ldv, n, hd, tail, out);
+    case 8: return accum_nv_avx512<8>(p, ldp, R, v, ldv, n, hd, tail, out);
+    default:
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < R; ++j) axpy_avx512(p[size_t(j) * ldp + i], v + size_t(i) * ldv, out + size_t(j) * hd, hd);
   }
 }
 void axpy_avx512(float a, const float* x, float* y, int n) {
