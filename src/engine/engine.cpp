@@ -33,7 +33,8 @@ struct Engine::Scratch {
   std::vector<WindowPolicy> policy; // [n_chunks] effective window policy
   std::vector<float> krope_cos, krope_sin;  // [positions, n_rot/2]: keys stored before RoPE
   std::vector<int32_t> seq_of;      // [T] chunk index of each token
-  std::vector<std::vector<float>> attn_scratch;  // per thread: scores [r, n_ctx] + one tile
+  std::vector<std::vector<float>> attn_scratch;  // per thread: scores [block, r, n_ctx] + one tile
+  std::vector<std::pair<int64_t, int>> attn_blocks;  // query blocks: (first token, tokens), each within one chunk
   std::vector<float> stage_k, stage_v;  // quantized cache: [Σ rows, kvdim] float rows of each chunk's open groups
   std::vector<int64_t> stage_row0;      // [n_chunks] first stage row of a chunk (its first group's start)
   std::vector<float> out_rows;      // [n_out, dim]
@@ -148,7 +149,27 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       }
   }
   const int r = nh / nkv;
-  for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r, max_visible, bs, hd));
+  // Query blocks: consecutive tokens of a chunk share each loaded K/V tile
+  // (a long prefill re-read the whole cache per token). Only where every
+  // token sees all keys before it, unrotated and stored; else one token per
+  // block. The block is capped so its score rows stay within ~4 MB.
+  const int kMaxBlock = 16;
+  const int tb_max = int(std::clamp<int64_t>((int64_t(1) << 20) / (int64_t(r) * std::max(1, max_visible)), 1, kMaxBlock));
+  s.attn_blocks.clear();
+  {
+    int64_t t = 0;
+    for (size_t ci = 0; ci < batch.size(); ++ci) {
+      const int n = batch[ci].n_tokens;
+      bool whole = !kv.layout.quantized() && !s.policy[ci].rotates();
+      for (int i = 0; i < n && whole; ++i) whole = s.view[t + i].sink_end >= s.view[t + i].win_start;
+      const int tb = whole ? tb_max : 1;
+      for (int i = 0; i < n; i += tb) s.attn_blocks.push_back({t + i, std::min(tb, n - i)});
+      t += n;
+    }
+  }
+  int tb_used = 1;
+  for (const auto& b : s.attn_blocks) tb_used = std::max(tb_used, b.second);
+  for (auto& a : s.attn_scratch) a.resize(attention_scratch_floats(r * tb_used, max_visible, bs, hd));
   // Keys stored before RoPE are rotated at attention time: cos/sin of every
   // position a key can take (grown on demand, kept across calls).
   if (max_key_pos >= 0 && int64_t(s.krope_cos.size()) < int64_t(max_key_pos + 1) * (n_rot / 2)) {
@@ -232,8 +253,9 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
       }
     });
     if (quant) store_quantized(batch, kv, l);
-    pool.parallel_for(T * nkv, [&](int64_t task, int thread) {
-      const int64_t t = task / nkv;
+    pool.parallel_for(int64_t(s.attn_blocks.size()) * nkv, [&](int64_t task, int thread) {
+      const auto [t0, tb] = s.attn_blocks[size_t(task / nkv)];
+      const int64_t t = t0 + tb - 1;  // the block's last token describes the block (attention.h)
       const int g = int(task % nkv);
       const size_t ci = size_t(s.seq_of[t]);
       const SeqChunk& ch = batch[ci];
@@ -254,7 +276,8 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
         as.own_k = &s.stage_k[size_t(row) * kvdim];
         as.own_v = &s.stage_v[size_t(row) * kvdim];
       }
-      attention_group(&s.q[t * qdim], kv, l, as, g, shape, &s.att[t * qdim], s.attn_scratch[thread].data());
+      attention_group_block(&s.q[t0 * qdim], size_t(qdim), tb, kv, l, as, g, shape, &s.att[t0 * qdim], size_t(qdim),
+                            s.attn_scratch[thread].data());
     });
     mm(L.wo, s.att.data(), qdim, T, s.proj.data(), dim);  // [T, dim]
     per_token([&](int64_t t) { add_inplace(&s.x[t * dim], &s.proj[t * dim], dim); });

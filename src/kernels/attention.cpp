@@ -72,30 +72,45 @@ void visit_rows(const KvStorage& kv, int layer, const AttnSeq& q, int g, float* 
 
 }  // namespace
 
-void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
-                     const AttnShape& s, float* out, float* scratch) {
+void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
+                           int g, const AttnShape& s, float* out, size_t ldo, float* scratch) {
   const int r = s.n_heads / s.n_kv_heads;
   const int hd = s.head_dim;
   const int h0 = g * r;
   const int nv = seq.n_visible();
+  // Token i sees the keys before its own context end (the last token: all).
+  auto ctx_of = [&](int i) { return seq.n_ctx - (T - 1 - i); };
   const attn::VecOps& ops = attn::vec_ops();
-  float* sc = scratch;                    // [r, n_visible] scores, then probabilities
-  float* tile = scratch + size_t(r) * nv;  // [block_size, head_dim] loaded rows
-  int col = 0;                            // score column of the next visible key
-  visit_rows<true>(kv, layer, seq, g, tile, [&](int, int n, const float* k, size_t ld) {
-    ops.scores(q + size_t(h0) * hd, r, k, ld, n, hd, s.scale, sc + col, size_t(nv));
+  float* sc = scratch;                        // [T, r, n_visible] scores, then probabilities
+  float* tile = scratch + size_t(T) * r * nv;  // [block_size, head_dim] loaded rows
+  auto row = [&](int i) { return sc + size_t(i) * r * nv; };
+  int col = 0;  // score column of the next visible key (the same for every token: no window here when T > 1)
+  visit_rows<true>(kv, layer, seq, g, tile, [&](int t0, int n, const float* k, size_t ld) {
+    for (int i = 0; i < T; ++i) {
+      const int ni = std::min(n, ctx_of(i) - t0);  // T == 1: always n
+      if (ni > 0) ops.scores(q + size_t(i) * ldq + size_t(h0) * hd, r, k, ld, ni, hd, s.scale, row(i) + col, size_t(nv));
+    }
     col += n;
   });
-  for (int j = 0; j < r; ++j) ops.softmax(sc + size_t(j) * nv, nv);
-  for (int j = 0; j < r; ++j) {
-    float* o = out + size_t(h0 + j) * hd;  // [head_dim]
-    for (int i = 0; i < hd; ++i) o[i] = 0.f;
+  for (int i = 0; i < T; ++i) {
+    const int ni = T == 1 ? nv : ctx_of(i);
+    for (int j = 0; j < r; ++j) ops.softmax(row(i) + size_t(j) * nv, ni);
+    float* o = out + size_t(i) * ldo + size_t(h0) * hd;  // [r, head_dim]
+    for (int e = 0; e < r * hd; ++e) o[e] = 0.f;
   }
   col = 0;
-  visit_rows<false>(kv, layer, seq, g, tile, [&](int, int n, const float* v, size_t ld) {
-    ops.accum(sc + col, size_t(nv), r, v, ld, n, hd, out + size_t(h0) * hd);
+  visit_rows<false>(kv, layer, seq, g, tile, [&](int t0, int n, const float* v, size_t ld) {
+    for (int i = 0; i < T; ++i) {
+      const int ni = std::min(n, ctx_of(i) - t0);
+      if (ni > 0) ops.accum(row(i) + col, size_t(nv), r, v, ld, ni, hd, out + size_t(i) * ldo + size_t(h0) * hd);
+    }
     col += n;
   });
+}
+
+void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
+                     const AttnShape& s, float* out, float* scratch) {
+  attention_group_block(q, 0, 1, kv, layer, seq, g, s, out, 0, scratch);
 }
 
 void attention_reference(const float* q, const float* k, const float* v, int n_ctx,

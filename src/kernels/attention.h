@@ -54,6 +54,18 @@ inline size_t attention_scratch_floats(int r, int n_visible, int block_size, int
   return size_t(r) * n_visible + size_t(block_size) * head_dim;
 }
 
+// T consecutive query tokens of one sequence at once (a prefill's query
+// block): token i (q + i * ldq, out + i * ldo, rows as above) has context
+// seq.n_ctx - (T - 1 - i), i.e. `seq` describes the last token. Each key and
+// value tile is loaded (dequantized, rotated) once for all T tokens instead
+// of once per token; every token's scores, softmax and sums are the same
+// operations as attention_group's, so results are bit-identical to T calls.
+// For T > 1 the sequence must have no hidden keys (sink_end >= win_start),
+// no rotation at attention time, and every key stored (n_stored == n_ctx).
+// scratch: attention_scratch_floats(r * T, seq.n_visible(), ...) floats.
+void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
+                           int g, const AttnShape& s, float* out, size_t ldo, float* scratch);
+
 // Reference for tests: K/V given contiguously as [n_ctx, n_kv_heads, head_dim].
 void attention_reference(const float* q, const float* k, const float* v, int n_ctx,
                          const AttnShape& s, float* out);
