@@ -150,9 +150,11 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
   }
   const int r = nh / nkv;
   // Query blocks: consecutive tokens of a chunk share each loaded K/V tile
-  // (a long prefill re-read the whole cache per token). Only where every
-  // token sees all keys before it, unrotated and stored; else one token per
-  // block. The block is capped so its score rows stay within ~4 MB.
+  // (a long prefill re-read, and for int8/int4 dequantized, the whole cache
+  // per token). Only where every token sees all keys before it, unrotated;
+  // with a quantized cache a block stays inside one token group, so its
+  // tokens share the stored groups and the open group's rows. Else one token
+  // per block. The block is capped so its score rows stay within ~4 MB.
   const int kMaxBlock = 16;
   const int tb_max = int(std::clamp<int64_t>((int64_t(1) << 20) / (int64_t(r) * std::max(1, max_visible)), 1, kMaxBlock));
   s.attn_blocks.clear();
@@ -160,10 +162,16 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
     int64_t t = 0;
     for (size_t ci = 0; ci < batch.size(); ++ci) {
       const int n = batch[ci].n_tokens;
-      bool whole = !kv.layout.quantized() && !s.policy[ci].rotates();
+      bool whole = !s.policy[ci].rotates();
       for (int i = 0; i < n && whole; ++i) whole = s.view[t + i].sink_end >= s.view[t + i].win_start;
       const int tb = whole ? tb_max : 1;
-      for (int i = 0; i < n; i += tb) s.attn_blocks.push_back({t + i, std::min(tb, n - i)});
+      const int G = kv.layout.quantized() ? kv.layout.group_tokens : 0;
+      for (int i = 0; i < n;) {
+        int len = std::min(tb, n - i);
+        if (G > 0) len = std::min(len, G - (batch[ci].pos0 + i) % G);  // up to the group's end
+        s.attn_blocks.push_back({t + i, len});
+        i += len;
+      }
       t += n;
     }
   }

@@ -60,8 +60,10 @@ inline size_t attention_scratch_floats(int r, int n_visible, int block_size, int
 // value tile is loaded (dequantized, rotated) once for all T tokens instead
 // of once per token; every token's scores, softmax and sums are the same
 // operations as attention_group's, so results are bit-identical to T calls.
-// For T > 1 the sequence must have no hidden keys (sink_end >= win_start),
-// no rotation at attention time, and every key stored (n_stored == n_ctx).
+// For T > 1 the sequence must have no hidden keys (sink_end >= win_start)
+// and no rotation at attention time, and all T tokens must share n_stored
+// and own_k / own_v (a quantized cache: the block lies in one token group;
+// token i reads the first n_ctx_i - n_stored own rows).
 // scratch: attention_scratch_floats(r * T, seq.n_visible(), ...) floats.
 void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
                            int g, const AttnShape& s, float* out, size_t ldo, float* scratch);
