@@ -1,6 +1,6 @@
 #include "tools/bench_roofline.h"
 
-#include "kernels/matmul_internal.h"
+#include "tools/plan.h"
 
 namespace kvs::tools {
 
@@ -27,7 +27,7 @@ PrefillOps prefill_ops_per_token(const Model& m, int n_prompt) {
   if (n_prompt <= 0) return o;
   auto add = [&](const WeightView& w, double share) {
     const double ops = 2.0 * double(w.rows) * double(w.cols) * share;
-    (mm::is_float_type(w.type) ? o.fp32 : o.int8) += ops;
+    (compute_path_for_type(type_name(w.type)) == "fp32" ? o.fp32 : o.int8) += ops;
   };
   const ModelWeights& w = m.weights();
   for (const LayerWeights& l : w.layers)
