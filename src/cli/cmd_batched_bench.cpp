@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "sched/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kv/capacity.h"
@@ -32,10 +33,6 @@ struct Args {
   bool json = false;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 struct Tracker {
   std::mutex mu;
   std::vector<double> first, last;
@@ -44,7 +41,7 @@ struct Tracker {
   sched::EventSink sink(int i) {
     return [this, i](sched::TokenEvent&& e) {
       std::lock_guard lk(mu);
-      const double t = now_s();
+      const double t = sched::steady_now();
       if (e.token >= 0) {
         if (first[size_t(i)] < 0) first[size_t(i)] = t;
         ++tokens[size_t(i)];
@@ -98,7 +95,7 @@ int run_throughput(const Args& a, Loaded& l) {
     o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
     sched::EngineLoop loop(*l.engine, l.tok.get(), o);
     Tracker tr(b);
-    const double t0 = now_s();
+    const double t0 = sched::steady_now();
     for (int i = 0; i < b; ++i) {
       sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);
       r.sink = tr.sink(i);
@@ -143,7 +140,7 @@ int run_burst(const Args& a, Loaded& l) {
   o.sched.wait_limit_s = {600, 600};
   sched::EngineLoop loop(*l.engine, l.tok.get(), o);
   Tracker tr(a.burst);
-  const double t0 = now_s();
+  const double t0 = sched::steady_now();
   std::vector<sched::SubmitResult> res;
   for (int i = 0; i < a.burst; ++i) {
     sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);

@@ -67,7 +67,9 @@ XBlock* x_buffer(size_t blocks) {
   if (blocks > buf.cap) {
     std::free(buf.p);
     const size_t cap = std::max<size_t>(blocks, 1024);
-    buf.p = static_cast<XBlock*>(std::aligned_alloc(64, cap * sizeof(XBlock)));
+    // aligned_alloc requires a size that is a multiple of the alignment.
+    const size_t bytes = (cap * sizeof(XBlock) + 63) / 64 * 64;
+    buf.p = static_cast<XBlock*>(std::aligned_alloc(64, bytes));
     if (!buf.p) throw std::bad_alloc();
     buf.cap = cap;
   }

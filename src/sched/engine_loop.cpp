@@ -15,6 +15,7 @@
 #include "engine/generate.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
+#include "sched/clock.h"
 
 namespace kvs::sched {
 
@@ -61,10 +62,6 @@ struct Live {
   int open = 0;
   bool sink_failed = false;
 };
-
-double steady_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 

@@ -8,16 +8,13 @@
 
 #include "kv/prefix_hash.h"
 #include "tokenizer/tokenizer.h"
+#include "sched/clock.h"
 
 namespace kvs::server {
 
 using nlohmann::json;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 HttpResponse json_response(int status, const json& j) {
   HttpResponse r;
@@ -208,7 +205,7 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     reserved = need;
   }
 
-  const Scope scope = tenants_.scope_for(caller->policy.id, opts_.model_identity, now_s());
+  const Scope scope = tenants_.scope_for(caller->policy.id, opts_.model_identity, sched::steady_now());
   std::string prefix_hash = "-";
   if (P >= bs) prefix_hash = to_hex(block_key(nullptr, prompt.data(), bs, scope)).substr(0, 16);
 

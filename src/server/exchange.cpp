@@ -7,17 +7,12 @@
 #include "server/metrics_text.h"
 #include "server/tenants.h"
 #include "tokenizer/tokenizer.h"
+#include "sched/clock.h"
 
 namespace kvs::server {
 
 using sched::FinishReason;
 using sched::RejectReason;
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 HttpResponse error_response(const ApiError& e) {
   HttpResponse r;
@@ -54,7 +49,7 @@ ApiError reject_error(RejectReason r, const std::string& message, double retry_a
   return e;
 }
 
-Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n), t0_(now_s()) {
+Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n), t0_(sched::steady_now()) {
   queue_ = std::make_shared<EventQueue>(s_.queue_events, nullptr);
   choices_.resize(size_t(s_.n));
 }
@@ -66,7 +61,7 @@ Exchange::~Exchange() {
   if (!finished_ && final_status_ == 0) final_status_ = 499;  // client closed request (nginx's code)
   s_.counters->count_status(final_status_);
   // Access log: ids, hashes and counts only, never text.
-  const double t = now_s();
+  const double t = sched::steady_now();
   std::fprintf(stderr,
                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft_ms=%.1f "
                "e2e_ms=%.1f%s\n",
@@ -103,7 +98,7 @@ Exchange::Output Exchange::poll() {
       out.done = true;
       return out;
     }
-    if (e.token >= 0 && t_first_ < 0) t_first_ = now_s();
+    if (e.token >= 0 && t_first_ < 0) t_first_ = sched::steady_now();
     if (s_.stream) {
       const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt);
       if (!chunk.is_null()) {
