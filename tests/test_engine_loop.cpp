@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -17,6 +19,7 @@
 #include "model/model.h"
 #include "sched/engine_loop.h"
 #include "tokenizer/tokenizer.h"
+#include "fake_executor.h"
 #include "test_util.h"
 
 using namespace kvs;
@@ -262,4 +265,83 @@ TEST(EngineLoop, RefusingSinkCancelsAndOverShareIsRejected) {
   EXPECT_FALSE(b.accepted);
   EXPECT_EQ(b.reason, RejectReason::RequestShare);
   EXPECT_EQ(loop.metrics().rejections[size_t(RejectReason::RequestShare)], 1);
+}
+
+// The forward runs without the scheduler's lock: while one is in progress
+// (held open here by the fake executor until the test lets it go), submit,
+// a 429, cancel and metrics all return. Before the three-phase step they
+// waited for the whole forward, so this deadlocked until the gate opened.
+TEST(EngineLoop, SubmitCancelAndMetricsNeverWaitForAForward) {
+  FakeExecutorOptions fo;
+  fo.n_blocks = 64;
+  auto fake = std::make_unique<FakeExecutor>(fo);
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool in_forward = false, open = false;
+  fake->on_step = [&] {
+    std::unique_lock lk(gate_mu);
+    in_forward = true;
+    gate_cv.notify_all();
+    gate_cv.wait(lk, [&] { return open; });
+  };
+  EngineLoopOptions o = loop_opts(64, 16, 512, 4, true);
+  o.sched.max_queue = 0;
+  EngineLoop loop(std::move(fake), nullptr, o);
+  Collected c;
+  Request first = make_request({{1, 2, 3, 4, 5}, 4}, c);
+  ASSERT_TRUE(loop.submit(std::move(first)).accepted);
+  {
+    std::unique_lock lk(gate_mu);
+    ASSERT_TRUE(gate_cv.wait_for(lk, std::chrono::seconds(30), [&] { return in_forward; }));
+  }
+  // Everything below must finish while the forward is still held open.
+  auto probe = std::async(std::launch::async, [&] {
+    Request more = make_request({{1, 2, 3, 4, 5, 6}, 4}, c);
+    const SubmitResult a = loop.submit(std::move(more));
+    Request too_many = make_request({{7, 8}, 2}, c);
+    too_many.n = 100;  // over --max-seqs: a 400 at submit
+    const SubmitResult b = loop.submit(std::move(too_many));
+    const bool cancelled = a.accepted && loop.cancel(a.id);
+    const MetricsSnapshot m = loop.metrics();
+    return a.accepted && !b.accepted && cancelled && m.requests_submitted == 3;
+  });
+  const bool done_in_time = probe.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  {
+    std::lock_guard lk(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
+  ASSERT_TRUE(done_in_time) << "submit/cancel/metrics waited for the forward";
+  EXPECT_TRUE(probe.get());
+  loop.wait_idle();
+  EXPECT_EQ(c.fin(1), FinishReason::Length);
+  EXPECT_EQ(c.fin(2), FinishReason::Cancelled);
+}
+
+// A forward that throws fails the requests of that step with
+// FinishReason::Error (never retried forever), frees their blocks, counts
+// them, and the loop keeps serving.
+TEST(EngineLoop, AFailingStepFailsItsRequestsAndServingGoesOn) {
+  FakeExecutorOptions fo;
+  fo.n_blocks = 64;
+  auto fake = std::make_unique<FakeExecutor>(fo);
+  fake->fault = [](const std::vector<SeqStep>& items) {
+    for (const SeqStep& it : items)
+      for (int32_t t : it.tokens)
+        if (t == 59) throw std::runtime_error("injected fault");
+  };
+  EngineLoop loop(std::move(fake), nullptr, loop_opts(64, 16, 512, 4, true));
+  Collected c;
+  const SubmitResult bad = loop.submit(make_request({{1, 2, 59, 3}, 4}, c));
+  ASSERT_TRUE(bad.accepted);
+  loop.wait_idle();
+  EXPECT_EQ(c.fin(bad.id), FinishReason::Error);
+  const SubmitResult good = loop.submit(make_request({{1, 2, 3}, 5}, c));
+  ASSERT_TRUE(good.accepted);
+  loop.wait_idle();
+  EXPECT_EQ(c.fin(good.id), FinishReason::Length);
+  EXPECT_EQ(c.tk(good.id).size(), 5u);
+  const MetricsSnapshot m = loop.metrics();
+  EXPECT_EQ(m.requests_failed, 1);
+  EXPECT_EQ(m.kv_blocks_used, 0);
 }

@@ -12,7 +12,7 @@
 #include <map>
 #include <random>
 
-#include "sched/executor.h"
+#include "fake_executor.h"
 #include "sched/scheduler.h"
 
 using namespace kvs;

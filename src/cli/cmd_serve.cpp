@@ -189,7 +189,7 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--max-seqs", a->max_seqs, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens through the model per step")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  c->add_option("--max-queue", a->max_queue, "Requests waiting for admission before 429")
+  c->add_option("--max-queue", a->max_queue, "Requests that may wait past the next engine step before 429 (0: admit at the next step or 429)")
       ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   c->add_option("--max-request-share", a->max_request_share, "Largest share of the KV pool one request may need")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));

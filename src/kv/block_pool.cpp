@@ -1,5 +1,6 @@
 #include "kv/block_pool.h"
 
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -81,7 +82,7 @@ std::optional<int32_t> BlockPool::allocate() {
   // before anyone can look it up again.
   const int32_t b = lru_head_;
   lru_unlink(b);
-  index_.erase(keys_[b]);
+  index_erase(keys_[b]);
   keyed_[b] = 0;
   --n_cached_;
   ++evictions_;
@@ -123,7 +124,13 @@ void BlockPool::release(int32_t b) {
   }
 }
 
+void BlockPool::index_erase(const BlockKey& key) {
+  std::unique_lock lk(index_mu_);
+  index_.erase(key);
+}
+
 std::optional<int32_t> BlockPool::lookup(const BlockKey& key) const {
+  std::shared_lock lk(index_mu_);
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
   return it->second;
@@ -132,7 +139,10 @@ std::optional<int32_t> BlockPool::lookup(const BlockKey& key) const {
 bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
   if (state_[check(b)] != BlockState::Used) throw bug("set_key on " + std::string(to_string(state_[b])) + " block " + std::to_string(b));
   if (keyed_[b]) return false;
-  if (!index_.emplace(key, b).second) return false;
+  {
+    std::unique_lock lk(index_mu_);
+    if (!index_.emplace(key, b).second) return false;
+  }
   keys_[b] = key;
   scopes_[b] = scope;
   keyed_[b] = 1;
@@ -142,7 +152,7 @@ bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
 
 void BlockPool::free_cached(int32_t b) {
   lru_unlink(b);
-  index_.erase(keys_[b]);
+  index_erase(keys_[b]);
   keyed_[b] = 0;
   --n_cached_;
   state_[b] = BlockState::Free;
@@ -161,7 +171,7 @@ int32_t BlockPool::drop_scope(const Scope& scope) {
       free_cached(b);
       ++dropped;
     } else {  // Used: unfindable from now on, Free when released
-      index_.erase(keys_[b]);
+      index_erase(keys_[b]);
       keyed_[b] = 0;
     }
   }

@@ -14,6 +14,11 @@
 // Running out of blocks is a normal condition: allocate() returns nothing and
 // the caller (scheduler) decides whom to preempt.
 //
+// Threads: one thread (the engine thread) calls everything. The one
+// exception is lookup(), which any thread may call at any time: the prefix
+// index has its own reader/writer lock, so an HTTP thread can estimate a
+// prompt's cached prefix at submit while a forward keys and evicts blocks.
+//
 // Each keyed block also records the scope it was keyed under and its last use
 // (the pool's tick when it was keyed, shared or released; the caller sets the
 // tick, the pool reads no clock), so the cache of one scope can be dropped at
@@ -22,6 +27,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -56,7 +62,8 @@ class BlockPool {
   void release(int32_t b);
 
   // Prefix index. lookup() does not change any state (the caller shares the
-  // block it decides to use).
+  // block it decides to use). Thread-safe (see above); the block it names
+  // may be evicted as soon as it returns unless the caller is the engine thread.
   std::optional<int32_t> lookup(const BlockKey& key) const;
   // Registers Used block `b` under `key`. Returns false, changing nothing,
   // when the key already names another block (same content computed twice:
@@ -105,6 +112,7 @@ class BlockPool {
   void lru_unlink(int32_t b);
   int32_t take(int32_t b);  // b (Free or Cached, already unlinked) -> Used, ref 1
   void free_cached(int32_t b);  // Cached -> Free, key dropped
+  void index_erase(const BlockKey& key);
 
   int32_t n_;
   std::vector<int32_t> ref_;
@@ -119,6 +127,9 @@ class BlockPool {
   int32_t lru_head_ = -1, lru_tail_ = -1;  // head = next victim, tail = most recent
   int32_t n_cached_ = 0, n_used_ = 0;
   int64_t evictions_ = 0;
+  // Written by the engine thread under a unique lock; read by lookup()
+  // under a shared one (from any thread).
+  mutable std::shared_mutex index_mu_;
   std::unordered_map<BlockKey, int32_t, BlockKeyHash> index_;
 };
 

@@ -103,6 +103,26 @@ int32_t KvManager::cached_prefix_blocks(std::span<const int32_t> prompt, const S
   return hit;
 }
 
+KvManager::PrefixProbe KvManager::probe_prefix(std::span<const int32_t> tokens, const Scope& scope) const {
+  PrefixProbe p;
+  if (!caching_) return p;
+  BlockKey k{};
+  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(tokens.size()); ++i) {
+    k = block_key(i ? &k : nullptr, tokens.data() + i * bs_, bs_, scope);
+    const auto b = pool_.lookup(k);
+    if (!b) break;
+    ++p.hits;
+    p.revived += pool_.state(*b) == BlockState::Cached;
+  }
+  return p;
+}
+
+int64_t KvManager::exclusive_blocks(SeqId seq) const {
+  int64_t n = 0;
+  for (int32_t b : get(seq).table) n += b >= 0 && pool_.ref_count(b) == 1;
+  return n;
+}
+
 int32_t KvManager::blocks_needed(SeqId seq, int n_new) const {
   const Seq& s = get(seq);
   if (n_new < 0) throw std::invalid_argument("kv manager: negative token count");

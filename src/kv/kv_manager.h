@@ -100,8 +100,24 @@ class KvManager {
   const BlockPool& pool() const { return pool_; }
 
   SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope);
-  // Full prompt blocks that add_sequence would find cached now (no state change).
+  // Full prompt blocks that add_sequence would find cached now (no state
+  // change). Thread-safe: only this and the immutable options may be read
+  // from other threads while the engine thread runs (BlockPool::lookup).
   int32_t cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const;
+
+  // Admission costs, for the scheduler (engine thread). What adding `tokens`
+  // would find in the prefix index: full blocks hit, and how many of those
+  // are Cached now (unreferenced: reusing them pins blocks the LRU could
+  // otherwise hand out).
+  struct PrefixProbe {
+    int64_t hits = 0, revived = 0;
+  };
+  PrefixProbe probe_prefix(std::span<const int32_t> tokens, const Scope& scope) const;
+  // Blocks of `seq`'s table no other sequence holds: what releasing it frees.
+  int64_t exclusive_blocks(SeqId seq) const;
+  int32_t total_blocks() const { return pool_.size(); }
+  int32_t used_blocks() const { return pool_.n_used(); }
+  int32_t available_blocks() const { return pool_.n_available(); }  // free + evictable
 
   // Blocks reserve(seq, n_new) would take from the pool (new + copies).
   int32_t blocks_needed(SeqId seq, int n_new) const;

@@ -243,6 +243,7 @@ void EngineLoop::Impl::publish(double t) {
   m.requests_submitted = s.submitted;
   m.requests_finished = s.finished;
   m.requests_cancelled = s.cancelled;
+  m.requests_failed = s.failed;
   m.prompt_tokens = s.prompt_tokens;
   m.prefill_tokens = s.prefill_tokens;
   m.generated_tokens = s.generated_tokens;
@@ -273,10 +274,15 @@ void EngineLoop::Impl::run() {
     try {
       rep = sched->step(t, events);
     } catch (const std::exception& ex) {
-      // A bug in one step must not take the server down silently: log it;
-      // the loop keeps serving (the failing requests stay as they were).
-      if (opts.log) opts.log(std::string("engine step failed: ") + ex.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // A failing forward is handled inside step() (its requests fail). This
+      // is the scheduler itself failing: retrying the same state would fail
+      // forever, so every request ends with an error and the loop goes on.
+      if (opts.log) opts.log(std::string("engine step failed, failing all requests: ") + ex.what());
+      try {
+        sched->fail_all(std::string("the engine failed: ") + ex.what(), events);
+      } catch (const std::exception& ex2) {
+        if (opts.log) opts.log(std::string("could not fail the requests: ") + ex2.what());
+      }
     }
     t = now();
     deliver(events, t);  // publishes the metrics too
@@ -397,7 +403,7 @@ MetricsSnapshot EngineLoop::metrics() const {
     std::lock_guard lk(impl_->metrics_mu);
     m = impl_->snap;
   }
-  // Immediate rejections happen between steps: read them live.
+  // Immediate rejections happen between steps: read them live (lock-free).
   m.rejections = impl_->sched->rejections();
   m.requests_submitted = impl_->sched->submitted();
   return m;

@@ -80,6 +80,7 @@ struct MetricsSnapshot {
   int64_t prefix_waits = 0;  // admissions deferred for a prefix in flight
   std::array<int64_t, kNumRejectReasons> rejections{};  // by RejectReason
   int64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0;
+  int64_t requests_failed = 0;      // ended by an engine error (finish_reason "error")
   int64_t prompt_tokens = 0;        // over admitted requests (first admission)
   int64_t prefill_tokens = 0;       // prompt (and recompute) tokens that went through the model
   int64_t generated_tokens = 0;
@@ -117,7 +118,7 @@ class EngineLoop {
   // (0 once the loop has shut down).
   int64_t drop_scope(const Scope& scope);
 
-  MetricsSnapshot metrics() const;  // thread-safe snapshot
+  MetricsSnapshot metrics() const;  // thread-safe snapshot; never waits for a step
   // Stop accepting (ShuttingDown) and block until every accepted request has
   // finished. The thread keeps running (metrics stay readable).
   void drain();

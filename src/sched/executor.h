@@ -1,12 +1,11 @@
 // What the scheduler drives: a KV pool plus something that turns a batch of
 // sequence chunks into logits. The real one is a PagedEngine over the model;
-// FakeExecutor keeps real KvManager bookkeeping (no K/V memory) and makes up
-// logits from each sequence's tokens, so scheduler tests and load
-// simulations run thousands of requests in seconds with exact block
-// accounting. Engine thread only.
+// tests drive the scheduler with a fake one (tests/fake_executor.h) that
+// keeps real KvManager bookkeeping and makes up logits. Engine thread only,
+// except kv().cached_prefix_blocks(), kv_scope(), n_vocab(), max_ctx() and
+// kv().live_cap(), which any thread may call (immutable or internally locked).
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
@@ -57,45 +56,6 @@ class PagedExecutor final : public StepExecutor {
 
  private:
   PagedEngine pe_;
-};
-
-struct FakeExecutorOptions {
-  int32_t n_blocks = 256;
-  int block_size = 16;
-  int n_vocab = 64;
-  int max_ctx = 4096;
-  bool prefix_caching = true;
-  int32_t eos = -1;  // >= 0: this id is made likely now and then (tests of EOS handling)
-};
-
-// Logits of a row are a deterministic function of the sequence's whole
-// token history (a hash), so greedy output is the same alone or batched,
-// chunked or recomputed, exactly like the real engine promises.
-class FakeExecutor final : public StepExecutor {
- public:
-  explicit FakeExecutor(const FakeExecutorOptions& o);
-  const KvManager& kv() const override { return kv_; }
-  Scope kv_scope(const Scope& caller) const override { return caller; }
-  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override;
-  SeqId fork(SeqId seq) override { return kv_.fork(seq); }
-  void release(SeqId seq) override { kv_.release(seq); }
-  StepResult step(const std::vector<SeqStep>& items) override;
-  int n_vocab() const override { return o_.n_vocab; }
-  int max_ctx() const override { return o_.max_ctx; }
-  void set_tick(int64_t tick) override { kv_.set_tick(tick); }
-  int32_t drop_cached_scope(const Scope& caller) override { return kv_.drop_cached_scope(caller); }
-  int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
-    return kv_.drop_cached_older_than(caller, cutoff);
-  }
-
-  // What the fake model predicts after `history` (argmax of its logits).
-  int32_t next_token(std::span<const int32_t> history) const;
-  // Per executed step: tokens in the batch and sequences in it.
-  std::vector<int> step_tokens, step_seqs;
-
- private:
-  FakeExecutorOptions o_;
-  KvManager kv_;
 };
 
 }  // namespace kvs::sched

@@ -8,17 +8,6 @@
 
 namespace kvs::sched {
 
-// How a preempted request gives back its blocks. Only recompute exists: on
-// this CPU backend the KV pool already is host memory, so "swapping blocks to
-// host memory" (vLLM's --swap-space, GPU -> CPU) would only move bytes
-// outside the pool's budget, i.e. over-commit memory. A preempted request's
-// full blocks go to the prefix cache's LRU; its recompute re-uses the ones
-// not evicted meanwhile (under the pressure that caused the preemption,
-// often none).
-enum class PreemptMode : uint8_t {
-  Recompute,  // free the victim's blocks; re-prefill prompt + generated tokens later (prefix cache helps)
-};
-
 struct SchedulerConfig {
   int max_batch_tokens = 512;       // --max-batch-tokens: tokens through the model per step
   int max_seqs = 64;                // --max-seqs: sequences (choices) running at once
@@ -30,6 +19,10 @@ struct SchedulerConfig {
   int max_queue = 256;              // --max-queue: waiting requests (all classes)
   // Longest wait in the queue per class before rejection (QueueTimeout).
   std::array<double, kNumSloClasses> wait_limit_s{10.0, 300.0};
+  // Share of the wait limit a predicted time to first token may fill before
+  // a request is turned away: the prefill-rate prediction is an average, and
+  // the limit is a promise about the slowest admitted requests.
+  double ttft_margin = 0.8;
   // A batch request that waited this long is ordered (and may use the pool)
   // like an interactive one: no starvation under an interactive flood.
   double batch_age_s = 30.0;
@@ -37,7 +30,6 @@ struct SchedulerConfig {
   // and growth past the free blocks is met by preemption. True (default):
   // prompt + max_tokens is reserved, so running sequences never run dry.
   bool worst_case_reservation = true;
-  PreemptMode preempt = PreemptMode::Recompute;
   double drain_halflife_s = 5.0;    // smoothing of the blocks-freed-per-second rate
   double min_retry_after_s = 1.0;   // Retry-After bounds
   double max_retry_after_s = 600.0;

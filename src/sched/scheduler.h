@@ -1,21 +1,29 @@
 // Continuous batching with admission control, SLO classes and preemption.
 //
-// Each step():
-//   1. cancelled requests leave (blocks freed), queued ones past their
-//      class's wait limit are rejected with a Retry-After;
-//   2. decode tokens of running choices go first (one each, priority order),
-//      then prefill chunks of admitted prompts, under --max-batch-tokens;
-//   3. waiting requests are admitted in priority order (interactive, then
-//      batch; a batch request that waited batch_age_s counts as
-//      interactive) while the token budget, --max-seqs and the block budget
-//      allow. An interactive request that does not fit preempts batch
-//      requests, most recently admitted first. The head of the queue is never
-//      bypassed (no starvation of large requests);
-//   4. one executor step over the batch (a failure to reserve blocks
-//      preempts the lowest-priority, most recently admitted request and
-//      retries, so one request's overrun never fails the batch);
-//   5. each choice whose chunk reached the end of its context samples its
-//      next token from its own logits row with its own Sampler.
+// Each step() runs three phases (vLLM v1 / nano-vllm style), and hands plain
+// data between them:
+//   schedule()  mu_ held. Cancelled requests leave (blocks freed); queued
+//               ones that cannot be served within their class's wait limit
+//               are rejected with a Retry-After; decode tokens of running
+//               choices go first (one each, priority order), then prefill
+//               chunks of admitted prompts, under --max-batch-tokens; then
+//               waiting requests are admitted in priority order
+//               (interactive, then batch; a batch request that waited
+//               batch_age_s counts as interactive) while the token budget,
+//               --max-seqs and the block budget allow. An interactive
+//               request that does not fit preempts batch requests, most
+//               recently admitted first. The head of the queue is never
+//               bypassed. Result: a StepPlan.
+//   execute()   no lock. One executor step over the plan (the forward). A
+//               failure to reserve blocks preempts the lowest-priority, most
+//               recently admitted request (briefly under mu_) and retries.
+//               Each choice whose context is now complete samples its next
+//               token from its own logits row with its own Sampler.
+//   update()    mu_ held. Sampled tokens are appended, finished choices
+//               release their blocks, events go to `out`. A forward that
+//               threw fails exactly the requests of that step
+//               (FinishReason::Error); the scheduler keeps serving.
+// So submit(), cancel() and the counters never wait for a forward pass.
 //
 // A preempted request keeps its generated tokens; on re-admission each choice
 // re-prefills prompt + generated (mostly prefix-cache hits) and continues,
@@ -25,10 +33,19 @@
 //   used blocks + worst-case growth of running requests <= total - headroom
 // so with worst_case_reservation a step never runs out of blocks.
 //
-// Threads: submit(), cancel(), set_accepting() and has_work() may be called
-// from any thread; everything else from the engine thread only.
+// Time promise: a request is admitted only while its first token is
+// predicted within its class's wait limit (prompt tokens ahead of it and its
+// own, at the measured prefill rate); a request turned away is told, in
+// Retry-After, when that will hold, counting the clients told to come back
+// before it (RetryLedger).
+//
+// Threads: submit(), cancel(), set_accepting(), has_work(), rejections() and
+// submitted() may be called from any thread; everything else from the engine
+// thread only. The executor's forward runs without mu_; submit() reads the
+// KV manager only through its thread-safe prefix probe.
 #pragma once
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -40,6 +57,7 @@
 #include <vector>
 
 #include "sched/admission.h"
+#include "sched/retry_ledger.h"
 #include "sched/executor.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
@@ -48,6 +66,7 @@ namespace kvs::sched {
 
 struct SchedStats {
   int running_requests = 0, running_seqs = 0;
+  int64_t failed = 0;        // requests ended by an engine error (FinishReason::Error)
   std::array<int, kNumSloClasses> queued{};
   int64_t total_blocks = 0, headroom_blocks = 0, promised_blocks = 0;
   int64_t preemptions = 0;
@@ -65,6 +84,11 @@ struct StepReport {
   std::vector<RequestId> admitted, preempted;
 };
 
+struct Choice;    // scheduler_internal.h
+struct StepPlan;
+struct Sampled;
+struct SubmitCheck;
+
 class Scheduler {
  public:
   // `is_eog(token)`: the token ends generation (EOS); may be empty.
@@ -73,8 +97,10 @@ class Scheduler {
             std::function<void(const std::string&)> log = {});
   ~Scheduler();
 
-  // Thread-safe. Validates, applies the request-share cap, tenant quota and
-  // queue bound; accepted requests wait for step(). The sink is not used here.
+  // Thread-safe. Validates, applies the request-share cap, tenant quota,
+  // queue bound and predicted wait; accepted requests wait for step(). The
+  // sink is not used here. Request::tenant is an opaque quota key, logged
+  // verbatim (the server passes the tenant's hash).
   SubmitResult submit(Request req, double now);
   // Thread-safe. Marks the request; step() frees it before planning.
   bool cancel(RequestId id);
@@ -90,12 +116,16 @@ class Scheduler {
   // Engine thread (shutdown): queued requests end Rejected(why), running
   // ones Cancelled; events to `out`.
   void abort_all(RejectReason why, double now, std::vector<TokenEvent>& out);
+  // Engine thread: every queued and running request ends with
+  // FinishReason::Error and `message` (the scheduler itself failed; the
+  // engine loop's last resort so that a broken step never repeats forever).
+  void fail_all(const std::string& message, std::vector<TokenEvent>& out);
   Usage usage(RequestId id) const;  // engine thread; zeros when unknown
 
   SchedStats stats(double now) const;  // engine thread
-  // Thread-safe: counters that submit() changes between steps.
+  // Thread-safe and lock-free: counters that submit() changes between steps.
   std::array<int64_t, kNumRejectReasons> rejections() const;
-  int64_t submitted() const;
+  int64_t submitted() const { return submitted_.load(std::memory_order_relaxed); }
   const PoolLimits& limits() const { return lim_; }
   // used + worst-case growth of every running request (engine thread).
   int64_t promised_blocks() const;
@@ -122,19 +152,28 @@ class Scheduler {
   std::unordered_map<std::string, int64_t> tenant_blocks_;  // running + queued footprints
   DrainRate drain_;
   TokenRate tok_rate_;             // model tokens per second over prefill-heavy steps
+  RetryLedger ledger_;             // clients told to come back later, and when
   double last_step_at_ = -1;
   int64_t last_step_tokens_ = 0;   // tokens of the last step, 0 when it ended idle
   int64_t promised_published_ = 0;
   SchedStats st_;
+  std::array<std::atomic<int64_t>, kNumRejectReasons> rejections_{};
+  std::atomic<int64_t> submitted_{0};
 
-  std::vector<Req*> running_;  // engine thread: admission order
+  std::vector<Req*> running_;  // admission order
   // Ended requests live until the next step so pointers held while one step
   // finishes several choices stay valid.
   std::vector<std::unique_ptr<Req>> ended_;
   uint64_t admit_counter_ = 0;
   int64_t freed_this_step_ = 0;
 
-  struct Item;
+  // schedule() (scheduler_plan.cpp)
+  StepPlan schedule(double now, std::vector<TokenEvent>& out);
+  void take_cancels(std::vector<TokenEvent>& out);
+  void expire_queued(double now, std::vector<TokenEvent>& out);
+  void plan_running(StepPlan& plan, int& budget, double now);
+  void admit_queued(StepPlan& plan, int& budget, double now);
+  void trim_queue(double now, std::vector<TokenEvent>& out);
   SloClass effective(const Req& r, double now) const;
   int64_t outstanding(const Req& r) const;
   int64_t admission_cost(const Req& r) const;
@@ -142,19 +181,33 @@ class Scheduler {
   Req* queue_head(double now);
   void remove_queued(Req* r);
   void requeue(Req* r);
-  bool admit(Req* r, int& budget, std::vector<Item>& plan, double now);
+  void admit(Req* r, int& budget, StepPlan& plan);
+  void preempt(Req* r, StepPlan& plan);
+  bool make_room(int64_t need, int64_t limit, StepPlan& plan, double now);
+  // execute() and update() (scheduler_update.cpp)
+  StepResult execute(StepPlan& plan, double now);
+  void sample(StepPlan& plan, const StepResult& res);
+  void update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out);
+  void apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
+  void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
+  // estimates (scheduler_estimates.cpp)
   bool awaits_inflight_prefix(const Req& h) const;
   int64_t estimate_tokens(const Request& req) const;
-  double predicted_wait_s(SloClass cls) const;
+  int64_t tokens_ahead(SloClass cls) const;
+  double predicted_ttft_s(int64_t ahead, int64_t own) const;
+  double wait_slack_s(int64_t own, SloClass cls) const;
+  bool too_late(int64_t ahead, int64_t own, SloClass cls, double waited) const;
+  double time_retry_after(int64_t ahead, int64_t own, SloClass cls, uint64_t fp, double now);
   int64_t running_prefill_tokens() const;
-  void preempt(Req* r, std::vector<Item>& plan, StepReport& rep);
-  bool make_room(int64_t need, int64_t limit, std::vector<Item>& plan, StepReport& rep, double now);
-  void release_seq(int64_t& seq);
+  // submit and bookkeeping (scheduler.cpp)
+  SubmitCheck check_submit(const Request& req, double now);
+  void release_seq(Choice& c);
   void end_request(Req* r);
   void finish_choice(Req* r, int c, FinishReason why, int32_t token, std::vector<TokenEvent>& out);
-  void sample_choice(Req* r, int c, const float* logits, int n_vocab, std::vector<TokenEvent>& out);
-  void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out);
+  // retry_after_s < 0: estimated from the block drain rate.
+  void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1);
   SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now);
+  void count_rejection(RejectReason why);
   double retry_estimate(int64_t need, SloClass cls, double now) const;
   std::string log_fields(const Request& req, int64_t need) const;
 };

@@ -2,6 +2,7 @@
 // prompt tokens a request will really run, and how long it would wait.
 // All with mu_ held (called from submit() and step()).
 #include <algorithm>
+#include <cmath>
 
 #include "sched/scheduler.h"
 #include "sched/scheduler_internal.h"
@@ -23,7 +24,7 @@ bool Scheduler::awaits_inflight_prefix(const Req& h) const {
   for (const Req* r : running_) {
     if (!(r->r.scope == h.r.scope)) continue;
     for (const Choice& c : r->ch) {
-      if (c.seq < 0 || c.done || int(c.ctx.size()) - kv.num_tokens(c.seq) <= 1) continue;  // not prefilling
+      if (c.seq < 0 || c.done || int(c.ctx.size()) - c.have <= 1) continue;  // not prefilling
       const size_t common = common_prefix(p, c.ctx);
       // The prompt's last token is always computed, so a block ending there cannot be a hit.
       const int64_t shared = int64_t(std::min(common, p.size() - 1)) / bs;
@@ -53,27 +54,64 @@ int64_t Scheduler::estimate_tokens(const Request& req) const {
 }
 
 // mu_ held. Context tokens of running choices not yet in the cache (their
-// prefill still to run; a decoding choice has none).
+// prefill still to run; a decoding choice has none). Reads the scheduler's
+// own count of cached tokens, never the KV manager: submit() calls it while
+// a forward runs.
 int64_t Scheduler::running_prefill_tokens() const {
-  const KvManager& kv = exec_.kv();
   int64_t n = 0;
   for (const Req* r : running_)
     for (const Choice& c : r->ch)
-      if (c.seq >= 0 && !c.done) n += std::max<int64_t>(0, int64_t(c.ctx.size()) - kv.num_tokens(c.seq) - 1);
+      if (c.seq >= 0 && !c.done) n += std::max<int64_t>(0, int64_t(c.ctx.size()) - c.have - 1);
   return n;
 }
 
-// mu_ held. Seconds a new request of class `cls` would likely wait for
-// admission: the prompt tokens still to run ahead of it (running prefills,
-// then queued requests of its class or a more urgent one), less one step's
-// budget, at the measured token rate. 0 until a rate was measured.
-double Scheduler::predicted_wait_s(SloClass cls) const {
-  const double rate = tok_rate_.rate();
-  if (rate <= 0) return 0;
+// mu_ held. Prompt tokens that will run before a new request of class `cls`:
+// running prefills, then queued requests of its class or a more urgent one.
+int64_t Scheduler::tokens_ahead(SloClass cls) const {
   int64_t ahead = running_prefill_tokens();
   for (int k = 0; k <= int(cls); ++k)
     for (const Req* q : queue_[size_t(k)]) ahead += q->est_tokens;
-  return double(std::max<int64_t>(0, ahead - cfg_.max_batch_tokens)) / rate;
+  return ahead;
+}
+
+// Seconds until the first token of a request with `own` prompt tokens to
+// run behind `ahead` others, at the measured rate; 0 until a rate is known.
+double Scheduler::predicted_ttft_s(int64_t ahead, int64_t own) const {
+  const double rate = tok_rate_.rate();
+  return rate > 0 ? double(ahead + own) / rate : 0.0;
+}
+
+// Seconds of waiting a request of class `cls` may still afford: its class's
+// limit (times the margin) less its own prefill at the measured rate.
+double Scheduler::wait_slack_s(int64_t own, SloClass cls) const {
+  const double rate = tok_rate_.rate();
+  const double limit = cfg_.wait_limit_s[size_t(cls)] * cfg_.ttft_margin;
+  return rate > 0 ? std::max(0.0, limit - double(own) / rate) : limit;
+}
+
+// True when the work ahead would push a request's first token past its
+// class's limit, given it has already waited `waited` seconds. Never with
+// nothing ahead (a prompt too long to meet the limit even alone still runs
+// on an idle engine) or before a rate was measured (an idle engine admits,
+// and its first busy steps measure the rate).
+bool Scheduler::too_late(int64_t ahead, int64_t own, SloClass cls, double waited) const {
+  const double rate = tok_rate_.rate();
+  if (rate <= 0 || ahead <= 0) return false;
+  return double(ahead) / rate > wait_slack_s(own, cls) - waited;
+}
+
+// mu_ held. Retry-After for a request turned away because its first token
+// would come too late: the time at which the work ahead of it (including
+// clients told to come back earlier) will have drained enough for it to
+// fit its class's limit. Books it in the ledger, so the next client turned
+// away is told a later time.
+double Scheduler::time_retry_after(int64_t ahead, int64_t own, SloClass cls, uint64_t fp, double now) {
+  const double rate = tok_rate_.rate();
+  double s = cfg_.fallback_retry_after_s;
+  if (rate > 0) s = double(ahead) / rate - wait_slack_s(own, cls);
+  s = std::clamp(std::ceil(s), cfg_.min_retry_after_s, cfg_.max_retry_after_s);
+  ledger_.book(fp, now + s, own);
+  return s;
 }
 
 }  // namespace kvs::sched

@@ -23,6 +23,15 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
+ApiError engine_failure(const std::string& message) {
+  ApiError e;
+  e.status = 500;
+  e.type = "server_error";
+  e.code = "engine_error";
+  e.message = message;
+  return e;
+}
+
 ApiError reject_error(RejectReason r, const std::string& message, double retry_after_s) {
   ApiError e;
   e.message = message.empty() ? std::string("request rejected: ") + sched::to_string(r) : message;
@@ -90,6 +99,16 @@ Exchange::Output Exchange::poll() {
     if (final) usage_ = e.usage;
     // Turned away before anything was sent (queue timeout, shutdown): the
     // client gets a proper 429/503 instead of an empty 200 stream.
+    if (e.finish == FinishReason::Error) engine_error_ = e.message.empty() ? "engine error" : e.message;
+    // The engine failed before anything was sent: a 500, not a 200 with an
+    // empty or partial body.
+    if (e.finish == FinishReason::Error && (!started_ || !s_.stream)) {
+      out.full = error_response(engine_failure(engine_error_));
+      final_status_ = 500;
+      finished_ = true;
+      out.done = true;
+      return out;
+    }
     if (e.finish == FinishReason::Rejected && !started_) {
       const ApiError err = reject_error(e.reject_reason, e.message, e.retry_after_s);
       out.full = error_response(err);
@@ -123,6 +142,9 @@ Exchange::Output Exchange::poll() {
     out.done = true;
     if (s_.stream) {
       if (s_.include_usage) out.data += sse_data(dump(usage_chunk(s_.endpoint, s_.meta, usage_)));
+      // A stream the engine failed part-way: its choice ended with
+      // finish_reason "error"; the error object says why before [DONE].
+      if (!engine_error_.empty()) out.data += sse_data(error_body(engine_failure(engine_error_)));
       out.data += sse_done();
     } else {
       std::vector<ChoiceResult> res;

@@ -33,6 +33,8 @@ struct HttpResponse {
 };
 // An OpenAI error object as a response (Retry-After when e.retry_after_s > 0).
 HttpResponse error_response(const ApiError& e);
+// 500 for a request the engine failed while running it (FinishReason::Error).
+ApiError engine_failure(const std::string& message);
 // The error for a request the engine loop rejected.
 ApiError reject_error(sched::RejectReason r, const std::string& message, double retry_after_s);
 
@@ -87,6 +89,7 @@ class Exchange {
   int open_;
   sched::Usage usage_;
   bool started_ = false, finished_ = false, gone_ = false;
+  std::string engine_error_;  // set when a choice ended with FinishReason::Error
   int final_status_ = 0;
   double t0_, t_first_ = -1;
 };

@@ -115,6 +115,8 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
   o.val("prefix_cache_dropped_blocks_total{reason=\"revoke\"}", double(m.prefix_dropped_revoke));
   o.val("prefix_cache_dropped_blocks_total{reason=\"retention\"}", double(m.prefix_dropped_retention));
   o.counter("preemptions_total", "Requests preempted to free KV blocks.", double(m.preemptions));
+  o.counter("requests_failed_total", "Requests ended by an engine error (finish_reason error).",
+            double(m.requests_failed));
   o.counter("prefix_waits_total",
             "Admission steps deferred because another request was computing the same prompt prefix.",
             double(m.prefix_waits));

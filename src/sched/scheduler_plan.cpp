@@ -1,0 +1,293 @@
+// schedule(): the planning phase of a step, under mu_. Everything here reads
+// and changes scheduler state and the KV manager's tables; nothing runs the
+// model. The result is a StepPlan of plain slices.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "kv/capacity.h"
+#include "sched/scheduler.h"
+#include "sched/scheduler_internal.h"
+
+namespace kvs::sched {
+
+SloClass Scheduler::effective(const Req& r, double now) const {
+  if (r.r.slo == SloClass::Batch && now - r.arrival >= cfg_.batch_age_s) return SloClass::Interactive;
+  return r.r.slo;
+}
+
+int Scheduler::running_seqs() const {
+  int n = 0;
+  for (const Req* r : running_)
+    for (const Choice& c : r->ch) n += c.seq >= 0 || c.fork_pending;
+  return n;
+}
+
+// Worst-case blocks a running request may still take from the pool: each
+// resident choice up to its horizon (prompt + max_tokens, or with optimistic
+// reservation just its current context), copies of shared blocks included;
+// each pending fork its private tail.
+int64_t Scheduler::outstanding(const Req& r) const {
+  const KvManager& kv = exec_.kv();
+  const int64_t P = int64_t(r.r.prompt.size());
+  const int64_t full = P + r.max_tokens;
+  int64_t sum = 0;
+  for (const Choice& c : r.ch) {
+    if (c.seq >= 0) {
+      const int64_t horizon = cfg_.worst_case_reservation ? full : int64_t(c.ctx.size());
+      sum += kv.horizon_blocks(c.seq, horizon);
+    } else if (c.fork_pending) {
+      sum += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
+    }
+  }
+  return sum;
+}
+
+int64_t Scheduler::promised_blocks() const {
+  int64_t p = exec_.kv().used_blocks();
+  for (const Req* r : running_) p += outstanding(*r);
+  return p;
+}
+
+// Upper bound on how much admitting `r` raises promised_blocks(): per
+// choice to add, its blocks past the cached prefix (request_blocks), the
+// cached hits that leave the LRU and become pinned, and one copy when the
+// whole context is cached (its last block is recomputed into a copy).
+int64_t Scheduler::admission_cost(const Req& r) const {
+  const KvManager& kv = exec_.kv();
+  const Scope scope = exec_.kv_scope(r.r.scope);
+  const int64_t P = int64_t(r.r.prompt.size());
+  const int64_t full = P + r.max_tokens;
+  bool any_gen = false;
+  for (const Choice& c : r.ch) any_gen |= c.n_gen > 0;
+  int64_t cost = 0;
+  for (size_t i = 0; i < r.ch.size(); ++i) {
+    const Choice& c = r.ch[i];
+    if (c.done) continue;
+    if (!any_gen && i > 0) {  // forked later from choice 0
+      cost += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
+      continue;
+    }
+    const int64_t len = int64_t(c.ctx.size());
+    const KvManager::PrefixProbe hit = kv.probe_prefix(c.ctx, scope);
+    const int64_t horizon = cfg_.worst_case_reservation ? full : len + 1;
+    cost += hit.revived +
+            std::min(request_blocks(len, std::max<int64_t>(0, horizon - len), bs_, hit.hits), kv.live_cap()) +
+            (hit.hits * bs_ == len ? 1 : 0);
+  }
+  return cost;
+}
+
+Scheduler::Req* Scheduler::queue_head(double now) {
+  Req* i = queue_[0].empty() ? nullptr : queue_[0].front();
+  Req* b = queue_[1].empty() ? nullptr : queue_[1].front();
+  if (b && effective(*b, now) == SloClass::Interactive && (!i || b->arrival < i->arrival)) return b;
+  return i ? i : b;
+}
+
+void Scheduler::remove_queued(Req* r) {
+  auto& q = queue_[size_t(r->r.slo)];
+  q.erase(std::find(q.begin(), q.end(), r));
+}
+
+// Back into its class queue at its arrival position: a preempted request
+// resumes before anything that arrived after it.
+void Scheduler::requeue(Req* r) {
+  auto& q = queue_[size_t(r->r.slo)];
+  auto at = std::find_if(q.begin(), q.end(), [&](const Req* o) { return o->arrival > r->arrival; });
+  q.insert(at, r);
+}
+
+void Scheduler::preempt(Req* r, StepPlan& plan) {
+  for (Choice& c : r->ch)
+    if (c.seq >= 0) release_seq(c);
+  r->running = false;
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  std::erase_if(plan.slices, [&](const StepPlan::Slice& s) { return s.r == r; });
+  requeue(r);
+  ++st_.preemptions;
+  plan.report.preempted.push_back(r->id);
+}
+
+// Preempts batch requests (most recently admitted first) until `need` more
+// blocks fit under `limit`; does nothing unless that can succeed.
+bool Scheduler::make_room(int64_t need, int64_t limit, StepPlan& plan, double now) {
+  std::vector<Req*> victims;
+  for (Req* r : running_)
+    if (effective(*r, now) == SloClass::Batch) victims.push_back(r);
+  std::sort(victims.begin(), victims.end(), [](const Req* a, const Req* b) { return a->admit_order > b->admit_order; });
+  // Lower bound of what preempting all of them frees: their growth plus the
+  // blocks only they hold.
+  int64_t freeable = 0;
+  for (const Req* r : victims) {
+    freeable += outstanding(*r);
+    for (const Choice& c : r->ch)
+      if (c.seq >= 0) freeable += exec_.kv().exclusive_blocks(c.seq);
+  }
+  if (promised_blocks() + need - freeable > limit) return false;
+  for (Req* v : victims) {
+    if (promised_blocks() + need <= limit) break;
+    preempt(v, plan);
+  }
+  return promised_blocks() + need <= limit;
+}
+
+void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
+  bool any_gen = false;
+  for (const Choice& c : r->ch) any_gen |= c.n_gen > 0;
+  const bool first = !r->started;
+  for (size_t i = 0; i < r->ch.size(); ++i) {
+    Choice& c = r->ch[i];
+    if (c.done) continue;
+    if (!any_gen && i > 0) {
+      c.fork_pending = true;
+      continue;
+    }
+    const SeqAdmission a = exec_.add(c.ctx, r->r.scope);
+    c.seq = a.seq;
+    c.have = a.cached_tokens;
+    if (first && i == 0) r->cached_tokens = a.cached_tokens;
+    const int n = std::min(int(c.ctx.size()) - a.cached_tokens, budget);
+    if (n > 0) {
+      plan.slices.push_back({r, int(i), a.cached_tokens, n});
+      budget -= n;
+    }
+  }
+  if (first) st_.prompt_tokens += int64_t(r->r.prompt.size());
+  r->started = true;
+  r->running = true;
+  r->admit_order = ++admit_counter_;
+  running_.push_back(r);
+  plan.report.admitted.push_back(r->id);
+}
+
+// Cancellations free their blocks before anything is planned.
+void Scheduler::take_cancels(std::vector<TokenEvent>& out) {
+  for (RequestId id : std::vector<RequestId>(cancels_.begin(), cancels_.end())) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) continue;
+    Req* r = it->second.get();
+    if (!r->running) remove_queued(r);
+    for (size_t i = 0; i < r->ch.size(); ++i)
+      if (!r->ch[i].done) finish_choice(r, int(i), FinishReason::Cancelled, -1, out);
+  }
+  cancels_.clear();
+}
+
+// Requests that never ran and cannot have their first token within their
+// class's wait limit (the prompt tokens ahead of them and their own, at the
+// measured rate) are rejected now, not when the limit passes: a burst gets
+// its 429s at once, each with a Retry-After that holds. A preempted request
+// has already streamed tokens and is never rejected.
+void Scheduler::expire_queued(double now, std::vector<TokenEvent>& out) {
+  int64_t ahead = running_prefill_tokens();
+  for (int k = 0; k < kNumSloClasses; ++k) {
+    std::vector<std::pair<Req*, double>> expired;  // with its Retry-After (< 0: from the drain rate)
+    const double wait = cfg_.wait_limit_s[size_t(k)];
+    for (Req* r : queue_[size_t(k)]) {
+      if (r->started) {
+        ahead += int64_t(r->ch[0].ctx.size());
+        continue;
+      }
+      if (too_late(ahead, r->est_tokens, SloClass(k), now - r->arrival)) {
+        const int64_t booked = ledger_.booked_before(INFINITY);
+        expired.push_back({r, time_retry_after(ahead + booked, r->est_tokens, SloClass(k), r->fingerprint, now)});
+      } else if (now > r->arrival + wait) {
+        expired.push_back({r, -1.0});
+      } else {
+        ahead += r->est_tokens;
+      }
+    }
+    for (auto [r, retry] : expired) {
+      remove_queued(r);
+      reject_locked(r, RejectReason::QueueTimeout, now, out, retry);
+    }
+  }
+}
+
+// Decodes first, then prefill chunks of running choices, in priority order.
+void Scheduler::plan_running(StepPlan& plan, int& budget, double now) {
+  std::vector<Req*> order = running_;
+  std::stable_sort(order.begin(), order.end(), [&](const Req* a, const Req* b) {
+    const SloClass ea = effective(*a, now), eb = effective(*b, now);
+    return ea != eb ? ea < eb : a->admit_order < b->admit_order;
+  });
+  for (int pass = 0; pass < 2; ++pass)
+    for (Req* r : order)
+      for (size_t i = 0; i < r->ch.size(); ++i) {
+        const Choice& c = r->ch[i];
+        if (c.seq < 0 || budget <= 0) continue;
+        const int rem = int(c.ctx.size()) - c.have;
+        if (pass == 0 && rem == 1) {
+          plan.slices.push_back({r, int(i), c.have, 1});
+          --budget;
+        } else if (pass == 1 && rem > 1) {
+          const int n = std::min(rem, budget);
+          plan.slices.push_back({r, int(i), c.have, n});
+          budget -= n;
+        }
+      }
+}
+
+// Admissions: strict priority, the head is never bypassed.
+void Scheduler::admit_queued(StepPlan& plan, int& budget, double now) {
+  while (budget > 0) {
+    Req* h = queue_head(now);
+    if (!h) break;
+    int new_seqs = 0;
+    for (const Choice& c : h->ch) new_seqs += !c.done;
+    if (running_seqs() + new_seqs > cfg_.max_seqs) break;
+    const SloClass eff = effective(*h, now);
+    const int64_t cost = admission_cost(*h);
+    const int64_t limit = lim_.limit(eff);
+    if (promised_blocks() + cost > limit) {
+      if (eff != SloClass::Interactive || !make_room(cost, limit, plan, now)) break;
+      // Preempted requests were re-queued: re-plan the budget they held.
+      budget = cfg_.max_batch_tokens;
+      for (const StepPlan::Slice& s : plan.slices) budget -= s.n;
+      if (budget <= 0) break;
+    }
+    if (awaits_inflight_prefix(*h)) {
+      ++st_.prefix_waits;
+      break;
+    }
+    remove_queued(h);
+    admit(h, budget, plan);
+  }
+}
+
+// Requests still waiting after this step's admissions count against
+// --max-queue; the newest that do not fit are turned away (with
+// --max-queue 0 a request is admitted at the first step after its arrival
+// or not at all).
+void Scheduler::trim_queue(double now, std::vector<TokenEvent>& out) {
+  int waiting = 0;
+  for (const auto& q : queue_) waiting += int(q.size());
+  for (int k = kNumSloClasses - 1; k >= 0 && waiting > cfg_.max_queue; --k) {
+    auto& q = queue_[size_t(k)];
+    for (size_t i = q.size(); i-- > 0 && waiting > cfg_.max_queue;) {
+      Req* r = q[i];
+      if (r->started) continue;  // preempted: it has streamed tokens, it resumes
+      q.erase(q.begin() + std::ptrdiff_t(i));
+      reject_locked(r, RejectReason::QueueFull, now, out);
+      --waiting;
+    }
+  }
+  for (const auto& q : queue_)
+    for (Req* r : q) r->seen = true;
+}
+
+StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
+  StepPlan plan;
+  ended_.clear();
+  ledger_.expire(now);
+  take_cancels(out);
+  expire_queued(now, out);
+  int budget = cfg_.max_batch_tokens;
+  plan_running(plan, budget, now);
+  admit_queued(plan, budget, now);
+  trim_queue(now, out);
+  return plan;
+}
+
+}  // namespace kvs::sched

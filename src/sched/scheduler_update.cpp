@@ -1,0 +1,186 @@
+// execute() and update(): the forward over a StepPlan without the lock,
+// sampling from the logits rows (still without it: only the engine thread
+// touches a running choice's sampler and history), then the bookkeeping under
+// mu_.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <mutex>
+
+#include "sched/scheduler.h"
+#include "sched/scheduler_internal.h"
+
+namespace kvs::sched {
+
+namespace {
+
+void log_softmax_row(const float* x, int n, std::vector<float>& out) {
+  float mx = x[0];
+  for (int i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
+  const float lse = float(mx + std::log(sum));
+  out.resize(size_t(n));
+  for (int i = 0; i < n; ++i) out[size_t(i)] = x[i] - lse;
+}
+
+// The sampled token's log-probability and the k best alternatives.
+void fill_logprobs(const float* logits, int nv, int k, Sampled& s) {
+  std::vector<float> lp;
+  log_softmax_row(logits, nv, lp);
+  s.logprob = TokenLogprob{s.token, lp[size_t(s.token)]};
+  std::vector<int> idx(static_cast<size_t>(nv));
+  for (int i = 0; i < nv; ++i) idx[size_t(i)] = i;
+  k = std::min(k, nv);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    return lp[size_t(a)] != lp[size_t(b)] ? lp[size_t(a)] > lp[size_t(b)] : a < b;
+  });
+  for (int i = 0; i < k; ++i) s.top.push_back({idx[size_t(i)], lp[size_t(idx[size_t(i)])]});
+}
+
+}  // namespace
+
+// No lock held while the model runs. Without worst-case reservation a step
+// may find too few blocks: the lowest-priority, most recently admitted
+// request is preempted (under mu_) and the rest retried.
+StepResult Scheduler::execute(StepPlan& plan, double now) {
+  std::vector<SeqStep> items;
+  while (true) {
+    items.clear();
+    for (const StepPlan::Slice& s : plan.slices) {
+      const Choice& c = s.r->ch[size_t(s.choice)];
+      items.push_back({c.seq, std::span<const int32_t>(c.ctx.data() + s.from, size_t(s.n)), false});
+    }
+    if (items.empty()) return {};
+    StepResult res = exec_.step(items);
+    if (res.ok) {
+      plan.ran = true;
+      sample(plan, res);
+      return res;
+    }
+    std::lock_guard lk(mu_);
+    Req* victim = nullptr;
+    for (Req* r : running_)
+      if (!victim || effective(*r, now) > effective(*victim, now) ||
+          (effective(*r, now) == effective(*victim, now) && r->admit_order > victim->admit_order))
+        victim = r;
+    assert(victim);
+    preempt(victim, plan);
+  }
+}
+
+// Every choice whose context is now complete draws its next token; a
+// choice 0 that just finished its prompt also draws for the choices that
+// will fork off it, from the same row.
+void Scheduler::sample(StepPlan& plan, const StepResult& res) {
+  const int nv = res.n_vocab;
+  auto draw = [&](Req* r, int ci, const float* row, bool forks) {
+    Choice& c = r->ch[size_t(ci)];
+    Sampled s;
+    s.r = r;
+    s.choice = ci;
+    s.forks = forks;
+    s.token = c.sampler->sample(row, nv, c.hist);
+    s.eog = is_eog_ && !r->r.ignore_eos && is_eog_(s.token);
+    if (!s.eog && (r->r.logprobs || r->r.top_logprobs > 0)) fill_logprobs(row, nv, r->r.top_logprobs, s);
+    plan.samples.push_back(std::move(s));
+  };
+  for (size_t k = 0; k < plan.slices.size(); ++k) {
+    const StepPlan::Slice& it = plan.slices[k];
+    Req* r = it.r;
+    const Choice& c = r->ch[size_t(it.choice)];
+    if (c.done || it.from + it.n != int(c.ctx.size())) continue;  // prompt not complete yet
+    const float* row = res.logits_of(k);
+    const bool forks = it.choice == 0 && c.n_gen == 0 && r->ch.size() > 1;
+    draw(r, it.choice, row, forks);
+    if (forks)
+      for (size_t j = 1; j < r->ch.size(); ++j)
+        if (!r->ch[j].done && r->ch[j].n_gen == 0) draw(r, int(j), row, false);
+  }
+}
+
+void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
+  Choice& c = r->ch[size_t(ci)];
+  if (s.eog) {
+    finish_choice(r, ci, FinishReason::Stop, -1, out);
+    return;
+  }
+  TokenEvent e;
+  e.request = r->id;
+  e.choice = ci;
+  e.token = s.token;
+  e.logprob = s.logprob;
+  e.top_logprobs = s.top;
+  out.push_back(std::move(e));
+  c.ctx.push_back(s.token);
+  if (!c.hist.empty()) c.hist.push_back(s.token);
+  ++c.n_gen;
+  ++st_.generated_tokens;
+  if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
+    finish_choice(r, ci, FinishReason::Length, s.token, out);
+}
+
+// The forward threw: its state for these sequences cannot be trusted, so
+// exactly the requests of this step end with an error and free their blocks.
+void Scheduler::fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out) {
+  std::vector<Req*> failed;
+  for (const StepPlan::Slice& s : plan.slices)
+    if (std::find(failed.begin(), failed.end(), s.r) == failed.end()) failed.push_back(s.r);
+  for (Req* r : failed) {
+    ++st_.failed;
+    for (size_t i = 0; i < r->ch.size() && !r->ended; ++i)
+      if (!r->ch[i].done) {
+        finish_choice(r, int(i), FinishReason::Error, -1, out);
+        out.back().message = "the engine failed while running this request: " + error;
+      }
+  }
+}
+
+void Scheduler::update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out) {
+  std::lock_guard lk(mu_);
+  StepReport& rep = plan.report;
+  if (!error.empty()) {
+    if (log_) log_("engine step failed: " + error + " (" + std::to_string(plan.slices.size()) + " sequences failed)");
+    fail_plan(plan, error, out);
+  } else if (plan.ran) {
+    ++st_.steps;
+    for (const StepPlan::Slice& s : plan.slices) {
+      Choice& c = s.r->ch[size_t(s.choice)];
+      c.have = s.from + s.n;
+      if (s.n == 1 && s.from + 1 == int(c.ctx.size()) && c.n_gen > 0) ++rep.decode_tokens;
+      else {
+        rep.prefill_tokens += s.n;
+        st_.prefill_tokens += s.n;
+      }
+      ++rep.seqs;
+    }
+    for (const Sampled& s : plan.samples) {
+      Req* r = s.r;
+      if (r->ended || r->ch[size_t(s.choice)].done) continue;
+      if (s.forks) {  // n > 1: the other choices fork off choice 0 once the prompt is in
+        const Choice& c0 = r->ch[0];
+        for (size_t j = 1; j < r->ch.size(); ++j)
+          if (r->ch[j].fork_pending) {
+            r->ch[j].fork_pending = false;
+            r->ch[j].seq = exec_.fork(c0.seq);
+            r->ch[j].have = c0.have;
+          }
+      }
+      apply_sample(r, s.choice, s, out);
+    }
+  }
+  drain_.add(freed_this_step_, now);
+  freed_this_step_ = 0;
+  promised_published_ = promised_blocks();
+  // The prefill rate: steps that were mostly prefill, timed by the next
+  // step's start. That follows at once only while work remains (an idle
+  // engine thread waits, and that wait is not step time). Decode-only steps
+  // are not counted: their few tokens per weight pass would understate how
+  // fast queued prompts are served.
+  bool more = !running_.empty();
+  for (const auto& q : queue_) more = more || !q.empty();
+  if (more && 2 * rep.prefill_tokens >= cfg_.max_batch_tokens)
+    last_step_tokens_ = rep.prefill_tokens + rep.decode_tokens;
+}
+
+}  // namespace kvs::sched
