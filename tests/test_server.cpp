@@ -470,7 +470,8 @@ TEST(Server, OpenAiSdkConformance) {
                                 {{"key_sha256", sha256_hex("sdk-quota-key")}, {"tenant", "small"}, {"quota_blocks", 1}}}}}
                              .dump();
   Server s({"-m", stories(), "--api-keys", keys});
-  Server q({"-m", tiny_llama(), "--ctx", "2048", "--max-seqs", "1", "--max-queue", "1", "--interactive-wait", "120"});
+  Server q({"-m", tiny_llama(), "--ctx", "2048", "--max-seqs", "1", "--max-queue", "1", "--max-request-share", "1",
+            "--interactive-wait", "120"});
   const std::string cmd = "cd '" + dir.string() + "' && timeout 600 node sdk_test.mjs " + s.url() +
                           " stories260K sdk-key sdk-quota-key " + q.url() + " tiny-llama-f16 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -481,7 +482,7 @@ TEST(Server, OpenAiSdkConformance) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("SDK OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("SDK OK"), std::string::npos) << "the script did not finish (output above)";
   EXPECT_EQ(s.stop(), 0);
   EXPECT_EQ(q.stop(), 0);
 }

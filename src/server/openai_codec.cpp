@@ -145,6 +145,46 @@ std::vector<PromptInput> parse_prompts(const json& p) {
   return out;
 }
 
+std::vector<ChatMessage> parse_messages(const json& j) {
+  const json* m = field(j, "messages");
+  if (!m || !m->is_array() || m->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& x = (*m)[i];
+    if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+      throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
+    ChatMessage cm;
+    cm.role = x["role"].get<std::string>();
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
+        cm.role != "tool")
+      throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
+    if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
+    cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
+    out.push_back(std::move(cm));
+  }
+  return out;
+}
+
+std::vector<std::string> parse_stop(const json& j) {
+  std::vector<std::string> stop;
+  const json* s = field(j, "stop");
+  if (!s) return stop;
+  if (s->is_string()) {
+    stop.push_back(s->get<std::string>());
+  } else if (s->is_array()) {
+    for (const auto& x : *s) {
+      if (!x.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+      stop.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad_request("'stop' must be a string or an array of strings", "stop");
+  }
+  if (int(stop.size()) > kMaxStops) throw bad_request("'stop' has more than 16 strings", "stop");
+  for (const auto& x : stop)
+    if (x.empty() || x.size() > kMaxStopBytes) throw bad_request("each 'stop' string must be 1..256 bytes long", "stop");
+  return stop;
+}
+
 // nlohmann's own text quotes the bytes it last read (prompt text): the
 // client gets the offset instead.
 ApiError json_syntax_error(const json::exception& e, const std::string& body) {
@@ -176,21 +216,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     if (!p) throw bad_request("'prompt' is required", "prompt");
     r.prompts = parse_prompts(*p);
   } else {
-    const json* m = field(j, "messages");
-    if (!m || !m->is_array() || m->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
-    for (size_t i = 0; i < m->size(); ++i) {
-      const json& x = (*m)[i];
-      if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
-        throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
-      ChatMessage cm;
-      cm.role = x["role"].get<std::string>();
-      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
-          cm.role != "tool")
-        throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
-      if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
-      cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
-      r.messages.push_back(std::move(cm));
-    }
+    r.messages = parse_messages(j);
   }
 
   // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
@@ -208,22 +234,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   // chat: max_completion_tokens is the newer name; max_tokens still works.
   const char* mt_key = (ep == Endpoint::Chat && field(j, "max_completion_tokens")) ? "max_completion_tokens" : "max_tokens";
   if (auto mt = get_int(j, mt_key, 1, 1 << 24)) r.max_tokens = int(*mt);
-  if (const json* s = field(j, "stop")) {
-    if (s->is_string()) {
-      r.stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      for (const auto& x : *s) {
-        if (!x.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or an array of strings", "stop");
-    }
-    if (int(r.stop.size()) > kMaxStops) throw bad_request("'stop' has more than 16 strings", "stop");
-    for (const auto& x : r.stop)
-      if (x.empty() || x.size() > kMaxStopBytes)
-        throw bad_request("each 'stop' string must be 1..256 bytes long", "stop");
-  }
+  r.stop = parse_stop(j);
   r.n = int(get_int(j, "n", 1, kMaxChoices).value_or(1));
   if (r.prompts.size() * size_t(r.n) > size_t(kMaxTotalChoices))
     throw bad_request("prompts x n must be at most " + std::to_string(kMaxTotalChoices), "n");
