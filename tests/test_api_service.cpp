@@ -235,7 +235,7 @@ TEST(ApiService, SeveralPromptsShareTheirCommonPrefix) {
 TEST(ApiService, ARejectedPromptCancelsTheOthers) {
   RigOptions o;
   o.n_blocks = 64;
-  o.request_share = 0.5;  // 32 blocks per request
+  o.request_share = 0.5;  // half the pool per request
   Rig rig(o);
   std::string big;
   for (int i = 0; i < 120; ++i) big += " the cat saw a dog";
@@ -255,7 +255,7 @@ TEST(ApiService, ARejectedPromptCancelsTheOthers) {
 TEST(ApiService, ARetryableRejectionIs429ForTheWholeRequest) {
   RigOptions o;
   o.n_blocks = 64;
-  o.tenant_share = 0.4;  // one tenant may hold about 25 blocks
+  o.tenant_share = 0.4;  // less than both prompts need together
   Rig rig(o);
   std::string p;
   for (int i = 0; i < 5; ++i) p += " the cat saw a dog";

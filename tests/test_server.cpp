@@ -307,7 +307,7 @@ TEST(Server, HealthModelsMetricsAndRoutes) {
   EXPECT_EQ(s.stop(), 0);
 }
 
-// The OpenAI conformance defects of issue 13 over real sockets: /v1/models
+// The OpenAI conformance defects over real sockets: /v1/models
 // behind the keys with a real "created", the bearer scheme in any case,
 // several prompts per request, echo, refusal and system_fingerprint, plain
 // JSON error text, and the log line of every rejection (tenant hash only).

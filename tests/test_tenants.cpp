@@ -115,7 +115,7 @@ TEST(Tenants, ScopesDifferPerTenantVersionAndModel) {
 }
 
 TEST(Tenants, RetentionStartsANewEpochAfterIdling) {
-  auto r = registry();  // b: retention_s 5
+  auto r = registry();  // b has a retention, a has none
   const Scope s0 = r->scope_for("b", "m", 100);
   EXPECT_EQ(r->scope_for("b", "m", 104), s0);  // used within retention
   EXPECT_EQ(r->scope_for("b", "m", 108), s0);  // each use restarts the idle time
@@ -125,7 +125,7 @@ TEST(Tenants, RetentionStartsANewEpochAfterIdling) {
 }
 
 TEST(Tenants, BlockQuota) {
-  auto r = registry();  // a: quota 10
+  auto r = registry();  // a has a block quota, b has none
   EXPECT_TRUE(r->try_reserve("a", 6));
   EXPECT_FALSE(r->try_reserve("a", 5));
   EXPECT_TRUE(r->try_reserve("a", 4));
