@@ -5,6 +5,9 @@ PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev pkg-config libgtest-dev lib
       libcli11-dev nlohmann-json3-dev libpcre2-dev libssl-dev libboost-dev curl)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# node + npm run the OpenAI SDK conformance test (test_server). Checked by
+# command: a NodeSource nodejs ships npm itself and conflicts with Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq

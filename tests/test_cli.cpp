@@ -64,6 +64,7 @@ TEST(Cli, BadInputsFailCleanly) {
   };
   std::vector<Case> cases = {
       {{"generate", "-m", dir + "/missing.gguf", "-p", "x"}, "missing.gguf"},
+      {{"generate", "-m", dir, "-p", "x"}, "is a directory"},
       {{"generate", "-m", dir + "/trunc.gguf", "-p", "x"}, "trunc.gguf"},
       {{"generate", "-m", dir + "/garbage.gguf", "-p", "x"}, "garbage.gguf"},
       {{"generate", "-m", test::shared("models/stories260K/stories260K.gguf"), "-n", "-5"}, "-n"},

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -15,6 +16,7 @@
 #include "gguf_test_util.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/model.h"
 #include "test_util.h"
 
 using namespace kvs;
@@ -493,8 +495,21 @@ TEST(GgufBad, ValueAndTensorProblems) {
 TEST(GgufBad, NotAFile) {
   EXPECT_NE(model_error([] { GgufFile::open("/nonexistent/model.gguf"); }).find("/nonexistent/model.gguf"),
             std::string::npos);
-  EXPECT_NE(model_error([] { GgufFile::open(temp_dir()); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(model_error([] { GgufFile::open(temp_dir()); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(model_error([] { GgufFile::open("/dev/null"); }).find("not a regular file"), std::string::npos);
   EXPECT_THROW(GgufFile::parse(nullptr, 0, "null"), ModelError);
+}
+
+// `-m DIR` used to be read as a llama2.c checkpoint of absurd size: the
+// loader says it is a directory and names the model files inside.
+TEST(GgufBad, ModelLoadOfADirectorySaysSo) {
+  const std::string dir = temp_dir() + "/model-dir";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/weights.gguf") << "x";
+  const std::string e = model_error([&] { Model::load(dir); });
+  EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
+  EXPECT_NE(e.find("weights.gguf"), std::string::npos) << e;
+  EXPECT_EQ(e.find("too short"), std::string::npos) << e;
 }
 
 TEST(GgufBad, RandomMutationsNeverCrash) {

@@ -227,18 +227,24 @@ Reply read_reply(int fd, int stop_after_chunks = 0) {
   return r;
 }
 
-Reply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
-              const std::string& key = "", int stop_after_chunks = 0) {
+// `authorization`: the header's whole value ("" = none).
+Reply request_auth(int port, const std::string& method, const std::string& path, const std::string& body,
+                   const std::string& authorization, int stop_after_chunks = 0) {
   const int fd = connect_to(port);
   if (fd < 0) return Reply{};
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
+  if (!authorization.empty()) req += "Authorization: " + authorization + "\r\n";
   req += "\r\n" + body;
   send_all(fd, req);
   Reply r = read_reply(fd, stop_after_chunks);
   close(fd);
   return r;
+}
+
+Reply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
+              const std::string& key = "", int stop_after_chunks = 0) {
+  return request_auth(port, method, path, body, key.empty() ? "" : "Bearer " + key, stop_after_chunks);
 }
 
 Reply post(int port, const std::string& path, const json& body, const std::string& key = "") {
@@ -299,6 +305,64 @@ TEST(Server, HealthModelsMetricsAndRoutes) {
   EXPECT_EQ(unk.status, 404);
   EXPECT_EQ(unk.js()["error"]["code"], "model_not_found");
   EXPECT_EQ(s.stop(), 0);
+}
+
+// The OpenAI conformance defects over real sockets: /v1/models
+// behind the keys with a real "created", the bearer scheme in any case,
+// several prompts per request, echo, refusal and system_fingerprint, plain
+// JSON error text, and the log line of every rejection (tenant hash only).
+TEST(Server, OpenAiConformanceOverHttp) {
+  REQUIRE_SHARED();
+  const std::string keys = kvs::test::temp_dir() + "/conf-keys.json";
+  std::ofstream(keys) << json{{"keys", {{{"key_sha256", sha256_hex("conf-key")}, {"tenant", "conf"}}}}}.dump();
+  Server s({"-m", stories(), "--api-keys", keys});
+  const int port = s.port();
+  EXPECT_EQ(request(port, "GET", "/v1/models").status, 401);
+  const Reply m = request_auth(port, "GET", "/v1/models", "", "bearer conf-key");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_GT(m.js()["data"][0]["created"].get<int64_t>(), 1000000000);
+  const Reply lower = request_auth(port, "POST", "/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 2}}.dump(),
+                                   "bearer conf-key");
+  EXPECT_EQ(lower.status, 200) << lower.body;
+
+  const Reply multi = post(port, "/v1/completions",
+                           {{"prompt", {"Once upon a time", "The cat"}}, {"n", 2}, {"max_tokens", 8}, {"temperature", 0}},
+                           "conf-key");
+  ASSERT_EQ(multi.status, 200) << multi.body;
+  const json mj = multi.js();
+  ASSERT_EQ(mj["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(mj["choices"][i]["index"], i);
+  EXPECT_EQ(mj["choices"][0]["text"], mj["choices"][1]["text"]);
+  EXPECT_NE(mj["choices"][0]["text"], mj["choices"][2]["text"]);
+  EXPECT_TRUE(mj["system_fingerprint"].is_string());
+
+  const Reply echo = post(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"echo", true}, {"max_tokens", 4}},
+                          "conf-key");
+  ASSERT_EQ(echo.status, 200);
+  EXPECT_EQ(echo.js()["choices"][0]["text"].get<std::string>().rfind("Once upon a time", 0), 0u);
+
+  const Reply chat = post(port, "/v1/chat/completions",
+                          {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}, {"logprobs", true}},
+                          "conf-key");
+  ASSERT_EQ(chat.status, 200);
+  const json cj = chat.js();
+  EXPECT_TRUE(cj["choices"][0]["message"].contains("refusal"));
+  EXPECT_TRUE(cj["choices"][0]["logprobs"].contains("refusal"));
+  EXPECT_TRUE(cj["system_fingerprint"].is_string());
+
+  const Reply bad = request(port, "POST", "/v1/completions", "{\"prompt\": \"hidden words\" x}", "conf-key");
+  ASSERT_EQ(bad.status, 400);
+  const std::string msg = bad.js()["error"]["message"];
+  EXPECT_EQ(msg.find("json.exception"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("byte"), std::string::npos) << msg;
+  EXPECT_EQ(request(port, "POST", "/v1/completions", json{{"prompt", "x"}, {"priority", "batch"}}.dump(), "conf-key")
+                .js()["error"]["param"],
+            "priority");
+  s.stop();
+  const std::string log = s.log();
+  const std::string hash = sha256_hex("kvserve-tenant:conf").substr(0, 16);
+  EXPECT_NE(log.find("id=- tenant=" + hash + " status=400"), std::string::npos) << log;
+  EXPECT_EQ(log.find("hidden words"), std::string::npos);
 }
 
 TEST(Server, GreedyOutputEqualsGenerateOnGoldens) {
@@ -380,31 +444,47 @@ TEST(Server, CurlSseFraming) {
   EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
 }
 
-TEST(Server, NodeOpenAiSdk) {
+// The official OpenAI Node SDK (tests/sdk/sdk_test.mjs) against two
+// servers: one under --api-keys (completions, chat, models, 400/401/404 and
+// the tenant-quota 429), one with room for a single sequence and a single
+// waiting request (queue-full 429, abort mid-stream). Node and npm are
+// required (scripts/deps.sh installs them): without them this fails.
+TEST(Server, OpenAiSdkConformance) {
   REQUIRE_SHARED();
-  if (std::system("node --version > /dev/null 2>&1 && npm --version > /dev/null 2>&1") != 0)
-    GTEST_SKIP() << "node/npm are not installed";
-  const fs::path src = fs::path(__FILE__).parent_path() / "node";  // tests/node beside this file
-  const fs::path dir = fs::path(KVS_BINARY).parent_path() / "node-sdk";
+  ASSERT_EQ(std::system("node --version > /dev/null 2>&1 && npm --version > /dev/null 2>&1"), 0)
+      << "node and npm are required for the OpenAI SDK conformance test (bash scripts/deps.sh installs them)";
+  const fs::path src = fs::path(__FILE__).parent_path() / "sdk";
+  const fs::path dir = fs::path(KVS_BINARY).parent_path() / "sdk-test";
   fs::create_directories(dir);
   fs::copy_file(src / "package.json", dir / "package.json", fs::copy_options::overwrite_existing);
   fs::copy_file(src / "sdk_test.mjs", dir / "sdk_test.mjs", fs::copy_options::overwrite_existing);
-  if (!fs::exists(dir / "node_modules" / "openai")) {
+  if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
     const std::string cmd = "cd '" + dir.string() +
-                            "' && npm install --no-audit --no-fund --no-package-lock --loglevel=error > npm.log 2>&1";
-    if (std::system(cmd.c_str()) != 0)
-      GTEST_SKIP() << "npm install openai@6 failed (no registry access?): " << kvs::test::read_file(dir / "npm.log");
+                            "' && timeout 600 npm install --no-audit --no-fund --no-package-lock --loglevel=error "
+                            "> npm.log 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "npm install openai@6 failed:\n" << kvs::test::read_file(dir / "npm.log");
   }
-  Server s({"-m", stories()});
-  const std::string cmd = "cd '" + dir.string() + "' && node sdk_test.mjs " + s.url() + " stories260K 2>&1";
+  const std::string keys = kvs::test::temp_dir() + "/sdk-keys.json";
+  std::ofstream(keys) << json{{"keys",
+                               {{{"key_sha256", sha256_hex("sdk-key")}, {"tenant", "sdk"}},
+                                {{"key_sha256", sha256_hex("sdk-quota-key")}, {"tenant", "small"}, {"quota_blocks", 1}}}}}
+                             .dump();
+  Server s({"-m", stories(), "--api-keys", keys});
+  Server q({"-m", tiny_llama(), "--ctx", "2048", "--max-seqs", "1", "--max-queue", "1", "--max-request-share", "1",
+            "--interactive-wait", "120"});
+  const std::string cmd = "cd '" + dir.string() + "' && timeout 600 node sdk_test.mjs " + s.url() +
+                          " stories260K sdk-key sdk-quota-key " + q.url() + " tiny-llama-f16 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
   std::string out;
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int rc = pclose(p);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("SDK OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("SDK OK"), std::string::npos) << "the script did not finish (output above)";
+  EXPECT_EQ(s.stop(), 0);
+  EXPECT_EQ(q.stop(), 0);
 }
 
 TEST(Server, MalformedInputCorpus) {
@@ -430,7 +510,10 @@ TEST(Server, MalformedInputCorpus) {
       {"{\"prompt\": \"x\", \"stop\": [1, 2]}", 400},
       {"{\"prompt\": \"x\", \"stream\": \"yes\"}", 400},
       {"{\"prompt\": \"x\", \"logprobs\": 99}", 400},
-      {"{\"prompt\": [\"a\", \"b\"]}", 400},
+      {"{\"prompt\": []}", 400},
+      {"{\"prompt\": [\"a\", 1]}", 400},
+      {"{\"prompt\": \"x\", \"priority\": \"batch\"}", 400},
+      {"{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400},
       {"{\"prompt\": [-5]}", 400},
       {"{\"prompt\": [99999999]}", 400},
       {"{\"prompt\": \"x\", \"max_tokens\": 100000}", 400},
@@ -692,6 +775,13 @@ TEST(Server, DisconnectMidStreamFreesBlocks) {
   EXPECT_GE(metric(port, "kvserve_client_disconnects_total"), 1);
   EXPECT_LT(metric(port, "kvserve_generation_tokens_total"), 1900);
   EXPECT_EQ(s.stop(), 0);
+  // The access log shows what the request really used, not zeros.
+  std::smatch m;
+  const std::string log = s.log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("prompt_tokens=([0-9]+) .*completion_tokens=([0-9]+).* client_gone")))
+      << log;
+  EXPECT_GT(std::stoi(m[1]), 40);
+  EXPECT_GE(std::stoi(m[2]), 5);
 }
 
 TEST(Server, ManyConcurrentStreams) {

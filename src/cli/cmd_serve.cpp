@@ -5,9 +5,11 @@
 // the rest (their streams end properly), exit 0.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -51,6 +53,14 @@ std::vector<uint8_t> read_secret(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("--cache-secret-file: cannot open " + path);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+// /v1/models "created": the model file's modification time, else now (the
+// load time).
+int64_t model_created(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_mtime > 0) return int64_t(st.st_mtime);
+  return int64_t(std::time(nullptr));
 }
 
 size_t parse_body_limit(const std::string& s) {
@@ -131,6 +141,7 @@ int run_serve(const ServeArgs& a) {
   ao.default_max_tokens = a.default_max_tokens;
   ao.chat = chat;
   ao.stream_queue_events = a.stream_queue;
+  ao.model_created = model_created(l.model->path());
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;

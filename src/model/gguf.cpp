@@ -395,7 +395,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw ModelError(path + ": not a regular file");
+    throw ModelError(path + (S_ISDIR(st.st_mode) ? ": is a directory; pass the .gguf file itself" : ": not a regular file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {

@@ -42,7 +42,28 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
 }  // namespace detail
 
 
+namespace {
+
+// A directory opens as a stream on Linux and reads as garbage sizes: say
+// what it is, and which model files it holds.
+void require_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return;
+  std::string found;
+  int shown = 0;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    const std::string ext = e.path().extension().string();
+    if (ext != ".gguf" && ext != ".bin") continue;
+    if (shown++ < 4) found += (found.empty() ? "" : ", ") + e.path().filename().string();
+  }
+  throw ModelError(path + ": is a directory; pass the model file itself (a .gguf, or a llama2.c .bin)" +
+                   (found.empty() ? std::string() : ", e.g. one of: " + found));
+}
+
+}  // namespace
+
 std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path) {
+  require_file(path);
   char magic[4] = {};
   {
     std::ifstream in(path, std::ios::binary);

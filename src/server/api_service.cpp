@@ -34,6 +34,20 @@ ApiError make_error(int status, const std::string& type, const std::string& code
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
+// The kvserve_requests_rejected_total label of an error the server decides.
+std::string reject_label(const ApiError& e) {
+  if (e.status == 401) return "unauthorized";
+  if (e.code == "context_length_exceeded") return "context_length";
+  if (e.code == "tenant_quota" || e.code == "shutting_down") return e.code;
+  if (e.status == 400) return "invalid";
+  return "";
+}
+
+ApiError unauthorized() {
+  return make_error(401, "authentication_error", "invalid_api_key",
+                    "missing or invalid API key (Authorization: Bearer <key>)");
+}
+
 }  // namespace
 
 ApiService::ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegistry& tenants, ApiOptions opts)
@@ -44,11 +58,26 @@ ApiService::ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegi
     id_salt_ += d[b >> 4];
     id_salt_ += d[b & 15];
   }
+  // The same model file (and so the same outputs for a seed) gives the same
+  // fingerprint across restarts.
+  fingerprint_ = "fp_" + (opts_.model_identity.empty() ? std::string("kvserve") : opts_.model_identity.substr(0, 10));
 }
 
-HttpResponse ApiService::fail(const ApiError& e, const std::string& reject_label) {
-  if (!reject_label.empty()) counters_.count_reject(reject_label);
+void ApiService::log(const std::string& line) const {
+  if (opts_.log) {
+    opts_.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+HttpResponse ApiService::fail(const ApiError& e, const std::string& tenant_hash) {
+  const std::string label = reject_label(e);
+  if (!label.empty()) counters_.count_reject(label);
   counters_.count_status(e.status);
+  // Codes and the field name only: messages may quote client input.
+  log("kvserve: request id=- tenant=" + tenant_hash + " status=" + std::to_string(e.status) +
+      " error=" + (e.code.empty() ? e.type : e.code) + " param=" + (e.param.empty() ? "-" : e.param));
   return error_response(e);
 }
 
@@ -69,7 +98,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     return r;
   }
   if ((path == "/v1/models" || path == "/models") && req.method == "GET") {
-    r.response = models();
+    r.response = models(req);
     return r;
   }
   const bool cmpl = path == "/v1/completions" || path == "/completions";
@@ -95,15 +124,16 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   return r;
 }
 
-HttpResponse ApiService::models() const {
-  json m = {{"id", opts_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "kvserve"},
+HttpResponse ApiService::models(const HttpRequest& req) const {
+  if (!tenants_.authenticate(req.authorization)) return error_response(unauthorized());
+  json m = {{"id", opts_.model_id}, {"object", "model"}, {"created", opts_.model_created}, {"owned_by", "kvserve"},
             {"max_model_len", opts_.ctx}};
   return json_response(200, {{"object", "list"}, {"data", json::array({m})}});
 }
 
 HttpResponse ApiService::revoke(const HttpRequest& req, const std::string& tenant) {
   auto caller = tenants_.authenticate(req.authorization);
-  if (!caller) return error_response(make_error(401, "authentication_error", "invalid_api_key", "missing or invalid API key"));
+  if (!caller) return error_response(unauthorized());
   if (!caller->policy.admin)
     return error_response(make_error(403, "permission_error", "not_admin", "this key may not administer tenants"));
   std::vector<Scope> retired;
@@ -113,101 +143,113 @@ HttpResponse ApiService::revoke(const HttpRequest& req, const std::string& tenan
   // between two steps; this waits for it).
   int64_t dropped = 0;
   for (const Scope& sc : retired) dropped += loop_.drop_scope(sc);
-  std::fprintf(stderr, "kvserve: revoke tenant=%s permission_version=%lld dropped_blocks=%lld\n",
-               tenant_hash(tenant).c_str(), static_cast<long long>(*v), static_cast<long long>(dropped));
+  log("kvserve: revoke tenant=" + tenant_hash(tenant) + " permission_version=" + std::to_string(*v) +
+      " dropped_blocks=" + std::to_string(dropped));
   return json_response(200, {{"tenant", tenant}, {"permission_version", *v}, {"dropped_blocks", dropped}});
 }
 
 Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake) {
   Routed out;
   if (!ready_) {
-    out.response = fail(make_error(503, "service_unavailable", "loading", "the model is still loading"));
+    out.response = fail(make_error(503, "service_unavailable", "loading", "the model is still loading"), "-");
     return out;
   }
   if (draining_) {
-    out.response = fail(make_error(503, "service_unavailable", "shutting_down", "the server is shutting down"),
-                        "shutting_down");
+    out.response = fail(make_error(503, "service_unavailable", "shutting_down", "the server is shutting down"), "-");
     return out;
   }
   auto caller = tenants_.authenticate(req.authorization);
   if (!caller) {
-    out.response = fail(make_error(401, "authentication_error", "invalid_api_key",
-                                   "missing or invalid API key (Authorization: Bearer <key>)"),
-                        "unauthorized");
+    out.response = fail(unauthorized(), "-");
     return out;
   }
-  ParsedRequest p;
+  Prepared pr;
   try {
-    p = parse_request(ep, req.body);
+    pr = prepare(ep, req);
   } catch (const ApiError& e) {
-    out.response = fail(e, "invalid");
+    out.response = fail(e, caller->tenant_hash);
     return out;
   }
-  if (!p.model.empty() && p.model != opts_.model_id &&
-      std::find(opts_.model_aliases.begin(), opts_.model_aliases.end(), p.model) == opts_.model_aliases.end()) {
-    out.response = fail(make_error(404, "invalid_request_error", "model_not_found",
-                                   "the model '" + p.model + "' does not exist; this server serves '" +
-                                       opts_.model_id + "'"));
-    return out;
-  }
-
-  // Tokens. Completions: plain text (special-token texts stay text, as in
-  // `kvserve generate`); chat: the rendered template, whose markers are
-  // special tokens.
-  std::vector<int32_t> prompt;
-  if (p.prompt_ids) {
-    prompt = *p.prompt_ids;
-    for (int32_t t : prompt)
-      if (t >= tok_.n_vocab()) {
-        out.response = fail(bad_request("'prompt' has a token id outside the vocabulary", "prompt"), "invalid");
-        return out;
-      }
-  } else {
-    const bool chat = ep == Endpoint::Chat;
-    const std::string text = chat ? render_chat(opts_.chat, p.messages) : p.prompt;
-    const std::vector<int> ids = tok_.encode(text, tok_.vocab().add_bos, chat);
-    prompt.assign(ids.begin(), ids.end());
-  }
-  if (prompt.empty()) {
-    out.response = fail(bad_request("the prompt is empty (no tokens)", "prompt"), "invalid");
-    return out;
-  }
-  const int P = int(prompt.size());
-  if (P >= opts_.ctx || (p.max_tokens && int64_t(P) + *p.max_tokens > opts_.ctx)) {
-    ApiError e = bad_request("this model's context is " + std::to_string(opts_.ctx) + " tokens; the prompt has " +
-                                 std::to_string(P) + " and max_tokens is " +
-                                 (p.max_tokens ? std::to_string(*p.max_tokens) : std::string("unset")),
-                             "max_tokens");
-    e.code = "context_length_exceeded";
-    out.response = fail(e, "context_length");
-    return out;
-  }
-  const int max_tokens = p.max_tokens ? *p.max_tokens : std::min(opts_.default_max_tokens, opts_.ctx - P);
-
-  // Service class: the key's class is the ceiling; a request may ask for
-  // batch, never for better than its key allows.
-  sched::SloClass slo = caller->policy.slo;
-  if (p.slo && *p.slo == sched::SloClass::Batch) slo = sched::SloClass::Batch;
-
   // Per-tenant block quota (the key file's quota_blocks) on the worst case
   // of the tenant's in-flight requests: each choice's prompt + completion.
-  const int bs = loop_.block_size();
-  const int64_t need = int64_t(p.n) * ((int64_t(P) + max_tokens + bs - 1) / bs);
   int64_t reserved = 0;
   if (caller->policy.quota_blocks > 0) {
-    if (!tenants_.try_reserve(caller->policy.id, need)) {
+    if (!tenants_.try_reserve(caller->policy.id, pr.need_blocks)) {
       ApiError e = make_error(429, "rate_limit_error", "tenant_quota",
                               "the tenant's KV block quota is in use by its other requests");
       e.retry_after_s = 1;
-      out.response = fail(e, "tenant_quota");
+      out.response = fail(e, caller->tenant_hash);
       return out;
     }
-    reserved = need;
+    reserved = pr.need_blocks;
   }
+  return submit(ep, std::move(pr), *caller, reserved, std::move(wake));
+}
 
-  const Scope scope = tenants_.scope_for(caller->policy.id, opts_.model_identity, sched::steady_now());
+ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) const {
+  Prepared pr;
+  pr.p = parse_request(ep, req.body);
+  const ParsedRequest& p = pr.p;
+  if (!p.model.empty() && p.model != opts_.model_id &&
+      std::find(opts_.model_aliases.begin(), opts_.model_aliases.end(), p.model) == opts_.model_aliases.end())
+    throw make_error(404, "invalid_request_error", "model_not_found",
+                     "the model '" + p.model + "' does not exist; this server serves '" + opts_.model_id + "'");
+  // Tokens. Completions: plain text (special-token texts stay text, as in
+  // `kvserve generate`) or ids as given; chat: the rendered template, whose
+  // markers are special tokens.
+  const bool add_bos = tok_.vocab().add_bos;
+  if (ep == Endpoint::Chat) {
+    const std::vector<int> ids = tok_.encode(render_chat(opts_.chat, p.messages), add_bos, true);
+    pr.prompts.emplace_back(ids.begin(), ids.end());
+  }
+  for (const PromptInput& in : p.prompts) {
+    if (in.ids) {
+      for (int32_t t : *in.ids)
+        if (t >= tok_.n_vocab()) throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
+      pr.prompts.push_back(*in.ids);
+    } else {
+      const std::vector<int> ids = tok_.encode(in.text, add_bos, false);
+      pr.prompts.emplace_back(ids.begin(), ids.end());
+    }
+    if (p.echo) pr.echo.push_back(in.ids ? tok_.decode(std::vector<int>(in.ids->begin(), in.ids->end())) : in.text);
+  }
+  const int bs = loop_.block_size();
+  for (size_t i = 0; i < pr.prompts.size(); ++i) {
+    const std::string which = pr.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]" : "the prompt";
+    const int P = int(pr.prompts[i].size());
+    // An empty text prompt still has the BOS token when the model adds one
+    // (generation starts from BOS, as OpenAI and vLLM do).
+    if (P == 0)
+      throw bad_request(which + " has no tokens (an empty prompt needs a model that adds a BOS token)", "prompt");
+    if (P >= opts_.ctx || (p.max_tokens && int64_t(P) + *p.max_tokens > opts_.ctx)) {
+      ApiError e = bad_request("this model's context is " + std::to_string(opts_.ctx) + " tokens; " + which +
+                                   " has " + std::to_string(P) + " and max_tokens is " +
+                                   (p.max_tokens ? std::to_string(*p.max_tokens) : std::string("unset")),
+                               "max_tokens");
+      e.code = "context_length_exceeded";
+      throw e;
+    }
+    const int mt = p.max_tokens ? *p.max_tokens : std::min(opts_.default_max_tokens, opts_.ctx - P);
+    pr.max_tokens.push_back(mt);
+    pr.prompt_tokens += P;
+    pr.need_blocks += int64_t(p.n) * ((int64_t(P) + mt + bs - 1) / bs);
+  }
+  return pr;
+}
+
+Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved,
+                          std::function<void()> wake) {
+  Routed out;
+  const ParsedRequest& p = pr.p;
+  // Service class: the key's class is the ceiling; a request may ask for
+  // batch, never for better than its key allows.
+  sched::SloClass slo = caller.policy.slo;
+  if (p.slo && *p.slo == sched::SloClass::Batch) slo = sched::SloClass::Batch;
+  // One scope for all prompts: their common prefixes share blocks.
+  const Scope scope = tenants_.scope_for(caller.policy.id, opts_.model_identity, sched::steady_now());
+  const int bs = loop_.block_size();
   std::string prefix_hash = "-";
-  if (P >= bs) prefix_hash = to_hex(block_key(nullptr, prompt.data(), bs, scope)).substr(0, 16);
+  if (int(pr.prompts[0].size()) >= bs) prefix_hash = to_hex(block_key(nullptr, pr.prompts[0].data(), bs, scope)).substr(0, 16);
 
   Exchange::Setup s;
   s.loop = &loop_;
@@ -219,45 +261,54 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
   s.include_usage = p.include_usage;
   s.logprobs = p.logprobs;
   s.n = p.n;
+  s.prompts = int(pr.prompts.size());
+  s.echo = std::move(pr.echo);
+  s.prompt_tokens = pr.prompt_tokens;
   char idbuf[40];
   std::snprintf(idbuf, sizeof idbuf, "%s%s%06llx", ep == Endpoint::Chat ? "chatcmpl-" : "cmpl-", id_salt_.c_str(),
                 static_cast<unsigned long long>(next_id_++));
   s.meta.id = idbuf;
   s.meta.created = int64_t(std::time(nullptr));
   s.meta.model = opts_.model_id;
-  s.tenant = caller->policy.id;
+  s.meta.system_fingerprint = fingerprint_;
+  s.tenant = caller.policy.id;
   s.quota_blocks = reserved;
-  s.log_prefix = std::string("id=") + idbuf + " tenant=" + caller->tenant_hash + " prefix=" + prefix_hash +
-                 " class=" + sched::to_string(slo) + (p.stream ? " stream" : "");
+  s.log_prefix = std::string("id=") + idbuf + " tenant=" + caller.tenant_hash + " prefix=" + prefix_hash +
+                 " class=" + sched::to_string(slo) + (s.prompts > 1 ? " prompts=" + std::to_string(s.prompts) : "") +
+                 (p.stream ? " stream" : "");
   s.queue_events = opts_.stream_queue_events;
+  s.log = opts_.log;
   auto ex = std::make_shared<Exchange>(std::move(s));
   ex->queue()->set_wake(std::move(wake));
 
-  sched::Request r;
-  r.prompt = std::move(prompt);
-  r.sampling = p.sampling;
-  if (!p.seeded) r.sampling.seed = std::random_device{}();
-  r.max_tokens = max_tokens;
-  r.stop = p.stop;
-  r.ignore_eos = p.ignore_eos;
-  r.n = p.n;
-  r.slo = slo;
-  r.tenant = caller->tenant_hash;  // the loop's quota key and log field: a hash, never the id
-  r.scope = scope;
-  r.retention_s = caller->policy.retention_s;
-  r.logprobs = p.logprobs;
-  r.top_logprobs = p.top_logprobs;
-  std::shared_ptr<EventQueue> q = ex->queue();
-  r.sink = [q](sched::TokenEvent&& e) { return q->push(std::move(e)); };
-  const sched::SubmitResult res = loop_.submit(std::move(r));
-  if (!res.accepted) {
-    // No events will come; the exchange gives the quota back and logs.
-    const ApiError e = reject_error(res.reason, res.message, res.retry_after_s);
-    ex->set_final_status(e.status);
-    out.response = error_response(e);
-    return out;  // `ex` is destroyed here (counts the status)
+  const uint64_t seed = p.seeded ? p.sampling.seed : std::random_device{}();
+  for (size_t i = 0; i < pr.prompts.size(); ++i) {
+    sched::Request r;
+    r.prompt = std::move(pr.prompts[i]);
+    r.sampling = p.sampling;
+    r.sampling.seed = seed;
+    r.max_tokens = pr.max_tokens[i];
+    r.stop = p.stop;
+    r.ignore_eos = p.ignore_eos;
+    r.n = p.n;
+    r.slo = slo;
+    r.tenant = caller.tenant_hash;  // the loop's quota key and log field: a hash, never the id
+    r.scope = scope;
+    r.retention_s = caller.policy.retention_s;
+    r.logprobs = p.logprobs;
+    r.top_logprobs = p.top_logprobs;
+    r.sink = ex->sink_for(int(i));
+    const sched::SubmitResult res = loop_.submit(std::move(r));
+    if (!res.accepted) {
+      // The exchange's destructor cancels the prompts already submitted,
+      // gives the quota back and logs the status.
+      const ApiError e = reject_error(res.reason, res.message, res.retry_after_s);
+      ex->set_final_status(e.status);
+      out.response = error_response(e);
+      return out;
+    }
+    ex->set_request_id(int(i), res.id);
   }
-  ex->set_request_id(res.id);
   out.exchange = std::move(ex);
   return out;
 }

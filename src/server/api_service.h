@@ -32,6 +32,10 @@ struct ApiOptions {
   int default_max_tokens = 256;           // when a request names none (capped by the context)
   ChatFamily chat = ChatFamily::Plain;
   size_t stream_queue_events = 4096;      // per-request engine -> socket bound
+  int64_t model_created = 0;              // /v1/models "created": unix seconds (the model file's mtime)
+  // Request log lines (accepted and rejected; hashes and counts, never
+  // text). Default: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 struct HttpRequest {
@@ -61,10 +65,23 @@ class ApiService {
   const ApiOptions& options() const { return opts_; }
 
  private:
+  // A validated request, tokenized: one engine prompt per completions prompt.
+  struct Prepared {
+    ParsedRequest p;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int> max_tokens;         // per prompt
+    std::vector<std::string> echo;       // per prompt, when echo
+    int prompt_tokens = 0;
+    int64_t need_blocks = 0;             // worst case of all prompts' choices
+  };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
+  Prepared prepare(Endpoint ep, const HttpRequest& req) const;  // throws ApiError
+  Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
-  HttpResponse models() const;
-  HttpResponse fail(const ApiError& e, const std::string& reject_label = {});
+  HttpResponse models(const HttpRequest& req) const;
+  // Counts and logs a request the server turned away itself.
+  HttpResponse fail(const ApiError& e, const std::string& tenant_hash);
+  void log(const std::string& line) const;
 
   sched::EngineLoop& loop_;
   const Tokenizer& tok_;
@@ -74,6 +91,7 @@ class ApiService {
   std::atomic<bool> ready_{false}, draining_{false};
   std::atomic<uint64_t> next_id_{1};
   std::string id_salt_;
+  std::string fingerprint_;  // system_fingerprint: the model identity, shortened
 };
 
 }  // namespace kvs::server

@@ -1,5 +1,6 @@
 #include "server/exchange.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -58,103 +59,165 @@ ApiError reject_error(RejectReason r, const std::string& message, double retry_a
   return e;
 }
 
-Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n), t0_(sched::steady_now()) {
+Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n * s_.prompts), t0_(sched::steady_now()) {
   queue_ = std::make_shared<EventQueue>(s_.queue_events, nullptr);
-  choices_.resize(size_t(s_.n));
+  prompts_.resize(size_t(s_.prompts));
+  for (Prompt& p : prompts_) p.open = s_.n;
+  choices_.resize(size_t(s_.n) * size_t(s_.prompts));
+  for (size_t i = 0; i < choices_.size() && i / size_t(s_.n) < s_.echo.size(); ++i)
+    choices_[i].result.text = s_.echo[i / size_t(s_.n)];
+}
+
+sched::EventSink Exchange::sink_for(int prompt) const {
+  std::shared_ptr<EventQueue> q = queue_;
+  const int base = prompt * s_.n;
+  return [q, base](sched::TokenEvent&& e) {
+    e.choice += base;
+    return q->push(std::move(e));
+  };
 }
 
 Exchange::~Exchange() {
   queue_->set_wake(nullptr);  // the engine may still push a final event: nobody to wake
-  if (!finished_ && id_ != 0) s_.loop->cancel(id_);  // blocks freed before the next step
+  cancel_open();              // blocks freed before the next step
   if (s_.quota_blocks > 0) s_.tenants->release(s_.tenant, s_.quota_blocks);
   if (!finished_ && final_status_ == 0) final_status_ = 499;  // client closed request (nginx's code)
   s_.counters->count_status(final_status_);
-  // Access log: ids, hashes and counts only, never text.
+  // Tokens already queued but never polled still count in the log.
+  for (const sched::TokenEvent& e : queue_->take())
+    if (e.token >= 0 && e.choice >= 0 && size_t(e.choice) < choices_.size())
+      ++prompts_[size_t(e.choice / s_.n)].tokens_seen;
+  log_line();
+}
+
+void Exchange::cancel_open() {
+  for (const Prompt& p : prompts_)
+    if (p.open > 0 && p.id != 0) s_.loop->cancel(p.id);
+}
+
+sched::Usage Exchange::total_usage() const {
+  sched::Usage u;
+  for (const Prompt& p : prompts_) {
+    u.prompt_tokens += p.usage.prompt_tokens;
+    u.completion_tokens += p.usage.completion_tokens;
+    u.cached_tokens += p.usage.cached_tokens;
+  }
+  return u;
+}
+
+void Exchange::log_line() {
+  // Access log: ids, hashes and counts only, never text. A request that
+  // ended early (client gone) has no final usage: its counts are what the
+  // server saw.
+  const sched::Usage u = total_usage();
+  int completion = 0;
+  for (const Prompt& p : prompts_) completion += std::max(p.usage.completion_tokens, p.tokens_seen);
   const double t = sched::steady_now();
-  std::fprintf(stderr,
-               "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft_ms=%.1f "
-               "e2e_ms=%.1f%s\n",
-               s_.log_prefix.c_str(), final_status_, usage_.prompt_tokens, usage_.cached_tokens,
-               usage_.completion_tokens, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
-               gone_ ? " client_gone" : "");
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft_ms=%.1f "
+                "e2e_ms=%.1f%s",
+                s_.log_prefix.c_str(), final_status_, std::max(u.prompt_tokens, s_.prompt_tokens), u.cached_tokens,
+                completion, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
+                gone_ ? " client_gone" : "");
+  if (s_.log) {
+    s_.log(buf);
+  } else {
+    std::fprintf(stderr, "%s\n", buf);
+  }
 }
 
 void Exchange::client_gone() {
   if (finished_ || gone_) return;
   gone_ = true;
-  if (id_ != 0) s_.loop->cancel(id_);
+  cancel_open();
   s_.counters->client_disconnect();
+}
+
+bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
+  if (e.choice < 0 || size_t(e.choice) >= choices_.size()) return true;
+  Choice& c = choices_[size_t(e.choice)];
+  Prompt& p = prompts_[size_t(e.choice / s_.n)];
+  if (c.done) return true;
+  const bool final = e.finish != FinishReason::None;
+  if (final) p.usage = e.usage;
+  if (e.token >= 0) ++p.tokens_seen;
+  // Turned away before anything was sent (queue timeout, shutdown): the
+  // client gets a proper 429/503 instead of an empty 200 stream; the other
+  // prompts' requests are cancelled with it.
+  if (e.finish == FinishReason::Error) engine_error_ = e.message.empty() ? "engine error" : e.message;
+  // Turned away, or failed by the engine, before anything was sent: a proper
+  // error instead of an empty or partial 200.
+  const bool refused = e.finish == FinishReason::Rejected && !started_;
+  const bool failed = e.finish == FinishReason::Error && (!started_ || !s_.stream);
+  if (refused || failed) {
+    const ApiError err = failed ? engine_failure(engine_error_)
+                                : reject_error(e.reject_reason, e.message, e.retry_after_s);
+    out.full = error_response(err);
+    final_status_ = err.status;
+    c.done = true;
+    --p.open;
+    --open_;
+    cancel_open();
+    finished_ = true;
+    out.done = true;
+    return false;
+  }
+  if (e.token >= 0 && t_first_ < 0) t_first_ = sched::steady_now();
+  if (s_.stream) {
+    // Echo: the prompt text leads the choice's first chunk.
+    const size_t pi = size_t(e.choice / s_.n);
+    if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
+    const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
+    const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt);
+    if (!chunk.is_null()) {
+      out.data += sse_data(dump(chunk));
+      c.first = false;
+    }
+  } else {
+    c.result.text += e.text;
+    if (s_.logprobs && e.logprob) {
+      c.result.logprobs.push_back(*e.logprob);
+      c.result.top_logprobs.push_back(e.top_logprobs);
+    }
+  }
+  if (final) {
+    c.done = true;
+    c.result.finish = e.finish;
+    --p.open;
+    --open_;
+  }
+  return true;
+}
+
+void Exchange::finish(Output& out) {
+  finished_ = true;
+  out.done = true;
+  const sched::Usage usage = total_usage();
+  if (s_.stream) {
+    if (s_.include_usage) out.data += sse_data(dump(usage_chunk(s_.endpoint, s_.meta, usage)));
+    // A stream the engine failed part-way: its choice ended with
+    // finish_reason "error"; the error object says why before [DONE].
+    if (!engine_error_.empty()) out.data += sse_data(error_body(engine_failure(engine_error_)));
+    out.data += sse_done();
+    return;
+  }
+  std::vector<ChoiceResult> res;
+  for (Choice& c : choices_) res.push_back(std::move(c.result));
+  const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
+  HttpResponse r;
+  r.body = dump(completion_response(s_.endpoint, s_.meta, res, usage, s_.logprobs, tt));
+  out.full = std::move(r);
+  final_status_ = 200;
 }
 
 Exchange::Output Exchange::poll() {
   Output out;
   if (finished_) return out;
   std::vector<sched::TokenEvent> events = queue_->take();
-  const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
-  for (sched::TokenEvent& e : events) {
-    if (e.choice < 0 || size_t(e.choice) >= choices_.size()) continue;
-    Choice& c = choices_[size_t(e.choice)];
-    if (c.done) continue;
-    const bool final = e.finish != FinishReason::None;
-    if (final) usage_ = e.usage;
-    // Turned away before anything was sent (queue timeout, shutdown): the
-    // client gets a proper 429/503 instead of an empty 200 stream.
-    if (e.finish == FinishReason::Error) engine_error_ = e.message.empty() ? "engine error" : e.message;
-    // The engine failed before anything was sent: a 500, not a 200 with an
-    // empty or partial body.
-    if (e.finish == FinishReason::Error && (!started_ || !s_.stream)) {
-      out.full = error_response(engine_failure(engine_error_));
-      final_status_ = 500;
-      finished_ = true;
-      out.done = true;
-      return out;
-    }
-    if (e.finish == FinishReason::Rejected && !started_) {
-      const ApiError err = reject_error(e.reject_reason, e.message, e.retry_after_s);
-      out.full = error_response(err);
-      final_status_ = err.status;
-      finished_ = true;
-      out.done = true;
-      return out;
-    }
-    if (e.token >= 0 && t_first_ < 0) t_first_ = sched::steady_now();
-    if (s_.stream) {
-      const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt);
-      if (!chunk.is_null()) {
-        out.data += sse_data(dump(chunk));
-        c.first = false;
-      }
-    } else {
-      c.result.text += e.text;
-      if (s_.logprobs && e.logprob) {
-        c.result.logprobs.push_back(*e.logprob);
-        c.result.top_logprobs.push_back(e.top_logprobs);
-      }
-    }
-    if (final) {
-      c.done = true;
-      c.result.finish = e.finish;
-      --open_;
-    }
-  }
-  if (open_ == 0) {
-    finished_ = true;
-    out.done = true;
-    if (s_.stream) {
-      if (s_.include_usage) out.data += sse_data(dump(usage_chunk(s_.endpoint, s_.meta, usage_)));
-      // A stream the engine failed part-way: its choice ended with
-      // finish_reason "error"; the error object says why before [DONE].
-      if (!engine_error_.empty()) out.data += sse_data(error_body(engine_failure(engine_error_)));
-      out.data += sse_done();
-    } else {
-      std::vector<ChoiceResult> res;
-      for (Choice& c : choices_) res.push_back(std::move(c.result));
-      HttpResponse r;
-      r.body = dump(completion_response(s_.endpoint, s_.meta, res, usage_, s_.logprobs, tt));
-      out.full = std::move(r);
-      final_status_ = 200;
-    }
-  }
+  for (sched::TokenEvent& e : events)
+    if (!take_event(e, out)) return out;
+  if (open_ == 0) finish(out);
   if (s_.stream && !started_ && (!out.data.empty() || out.done)) {
     started_ = true;
     out.start_stream = true;

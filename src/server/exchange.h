@@ -1,11 +1,14 @@
 // One accepted completion request between submit() and the last byte of its
 // response: it owns the event queue the engine pushes into, turns events into
 // SSE chunks (stream) or one JSON object (not), and on destruction cancels
-// the request if it is still running (client gone) and gives back the
-// tenant's quota. It never touches a socket: the HTTP session polls it on its
-// strand and writes what it returns.
+// whatever still runs (client gone, or a sibling failed) and gives back the
+// tenant's quota. A request with several prompts is one engine Request per
+// prompt, all feeding this one queue with their choices renumbered
+// prompt-major (prompt i, choice j -> i * n + j). It never touches a socket:
+// the HTTP session polls it on its strand and writes what it returns.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,12 +50,16 @@ class Exchange {
     ServerCounters* counters = nullptr;
     Endpoint endpoint = Endpoint::Completions;
     bool stream = false, include_usage = false, logprobs = false;
-    int n = 1;
+    int n = 1;                       // choices per prompt
+    int prompts = 1;                 // engine requests (completions with several prompts)
+    std::vector<std::string> echo;   // per prompt: text that starts each of its choices (echo), or empty
+    int prompt_tokens = 0;           // all prompts together (the access log, even when no final event came)
     ResponseMeta meta;
     std::string tenant;        // quota key in the registry
     int64_t quota_blocks = 0;  // reserved in the registry; released by the destructor
     std::string log_prefix;    // "id=... tenant=<hash> prefix=<hash>" (no text)
     size_t queue_events = 4096;
+    std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
   };
   explicit Exchange(Setup s);
   ~Exchange();
@@ -60,7 +67,10 @@ class Exchange {
   Exchange& operator=(const Exchange&) = delete;
 
   std::shared_ptr<EventQueue> queue() const { return queue_; }
-  void set_request_id(sched::RequestId id) { id_ = id; }
+  // The engine id of prompt `prompt`'s request (in submit order).
+  void set_request_id(int prompt, sched::RequestId id) { prompts_.at(size_t(prompt)).id = id; }
+  // The sink for prompt `prompt`'s engine request: renumbers its choices.
+  sched::EventSink sink_for(int prompt) const;
   bool streaming() const { return s_.stream; }
 
   struct Output {
@@ -82,12 +92,24 @@ class Exchange {
     bool first = true, done = false;
     ChoiceResult result;
   };
+  struct Prompt {
+    sched::RequestId id = 0;
+    int open = 0;             // choices not finished
+    int tokens_seen = 0;      // completion tokens taken from the queue
+    sched::Usage usage;       // of the latest final event (covers its choices so far)
+  };
+  // False when the event ended the whole exchange (a rejection before any byte was sent).
+  bool take_event(sched::TokenEvent& e, Output& out);
+  void finish(Output& out);
+  sched::Usage total_usage() const;
+  void cancel_open();
+  void log_line();
+
   Setup s_;
   std::shared_ptr<EventQueue> queue_;
-  sched::RequestId id_ = 0;
+  std::vector<Prompt> prompts_;
   std::vector<Choice> choices_;
   int open_;
-  sched::Usage usage_;
   bool started_ = false, finished_ = false, gone_ = false;
   std::string engine_error_;  // set when a choice ended with FinishReason::Error
   int final_status_ = 0;

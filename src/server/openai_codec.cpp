@@ -82,20 +82,117 @@ std::string message_content(const json& c, size_t i) {
   throw bad_request(where + " must be a string or an array of text parts", "messages");
 }
 
+// "priority": vLLM's integer (lower runs first; <= 0 interactive, > 0
+// batch). "slo_class": the class by name. slo_class wins when both are given.
 std::optional<sched::SloClass> parse_priority(const json& o) {
-  for (const char* k : {"slo_class", "priority"}) {
-    const json* v = field(o, k);
-    if (!v) continue;
-    if (v->is_string()) {
-      auto c = sched::parse_slo_class(v->get<std::string>());
-      if (!c) throw bad_request(std::string("'") + k + "' must be \"interactive\" or \"batch\"", k);
-      return c;
-    }
-    // vLLM's integer priority: lower runs first. 0 and below = interactive.
-    auto p = get_int(o, k, -1000000, 1000000);
-    return *p <= 0 ? sched::SloClass::Interactive : sched::SloClass::Batch;
+  if (const json* v = field(o, "slo_class")) {
+    std::optional<sched::SloClass> c;
+    if (v->is_string()) c = sched::parse_slo_class(v->get<std::string>());
+    if (!c) throw bad_request("'slo_class' must be \"interactive\" or \"batch\"", "slo_class");
+    return c;
   }
-  return std::nullopt;
+  const json* v = field(o, "priority");
+  if (!v) return std::nullopt;
+  if (!v->is_number())
+    throw bad_request("'priority' must be an integer (vLLM style: <= 0 interactive, > 0 batch); "
+                      "use 'slo_class' for \"interactive\" or \"batch\"",
+                      "priority");
+  const auto p = get_int(o, "priority", -1000000, 1000000);
+  return *p <= 0 ? sched::SloClass::Interactive : sched::SloClass::Batch;
+}
+
+std::vector<int32_t> token_ids(const json& a, const std::string& where) {
+  std::vector<int32_t> ids;
+  for (const auto& t : a) {
+    const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() <= uint64_t(INT32_MAX)
+                    : t.is_number_integer() ? t.get<int64_t>() >= 0 && t.get<int64_t>() <= INT32_MAX
+                                            : false;
+    if (!ok)
+      throw bad_request("'" + where + "' token ids must be non-negative integers", "prompt");
+    ids.push_back(int32_t(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+// "prompt": a string, an array of strings, an array of token ids, or an
+// array of token-id arrays.
+std::vector<PromptInput> parse_prompts(const json& p) {
+  static const char* kShapes =
+      "'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays";
+  std::vector<PromptInput> out;
+  if (p.is_string()) {
+    out.push_back({p.get<std::string>(), std::nullopt});
+    return out;
+  }
+  if (!p.is_array()) throw bad_request(kShapes, "prompt");
+  if (p.empty()) throw bad_request("'prompt' must not be an empty array", "prompt");
+  if (p[0].is_number()) {
+    out.push_back({"", token_ids(p, "prompt")});
+    return out;
+  }
+  if (p.size() > size_t(kMaxPrompts))
+    throw bad_request("'prompt' has more than " + std::to_string(kMaxPrompts) + " prompts", "prompt");
+  for (size_t i = 0; i < p.size(); ++i) {
+    const json& x = p[i];
+    if (x.is_string() && p[0].is_string()) {
+      out.push_back({x.get<std::string>(), std::nullopt});
+    } else if (x.is_array() && p[0].is_array()) {
+      out.push_back({"", token_ids(x, "prompt[" + std::to_string(i) + "]")});
+    } else {
+      throw bad_request(std::string(kShapes) + " (not a mix)", "prompt");
+    }
+  }
+  return out;
+}
+
+std::vector<ChatMessage> parse_messages(const json& j) {
+  const json* m = field(j, "messages");
+  if (!m || !m->is_array() || m->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& x = (*m)[i];
+    if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
+      throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
+    ChatMessage cm;
+    cm.role = x["role"].get<std::string>();
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
+        cm.role != "tool")
+      throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
+    if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
+    cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
+    out.push_back(std::move(cm));
+  }
+  return out;
+}
+
+std::vector<std::string> parse_stop(const json& j) {
+  std::vector<std::string> stop;
+  const json* s = field(j, "stop");
+  if (!s) return stop;
+  if (s->is_string()) {
+    stop.push_back(s->get<std::string>());
+  } else if (s->is_array()) {
+    for (const auto& x : *s) {
+      if (!x.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
+      stop.push_back(x.get<std::string>());
+    }
+  } else {
+    throw bad_request("'stop' must be a string or an array of strings", "stop");
+  }
+  if (int(stop.size()) > kMaxStops) throw bad_request("'stop' has more than 16 strings", "stop");
+  for (const auto& x : stop)
+    if (x.empty() || x.size() > kMaxStopBytes) throw bad_request("each 'stop' string must be 1..256 bytes long", "stop");
+  return stop;
+}
+
+// nlohmann's own text quotes the bytes it last read (prompt text): the
+// client gets the offset instead.
+ApiError json_syntax_error(const json::exception& e, const std::string& body) {
+  if (body.empty()) return bad_request("the request body is empty (expected a JSON object)");
+  if (const auto* pe = dynamic_cast<const json::parse_error*>(&e))
+    return bad_request("the request body is not valid JSON (error at byte " + std::to_string(pe->byte) + " of " +
+                       std::to_string(body.size()) + ")");
+  return bad_request("the request body is not valid JSON");
 }
 
 }  // namespace
@@ -105,8 +202,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {
-    // nlohmann's message names the byte offset, not the content.
-    throw bad_request(std::string("request body is not valid JSON: ") + e.what());
+    throw json_syntax_error(e, body);
   }
   if (!j.is_object()) throw bad_request("request body must be a JSON object");
   ParsedRequest r;
@@ -118,39 +214,9 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   if (ep == Endpoint::Completions) {
     const json* p = field(j, "prompt");
     if (!p) throw bad_request("'prompt' is required", "prompt");
-    if (p->is_string()) {
-      r.prompt = p->get<std::string>();
-    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
-      r.prompt = (*p)[0].get<std::string>();
-    } else if (p->is_array() && !p->empty() && (*p)[0].is_number_integer()) {
-      std::vector<int32_t> ids;
-      for (const auto& t : *p) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-          throw bad_request("'prompt' token ids must be non-negative integers", "prompt");
-        ids.push_back(int32_t(t.get<int64_t>()));
-      }
-      r.prompt_ids = std::move(ids);
-    } else {
-      throw bad_request("'prompt' must be a string, a one-element array of strings or an array of token ids "
-                        "(several prompts per request are not supported; use n or several requests)",
-                        "prompt");
-    }
+    r.prompts = parse_prompts(*p);
   } else {
-    const json* m = field(j, "messages");
-    if (!m || !m->is_array() || m->empty()) throw bad_request("'messages' must be a non-empty array", "messages");
-    for (size_t i = 0; i < m->size(); ++i) {
-      const json& x = (*m)[i];
-      if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
-        throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
-      ChatMessage cm;
-      cm.role = x["role"].get<std::string>();
-      if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
-          cm.role != "tool")
-        throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
-      if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
-      cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
-      r.messages.push_back(std::move(cm));
-    }
+    r.messages = parse_messages(j);
   }
 
   // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
@@ -168,23 +234,10 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   // chat: max_completion_tokens is the newer name; max_tokens still works.
   const char* mt_key = (ep == Endpoint::Chat && field(j, "max_completion_tokens")) ? "max_completion_tokens" : "max_tokens";
   if (auto mt = get_int(j, mt_key, 1, 1 << 24)) r.max_tokens = int(*mt);
-  if (const json* s = field(j, "stop")) {
-    if (s->is_string()) {
-      r.stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      for (const auto& x : *s) {
-        if (!x.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
-        r.stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or an array of strings", "stop");
-    }
-    if (int(r.stop.size()) > kMaxStops) throw bad_request("'stop' has more than 16 strings", "stop");
-    for (const auto& x : r.stop)
-      if (x.empty() || x.size() > kMaxStopBytes)
-        throw bad_request("each 'stop' string must be 1..256 bytes long", "stop");
-  }
+  r.stop = parse_stop(j);
   r.n = int(get_int(j, "n", 1, kMaxChoices).value_or(1));
+  if (r.prompts.size() * size_t(r.n) > size_t(kMaxTotalChoices))
+    throw bad_request("prompts x n must be at most " + std::to_string(kMaxTotalChoices), "n");
   r.stream = get_bool(j, "stream").value_or(false);
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
@@ -202,6 +255,14 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
       if (!r.logprobs && *tl > 0) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
       r.top_logprobs = int(*tl);
     }
+  }
+  if (ep == Endpoint::Completions) {
+    r.echo = get_bool(j, "echo").value_or(false);
+    // Prompt-token logprobs would need the prompt positions' logits, which
+    // the engine loop does not return.
+    if (r.echo && r.logprobs)
+      throw bad_request("'echo' together with 'logprobs' is not supported (prompt-token logprobs are not computed)",
+                        "echo");
   }
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.slo = parse_priority(j);
@@ -260,6 +321,20 @@ void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vecto
   lp["text_offset"].push_back(offset);
 }
 
+// The fields every response object and chunk starts with.
+json response_head(const ResponseMeta& meta, const char* object) {
+  json out;
+  out["id"] = meta.id;
+  out["object"] = object;
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  if (!meta.system_fingerprint.empty()) out["system_fingerprint"] = meta.system_fingerprint;
+  return out;
+}
+
+// Chat logprobs carry a "refusal" list beside "content"; this server never refuses.
+json chat_logprobs(json content) { return json{{"content", std::move(content)}, {"refusal", nullptr}}; }
+
 json empty_legacy_logprobs() {
   return json{{"tokens", json::array()},
               {"token_logprobs", json::array()},
@@ -271,11 +346,7 @@ json empty_legacy_logprobs() {
 
 json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                          const sched::Usage& usage, bool logprobs, const TokenText& tt) {
-  json out;
-  out["id"] = meta.id;
-  out["object"] = ep == Endpoint::Chat ? "chat.completion" : "text_completion";
-  out["created"] = meta.created;
-  out["model"] = meta.model;
+  json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion" : "text_completion");
   json arr = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -284,9 +355,10 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
     json lp = nullptr;
     if (logprobs) {
       if (ep == Endpoint::Chat) {
-        lp = json{{"content", json::array()}};
+        json content = json::array();
         for (size_t k = 0; k < c.logprobs.size(); ++k)
-          lp["content"].push_back(chat_logprob_entry(c.logprobs[k], c.top_logprobs.at(k), tt));
+          content.push_back(chat_logprob_entry(c.logprobs[k], c.top_logprobs.at(k), tt));
+        lp = chat_logprobs(std::move(content));
       } else {
         lp = empty_legacy_logprobs();
         int64_t off = 0;
@@ -297,7 +369,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
       }
     }
     if (ep == Endpoint::Chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ch["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
     } else {
       ch["text"] = c.text;
     }
@@ -315,17 +387,13 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
   const bool final = e.finish != FinishReason::None;
   const bool has_lp = logprobs && e.logprob.has_value();
   if (e.text.empty() && !final && !has_lp && !(first && ep == Endpoint::Chat)) return nullptr;
-  json out;
-  out["id"] = meta.id;
-  out["object"] = ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
-  out["created"] = meta.created;
-  out["model"] = meta.model;
+  json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
   json ch;
   ch["index"] = e.choice;
   json lp = nullptr;
   if (has_lp) {
     if (ep == Endpoint::Chat) {
-      lp = json{{"content", json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)})}};
+      lp = chat_logprobs(json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)}));
     } else {
       lp = empty_legacy_logprobs();
       add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, 0);
@@ -335,6 +403,7 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (!e.text.empty() || first) delta["content"] = e.text;
+    if (first) delta["refusal"] = nullptr;
     ch["delta"] = std::move(delta);
   } else {
     ch["text"] = e.text;
@@ -346,11 +415,7 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
 }
 
 json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u) {
-  json out;
-  out["id"] = meta.id;
-  out["object"] = ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
-  out["created"] = meta.created;
-  out["model"] = meta.model;
+  json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
   out["choices"] = json::array();
   out["usage"] = usage_json(u);
   return out;

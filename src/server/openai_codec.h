@@ -32,11 +32,17 @@ ApiError bad_request(const std::string& message, const std::string& param = {});
 
 enum class Endpoint { Completions, Chat };
 
+// One completions prompt: text, or token ids fed verbatim (no BOS added).
+struct PromptInput {
+  std::string text;
+  std::optional<std::vector<int32_t>> ids;
+};
+
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::Completions;
   std::string model;                          // "" when absent (the served model is meant)
-  std::string prompt;                         // completions: the prompt text
-  std::optional<std::vector<int32_t>> prompt_ids;  // completions: prompt given as token ids
+  std::vector<PromptInput> prompts;           // completions: one or more (each gets n choices)
+  bool echo = false;                          // completions: the prompt text starts each choice's text
   std::vector<ChatMessage> messages;          // chat
   std::optional<int> max_tokens;
   SamplingParams sampling;
@@ -52,7 +58,9 @@ struct ParsedRequest {
 };
 
 // Limits on fields (beyond the HTTP body limit).
-inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxChoices = 16;          // n
+inline constexpr int kMaxPrompts = 64;          // prompts in one completions request
+inline constexpr int kMaxTotalChoices = 64;     // prompts x n
 inline constexpr int kMaxStops = 16;
 inline constexpr size_t kMaxStopBytes = 256;
 inline constexpr int kMaxTopLogprobs = 20;
@@ -77,12 +85,14 @@ struct ResponseMeta {
   std::string id;       // "cmpl-..." / "chatcmpl-..."
   int64_t created = 0;  // unix seconds
   std::string model;
+  std::string system_fingerprint;  // "" -> omitted
 };
 
 const char* finish_reason_name(sched::FinishReason f);  // "stop", "length", "abort", "error"
 nlohmann::json usage_json(const sched::Usage& u);
 
-// The complete response of a non-streaming request.
+// The complete response of a non-streaming request; a choice's "index" is
+// its position in `choices` (prompt-major: prompt i, choice j -> i * n + j).
 nlohmann::json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                                    const sched::Usage& usage, bool logprobs, const TokenText& token_text);
 

@@ -7,6 +7,7 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -151,12 +152,17 @@ std::optional<Caller> TenantRegistry::authenticate(const std::string& auth) cons
   if (keys_.empty()) {
     tenant = kAnonymous;
   } else {
-    static const std::string kBearer = "Bearer ";
-    if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0) return std::nullopt;
+    // "Bearer" SP token; the scheme name is case-insensitive (RFC 7235).
+    static const std::string kBearer = "bearer";
+    if (auth.size() <= kBearer.size() + 1) return std::nullopt;
+    for (size_t i = 0; i < kBearer.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(auth[i])) != kBearer[i]) return std::nullopt;
+    if (auth[kBearer.size()] != ' ' && auth[kBearer.size()] != '\t') return std::nullopt;
     size_t b = kBearer.size();
-    while (b < auth.size() && auth[b] == ' ') ++b;
+    while (b < auth.size() && (auth[b] == ' ' || auth[b] == '\t')) ++b;
     size_t e = auth.size();
     while (e > b && (auth[e - 1] == ' ' || auth[e - 1] == '\t')) --e;
+    if (e == b) return std::nullopt;
     const auto h = sha256(auth.substr(b, e - b));
     // Every entry is compared (no early exit): the time does not tell which
     // entry matched.
@@ -232,13 +238,6 @@ std::optional<TenantPolicy> TenantRegistry::policy(const std::string& tenant) co
   auto it = tenants_.find(tenant);
   if (it == tenants_.end()) return std::nullopt;
   return it->second.policy;
-}
-
-std::vector<std::string> TenantRegistry::tenant_ids() const {
-  std::lock_guard lk(mu_);
-  std::vector<std::string> v;
-  for (const auto& [id, s] : tenants_) v.push_back(id);
-  return v;
 }
 
 bool TenantRegistry::try_reserve(const std::string& tenant, int64_t blocks) {

@@ -60,7 +60,8 @@ class TenantRegistry {
   static std::unique_ptr<TenantRegistry> from_file(const std::string& path);
 
   bool auth_required() const { return !keys_.empty(); }
-  // Resolves "Authorization: Bearer <token>" (the full header value).
+  // Resolves "Authorization: Bearer <token>" (the full header value; the
+  // scheme in any case).
   // nullopt: missing or unknown key.
   std::optional<Caller> authenticate(const std::string& authorization_header) const;
 
@@ -76,7 +77,6 @@ class TenantRegistry {
   // old version (the most recent few), for the server to drop their blocks.
   std::optional<int64_t> revoke(const std::string& tenant, std::vector<Scope>* retired = nullptr);
   std::optional<TenantPolicy> policy(const std::string& tenant) const;
-  std::vector<std::string> tenant_ids() const;
 
   // Per-tenant block quota, enforced by the server on the worst-case blocks
   // of its in-flight requests. try_reserve returns false when over quota.

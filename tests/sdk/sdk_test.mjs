@@ -1,0 +1,280 @@
+// The official OpenAI Node SDK against kvserve, as user code calls it:
+//   node sdk_test.mjs URL MODEL KEY QUOTA_KEY QUEUE_URL QUEUE_MODEL
+// URL serves MODEL under --api-keys (KEY: a plain tenant, QUOTA_KEY: a
+// tenant whose block quota no request fits); QUEUE_URL serves QUEUE_MODEL
+// without keys, one sequence at a time and one waiting request at most.
+// Each check prints "ok <name>"; the first failure exits non-zero naming it.
+// Prints "SDK OK" at the end.
+import OpenAI from "openai";
+import assert from "node:assert/strict";
+
+const [url, model, key, quotaKey, queueUrl, queueModel] = process.argv.slice(2);
+const opts = { maxRetries: 0, timeout: 120000 };
+const client = new OpenAI({ baseURL: url + "/v1", apiKey: key, ...opts });
+
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log("ok " + name);
+  } catch (e) {
+    console.error("FAILED " + name + ": " + (e?.stack ?? e));
+    process.exit(1);
+  }
+}
+
+// Resolves to the SDK error a call rejects with.
+async function apiError(promise) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, "expected an APIError, got " + e);
+    return e;
+  }
+  assert.fail("the call succeeded");
+}
+
+async function metric(base, name) {
+  const text = await (await fetch(base + "/metrics")).text();
+  const line = text.split("\n").find((l) => l.startsWith(name + " "));
+  return line === undefined ? NaN : Number(line.slice(name.length + 1));
+}
+
+// After abort() the SDK's stream ends (possibly after chunks it had already
+// read) or throws an abort error; it must not keep going.
+async function drainAborted(it) {
+  for (let i = 0; i < 10000; ++i) {
+    try {
+      if ((await it.next()).done) return;
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.APIUserAbortError || e?.name === "AbortError", "unexpected error: " + e);
+      return;
+    }
+  }
+  assert.fail("the stream went on after abort()");
+}
+
+async function waitFor(what, cond, ms = 20000) {
+  const t0 = Date.now();
+  while (!(await cond())) {
+    if (Date.now() - t0 > ms) assert.fail("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const greedy = { model, temperature: 0, max_tokens: 24 };
+const onceIds = [1, 403, 407, 261, 378]; // "Once upon a time" with BOS (stories260K)
+let once = null;
+
+await check("completions: string prompt, n", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: "Once upon a time", n: 2 });
+  assert.equal(c.object, "text_completion");
+  assert.equal(c.choices.length, 2);
+  assert.deepEqual(c.choices.map((x) => x.index), [0, 1]);
+  assert.equal(c.choices[0].text, c.choices[1].text);
+  assert.ok(c.choices[0].text.length > 0);
+  assert.equal(c.usage.prompt_tokens, onceIds.length);
+  assert.equal(typeof c.usage.prompt_tokens_details.cached_tokens, "number");
+  assert.equal(typeof c.system_fingerprint, "string");
+  once = c;
+});
+
+await check("completions: token ids", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: onceIds });
+  assert.equal(c.choices[0].text, once.choices[0].text);
+  assert.equal(c.usage.prompt_tokens, onceIds.length);
+});
+
+await check("completions: list of strings x n, prompt-major indices", async () => {
+  const other = await client.completions.create({ ...greedy, prompt: "The cat" });
+  const c = await client.completions.create({ ...greedy, prompt: ["Once upon a time", "The cat"], n: 2 });
+  assert.equal(c.choices.length, 4);
+  const byIndex = [...c.choices].sort((a, b) => a.index - b.index);
+  assert.deepEqual(byIndex.map((x) => x.index), [0, 1, 2, 3]);
+  assert.equal(byIndex[0].text, once.choices[0].text);
+  assert.equal(byIndex[1].text, once.choices[0].text);
+  assert.equal(byIndex[2].text, other.choices[0].text);
+  assert.equal(byIndex[3].text, other.choices[0].text);
+  assert.equal(c.usage.prompt_tokens, once.usage.prompt_tokens + other.usage.prompt_tokens);
+  // `once` had n = 2 already.
+  assert.equal(c.usage.completion_tokens, once.usage.completion_tokens + 2 * other.usage.completion_tokens);
+});
+
+await check("completions: list of token-id lists", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: [onceIds, onceIds] });
+  assert.equal(c.choices.length, 2);
+  for (const ch of c.choices) assert.equal(ch.text, once.choices[0].text);
+  assert.equal(c.usage.prompt_tokens, 2 * onceIds.length);
+});
+
+await check("completions: streamed, several prompts", async () => {
+  const s = await client.completions.create({ ...greedy, prompt: ["Once upon a time", "The cat"], stream: true,
+    stream_options: { include_usage: true } });
+  const text = ["", ""];
+  const finish = [null, null];
+  let usage = null;
+  for await (const ch of s) {
+    for (const c of ch.choices) {
+      text[c.index] += c.text;
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+    if (ch.usage) usage = ch.usage;
+  }
+  assert.equal(text[0], once.choices[0].text);
+  assert.ok(text[1].length > 0);
+  assert.ok(finish.every((f) => f === "stop" || f === "length"), String(finish));
+  assert.ok(usage.prompt_tokens > onceIds.length);
+});
+
+await check("completions: stop", async () => {
+  const full = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 60 });
+  const words = full.choices[0].text.split(" ").filter((w) => w.length > 2);
+  assert.ok(words.length > 3, "the greedy text is too short to pick a stop string");
+  const stop = words[3];
+  const cut = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 60, stop: [stop] });
+  assert.equal(cut.choices[0].finish_reason, "stop");
+  assert.ok(!cut.choices[0].text.includes(stop), "stop string must not be in the text");
+  assert.equal(cut.choices[0].text, full.choices[0].text.slice(0, full.choices[0].text.indexOf(stop)));
+});
+
+await check("completions: logprobs", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 6, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, c.usage.completion_tokens);
+  assert.equal(lp.token_logprobs.length, lp.tokens.length);
+  assert.ok(lp.token_logprobs.every((x) => typeof x === "number" && x <= 0));
+  assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+  assert.equal(lp.text_offset.length, lp.tokens.length);
+});
+
+await check("completions: echo", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: "Once upon a time", echo: true });
+  assert.equal(c.choices[0].text, "Once upon a time" + once.choices[0].text);
+  const s = await client.completions.create({ ...greedy, prompt: "Once upon a time", echo: true, stream: true });
+  let text = "";
+  for await (const ch of s) text += ch.choices[0]?.text ?? "";
+  assert.equal(text, c.choices[0].text);
+  const e = await apiError(client.completions.create({ ...greedy, prompt: "x", echo: true, logprobs: 1 }));
+  assert.equal(e.status, 400);
+  assert.equal(e.param, "echo");
+});
+
+await check("completions: empty prompt starts from BOS", async () => {
+  const c = await client.completions.create({ ...greedy, prompt: "", max_tokens: 4 });
+  assert.equal(c.usage.prompt_tokens, 1);
+});
+
+const msgs = [{ role: "system", content: "You tell stories." }, { role: "user", content: "A story about a cat." }];
+
+await check("chat: refusal, fingerprint, logprobs", async () => {
+  const c = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, temperature: 0, logprobs: true,
+    top_logprobs: 3 });
+  assert.equal(c.object, "chat.completion");
+  assert.ok(c.system_fingerprint.startsWith("fp_"), c.system_fingerprint);
+  const ch = c.choices[0];
+  assert.equal(ch.message.role, "assistant");
+  assert.equal(typeof ch.message.content, "string");
+  assert.equal(ch.message.refusal, null);
+  assert.equal(ch.logprobs.refusal, null);
+  assert.equal(ch.logprobs.content.length, c.usage.completion_tokens);
+  assert.equal(ch.logprobs.content[0].top_logprobs.length, 3);
+});
+
+await check("chat: streamed, n, include_usage, logprobs", async () => {
+  const s = await client.chat.completions.create({ model, messages: msgs, max_tokens: 16, temperature: 0.9, seed: 7,
+    n: 2, stream: true, stream_options: { include_usage: true }, logprobs: true, top_logprobs: 2 });
+  const parts = ["", ""];
+  const roles = [null, null];
+  let usage = null, lpTokens = 0, chunks = 0;
+  for await (const ch of s) {
+    ++chunks;
+    assert.ok(ch.system_fingerprint.startsWith("fp_"));
+    for (const choice of ch.choices) {
+      parts[choice.index] += choice.delta?.content ?? "";
+      if (choice.delta?.role) roles[choice.index] = choice.delta.role;
+      if (choice.logprobs) {
+        assert.equal(choice.logprobs.refusal, null);
+        lpTokens += choice.logprobs.content.length;
+      }
+    }
+    if (ch.usage) usage = ch.usage;
+  }
+  assert.ok(chunks > 2);
+  assert.deepEqual(roles, ["assistant", "assistant"]);
+  assert.ok(parts[0].length > 0 && parts[1].length > 0);
+  assert.ok(usage && usage.completion_tokens > 0);
+  assert.equal(lpTokens, usage.completion_tokens);
+});
+
+await check("models.list", async () => {
+  const models = await client.models.list();
+  assert.equal(models.data[0].id, model);
+  assert.ok(models.data[0].created > 1000000000, "created must be a unix time: " + models.data[0].created);
+});
+
+await check("400: bad request and context length", async () => {
+  const e = await apiError(client.completions.create({ model, prompt: "x", temperature: 5 }));
+  assert.ok(e instanceof OpenAI.BadRequestError);
+  assert.equal(e.param, "temperature");
+  const c = await apiError(client.completions.create({ model, prompt: "x", max_tokens: 100000 }));
+  assert.equal(c.status, 400);
+  assert.equal(c.code, "context_length_exceeded");
+});
+
+await check("401: invalid key; lowercase bearer works", async () => {
+  const bad = new OpenAI({ baseURL: url + "/v1", apiKey: "not-a-key", ...opts });
+  const e = await apiError(bad.completions.create({ model, prompt: "x", max_tokens: 1 }));
+  assert.ok(e instanceof OpenAI.AuthenticationError);
+  assert.equal(e.code, "invalid_api_key");
+  assert.equal((await apiError(bad.models.list())).status, 401);
+  const lower = new OpenAI({ baseURL: url + "/v1", apiKey: "unused", defaultHeaders: { Authorization: "bearer " + key },
+    ...opts });
+  const c = await lower.completions.create({ model, prompt: "x", max_tokens: 1 });
+  assert.equal(c.choices.length, 1);
+  assert.equal((await lower.models.list()).data[0].id, model);
+});
+
+await check("404: model not found", async () => {
+  const e = await apiError(client.completions.create({ model: "no-such-model", prompt: "x" }));
+  assert.ok(e instanceof OpenAI.NotFoundError);
+  assert.equal(e.code, "model_not_found");
+});
+
+await check("429: tenant quota", async () => {
+  const q = new OpenAI({ baseURL: url + "/v1", apiKey: quotaKey, ...opts });
+  const e = await apiError(q.completions.create({ model, prompt: "Once upon a time", max_tokens: 200 }));
+  assert.ok(e instanceof OpenAI.RateLimitError);
+  assert.equal(e.code, "tenant_quota");
+  assert.ok(Number(e.headers.get("retry-after")) >= 1);
+});
+
+// One sequence at a time and one waiting request: A runs, B waits, C is
+// turned away. Aborting A and B mid-stream frees every block.
+await check("429: queue full; abort mid-stream frees blocks", async () => {
+  const qc = new OpenAI({ baseURL: queueUrl + "/v1", apiKey: "unused", ...opts });
+  const long = { model: queueModel, prompt: "Once upon a time", max_tokens: 1800, ignore_eos: true, stream: true };
+  const acA = new AbortController(), acB = new AbortController();
+  const a = await qc.completions.create(long, { signal: acA.signal });
+  const itA = a[Symbol.asyncIterator]();
+  for (let i = 0; i < 3; ++i) assert.ok(!(await itA.next()).done);
+  const b = qc.completions.create(long, { signal: acB.signal });  // its head comes with its first token
+  await waitFor("B to queue", async () => (await metric(queueUrl, 'kvserve_queue_depth{class="interactive"}')) >= 1);
+  const e = await apiError(qc.completions.create({ model: queueModel, prompt: "x", max_tokens: 1 }));
+  assert.ok(e instanceof OpenAI.RateLimitError);
+  assert.equal(e.code, "queue_full");
+  assert.ok(Number(e.headers.get("retry-after")) >= 1);
+  acA.abort();
+  await drainAborted(itA);
+  const bs = await b;  // admitted once A's blocks were freed
+  const itB = bs[Symbol.asyncIterator]();
+  assert.ok(!(await itB.next()).done);
+  acB.abort();
+  await drainAborted(itB);
+  await waitFor("blocks to be freed", async () =>
+    (await metric(queueUrl, "kvserve_kv_blocks_used")) === 0 && (await metric(queueUrl, "kvserve_running_requests")) === 0);
+  assert.ok((await metric(queueUrl, "kvserve_client_disconnects_total")) >= 2);
+  const ok = await qc.completions.create({ model: queueModel, prompt: "Once", max_tokens: 4 });
+  assert.equal(ok.choices.length, 1);
+  assert.equal(await metric(queueUrl, "kvserve_kv_blocks_used"), 0);
+});
+
+console.log("SDK OK");

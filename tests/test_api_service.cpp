@@ -1,0 +1,378 @@
+// The HTTP API without sockets: ApiService over a real engine loop whose
+// executor is the scheduler's FakeExecutor (exact block accounting, made-up
+// logits) and the built-in byte vocabulary. Several prompts per request,
+// echo, empty prompts, /v1/models auth and created, and the request log
+// (real counts for a client that left, rejections logged with the tenant
+// hash and never text).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "sched/engine_loop.h"
+#include "sched/executor.h"
+#include "server/api_service.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/byte_vocab.h"
+
+using namespace kvs;
+using namespace kvs::server;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kVocab = 320;
+
+struct RigOptions {
+  bool add_bos = true;
+  int32_t n_blocks = 256;
+  double request_share = 1.0, tenant_share = 1.0;
+  std::string keys_json;  // "" = no auth
+};
+
+// A served "model": tokenizer, engine loop over the fake executor, tenants
+// and the service, with the log lines captured.
+struct Rig {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<sched::EngineLoop> loop;
+  std::unique_ptr<TenantRegistry> tenants;
+  std::unique_ptr<ApiService> api;
+  std::mutex mu;
+  std::vector<std::string> logs;
+
+  explicit Rig(const RigOptions& o = {}) {
+    Vocab v = builtin_byte_vocab(kVocab);
+    v.add_bos = o.add_bos;
+    tok = Tokenizer::create(v);
+    sched::FakeExecutorOptions fo;
+    fo.n_blocks = o.n_blocks;
+    fo.n_vocab = kVocab;
+    fo.max_ctx = 4096;
+    sched::EngineLoopOptions lo;
+    lo.block_size = fo.block_size;
+    lo.max_ctx = fo.max_ctx;
+    lo.sched.max_request_share = o.request_share;
+    lo.sched.tenant_quota_share = o.tenant_share;
+    lo.sched.kv_headroom = 0;
+    lo.log = [this](const std::string& s) { add_log("loop: " + s); };
+    loop = std::make_unique<sched::EngineLoop>(std::make_unique<sched::FakeExecutor>(fo), tok.get(), lo);
+    tenants = o.keys_json.empty() ? std::make_unique<TenantRegistry>() : TenantRegistry::from_json(o.keys_json, "keys");
+    ApiOptions ao;
+    ao.model_id = "fake";
+    ao.model_identity = "0123456789abcdef";
+    ao.ctx = fo.max_ctx;
+    ao.model_created = 1700000000;
+    ao.log = [this](const std::string& s) { add_log(s); };
+    api = std::make_unique<ApiService>(*loop, *tok, *tenants, ao);
+    api->set_ready(true);
+  }
+  void add_log(const std::string& s) {
+    std::lock_guard lk(mu);
+    logs.push_back(s);
+  }
+  std::vector<std::string> log_lines(const std::string& with) {
+    std::lock_guard lk(mu);
+    std::vector<std::string> v;
+    for (const auto& l : logs)
+      if (l.find(with) != std::string::npos) v.push_back(l);
+    return v;
+  }
+};
+
+struct Result {
+  int status = 0;
+  json body;                // whole responses
+  std::vector<json> events; // streams: SSE data objects ([DONE] -> null)
+};
+
+std::vector<json> sse_events(const std::string& data) {
+  std::vector<json> v;
+  size_t p = 0, e;
+  while ((e = data.find("\n\n", p)) != std::string::npos) {
+    const std::string d = data.substr(p + 6, e - p - 6);  // after "data: "
+    v.push_back(d == "[DONE]" ? json(nullptr) : json::parse(d));
+    p = e + 2;
+  }
+  return v;
+}
+
+// Drives one exchange to its end as the HTTP session would.
+Result drive(Routed r) {
+  Result res;
+  if (!r.exchange) {
+    res.status = r.response.status;
+    res.body = json::parse(r.response.body);
+    return res;
+  }
+  std::string data;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Exchange::Output out = r.exchange->poll();
+    if (out.full) {
+      res.status = out.full->status;
+      res.body = json::parse(out.full->body);
+      return res;
+    }
+    if (out.start_stream) res.status = 200;
+    data += out.data;
+    if (out.done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  res.events = sse_events(data);
+  return res;
+}
+
+HttpRequest post(const std::string& path, const json& body, const std::string& auth = "") {
+  return HttpRequest{"POST", path, auth, body.dump()};
+}
+
+Result complete(Rig& rig, const json& body, const std::string& auth = "") {
+  return drive(rig.api->handle(post("/v1/completions", body, auth), [] {}));
+}
+
+}  // namespace
+
+TEST(ApiService, EmptyPromptIsBosWhenTheModelAddsOne) {
+  {
+    Rig rig;
+    const Result r = complete(rig, {{"prompt", ""}, {"max_tokens", 2}, {"ignore_eos", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body["usage"]["prompt_tokens"], 1);
+    EXPECT_EQ(r.body["usage"]["completion_tokens"], 2);
+  }
+  {
+    RigOptions o;
+    o.add_bos = false;
+    Rig rig(o);
+    const Result r = complete(rig, {{"prompt", ""}, {"max_tokens", 2}});
+    ASSERT_EQ(r.status, 400);
+    EXPECT_EQ(r.body["error"]["param"], "prompt");
+    EXPECT_NE(r.body["error"]["message"].get<std::string>().find("BOS"), std::string::npos) << r.body;
+    // Token ids are used as given: an empty list has nothing to start from.
+    EXPECT_EQ(complete(rig, {{"prompt", {json::array(), {5}}}}).status, 400);
+  }
+}
+
+TEST(ApiService, SeveralPromptsGetPromptMajorChoicesAndSummedUsage) {
+  Rig rig;
+  const json base = {{"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::vector<std::string> prompts = {"Once upon a time", "the cat"};
+  std::vector<Result> alone;
+  for (const auto& p : prompts) {
+    json b = base;
+    b["prompt"] = p;
+    alone.push_back(complete(rig, b));
+    ASSERT_EQ(alone.back().status, 200);
+  }
+  json b = base;
+  b["prompt"] = prompts;
+  b["n"] = 2;
+  const Result r = complete(rig, b);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.body["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.body["choices"][i]["index"], i);
+    // index = prompt * n + choice; greedy choices of one prompt agree.
+    EXPECT_EQ(r.body["choices"][i]["text"], alone[size_t(i / 2)].body["choices"][0]["text"]) << i;
+    EXPECT_EQ(r.body["choices"][i]["finish_reason"], "length");
+  }
+  const int p0 = alone[0].body["usage"]["prompt_tokens"], p1 = alone[1].body["usage"]["prompt_tokens"];
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], p0 + p1);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 20);
+  EXPECT_EQ(r.body["usage"]["total_tokens"], p0 + p1 + 20);
+
+  // Streamed: every index gets its text and one finish; the usage chunk sums.
+  b["stream"] = true;
+  b["stream_options"] = {{"include_usage", true}};
+  const Result s = complete(rig, b);
+  ASSERT_EQ(s.status, 200);
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_TRUE(s.events.back().is_null());
+  std::vector<std::string> text(4);
+  std::vector<int> finishes(4);
+  json usage;
+  for (const json& e : s.events) {
+    if (e.is_null()) continue;
+    if (e.contains("usage")) usage = e["usage"];
+    for (const json& c : e["choices"]) {
+      const int i = c["index"];
+      ASSERT_LT(i, 4);
+      text[size_t(i)] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) ++finishes[size_t(i)];
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(text[size_t(i)], r.body["choices"][i]["text"]) << i;
+    EXPECT_EQ(finishes[size_t(i)], 1) << i;
+  }
+  EXPECT_EQ(usage["prompt_tokens"], p0 + p1);
+  EXPECT_EQ(usage["completion_tokens"], 20);
+
+  // Token-id prompts, several of them.
+  json ids = base;
+  ids["prompt"] = {{1, 40, 41}, {1, 50}};
+  const Result t = complete(rig, ids);
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.body["choices"].size(), 2u);
+  EXPECT_EQ(t.body["usage"]["prompt_tokens"], 5);
+}
+
+TEST(ApiService, SeveralPromptsShareTheirCommonPrefix) {
+  Rig rig;
+  std::string long_prompt;
+  for (int i = 0; i < 40; ++i) long_prompt += " the cat saw a dog";
+  const Result r = complete(rig, {{"prompt", {long_prompt, long_prompt}}, {"max_tokens", 2}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int P = r.body["usage"]["prompt_tokens"].get<int>() / 2;
+  ASSERT_GT(P, 64);
+  // The second prompt's full blocks come from the first one's.
+  EXPECT_GE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), P - 16) << r.body["usage"];
+}
+
+TEST(ApiService, ARejectedPromptCancelsTheOthers) {
+  RigOptions o;
+  o.n_blocks = 64;
+  o.request_share = 0.5;  // half the pool per request
+  Rig rig(o);
+  std::string big;
+  for (int i = 0; i < 120; ++i) big += " the cat saw a dog";
+  // The first prompt is accepted; the second needs more than the share: 400.
+  const Result r = complete(rig, {{"prompt", {"Once upon a time", big}}, {"max_tokens", 400}, {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.body["error"]["code"], "request_share");
+  rig.loop->wait_idle();
+  const sched::MetricsSnapshot m = rig.loop->metrics();
+  EXPECT_EQ(m.running_requests, 0);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.requests_cancelled, 1) << "the accepted sibling is cancelled";
+  EXPECT_LT(m.generated_tokens, 400);
+  EXPECT_EQ(rig.log_lines("status=400").size(), 1u);
+}
+
+TEST(ApiService, ARetryableRejectionIs429ForTheWholeRequest) {
+  RigOptions o;
+  o.n_blocks = 64;
+  o.tenant_share = 0.4;  // less than both prompts need together
+  Rig rig(o);
+  std::string p;
+  for (int i = 0; i < 5; ++i) p += " the cat saw a dog";
+  // Each prompt alone fits the tenant's share; both together do not.
+  const json body = {{"prompt", {p, p + " again"}}, {"max_tokens", 200}, {"ignore_eos", true}};
+  const Result r = complete(rig, body);
+  ASSERT_EQ(r.status, 429) << r.body;
+  EXPECT_EQ(r.body["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(r.body["error"]["code"], "tenant_quota");
+  rig.loop->wait_idle();
+  const sched::MetricsSnapshot m = rig.loop->metrics();
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.requests_cancelled, 1) << "the accepted first prompt is cancelled";
+  json one = body;
+  one["prompt"] = p;
+  const Result alone = complete(rig, one);
+  EXPECT_EQ(alone.status, 200) << alone.body;
+}
+
+TEST(ApiService, EchoPrependsThePrompt) {
+  Rig rig;
+  const std::string prompt = "Once upon a time";
+  const Result r = complete(rig, {{"prompt", prompt}, {"echo", true}, {"max_tokens", 3}, {"n", 2}, {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const json& c : r.body["choices"]) {
+    const std::string t = c["text"];
+    EXPECT_EQ(t.rfind(prompt, 0), 0u) << t;
+    EXPECT_GT(t.size(), prompt.size());
+  }
+  const Result s = complete(rig, {{"prompt", prompt}, {"echo", true}, {"max_tokens", 3}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  ASSERT_GE(s.events.size(), 2u);
+  EXPECT_EQ(s.events[0]["choices"][0]["text"].get<std::string>().rfind(prompt, 0), 0u) << s.events[0];
+  // Token ids echo as their text.
+  const std::vector<int> ids = rig.tok->encode("the cat", false);
+  const Result t = complete(rig, {{"prompt", ids}, {"echo", true}, {"max_tokens", 1}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.body["choices"][0]["text"].get<std::string>().rfind(rig.tok->decode(ids), 0), 0u);
+  // Without echo the prompt is not repeated.
+  const Result plain = complete(rig, {{"prompt", prompt}, {"max_tokens", 3}, {"ignore_eos", true}});
+  EXPECT_NE(plain.body["choices"][0]["text"].get<std::string>().rfind(prompt, 0), 0u);
+  EXPECT_EQ(complete(rig, {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}}).status, 400);
+}
+
+TEST(ApiService, ModelsNeedsAKeyWhenKeysAreRequired) {
+  RigOptions o;
+  o.keys_json = json{{"keys", {{{"key_sha256", sha256_hex("secret")}, {"tenant", "t"}}}}}.dump();
+  Rig rig(o);
+  auto models = [&](const std::string& auth) { return rig.api->handle({"GET", "/v1/models", auth, ""}, {}).response; };
+  EXPECT_EQ(models("").status, 401);
+  EXPECT_EQ(models("Bearer wrong").status, 401);
+  const HttpResponse ok = models("bearer secret");
+  ASSERT_EQ(ok.status, 200);
+  const json j = json::parse(ok.body);
+  EXPECT_EQ(j["data"][0]["id"], "fake");
+  EXPECT_EQ(j["data"][0]["created"], 1700000000);
+  EXPECT_EQ(complete(rig, {{"prompt", "x"}, {"max_tokens", 1}}, "BEARER secret").status, 200);
+  EXPECT_EQ(complete(rig, {{"prompt", "x"}, {"max_tokens", 1}}).status, 401);
+  // Health and metrics stay open (probes and scrapers).
+  EXPECT_EQ(rig.api->handle({"GET", "/health", "", ""}, {}).response.status, 200);
+  EXPECT_EQ(rig.api->handle({"GET", "/metrics", "", ""}, {}).response.status, 200);
+}
+
+TEST(ApiService, ResponsesCarryTheFingerprintAndChatTheRefusal) {
+  Rig rig;
+  const Result c = complete(rig, {{"prompt", "x"}, {"max_tokens", 1}});
+  ASSERT_EQ(c.status, 200);
+  EXPECT_EQ(c.body["system_fingerprint"], "fp_0123456789");
+  const Result chat = drive(rig.api->handle(
+      post("/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 2}, {"logprobs", true}, {"n", 2}}),
+      [] {}));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.body["system_fingerprint"], "fp_0123456789");
+  ASSERT_EQ(chat.body["choices"].size(), 2u);
+  for (const json& ch : chat.body["choices"]) {
+    EXPECT_TRUE(ch["message"].contains("refusal") && ch["message"]["refusal"].is_null());
+    EXPECT_TRUE(ch["logprobs"].contains("refusal") && ch["logprobs"]["refusal"].is_null());
+  }
+}
+
+TEST(ApiService, ALeftClientIsLoggedWithItsRealCounts) {
+  Rig rig;
+  Routed r = rig.api->handle(
+      post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}),
+      [] {});
+  ASSERT_TRUE(r.exchange);
+  int seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (seen < 3 && std::chrono::steady_clock::now() < deadline) {
+    const Exchange::Output out = r.exchange->poll();
+    ASSERT_FALSE(out.done) << "finished before the client left";
+    for (size_t p = out.data.find("data: "); p != std::string::npos; p = out.data.find("data: ", p + 1)) ++seen;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GE(seen, 3);
+  r.exchange->client_gone();
+  r.exchange.reset();  // the session drops it: cancel, log
+  const auto lines = rig.log_lines("client_gone");
+  ASSERT_EQ(lines.size(), 1u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(lines[0], m, std::regex("prompt_tokens=([0-9]+) .*completion_tokens=([0-9]+).* client_gone")))
+      << lines[0];
+  EXPECT_EQ(std::stoi(m[1]), int(rig.tok->encode("Once upon a time", true).size())) << lines[0];
+  EXPECT_GE(std::stoi(m[2]), 3) << lines[0];
+}
+
+TEST(ApiService, RejectionsAreLoggedWithTheTenantHashAndNoText) {
+  Rig rig;
+  const std::string hash = tenant_hash("anonymous");
+  EXPECT_EQ(drive(rig.api->handle({"POST", "/v1/completions", "", "{\"prompt\": \"private words"}, [] {})).status, 400);
+  EXPECT_EQ(complete(rig, {{"prompt", "private words"}, {"max_tokens", 5000}}).status, 400);
+  EXPECT_EQ(complete(rig, {{"prompt", "private words"}, {"model", "other"}}).status, 404);
+  const auto lines = rig.log_lines("id=- tenant=" + hash);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("status=400"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("error=context_length_exceeded"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("status=404 error=model_not_found"), std::string::npos) << lines[2];
+  for (const auto& l : lines) EXPECT_EQ(l.find("private"), std::string::npos) << l;
+}

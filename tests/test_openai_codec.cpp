@@ -1,0 +1,191 @@
+// The OpenAI codec without sockets or a model: request bodies in (prompt
+// shapes, echo, priority, JSON errors), response objects and stream chunks
+// out (indices, refusal, system_fingerprint).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_codec.h"
+
+using namespace kvs;
+using namespace kvs::server;
+using nlohmann::json;
+
+namespace {
+
+ParsedRequest cmpl(const json& body) { return parse_request(Endpoint::Completions, body.dump()); }
+
+// The 400 a body gets (fails the test when it parses).
+ApiError error_of(Endpoint ep, const std::string& body) {
+  try {
+    parse_request(ep, body);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return {};
+}
+ApiError cmpl_error(const json& body) { return error_of(Endpoint::Completions, body.dump()); }
+
+std::string token_text(int32_t id) { return "t" + std::to_string(id); }
+
+}  // namespace
+
+TEST(OpenAiCodec, PromptShapes) {
+  {
+    const ParsedRequest p = cmpl({{"prompt", "hello"}});
+    ASSERT_EQ(p.prompts.size(), 1u);
+    EXPECT_EQ(p.prompts[0].text, "hello");
+    EXPECT_FALSE(p.prompts[0].ids);
+  }
+  {
+    const ParsedRequest p = cmpl({{"prompt", {"a", "b", "c"}}, {"n", 2}});
+    ASSERT_EQ(p.prompts.size(), 3u);
+    EXPECT_EQ(p.prompts[2].text, "c");
+    EXPECT_EQ(p.n, 2);
+  }
+  {
+    const ParsedRequest p = cmpl({{"prompt", {1, 5, 9}}});
+    ASSERT_EQ(p.prompts.size(), 1u);
+    EXPECT_EQ(*p.prompts[0].ids, (std::vector<int32_t>{1, 5, 9}));
+  }
+  {
+    const ParsedRequest p = cmpl({{"prompt", {{1, 2}, {3}}}});
+    ASSERT_EQ(p.prompts.size(), 2u);
+    EXPECT_EQ(*p.prompts[0].ids, (std::vector<int32_t>{1, 2}));
+    EXPECT_EQ(*p.prompts[1].ids, (std::vector<int32_t>{3}));
+  }
+  // "" parses: whether it has tokens (BOS) is the service's call.
+  EXPECT_EQ(cmpl({{"prompt", ""}}).prompts.at(0).text, "");
+}
+
+TEST(OpenAiCodec, BadPromptShapesAre400) {
+  for (const json& p : {json::array(), json::array({"a", 1}), json::array({json::array({1}), "b"}), json(5),
+                        json::array({-1}), json::array({json::array({1, -2})}), json::array({1.5}),
+                        json::array({uint64_t(1) << 40}), json::object()}) {
+    const ApiError e = cmpl_error({{"prompt", p}});
+    EXPECT_EQ(e.status, 400) << p;
+    EXPECT_EQ(e.param, "prompt") << p;
+  }
+  EXPECT_EQ(cmpl_error(json::object()).message, "'prompt' is required");
+  json many = json::array();
+  for (int i = 0; i <= kMaxPrompts; ++i) many.push_back("x");
+  EXPECT_NE(cmpl_error({{"prompt", many}}).message.find("more than"), std::string::npos);
+  // prompts x n is bounded too.
+  json four = json::array({"a", "b", "c", "d", "e"});
+  EXPECT_EQ(cmpl_error({{"prompt", four}, {"n", 16}}).param, "n");
+}
+
+TEST(OpenAiCodec, Echo) {
+  EXPECT_TRUE(cmpl({{"prompt", "x"}, {"echo", true}}).echo);
+  EXPECT_FALSE(cmpl({{"prompt", "x"}}).echo);
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"echo", "yes"}}).param, "echo");
+  // Prompt-token logprobs are not computed: a clear 400, not a silent omission.
+  const ApiError e = cmpl_error({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}});
+  EXPECT_EQ(e.param, "echo");
+  EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
+}
+
+TEST(OpenAiCodec, JsonErrorsNameTheOffsetNotTheParserOrTheText) {
+  const std::string body = "{\"prompt\": \"secret words\" oops}";
+  const ApiError e = error_of(Endpoint::Completions, body);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.message.find("json.exception"), std::string::npos) << e.message;
+  EXPECT_EQ(e.message.find("secret"), std::string::npos) << e.message;
+  EXPECT_EQ(e.message.find("oops"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("byte 27"), std::string::npos) << e.message;
+  EXPECT_NE(error_of(Endpoint::Chat, "").message.find("empty"), std::string::npos);
+  EXPECT_EQ(error_of(Endpoint::Chat, "[1]").message, "request body must be a JSON object");
+}
+
+TEST(OpenAiCodec, PriorityIsAnIntegerAndSloClassAName) {
+  EXPECT_EQ(cmpl({{"prompt", "x"}, {"priority", 0}}).slo, sched::SloClass::Interactive);
+  EXPECT_EQ(cmpl({{"prompt", "x"}, {"priority", -3}}).slo, sched::SloClass::Interactive);
+  EXPECT_EQ(cmpl({{"prompt", "x"}, {"priority", 2}}).slo, sched::SloClass::Batch);
+  EXPECT_EQ(cmpl({{"prompt", "x"}, {"slo_class", "batch"}}).slo, sched::SloClass::Batch);
+  EXPECT_FALSE(cmpl({{"prompt", "x"}}).slo);
+  // The docs say priority is vLLM's integer: its error says so too.
+  const ApiError e = cmpl_error({{"prompt", "x"}, {"priority", "batch"}});
+  EXPECT_EQ(e.param, "priority");
+  EXPECT_NE(e.message.find("integer"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("slo_class"), std::string::npos) << e.message;
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"priority", 1.5}}).param, "priority");
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"slo_class", 1}}).param, "slo_class");
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"slo_class", "urgent"}}).param, "slo_class");
+}
+
+TEST(OpenAiCodec, ChatFields) {
+  const ParsedRequest p = parse_request(
+      Endpoint::Chat,
+      json{{"messages", {{{"role", "developer"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hi"}}}},
+           {"max_completion_tokens", 7},
+           {"logprobs", true},
+           {"top_logprobs", 3}}
+          .dump());
+  ASSERT_EQ(p.messages.size(), 2u);
+  EXPECT_EQ(p.messages[0].role, "system");
+  EXPECT_EQ(p.max_tokens, 7);
+  EXPECT_TRUE(p.logprobs);
+  EXPECT_EQ(p.top_logprobs, 3);
+  EXPECT_EQ(error_of(Endpoint::Chat, json{{"messages", {{{"role", "user"}}}}, {"top_logprobs", 2}}.dump()).param,
+            "top_logprobs");
+}
+
+TEST(OpenAiCodec, ChatResponseHasRefusalAndFingerprint) {
+  ResponseMeta meta{"chatcmpl-1", 1700000000, "m", "fp_abc"};
+  ChoiceResult c;
+  c.text = "hello";
+  c.finish = sched::FinishReason::Stop;
+  c.logprobs = {{7, -0.5f}};
+  c.top_logprobs = {{{7, -0.5f}, {8, -1.5f}}};
+  sched::Usage u{3, 1, 0};
+  const json r = completion_response(Endpoint::Chat, meta, {c}, u, true, token_text);
+  EXPECT_EQ(r["system_fingerprint"], "fp_abc");
+  const json& ch = r["choices"][0];
+  ASSERT_TRUE(ch["message"].contains("refusal"));
+  EXPECT_TRUE(ch["message"]["refusal"].is_null());
+  ASSERT_TRUE(ch["logprobs"].contains("refusal"));
+  EXPECT_TRUE(ch["logprobs"]["refusal"].is_null());
+  EXPECT_EQ(ch["logprobs"]["content"][0]["token"], "t7");
+  EXPECT_EQ(ch["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(r["usage"]["total_tokens"], 4);
+
+  sched::TokenEvent e;
+  e.choice = 3;
+  e.token = 7;
+  e.text = "he";
+  e.logprob = sched::TokenLogprob{7, -0.5f};
+  const json first = stream_chunk(Endpoint::Chat, meta, e, true, true, token_text);
+  EXPECT_EQ(first["system_fingerprint"], "fp_abc");
+  EXPECT_EQ(first["choices"][0]["index"], 3);
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["delta"]["refusal"].is_null());
+  EXPECT_TRUE(first["choices"][0]["logprobs"]["refusal"].is_null());
+  const json later = stream_chunk(Endpoint::Chat, meta, e, false, false, token_text);
+  EXPECT_FALSE(later["choices"][0]["delta"].contains("role"));
+  EXPECT_TRUE(later["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(usage_chunk(Endpoint::Chat, meta, u)["system_fingerprint"], "fp_abc");
+}
+
+TEST(OpenAiCodec, CompletionChoicesAreIndexedByPosition) {
+  ResponseMeta meta{"cmpl-1", 1, "m", ""};
+  std::vector<ChoiceResult> cs(4);
+  for (size_t i = 0; i < cs.size(); ++i) cs[i].text = std::to_string(i);
+  const json r = completion_response(Endpoint::Completions, meta, cs, {}, false, token_text);
+  EXPECT_FALSE(r.contains("system_fingerprint"));
+  ASSERT_EQ(r["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    EXPECT_EQ(r["choices"][i]["text"], std::to_string(i));
+    EXPECT_TRUE(r["choices"][i]["logprobs"].is_null());
+  }
+}
+
+TEST(OpenAiCodec, ErrorBody) {
+  ApiError e = bad_request("bad thing", "n");
+  const json j = json::parse(error_body(e));
+  EXPECT_EQ(j["error"]["message"], "bad thing");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "n");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+}
