@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "sched/engine_loop.h"
-#include "sched/executor.h"
+#include "fake_executor.h"
 #include "server/api_service.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/byte_vocab.h"
