@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/vocab_loaders.h"
 #include "model/model.h"
 #include "tokenizer/vocab.h"
 

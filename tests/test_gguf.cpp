@@ -180,6 +180,15 @@ GgufValue arr_ints(GgufType et, std::vector<int64_t> ints) {
 
 }  // namespace
 
+// Reader, writer and vocab checks share one integer-type rule.
+TEST(GgufTypes, IntegerTypes) {
+  for (GgufType t : {GgufType::UINT8, GgufType::INT8, GgufType::UINT16, GgufType::INT16, GgufType::UINT32,
+                     GgufType::INT32, GgufType::UINT64, GgufType::INT64})
+    EXPECT_TRUE(gguf_is_integer(t)) << int(t);
+  for (GgufType t : {GgufType::FLOAT32, GgufType::FLOAT64, GgufType::BOOL, GgufType::STRING, GgufType::ARRAY})
+    EXPECT_FALSE(gguf_is_integer(t)) << int(t);
+}
+
 TEST(GgufWriter, RoundTripEveryValueTypeAndTensorType) {
   GgufWriter w;
   w.set_value("t.u8", val(GgufType::UINT8, uint64_t(250)));

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -275,6 +276,40 @@ TEST(WindowEngine, NativeSlidingWindowFromMetadataIsHonoured) {
   EXPECT_EQ(0, std::memcmp(la.data(), lf.data(), 8 * nv * 4)) << "the first 8 tokens see everything either way";
   EXPECT_NE(0, std::memcmp(la.data() + 20 * nv, lf.data() + 20 * nv, nv * 4)) << "token 20 sees only 13..20";
   EXPECT_LE(a.peak_blocks(), 3) << "blocks behind the window are recycled";
+  // The engine never resolves a policy itself: a chunk that lacks the
+  // model's window is refused rather than silently given full attention.
+  BlockStorage st(KvLayout{swa->config().n_layers, swa->config().n_kv_heads, swa->config().head_dim, 16}, 4);
+  const std::vector<int32_t> table = {0, 1, 2, 3};
+  SeqChunk ch;
+  ch.block_table = table.data();
+  ch.tokens = toks.data();
+  ch.n_tokens = 4;
+  std::vector<float> lg;
+  EXPECT_THROW(es.forward({ch}, st.view(), lg), std::invalid_argument);
+  const WindowPolicy none;
+  ch.window = &none;
+  EXPECT_THROW(es.forward({ch}, st.view(), lg), std::invalid_argument);
+  const WindowPolicy native = WindowPolicy{}.in_force(swa->config().sliding_window);
+  ch.window = &native;
+  es.forward({ch}, st.view(), lg);
+  EXPECT_EQ(0, std::memcmp(lg.data(), la.data() + 3 * nv, nv * 4)) << "the resolved policy: the same logits";
+}
+
+// One formula bounds a windowed sequence's blocks: the manager's live cap,
+// the paged pool's sizing and LocalSequence's storage all use it.
+TEST(WindowPolicy, BlockCapIsOneFormula) {
+  EXPECT_EQ(window_block_cap(WindowPolicy{}, 16, 512), INT64_MAX);
+  // 2 sinks + 8 window = 10 tokens = 3 blocks of 4, 2 edge blocks, 16 step tokens = 4 blocks.
+  EXPECT_EQ(window_block_cap(WindowPolicy::streaming(8, 2), 4, 16), 3 + 2 + 4);
+  EXPECT_EQ(window_block_cap(WindowPolicy::native(16), 16, 0), 1 + 2 + 1);  // a step appends at least one token
+  EXPECT_EQ(window_block_cap(WindowPolicy::context_shift(100, 4), 16, 64), 7 + 2 + 4);
+  for (const WindowPolicy& w : {WindowPolicy{}, WindowPolicy::streaming(8, 2), WindowPolicy::context_shift(40, 4)}) {
+    KvManagerOptions o = KvManagerOptions::basic(4, true);
+    o.window = w;
+    o.max_step_tokens = 16;
+    const KvManager m(64, o);
+    EXPECT_EQ(m.live_cap(), window_block_cap(w, 4, 16)) << w.describe();
+  }
 }
 
 // 10k decode steps at constant KV memory, in LocalSequence and in the shared

@@ -341,17 +341,6 @@ TEST(Matmul, HugeBatch) {
   }
 }
 
-TEST(Matmul, HalfConversionMatchesQuant) {
-  for (uint32_t h = 0; h < 65536; ++h) {
-    const float a = mm::half_to_float(uint16_t(h)), b = fp16_to_f32(uint16_t(h));
-    if (std::isnan(a) || std::isnan(b)) {
-      ASSERT_TRUE(std::isnan(a) && std::isnan(b)) << h;
-    } else {
-      ASSERT_EQ(0, std::memcmp(&a, &b, 4)) << h;
-    }
-  }
-}
-
 TEST(Matmul, DequantizeWeightRow) {
   for (GgmlType t : kAllTypes) {
     const int64_t cols = 512;

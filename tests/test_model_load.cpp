@@ -17,6 +17,7 @@
 #include "gguf_test_util.h"
 #include "kvserve/engine.h"
 #include "model/model.h"
+#include "model/vocab_loaders.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 

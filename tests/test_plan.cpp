@@ -1,6 +1,6 @@
-// kvserve plan / probe: KV sizing, capacity and roofline against figures
-// computed by hand from public model cards, strict unit parsing, JSON keys,
-// SVG well-formedness, and the probe's profile round trip.
+// kvserve plan: presets, capacity and roofline against figures computed by
+// hand from public model cards, expected decode from measured kernel rates,
+// JSON keys, SVG well-formedness and the command line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,14 +11,11 @@
 #include <stdexcept>
 
 #include "kv/capacity.h"
-#include "kv/kv_layout.h"
 #include "test_util.h"
 #include "tools/plan.h"
 #include "tools/plot_svg.h"
 #include "tools/presets.h"
 #include "tools/probe.h"
-#include "tools/units.h"
-#include "kernels/quant.h"
 
 using namespace kvs;
 using namespace kvs::tools;
@@ -60,119 +57,6 @@ bool balanced_xml(const std::string& s, std::string* why) {
 }
 
 }  // namespace
-
-// ---- KV bytes per token ------------------------------------------------------
-
-TEST(KvCapacity, BytesPerTokenPublicModels) {
-  // Llama-2-70B: 2 × 80 layers × 8 KV heads × 128 × 2 B = 327,680 B = 320 KiB.
-  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::f16()), 327680u);
-  // Llama-2-7B is MHA: 2 × 32 × 32 × 128 × 2 = 524,288.
-  EXPECT_EQ(kv_bytes_per_token(32, 32, 128, KvFormat::f16()), 524288u);
-  // Llama-3-8B: 2 × 32 × 8 × 128 × 2 = 131,072.
-  EXPECT_EQ(kv_bytes_per_token(32, 8, 128, KvFormat::f16()), 131072u);
-  // Qwen2.5-7B: 2 × 28 × 4 × 128 × 2 = 57,344.
-  EXPECT_EQ(kv_bytes_per_token(28, 4, 128, KvFormat::f16()), 57344u);
-  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::bf16()), 327680u);
-  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::f32()), 655360u);
-}
-
-TEST(KvCapacity, QuantizedFormatsPayScales) {
-  // int8/g32: 128 B payload + 4 groups × 2 B scale = 136 B per row.
-  EXPECT_EQ(KvFormat::int8().row_bytes(128), 136u);
-  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::int8()), 2u * 80 * 8 * 136);  // 174,080
-  // int4/g32: 64 B payload + 4 groups × (scale + min) 4 B = 80 B per row.
-  EXPECT_EQ(KvFormat::int4().row_bytes(128), 80u);
-  EXPECT_EQ(kv_bytes_per_token(80, 8, 128, KvFormat::int4()), 102400u);
-  // Group size is a parameter; a partial last group still pays a scale.
-  EXPECT_EQ(KvFormat::int8(64).row_bytes(128), 132u);
-  EXPECT_EQ(KvFormat::int8(32).row_bytes(40), 40u + 2 * 2);
-  EXPECT_EQ(KvFormat::int4(32).row_bytes(7), 4u + 4);  // odd int4 rows round the nibble up
-  EXPECT_THROW(KvFormat::int8(0).row_bytes(128), std::invalid_argument);
-}
-
-TEST(KvCapacity, F32MatchesEngineLayout) {
-  // The planner and the engine's block layout must agree on the f32 cache.
-  KvLayout l{5, 4, 8, 16};
-  EXPECT_EQ(kv_bytes_per_token(5, 4, 8, KvFormat::f32()), l.bytes_per_token());
-  EXPECT_EQ(kv_bytes_per_token(5, 4, 8, KvFormat::f32()) * 16, l.block_bytes());
-}
-
-TEST(KvCapacity, ParseKvFormat) {
-  EXPECT_EQ(parse_kv_format("f16").dtype, KvDtype::F16);
-  EXPECT_EQ(parse_kv_format("BF16").dtype, KvDtype::BF16);
-  EXPECT_EQ(parse_kv_format("int8").group_size, 32);
-  EXPECT_EQ(parse_kv_format("int8/g64").group_size, 64);
-  EXPECT_EQ(parse_kv_format("int4:128").group_size, 128);
-  EXPECT_EQ(parse_kv_format("q4").dtype, KvDtype::Int4);
-  EXPECT_EQ(parse_kv_format("int8").name(), "int8/g32");
-  for (const char* bad : {"", "f8", "int8/g", "int8/g0", "int8/gx", "f16/g32", "int4:-1", "int8/g1234567"})
-    EXPECT_THROW(parse_kv_format(bad), std::invalid_argument) << bad;
-}
-
-// ---- blocks and capacity -----------------------------------------------------
-
-TEST(KvCapacity, BlockArithmetic) {
-  EXPECT_EQ(blocks_for_tokens(0, 16), 0);
-  EXPECT_EQ(blocks_for_tokens(1, 16), 1);
-  EXPECT_EQ(blocks_for_tokens(16, 16), 1);
-  EXPECT_EQ(blocks_for_tokens(17, 16), 2);
-  EXPECT_THROW(blocks_for_tokens(5, 0), std::invalid_argument);
-  EXPECT_THROW(blocks_for_tokens(-1, 16), std::invalid_argument);
-  // 1000 + 500 tokens = 94 blocks; a 1000-token prompt has 62 full blocks to share.
-  EXPECT_EQ(request_blocks(1000, 500, 16), 94);
-  EXPECT_EQ(request_blocks(1000, 500, 16, 62), 32);
-  EXPECT_THROW(request_blocks(1000, 500, 16, 63), std::invalid_argument);
-  EXPECT_THROW(request_blocks(-1, 5, 16), std::invalid_argument);
-  EXPECT_EQ(headroom_blocks(2560, 0.05), 128);
-  EXPECT_EQ(headroom_blocks(4373, 0.05), 219);  // ceil(218.65)
-  EXPECT_EQ(headroom_blocks(100, 0.0), 0);
-  EXPECT_THROW(headroom_blocks(100, 1.0), std::invalid_argument);
-  EXPECT_THROW(headroom_blocks(100, -0.1), std::invalid_argument);
-}
-
-TEST(KvCapacity, EstimateExact) {
-  CapacityInput in;
-  in.mem_budget_bytes = 10ull << 30;
-  in.weight_bytes = 4ull << 30;
-  in.scratch_bytes = 1ull << 30;
-  in.headroom_fraction = 0.05;
-  in.block_size = 16;
-  in.kv_bytes_per_token = 131072;  // Llama-3-8B f16: one block = 2 MiB
-  in.prompt_tokens = 1000;
-  in.max_tokens = 500;
-  const CapacityResult r = estimate_capacity(in);
-  EXPECT_EQ(r.bytes_per_block, 2u << 20);
-  EXPECT_EQ(r.kv_budget_bytes, 5ull << 30);
-  EXPECT_EQ(r.total_blocks, 2560);
-  EXPECT_EQ(r.headroom_blocks, 128);
-  EXPECT_EQ(r.usable_blocks, 2432);
-  EXPECT_EQ(r.blocks_per_request, 94);
-  EXPECT_EQ(r.max_concurrent_sequences, 25);  // 25 × 94 = 2350 <= 2432 < 26 × 94
-  EXPECT_EQ(r.max_tokens_resident, 2432 * 16);
-  in.cached_prefix_blocks = 62;  // shared prompt: only 32 new blocks each
-  EXPECT_EQ(estimate_capacity(in).max_concurrent_sequences, 76);
-}
-
-TEST(KvCapacity, BudgetTooSmallIsAClearError) {
-  CapacityInput in;
-  in.mem_budget_bytes = 8ull << 30;
-  in.weight_bytes = 13477363712;  // Llama-2-7B f16
-  in.kv_bytes_per_token = 524288;
-  in.prompt_tokens = 10;
-  in.max_tokens = 10;
-  try {
-    estimate_capacity(in);
-    FAIL() << "expected an error";
-  } catch (const std::invalid_argument& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("cannot hold the weights"), std::string::npos) << m;
-    EXPECT_NE(m.find("13477363712"), std::string::npos) << m;
-  }
-  in.mem_budget_bytes = in.weight_bytes;  // exactly the weights: still no room
-  EXPECT_THROW(estimate_capacity(in), std::invalid_argument);
-  in.kv_bytes_per_token = 0;
-  EXPECT_THROW(estimate_capacity(in), std::invalid_argument);
-}
 
 // ---- presets -------------------------------------------------------------------
 
@@ -398,43 +282,6 @@ TEST(PlanGguf, TensorSizesMatchPricing) {
   EXPECT_NE(q.weight_type.find("mixed"), std::string::npos);  // Q4_0 + Q6_K embeddings
 }
 
-// ---- units -----------------------------------------------------------------------
-
-TEST(Units, ParseSize) {
-  EXPECT_EQ(parse_size("24GiB"), 24ull << 30);
-  EXPECT_EQ(parse_size("512MiB"), 512ull << 20);
-  EXPECT_EQ(parse_size("80GB"), 80000000000ull);
-  EXPECT_EQ(parse_size("1.5GiB"), 1610612736ull);
-  EXPECT_EQ(parse_size("4096"), 4096u);
-  EXPECT_EQ(parse_size("4096B"), 4096u);
-  EXPECT_EQ(parse_size("2kB"), 2000u);
-  for (const char* bad : {"", "GiB", "24 GiB", "24gib", "24GIB", "24Gb", "-1GiB", "+5", "1e9", "1.5", "0x10",
-                          "24GiBs", "1..5GiB", "1.GiB", ".5GiB", "inf", "99999999999TiB"})
-    EXPECT_THROW(parse_size(bad), std::invalid_argument) << bad;
-}
-
-TEST(Units, ParseRates) {
-  EXPECT_DOUBLE_EQ(parse_bandwidth("80GB/s"), 80e9);
-  EXPECT_DOUBLE_EQ(parse_bandwidth("25.6GiB/s"), 27487790694.0);  // rounded to whole bytes
-  EXPECT_DOUBLE_EQ(parse_bandwidth("900MB"), 900e6);
-  for (const char* bad : {"", "80", "80/s", "0GB/s", "80GB/h", "80Gb/s", "fast"})
-    EXPECT_THROW(parse_bandwidth(bad), std::invalid_argument) << bad;
-  EXPECT_DOUBLE_EQ(parse_flops("1T"), 1e12);
-  EXPECT_DOUBLE_EQ(parse_flops("1.5TFLOPS"), 1.5e12);
-  EXPECT_DOUBLE_EQ(parse_flops("800G"), 800e9);
-  EXPECT_DOUBLE_EQ(parse_flops("2000"), 2000);
-  for (const char* bad : {"", "T", "0", "1X", "1TB", "-1T", "1 T", "1TFLOP"})
-    EXPECT_THROW(parse_flops(bad), std::invalid_argument) << bad;
-}
-
-TEST(Units, Formatting) {
-  EXPECT_EQ(format_bytes(327680), "320 KiB");
-  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
-  EXPECT_EQ(format_int(327680), "327,680");
-  EXPECT_EQ(format_int(-1234567), "-1,234,567");
-  EXPECT_EQ(format_si(80e9, "B/s"), "80 GB/s");
-}
-
 // ---- SVG -------------------------------------------------------------------------
 
 TEST(PlotSvg, WellFormed) {
@@ -473,44 +320,6 @@ TEST(PlotSvg, PlanPlotsAreWritten) {
     std::string why;
     EXPECT_TRUE(balanced_xml(svg, &why)) << f << ": " << why;
   }
-}
-
-// ---- probe -----------------------------------------------------------------------
-
-TEST(Probe, QuickMeasurementsArePositive) {
-  const RatePoint bw = measure_bandwidth(16ull << 20, 1, 1);
-  EXPECT_EQ(bw.threads, 1);
-  EXPECT_GT(bw.rate, 1e8);  // any machine streams faster than 100 MB/s
-  for (const char* path : {"fp32", "bf16", "int8"}) {
-    const PeakRate r = measure_peak(path, 1, 0.01);
-    EXPECT_GT(r.peak, 1e7) << path;
-    EXPECT_FALSE(r.isa.empty());
-  }
-  EXPECT_THROW(measure_peak("fp64", 1, 0.01), std::invalid_argument);
-}
-
-TEST(Probe, ProfileRoundTrip) {
-  HardwareProfile p;
-  p.cpu = "test cpu";
-  p.logical_cores = 4;
-  p.mem_total_bytes = 32ull << 30;
-  p.bandwidth = 42e9;
-  p.bandwidth_by_threads = {{1, 20e9}, {4, 42e9}};
-  p.fp32 = {"avx2", {{1, 1e11}}, 1e11};
-  p.bf16 = {"avx2 (no native bf16)", {{1, 1e11}}, 1e11};
-  p.int8 = {"avx2", {{1, 4e11}}, 4e11};
-  const std::string path = test::temp_dir() + "/sub/profile.json";
-  save_profile(p, path);
-  const HardwareProfile q = load_profile(path);
-  EXPECT_EQ(q.cpu, "test cpu");
-  EXPECT_EQ(q.mem_total_bytes, p.mem_total_bytes);
-  EXPECT_DOUBLE_EQ(q.bandwidth, 42e9);
-  EXPECT_DOUBLE_EQ(q.int8.peak, 4e11);
-  ASSERT_EQ(q.bandwidth_by_threads.size(), 2u);
-  const Hardware hw = hardware_from_profile(q, "profile");
-  EXPECT_DOUBLE_EQ(hw.flops_for("int8"), 4e11);
-  EXPECT_THROW(profile_from_json(nlohmann::json{{"kvserve_profile", 1}}), std::invalid_argument);
-  EXPECT_THROW(load_profile(test::temp_dir() + "/missing.json"), std::runtime_error);
 }
 
 // ---- expected decode from measured kernel rates ----------------------------------
@@ -650,22 +459,6 @@ TEST(PlanExpected, JsonKeysAndProfileRoundTrip) {
   EXPECT_NE(text.find("kernel n=1"), std::string::npos);
 }
 
-TEST(Probe, KernelMeasurementIsPositive) {
-  for (const char* t : {"f16", "q8_0", "q4_0"}) {
-    const KernelRate k = measure_kernel(t, 64, 256, {16, 1}, 1u << 20, 1, 2, 0.01);
-    EXPECT_EQ(k.type, t);
-    ASSERT_EQ(k.points.size(), 2u);
-    EXPECT_EQ(k.points[0].n, 1);  // sorted
-    for (const auto& q : k.points) {
-      EXPECT_GT(q.ops_per_s, 1e6) << t;
-      EXPECT_NEAR(q.weight_bytes_per_s, q.ops_per_s / (2.0 * q.n * 64 * 256) * double(row_bytes(std::string(t) == "f16" ? GgmlType::F16 : std::string(t) == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_0, 256)) * 64,
-                  q.weight_bytes_per_s * 1e-9);
-    }
-  }
-  EXPECT_THROW(measure_kernel("q9_9", 64, 256, {1}, 1u << 20, 1, 1, 0.01), std::invalid_argument);
-  EXPECT_THROW(measure_kernel("q4_0", 64, 100, {1}, 1u << 20, 1, 1, 0.01), std::invalid_argument);  // not whole blocks
-}
-
 // The measured attention rate prices the expected attention term (the
 // ceiling keeps the FP32 peak), and it round-trips through the profile.
 TEST(PlanExpected, MeasuredAttentionRate) {
@@ -699,13 +492,6 @@ TEST(PlanExpected, MeasuredAttentionRate) {
   nlohmann::json old = j;
   old.erase("attention");
   EXPECT_EQ(profile_from_json(old).attention.ops_per_s, 0.0);  // older profiles still load
-}
-
-TEST(Probe, AttentionMeasurementIsPositive) {
-  const AttentionRate a = measure_attention(64, 1, 0.02);
-  EXPECT_EQ(a.ctx, 64);
-  EXPECT_GT(a.ops_per_s, 1e8);
-  EXPECT_THROW(measure_attention(4, 1, 0.01), std::invalid_argument);
 }
 
 // ---- CLI -------------------------------------------------------------------------

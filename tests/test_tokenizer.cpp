@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "model/gguf.h"
+#include "model/vocab_loaders.h"
 #include "test_util.h"
 #include "tokenizer/gpt2.h"
 #include "tokenizer/pretokenizer.h"
@@ -116,6 +117,19 @@ int run_vectors(const Tokenizer& tok, const std::string& rel) {
 }
 
 // --------------------------------------------------------- vocab loading
+
+// The one token-id range rule (engine, scheduler and server share it).
+TEST(Vocab, TokenIdRange) {
+  EXPECT_TRUE(token_in_vocab(0, 3));
+  EXPECT_TRUE(token_in_vocab(2, 3));
+  EXPECT_FALSE(token_in_vocab(3, 3));
+  EXPECT_FALSE(token_in_vocab(-1, 3));
+  const std::vector<int32_t> ok = {0, 1, 2}, bad = {0, 5, -1};
+  EXPECT_EQ(first_token_outside_vocab(ok, 3), -1);
+  EXPECT_EQ(first_token_outside_vocab(bad, 3), 1);
+  EXPECT_EQ(first_token_outside_vocab(std::span<const int32_t>(bad).subspan(2), 3), 0);
+  EXPECT_EQ(first_token_outside_vocab({}, 3), -1);
+}
 
 TEST(VocabGguf, LlamaSpmMetadata) {
   auto f = GgufFile::open(shared("golden/tokenizer/ggml-vocab-llama-spm.gguf"));

@@ -7,14 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "kv/window_policy.h"
-
 namespace kvs {
 
 class Model;
 class ThreadPool;
 struct KvStorage;
-struct WeightView;
+struct WindowPolicy;
 
 struct EngineOptions {
   int n_threads = 0;  // 0 = one per core
@@ -36,11 +34,13 @@ struct SeqChunk {
   // of the tokens of its last, not yet complete group. forward() reads the
   // first pos0 % group_tokens rows and leaves those of the new last group.
   float* residual = nullptr;
-  // Which keys each token sees and at which RoPE positions. None: the
-  // model's own sliding window if its metadata declares one, else all.
-  // Entries of block_table for blocks no token of the chunk can see may be
-  // -1 (freed).
-  WindowPolicy window;
+  // Which keys each token sees and at which RoPE positions: the sequence's
+  // policy in force, resolved against the model's own sliding window and
+  // validated once when the sequence starts (WindowPolicy::in_force), owned
+  // by the caller like the block table. Null: every key is visible (only for
+  // models that declare no window). Entries of block_table for blocks no
+  // token of the chunk can see may be -1 (freed).
+  const WindowPolicy* window = nullptr;
 };
 
 struct ForwardStats {
@@ -54,26 +54,20 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const Model& model() const { return *model_; }
-  std::shared_ptr<const Model> model_ptr() const { return model_; }
-  ThreadPool& pool() { return *pool_; }
+  const Model& model() const;
+  std::shared_ptr<const Model> model_ptr() const;
+  ThreadPool& pool();
   int n_threads() const;
 
   // Writes each token's K/V into its slot and the requested logits rows to
   // `logits` ([n_rows, n_vocab], rows in batch order: all rows of a chunk
   // with all_logits, else one). Positions must fit the chunk's block table.
   void forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits);
-  const ForwardStats& stats() const { return stats_; }
+  const ForwardStats& stats() const;
 
  private:
-  struct Scratch;
-  std::shared_ptr<const Model> model_;
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Scratch> s_;
-  ForwardStats stats_;
-  bool exact_ = false;
-  void store_quantized(const std::vector<SeqChunk>& batch, const KvStorage& kv, int layer);
-  void mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
+  struct Impl;  // engine.cpp: the model, the thread pool, the step's plan and buffers
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kvs

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "model/gguf.h"
+#include "model/vocab_loaders.h"
 #include "tokenizer/special.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"

@@ -2,7 +2,7 @@
 // (--kv-type, --kv-key-scale, --kv-residual, --kv-group), turned into the
 // storage layout of one model.
 #pragma once
-#include "kv/kv_layout.h"
+#include "kernels/kv_layout.h"
 
 namespace kvs {
 

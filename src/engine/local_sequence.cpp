@@ -9,21 +9,11 @@
 namespace kvs {
 
 namespace {
-WindowPolicy resolved(const Engine& e, const WindowPolicy& w) {
-  const WindowPolicy p = w.resolve(e.model().config().sliding_window);
-  p.validate();
-  return p;
-}
-
 int64_t blocks_needed(int max_ctx, int bs, const WindowPolicy& w) {
   if (max_ctx < 1) throw std::invalid_argument("context size must be >= 1");
   const int64_t all = (int64_t(max_ctx) + bs - 1) / bs;
-  const int vis = w.max_visible();
-  if (vis <= 0) return all;
-  // Visible tokens may straddle two extra partial blocks (sinks and window
-  // edges), plus one chunk being written.
-  const int64_t bounded = (int64_t(vis) + bs - 1) / bs + 2 + (LocalSequence::kMaxWindowChunk + bs - 1) / bs;
-  return std::min(all, bounded);
+  // A bounding window: one chunk is written at a time.
+  return std::min(all, window_block_cap(w, bs, LocalSequence::kMaxWindowChunk));
 }
 }  // namespace
 
@@ -31,7 +21,7 @@ LocalSequence::LocalSequence(Engine& e, int max_ctx, int block_size, const KvCac
                              const WindowPolicy& window)
     : e_(e),
       max_ctx_(max_ctx),
-      window_(resolved(e, window)),
+      window_(window.in_force(e.model().config().sliding_window)),
       storage_(kv_layout_for(e, block_size, cache), blocks_needed(max_ctx, block_size, window_)) {
   residual_.assign(storage_.view().layout.residual_floats(), 0.0f);
   reset();
@@ -91,7 +81,7 @@ const std::vector<float>& LocalSequence::eval(const int32_t* tokens, int n, bool
     const int m = std::min(max_chunk, n - done);
     ensure_blocks(n_past_ + m);
     SeqChunk ch{table_.data(), n_past_, tokens + done, m, all_logits, residual_.empty() ? nullptr : residual_.data(),
-                window_};
+                &window_};
     e_.forward({ch}, storage_.view(), part_);
     if (all_logits) logits_.insert(logits_.end(), part_.begin(), part_.end());
     n_past_ += m;

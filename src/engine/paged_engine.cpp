@@ -6,6 +6,7 @@
 
 #include "kv/capacity.h"
 #include "model/model.h"
+#include "tokenizer/vocab.h"
 
 namespace kvs {
 
@@ -29,7 +30,7 @@ int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t byte
   return int64_t(bytes / l.block_bytes());
 }
 
-static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max_ctx) {
+static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max_ctx, const WindowPolicy& w) {
   if (o.block_size < 1 || o.block_size > kMaxUserBlockSize)
     throw std::invalid_argument("block size must be between 1 and " + std::to_string(kMaxUserBlockSize) +
                                 " tokens, got " + std::to_string(o.block_size));
@@ -37,11 +38,9 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   int64_t n = o.n_blocks;
   if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes, o.cache);
   else if (n <= 0) throw std::invalid_argument("paged engine: give a KV memory budget (--kv-memory) or a block count");
-  int64_t need = blocks_for_tokens(max_ctx, o.block_size);
-  const WindowPolicy w = o.window.resolve(e.model().config().sliding_window);
-  if (w.max_visible() > 0)  // a bounding window: one sequence never holds more (KvManager::live_cap)
-    need = std::min(need, blocks_for_tokens(w.max_visible(), o.block_size) + 2 +
-                              blocks_for_tokens(std::max(1, o.max_step_tokens), o.block_size));
+  // A bounding window: one sequence never holds more (KvManager::live_cap).
+  const int64_t need = std::min(blocks_for_tokens(max_ctx, o.block_size),
+                                window_block_cap(w, o.block_size, o.max_step_tokens));
   if (n < need) {
     const uint64_t block_bytes = kv_layout_for(e, o.block_size, o.cache).block_bytes();
     throw std::invalid_argument(
@@ -54,11 +53,11 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   return n;
 }
 
-static KvManagerOptions manager_options(const Engine& e, const KvLayout& l, const PagedEngineOptions& o) {
+static KvManagerOptions manager_options(const KvLayout& l, const PagedEngineOptions& o, const WindowPolicy& w) {
   KvManagerOptions m;
   m.block_size = o.block_size;
   m.prefix_caching = o.prefix_caching;
-  m.window = o.window.resolve(e.model().config().sliding_window);
+  m.window = w;
   m.max_step_tokens = o.max_step_tokens;
   if (l.quantized()) {
     m.align_tokens = l.group_tokens;
@@ -76,19 +75,18 @@ static int resolve_ctx(const Engine& e, int max_ctx) {
 PagedEngine::PagedEngine(Engine& engine, const PagedEngineOptions& opts)
     : engine_(engine),
       max_ctx_(resolve_ctx(engine, opts.max_ctx)),
+      window_(opts.window.in_force(engine.model().config().sliding_window)),
       storage_(std::make_unique<BlockStorage>(kv_layout_for(engine, opts.block_size, opts.cache),
-                                              pool_blocks(engine, opts, max_ctx_))),
-      kv_(int32_t(storage_->n_blocks()), manager_options(engine, storage_->view().layout, opts), storage_.get()),
-      window_(opts.window.resolve(engine.model().config().sliding_window)) {}
+                                              pool_blocks(engine, opts, max_ctx_, window_))),
+      kv_(int32_t(storage_->n_blocks()), manager_options(storage_->view().layout, opts, window_), storage_.get()) {}
 
 SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
   if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
   if (int64_t(prompt.size()) > max_ctx_)
     throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens exceeds the context size " +
                             std::to_string(max_ctx_));
-  const int nv = engine_.model().config().n_vocab;
-  for (int32_t t : prompt)
-    if (t < 0 || t >= nv) throw std::invalid_argument("paged engine: token id " + std::to_string(t) + " out of range");
+  if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
+    throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
   return kv_.add_sequence(prompt, kv_scope(scope));
 }
 
@@ -133,7 +131,7 @@ void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
   for (const SeqStep& it : items) {
     const auto& table = kv_.block_table(it.seq);
     chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()),
-                               it.all_logits, kv_.residual(it.seq), window_});
+                               it.all_logits, kv_.residual(it.seq), &window_});
     r.row0.push_back(rows);
     rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
   }

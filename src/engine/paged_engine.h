@@ -122,9 +122,9 @@ class PagedEngine {
  private:
   Engine& engine_;
   int max_ctx_;
+  WindowPolicy window_;  // in force for every sequence: the user's, or the model's native window
   std::unique_ptr<BlockStorage> storage_;
   KvManager kv_;
-  WindowPolicy window_;  // resolved: the user's, or the model's native window
   std::vector<SeqChunk> chunks_;
   std::vector<SeqId> ids_;  // duplicate check
   int64_t forward_tokens_ = 0, steps_ = 0;

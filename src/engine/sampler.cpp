@@ -4,6 +4,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "tokenizer/vocab.h"
+
 namespace kvs {
 
 int argmax(const float* x, int n) {
@@ -25,7 +27,7 @@ int Sampler::sample(const float* logits, int n_vocab, const std::vector<int>& hi
     const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
     std::unordered_set<int> seen(history.end() - n, history.end());
     for (int id : seen) {
-      if (id < 0 || id >= n_vocab) continue;
+      if (!token_in_vocab(id, n_vocab)) continue;
       float& l = cand_[id].first;
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include "kv/kv_layout.h"
+#include "kernels/kv_layout.h"
 
 namespace kvs {
 

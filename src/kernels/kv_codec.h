@@ -1,11 +1,11 @@
 // Reading and writing K/V rows in the block storage in every --kv-type
-// (layout in kv/kv_layout.h). The attention kernel reads through load_k /
+// (layout in kernels/kv_layout.h). The attention kernel reads through load_k /
 // load_v one block tile at a time, so a quantized cache is dequantized only
 // tile by tile, never copied whole.
 #pragma once
 #include <cstdint>
 
-#include "kv/kv_layout.h"
+#include "kernels/kv_layout.h"
 
 namespace kvs::kvc {
 

@@ -70,32 +70,6 @@ struct WBlock {
 // Block b (32 elements) of a weight row in format t.
 void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* out);
 
-// IEEE half -> float, exact (no F16C needed).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal half: normalise
-    int e = -1;
-    do { ++e; man <<= 1; } while (!(man & 0x400));
-    bits = sign | (uint32_t(112 - e) << 23) | ((man & 0x3FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline float bf16_to_float(uint16_t h) {
-  const uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // Rounds to nearest-even for |v| < 2^22, like cvtps2dq under the default MXCSR.
 inline float round_rne(float v) {
   const float magic = 12582912.0f;  // 1.5 * 2^23

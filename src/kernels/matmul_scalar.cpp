@@ -66,7 +66,7 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
   switch (t) {
     case GgmlType::Q4_0: {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-      o->ws[0] = half_to_float(blk->d);
+      o->ws[0] = fp16_to_f32(blk->d);
       for (int j = 0; j < 16; ++j) {
         o->q[j] = int8_t((blk->qs[j] & 0xF) - 8);
         o->q[j + 16] = int8_t((blk->qs[j] >> 4) - 8);
@@ -75,8 +75,8 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
     }
     case GgmlType::Q4_1: {
       const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
-      o->ws[0] = half_to_float(blk->d);
-      o->wm = half_to_float(blk->m);
+      o->ws[0] = fp16_to_f32(blk->d);
+      o->wm = fp16_to_f32(blk->m);
       for (int j = 0; j < 16; ++j) {
         o->q[j] = int8_t(blk->qs[j] & 0xF);
         o->q[j + 16] = int8_t(blk->qs[j] >> 4);
@@ -86,8 +86,8 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
     case GgmlType::Q5_0: case GgmlType::Q5_1: {
       const bool one = t == GgmlType::Q5_1;
       const uint8_t* p = row + b * (one ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
-      o->ws[0] = half_to_float(rd16(p));
-      if (one) o->wm = half_to_float(rd16(p + 2));
+      o->ws[0] = fp16_to_f32(rd16(p));
+      if (one) o->wm = fp16_to_f32(rd16(p + 2));
       const uint8_t* qhp = p + (one ? 4 : 2);
       const uint8_t* qs = qhp + 4;
       uint32_t qh;
@@ -101,7 +101,7 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
     }
     case GgmlType::Q8_0: {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-      o->ws[0] = half_to_float(blk->d);
+      o->ws[0] = fp16_to_f32(blk->d);
       std::memcpy(o->q, blk->qs, 32);
       return;
     }
@@ -112,7 +112,7 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
       const int64_t sb = b / 8;
       const int j = int(b % 8);
       const uint8_t* p = row + sb * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
-      const float d = half_to_float(rd16(p)), dmin = half_to_float(rd16(p + 2));
+      const float d = fp16_to_f32(rd16(p)), dmin = fp16_to_f32(rd16(p + 2));
       const uint8_t* scales = p + 4;
       const uint8_t* qh = five ? p + 16 : nullptr;
       const uint8_t* qs = p + 16 + (five ? 32 : 0) + 32 * (j / 2);
@@ -135,7 +135,7 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
       const int64_t sb = b / 8;
       const int t8 = int(b % 8);
       const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + sb;
-      const float d = half_to_float(blk->d);
+      const float d = fp16_to_f32(blk->d);
       const int chunk = t8 / 4, u = t8 % 4;
       const uint8_t* ql = blk->ql + 64 * chunk + 32 * (u & 1);
       const uint8_t* qh = blk->qh + 32 * chunk;
@@ -223,7 +223,7 @@ inline float float_weight(const WeightView& w, const uint8_t* row, int64_t k) {
   }
   uint16_t h;
   std::memcpy(&h, row + 2 * k, 2);
-  return w.type == GgmlType::F16 ? half_to_float(h) : bf16_to_float(h);
+  return w.type == GgmlType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
 // Float weights: 16 lane accumulators (lane = k mod 16) then the fixed tree;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/half.h"
+
 namespace kvs {
 
 // Values are the on-disk GGUF type ids.
@@ -15,9 +17,6 @@ enum class GgmlType : uint32_t {
 
 constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK_K = 256;
 constexpr int K_SCALE_SIZE = 12;
-
-using fp16_t = uint16_t;  // IEEE half, raw bits
-using bf16_t = uint16_t;  // bfloat16, raw bits
 
 #pragma pack(push, 1)
 struct BlockQ4_0 { fp16_t d; uint8_t qs[QK4_0 / 2]; };                 // 18 B / 32
@@ -47,11 +46,6 @@ bool is_known_type(uint32_t raw);
 std::string type_name(GgmlType t);
 // Bytes for n elements (n must be a multiple of block_elems; throws otherwise).
 size_t row_bytes(GgmlType t, int64_t n);
-
-float fp16_to_f32(fp16_t h);
-fp16_t f32_to_fp16(float f);  // round to nearest even
-float bf16_to_f32(bf16_t h);
-bf16_t f32_to_bf16(float f);  // round to nearest even
 
 // Scalar reference: n elements of `src` (type t) to float. Exact ggml math.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);

@@ -3,7 +3,7 @@
 // which block is decided above (block pool / sequence), not here.
 #pragma once
 #include <cstdint>
-#include "kv/kv_layout.h"
+#include "kernels/kv_layout.h"
 
 namespace kvs {
 

@@ -137,11 +137,7 @@ int32_t KvManager::blocks_needed(SeqId seq, int n_new) const {
   return need;
 }
 
-int64_t KvManager::live_cap() const {
-  const int vis = window_.max_visible();
-  if (vis <= 0) return INT64_MAX;
-  return ceil_div(vis, bs_) + 2 + ceil_div(max_step_, bs_);
-}
+int64_t KvManager::live_cap() const { return window_block_cap(window_, bs_, max_step_); }
 
 int64_t KvManager::horizon_blocks(SeqId seq, int64_t horizon) const {
   const Seq& s = get(seq);

@@ -1,6 +1,7 @@
 #include "kv/window_policy.h"
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 
 namespace kvs {
@@ -59,6 +60,13 @@ void WindowPolicy::validate() const {
         throw std::invalid_argument("context shift needs a cache of at least n_keep + 2 tokens");
       return;
   }
+}
+
+int64_t window_block_cap(const WindowPolicy& w, int block_size, int max_step_tokens) {
+  const int vis = w.max_visible();
+  if (vis <= 0) return INT64_MAX;
+  auto blocks = [&](int64_t tokens) { return (tokens + block_size - 1) / block_size; };
+  return blocks(vis) + 2 + blocks(std::max(1, max_step_tokens));
 }
 
 std::string WindowPolicy::describe() const {

@@ -25,6 +25,7 @@
 // the cost is one rotation per visible key per query. Blocks whose tokens
 // no later query can see are freed (dead_range).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -60,6 +61,13 @@ struct WindowPolicy {
   WindowPolicy resolve(int model_sliding_window) const {
     return !active() && model_sliding_window > 0 ? native(model_sliding_window) : *this;
   }
+  // resolve(), then validate(): the policy a sequence keeps from the moment
+  // it starts (the engine reads it per chunk and never resolves again).
+  WindowPolicy in_force(int model_sliding_window) const {
+    const WindowPolicy p = resolve(model_sliding_window);
+    p.validate();
+    return p;
+  }
   bool rotates() const {
     return (kind == WindowKind::Streaming && !text_positions) || kind == WindowKind::ContextShift;
   }
@@ -73,5 +81,12 @@ struct WindowPolicy {
   void validate() const;
   std::string describe() const;
 };
+
+// Most blocks of `block_size` slots that one sequence under policy `w` ever
+// holds, when a step appends at most `max_step_tokens` tokens: its visible
+// tokens may straddle two extra partial blocks (sink and window edges), plus
+// the blocks of one step. INT64_MAX when the policy does not bound memory.
+// The one formula behind KvManager::live_cap, pool sizing and LocalSequence.
+int64_t window_block_cap(const WindowPolicy& w, int block_size, int max_step_tokens);
 
 }  // namespace kvs

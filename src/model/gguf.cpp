@@ -55,7 +55,15 @@ size_t scalar_size(GgufType t) {
 
 bool valid_gguf_type(uint32_t raw) { return raw <= static_cast<uint32_t>(GgufType::FLOAT64); }
 
-bool is_integer(GgufType t) {
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+bool gguf_is_integer(GgufType t) {
   switch (t) {
     case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
     case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
@@ -64,14 +72,6 @@ bool is_integer(GgufType t) {
       return false;
   }
 }
-
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
-}  // namespace
 
 // ---- GgufValue ---------------------------------------------------------------
 
@@ -118,7 +118,7 @@ const GgufArray& GgufValue::as_arr() const {
 size_t GgufArray::size() const {
   if (elem_type == GgufType::STRING) return strings.size();
   if (elem_type == GgufType::FLOAT32) return f32.size();
-  if (is_integer(elem_type)) return ints.size();
+  if (gguf_is_integer(elem_type)) return ints.size();
   return items.size();
 }
 
@@ -173,7 +173,7 @@ class GgufParser {
 
     f_.alignment_ = 32;
     if (const GgufValue* a = f_.find("general.alignment")) {
-      if (!is_integer(a->type)) fail("key 'general.alignment' has type " + std::string(gguf_type_name(a->type)) + ", expected UINT32");
+      if (!gguf_is_integer(a->type)) fail("key 'general.alignment' has type " + std::string(gguf_type_name(a->type)) + ", expected UINT32");
       const int64_t al = a->as_i64();
       if (al <= 0 || (al & (al - 1)) != 0 || static_cast<uint64_t>(al) > kMaxAlignment)
         fail("key 'general.alignment' = " + std::to_string(al) + " is not a power of two in [1, 2^20]");
@@ -330,7 +330,7 @@ class GgufParser {
       arr->f32.resize(count);
       if (count) std::memcpy(arr->f32.data(), p_ + pos_, count * 4);  // data() may be null when empty
       pos_ += count * 4;
-    } else if (is_integer(et)) {
+    } else if (gguf_is_integer(et)) {
       // int64 per element can be 8x the encoding (UINT8): grow as read.
       arr->ints.reserve(std::min<size_t>(count, 1u << 20));
       for (size_t i = 0; i < count; ++i) {

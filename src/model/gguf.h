@@ -23,6 +23,8 @@ enum class GgufType : uint32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
   BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
+// Any of the eight integer types (reader, writer and vocab checks agree).
+bool gguf_is_integer(GgufType t);
 
 struct GgufArray;
 // Scalars are widened: all unsigned ints -> uint64_t, signed -> int64_t,

@@ -27,16 +27,6 @@ GgufValue make(GgufType t, T v) {
   return out;
 }
 
-bool int_type(GgufType t) {
-  switch (t) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Buffered output that remembers the path for error messages.
 class Out {
  public:
@@ -125,7 +115,7 @@ void put_value(Out& o, const GgufValue& v, const std::string& key, bool with_typ
 
 void put_scalar(Out& o, const GgufValue& v, const std::string& key) {
   try {
-    if (int_type(v.type)) {
+    if (gguf_is_integer(v.type)) {
       if (auto p = std::get_if<int64_t>(&v.v)) put_int(o, v.type, *p, 0, true, key);
       else put_int(o, v.type, 0, v.as_u64(), false, key);
     } else if (v.type == GgufType::FLOAT32) {
@@ -154,7 +144,7 @@ void put_array(Out& o, const GgufArray& a, const std::string& key) {
     for (const auto& s : a.strings) o.str(s);
   } else if (a.elem_type == GgufType::FLOAT32 && !a.f32.empty()) {
     o.bytes(a.f32.data(), a.f32.size() * 4);
-  } else if (int_type(a.elem_type) && !a.ints.empty()) {
+  } else if (gguf_is_integer(a.elem_type) && !a.ints.empty()) {
     for (int64_t x : a.ints) {
       // UINT64 stores wrapped values (see the reader); write the bits back.
       if (a.elem_type == GgufType::UINT64) o.pod<uint64_t>(static_cast<uint64_t>(x));

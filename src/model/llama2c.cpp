@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "model/loaders.h"
+#include "model/vocab_loaders.h"
 
 namespace kvs {
 

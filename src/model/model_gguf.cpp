@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "model/loaders.h"
+#include "model/vocab_loaders.h"
 
 namespace kvs {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/gguf.h"
-#include "tokenizer/vocab.h"
+#include "model/vocab_loaders.h"
 
 namespace kvs {
 
@@ -22,16 +22,6 @@ const GgufArray* opt_array(const GgufFile& f, const std::string& key) {
   if (!v) return nullptr;
   if (!v->is_array()) fail(f, key, "is not an array");
   return &v->as_arr();
-}
-
-bool is_int_type(GgufType t) {
-  switch (t) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
-      return true;
-    default:
-      return false;
-  }
 }
 
 // The typed views are filled for big arrays; the generic items are the
@@ -55,7 +45,7 @@ std::vector<float> float_array(const GgufFile& f, const std::string& key, const 
 }
 
 std::vector<int64_t> int_array(const GgufFile& f, const std::string& key, const GgufArray& a) {
-  if (!is_int_type(a.elem_type)) fail(f, key, "is not an array of integers");
+  if (!gguf_is_integer(a.elem_type)) fail(f, key, "is not an array of integers");
   if (!a.ints.empty() || a.items.empty()) return a.ints;
   std::vector<int64_t> out;
   out.reserve(a.items.size());

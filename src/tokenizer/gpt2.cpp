@@ -207,7 +207,7 @@ std::vector<int> Gpt2Tokenizer::encode(std::string_view text, bool add_bos, bool
 }
 
 std::string Gpt2Tokenizer::token_bytes(int id, int prev) const {
-  if (id < 0 || id >= n_vocab())
+  if (!token_in_vocab(id, n_vocab()))
     throw std::out_of_range("token id " + std::to_string(id) + " outside vocabulary of " + std::to_string(n_vocab()));
   return bytes_[static_cast<size_t>(id)];
 }

@@ -215,7 +215,7 @@ std::vector<int> SpmTokenizer::encode(std::string_view text, bool add_bos, bool 
 }
 
 std::string SpmTokenizer::token_bytes(int id, int prev) const {
-  if (id < 0 || id >= n_vocab()) throw std::out_of_range("token id " + std::to_string(id) + " outside vocabulary of " +
+  if (!token_in_vocab(id, n_vocab())) throw std::out_of_range("token id " + std::to_string(id) + " outside vocabulary of " +
                                                          std::to_string(n_vocab()));
   const std::string& s = bytes_[static_cast<size_t>(id)];
   // The space prefix added at encode time is not part of the text: drop it

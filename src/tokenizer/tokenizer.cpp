@@ -32,7 +32,7 @@ std::string Tokenizer::decode(const std::vector<int>& ids) const {
 }
 
 bool Tokenizer::is_eog(int id) const {
-  if (id < 0 || id >= n_vocab()) return false;
+  if (!token_in_vocab(id, n_vocab())) return false;
   if (id == vocab_.eos) return true;
   // llama2.c models end a story by generating BOS.
   if (vocab_.llama2c && id == vocab_.bos) return true;

@@ -3,6 +3,7 @@
 // tokenizer reader.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,19 +29,14 @@ struct Vocab {
   size_t size() const { return tokens.size(); }
 };
 
-// Reads a llama2.c tokenizer file (tok512.bin / tokenizer.bin):
-// int32 max_token_length, then per token: float32 score, int32 len, bytes.
-// Pieces use a plain ' ' (converted here to U+2581 so the SPM code sees the
-// same form as GGUF); BOS 1, EOS 2, byte tokens <0xNN>. Throws ModelError.
-Vocab read_llama2c_vocab(const std::string& path, int n_vocab);
+// The one token-id range rule, shared by the engine, the scheduler and the
+// server so that what one accepts the others never reject.
+inline bool token_in_vocab(int64_t id, int64_t n_vocab) { return id >= 0 && id < n_vocab; }
+// Index of the first id outside [0, n_vocab), or -1 when all are inside.
+inline int64_t first_token_outside_vocab(std::span<const int32_t> ids, int64_t n_vocab) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!token_in_vocab(ids[i], n_vocab)) return int64_t(i);
+  return -1;
+}
 
-}  // namespace kvs
-
-namespace kvs {
-class GgufFile;
-// Reads tokenizer.ggml.* (model, pre, tokens, scores, token_type, merges,
-// bos/eos/unk/pad ids, add_bos_token/add_eos_token, add_space_prefix) and
-// tokenizer.chat_template. Defaults as llama.cpp: add_bos on for "llama",
-// off for "gpt2". Throws ModelError naming the key when something is wrong.
-Vocab vocab_from_gguf(const GgufFile& f);
 }  // namespace kvs

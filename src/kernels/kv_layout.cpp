@@ -1,4 +1,4 @@
-#include "kv/kv_layout.h"
+#include "kernels/kv_layout.h"
 
 #include <stdexcept>
 
