@@ -47,6 +47,7 @@ struct ServeArgs {
   double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
+  std::string metrics_compat = "vllm";
 };
 
 std::vector<uint8_t> read_secret(const std::string& path) {
@@ -142,6 +143,7 @@ int run_serve(const ServeArgs& a) {
   ao.chat = chat;
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
+  ao.metrics_vllm = a.metrics_compat == "vllm";
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -235,6 +237,9 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--body-limit", a->body_limit, "Largest request body (larger: 413)")->capture_default_str();
   c->add_option("--stream-buffer", a->stream_queue, "Events buffered per request before a slow client is cut off")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  c->add_option("--metrics-compat", a->metrics_compat,
+                "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
+      ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));
   c->callback([a, &run] { run = [a] { return run_serve(*a); }; });
 }
 

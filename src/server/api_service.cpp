@@ -94,7 +94,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   }
   if (path == "/metrics" && req.method == "GET") {
     r.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.response.body = render_metrics(loop_.metrics(), counters_.snapshot());
+    r.response.body = render_metrics(loop_.metrics(), counters_.snapshot(), {opts_.metrics_vllm, opts_.model_id});
     return r;
   }
   if ((path == "/v1/models" || path == "/models") && req.method == "GET") {
