@@ -69,6 +69,24 @@ int64_t scan_cached(const std::string& text) {
   return any ? v : -1;
 }
 
+// Runs one asynchronous operation to completion on `ioc`. Sync Asio calls
+// ignore a stream's expiry; async ones end at the deadline with
+// beast::error::timeout, so every socket step here goes through this.
+template <class Start>
+beast::error_code await(net::io_context& ioc, Start&& start) {
+  beast::error_code out = net::error::operation_aborted;
+  start([&out](beast::error_code ec, auto&&...) { out = ec; });
+  ioc.restart();
+  ioc.run();
+  return out;
+}
+
+// One client connection: its own io_context, run by its thread.
+struct Conn {
+  net::io_context ioc;
+  beast::tcp_stream stream{ioc};
+};
+
 bool is_completion(const std::string& path) {
   return path == "/v1/completions" || path == "/completions" || path == "/v1/chat/completions" ||
          path == "/chat/completions";
@@ -100,15 +118,17 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   void accept_loop();
   void serve(tcp::socket sock);
   // Handles one request; false when the connection must close.
-  bool handle(beast::tcp_stream& client, http::request<http::string_body>& req);
-  bool proxy(beast::tcp_stream& client, const http::request<http::string_body>& req, bool keep_alive);
-  Relay relay(int w, const http::request<http::string_body>& in, beast::tcp_stream& client, bool keep_alive);
+  bool handle(Conn& client, http::request<http::string_body>& req);
+  bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive);
+  // Connects to worker w and sends the request; false (r.failover set) on failure.
+  bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
+  void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
+                   http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
   std::string metrics() const;
-  bool write(beast::tcp_stream& client, const std::string& bytes) {
-    beast::error_code ec;
-    client.expires_after(ms(opts.client_timeout_s));
-    net::write(client, net::buffer(bytes), ec);
-    return !ec;
+  bool write(Conn& client, const std::string& bytes) {
+    client.stream.expires_after(ms(opts.client_timeout_s));
+    return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
   }
 };
 
@@ -145,14 +165,14 @@ void RouterServer::Impl::accept_loop() {
 }
 
 void RouterServer::Impl::serve(tcp::socket sock) {
-  beast::tcp_stream client(std::move(sock));
+  Conn client;
+  client.stream.socket().assign(tcp::v4(), sock.release());
   beast::flat_buffer buf;
   while (!stopping) {
     http::request_parser<http::string_body> p;
     p.body_limit(opts.body_limit);
-    client.expires_after(ms(opts.client_timeout_s));
-    beast::error_code ec;
-    http::read(client, buf, p, ec);
+    client.stream.expires_after(ms(opts.client_timeout_s));
+    const beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read(client.stream, buf, p, h); });
     if (ec == http::error::body_limit) {
       write(client, full_response(413, "application/json",
                                   error_json("invalid_request_error", "request_too_large", "the body exceeds the limit"),
@@ -164,10 +184,10 @@ void RouterServer::Impl::serve(tcp::socket sock) {
     if (!handle(client, req) || !req.keep_alive()) break;
   }
   beast::error_code ec;
-  client.socket().shutdown(tcp::socket::shutdown_both, ec);
+  client.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
 }
 
-bool RouterServer::Impl::handle(beast::tcp_stream& client, http::request<http::string_body>& req) {
+bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& req) {
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive();
@@ -191,7 +211,7 @@ bool RouterServer::Impl::handle(beast::tcp_stream& client, http::request<http::s
                                      error_json("not_found_error", "not_found", "no route for " + path), keep));
 }
 
-bool RouterServer::Impl::proxy(beast::tcp_stream& client, const http::request<http::string_body>& req,
+bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req,
                                bool keep_alive) {
   const std::string target(req.target());
   const bool completion = req.method() == http::verb::post;
@@ -262,21 +282,18 @@ bool RouterServer::Impl::proxy(beast::tcp_stream& client, const http::request<ht
                                      keep_alive));
 }
 
-Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, beast::tcp_stream& client,
-                                bool keep_alive) {
-  Relay r;
-  net::io_context ioc;
-  beast::tcp_stream up(ioc);
+bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
+                                       beast::tcp_stream& up, Relay& r) {
   const HostPort& hp = workers.spec(w).http;
   beast::error_code ec;
-  up.expires_after(ms(opts.connect_timeout_s));
-  tcp::resolver res(ioc);
+  tcp::resolver res(c.ioc);
   const auto eps = res.resolve(hp.host, std::to_string(hp.port), ec);
-  if (!ec) up.connect(eps, ec);
+  up.expires_after(ms(opts.connect_timeout_s));
+  if (!ec) ec = await(c.ioc, [&](auto h) { up.async_connect(eps, h); });
   if (ec) {
     r.failover = true;
     r.error = "connect: " + ec.message();
-    return r;
+    return false;
   }
   http::request<http::string_body> out{in.method(), in.target(), 11};
   out.set(http::field::host, hp.host + ":" + std::to_string(hp.port));
@@ -286,13 +303,25 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   out.body() = in.body();
   out.prepare_payload();
   up.expires_after(ms(opts.read_timeout_s));
-  http::write(up, out, ec);
+  ec = await(c.ioc, [&](auto h) { http::async_write(up, out, h); });
+  if (ec) {
+    r.failover = true;
+    r.error = "sending: " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive) {
+  Relay r;
+  beast::tcp_stream up(client.ioc);
+  if (!send_upstream(w, in, client, up, r)) return r;
   beast::flat_buffer buf;
   http::response_parser<http::buffer_body> p;
   // No limit on a relayed answer; an explicit maximum rather than none,
   // which Boost 1.74 compares wrongly with a Content-Length.
   p.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (!ec) http::read_header(up, buf, p, ec);
+  beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read_header(up, buf, p, h); });
   if (ec) {
     r.failover = true;
     r.error = "before the first byte: " + ec.message();
@@ -301,59 +330,18 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   r.status = int(p.get().result_int());
   r.content_type = std::string(p.get()[http::field::content_type]);
   r.retry_after = std::string(p.get()[http::field::retry_after]);
-  const bool sse = r.content_type.rfind("text/event-stream", 0) == 0;
-  std::string tail;  // the last bytes seen, for the usage's cached_tokens
-  char tmp[16384];
-  if (sse) {
-    r.sent = true;
-    if (!write(client, status_line(r.status) + "Server: kvserve-router\r\nContent-Type: " + r.content_type +
-                           "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
-                           (keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"))) {
-      r.client_gone = true;
-      return r;
-    }
+  if (r.content_type.rfind("text/event-stream", 0) == 0) {
+    stream_body(w, client, up, buf, p, keep_alive, r);
+    return r;
   }
-  while (!p.is_done()) {
+  char tmp[16384];
+  while (!ec && !p.is_done()) {
     p.get().body().data = tmp;
     p.get().body().size = sizeof tmp;
     up.expires_after(ms(opts.read_timeout_s));
-    http::read(up, buf, p, ec);
+    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
     if (ec == http::error::need_buffer) ec = {};
-    const size_t got = sizeof tmp - p.get().body().size;
-    if (got > 0) {
-      const std::string piece(tmp, got);
-      if (sse) {
-        tail = tail.size() > 256 ? tail.substr(tail.size() - 256) + piece : tail + piece;
-        if (!write(client, chunk(piece))) {
-          // Closing `up` (on return) hangs up on the worker: it cancels the request.
-          r.client_gone = true;
-          return r;
-        }
-      } else {
-        r.body += piece;
-      }
-    }
-    if (ec) break;
-  }
-  if (sse) {
-    r.cached_tokens = scan_cached(tail);
-    if (ec) {
-      // The stream started: the client gets an error event and [DONE], never a silent cut.
-      r.error = "mid-stream: " + ec.message();
-      {
-        std::lock_guard lk(mu);
-        ++midstream_errors;
-      }
-      const std::string err = "data: " +
-                              error_json("server_error", "worker_failed",
-                                         "the worker serving this stream failed (" + ec.message() + ")") +
-                              "\n\ndata: [DONE]\n\n";
-      if (!write(client, chunk(err))) r.client_gone = true;
-      workers.mark_down(w, r.error);
-      events.reset(w);
-    }
-    if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
-    return r;
+    r.body.append(tmp, sizeof tmp - p.get().body().size);
   }
   if (ec) {
     // A plain answer cut short: nothing was sent yet, so it is a clear 502.
@@ -368,6 +356,54 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
                                    keep_alive, r.retry_after)))
     r.client_gone = true;
   return r;
+}
+
+void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
+                                     http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r) {
+  r.sent = true;
+  if (!write(client, status_line(r.status) + "Server: kvserve-router\r\nContent-Type: " + r.content_type +
+                         "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
+                         (keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"))) {
+    r.client_gone = true;
+    return;
+  }
+  std::string tail;  // the last bytes seen, for the usage's cached_tokens
+  char tmp[16384];
+  beast::error_code ec;
+  while (!ec && !p.is_done()) {
+    p.get().body().data = tmp;
+    p.get().body().size = sizeof tmp;
+    up.expires_after(ms(opts.read_timeout_s));
+    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
+    if (ec == http::error::need_buffer) ec = {};
+    const size_t got = sizeof tmp - p.get().body().size;
+    if (got == 0) continue;
+    const std::string piece(tmp, got);
+    tail = tail.size() > 256 ? tail.substr(tail.size() - 256) + piece : tail + piece;
+    // A client that is gone: returning closes `up`, which hangs up on the
+    // worker, and the worker cancels the request.
+    if (!write(client, chunk(piece))) {
+      r.client_gone = true;
+      return;
+    }
+  }
+  r.cached_tokens = scan_cached(tail);
+  if (ec) {
+    // The stream started: the client gets an error event and [DONE], never a silent cut.
+    r.error = "mid-stream: " + ec.message();
+    {
+      std::lock_guard lk(mu);
+      ++midstream_errors;
+    }
+    const std::string err = "data: " +
+                            error_json("server_error", "worker_failed",
+                                       "the worker serving this stream failed (" + ec.message() + ")") +
+                            "\n\ndata: [DONE]\n\n";
+    workers.mark_down(w, r.error);
+    events.reset(w);
+    if (!write(client, chunk(err))) r.client_gone = true;
+  }
+  if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
 }
 
 std::string RouterServer::Impl::metrics() const {

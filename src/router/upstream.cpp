@@ -33,27 +33,41 @@ HostPort parse_http_url(const std::string& url) {
 
 std::optional<SimpleReply> http_get(const HostPort& to, const std::string& target, double timeout_s,
                                     std::string* error) {
-  try {
-    net::io_context ioc;
-    beast::tcp_stream s(ioc);
-    s.expires_after(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
-    net::ip::tcp::resolver res(ioc);
-    s.connect(res.resolve(to.host, std::to_string(to.port)));
-    http::request<http::empty_body> req{http::verb::get, target, 11};
-    req.set(http::field::host, to.host);
-    req.set(http::field::connection, "close");
-    http::write(s, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> p;
-    p.body_limit(4u << 20);
-    http::read(s, buf, p);
-    beast::error_code ec;
-    s.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
-    return SimpleReply{int(p.get().result_int()), std::move(p.get().body())};
-  } catch (const std::exception& e) {
-    if (error) *error = e.what();
+  // Asynchronous steps on a private io_context: the stream's one deadline
+  // bounds them all (synchronous Asio calls would ignore it).
+  net::io_context ioc;
+  beast::tcp_stream s(ioc);
+  s.expires_after(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
+  beast::error_code ec;
+  net::ip::tcp::resolver res(ioc);
+  const auto eps = res.resolve(to.host, std::to_string(to.port), ec);
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, to.host);
+  req.set(http::field::connection, "close");
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> p;
+  p.body_limit(4u << 20);
+  auto done = [&ec](beast::error_code e, auto&&...) { ec = e; };
+  if (!ec) {
+    s.async_connect(eps, done);
+    ioc.run();
+  }
+  if (!ec) {
+    http::async_write(s, req, done);
+    ioc.restart();
+    ioc.run();
+  }
+  if (!ec) {
+    http::async_read(s, buf, p, done);
+    ioc.restart();
+    ioc.run();
+  }
+  if (ec) {
+    if (error) *error = ec.message();
     return std::nullopt;
   }
+  s.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  return SimpleReply{int(p.get().result_int()), std::move(p.get().body())};
 }
 
 }  // namespace kvs::router
