@@ -31,7 +31,7 @@ struct RouterArgs {
   int port = 8000;
   std::vector<std::string> workers;
   std::string model, api_keys, secret_file, chat_template = "auto", policy = "cache", curve;
-  double load_weight = 0.1, health_interval_s = 1, startup_timeout_s = 30, events_stale_s = 10;
+  double load_weight = 0.2, health_interval_s = 1, startup_timeout_s = 30, events_stale_s = 10;
   double read_timeout_s = 600;
 };
 

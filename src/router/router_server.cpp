@@ -167,6 +167,8 @@ void RouterServer::Impl::accept_loop() {
 void RouterServer::Impl::serve(tcp::socket sock) {
   Conn client;
   client.stream.socket().assign(tcp::v4(), sock.release());
+  beast::error_code nd;
+  client.stream.socket().set_option(tcp::no_delay(true), nd);
   beast::flat_buffer buf;
   while (!stopping) {
     http::request_parser<http::string_body> p;
@@ -286,10 +288,18 @@ bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_b
                                        beast::tcp_stream& up, Relay& r) {
   const HostPort& hp = workers.spec(w).http;
   beast::error_code ec;
-  tcp::resolver res(c.ioc);
-  const auto eps = res.resolve(hp.host, std::to_string(hp.port), ec);
   up.expires_after(ms(opts.connect_timeout_s));
-  if (!ec) ec = await(c.ioc, [&](auto h) { up.async_connect(eps, h); });
+  // An address literal needs no resolver (getaddrinfo costs time per request).
+  const auto addr = net::ip::make_address(hp.host, ec);
+  if (!ec) {
+    ec = await(c.ioc, [&](auto h) { up.async_connect(tcp::endpoint(addr, uint16_t(hp.port)), h); });
+  } else {
+    tcp::resolver res(c.ioc);
+    const auto eps = res.resolve(hp.host, std::to_string(hp.port), ec);
+    if (!ec) ec = await(c.ioc, [&](auto h) { up.async_connect(eps, h); });
+  }
+  // Small SSE chunks go out as they come, not after Nagle's wait.
+  if (!ec) up.socket().set_option(tcp::no_delay(true), ec);
   if (ec) {
     r.failover = true;
     r.error = "connect: " + ec.message();

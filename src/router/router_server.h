@@ -39,7 +39,7 @@ struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: any free port
   Policy policy = Policy::Cache;
-  double load_weight = 0.1;        // router/policy.h
+  double load_weight = 0.2;        // router/policy.h
   size_t body_limit = 8u << 20;
   double connect_timeout_s = 2;
   double read_timeout_s = 600;     // a worker silent this long is treated as failed
