@@ -89,6 +89,14 @@ std::unique_ptr<sched::PagedExecutor> paged_executor(Engine& engine, const sched
   return std::make_unique<sched::PagedExecutor>(engine, p);
 }
 
+// The engine loop; with a publisher, over the executor that feeds it events.
+std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
+                                              events::EventPublisher* publisher, const ServeArgs& a) {
+  if (!publisher) return std::make_unique<sched::EngineLoop>(engine, tok, lo);
+  return std::make_unique<sched::EngineLoop>(
+      std::make_unique<events::EventingExecutor>(paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
+}
+
 std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {
   if (a.kv_events.empty()) return nullptr;
   events::PublisherOptions po;
@@ -182,14 +190,7 @@ int run_serve(const ServeArgs& a) {
   }
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
-  std::unique_ptr<sched::EngineLoop> loop_ptr;
-  if (publisher) {
-    loop_ptr = std::make_unique<sched::EngineLoop>(
-        std::make_unique<events::EventingExecutor>(paged_executor(*l.engine, lo), *publisher, a.kv_events_tokens),
-        l.tok.get(), lo);
-  } else {
-    loop_ptr = std::make_unique<sched::EngineLoop>(*l.engine, l.tok.get(), lo);
-  }
+  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), a);
   sched::EngineLoop& loop = *loop_ptr;
 
   server::ApiOptions ao;
