@@ -28,10 +28,14 @@ def free_port():
     return p
 
 
+STARTED = []  # every process started, stopped at exit whatever happened
+
+
 class Proc:
     def __init__(self, args, ready):
         self.args = args
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        STARTED.append(self)
         t0 = time.time()
         self.line = ""
         while time.time() - t0 < 60:
@@ -252,4 +256,10 @@ def urlget(port, path):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        for proc in STARTED:
+            if proc.p.poll() is None:
+                proc.p.kill()
+                proc.p.wait()
