@@ -18,6 +18,9 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/paged_engine.h"
+#include "events/event_executor.h"
+#include "events/event_publisher.h"
+#include "sched/executor.h"
 #include "sched/engine_loop.h"
 #include "server/api_service.h"
 #include "server/chat_template.h"
@@ -47,7 +50,63 @@ struct ServeArgs {
   double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
+  std::string metrics_compat = "vllm";
+  // KV-cache events (docs/SCALE-OUT.md)
+  std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
+  bool kv_events_tokens = false;
 };
+
+// The replay endpoint next to the PUB one: the next port (or any port when
+// the PUB port is a wildcard).
+std::string default_replay_endpoint(const std::string& pub) {
+  const size_t colon = pub.rfind(':');
+  if (colon == std::string::npos || pub.compare(0, 6, "tcp://") != 0)
+    throw std::runtime_error("--kv-events '" + pub + "': expected tcp://HOST:PORT");
+  const std::string port = pub.substr(colon + 1);
+  if (port == "*") return pub;
+  try {
+    const int p = std::stoi(port);
+    if (p < 1 || p >= 65535) throw std::out_of_range("port");
+    return pub.substr(0, colon + 1) + std::to_string(p + 1);
+  } catch (const std::exception&) {
+    throw std::runtime_error("--kv-events '" + pub + "': the port must be a number below 65535 or *");
+  }
+}
+
+// The engine's executor, as EngineLoop builds it from its options, here so
+// the KV-event hook can wrap it.
+std::unique_ptr<sched::PagedExecutor> paged_executor(Engine& engine, const sched::EngineLoopOptions& o) {
+  check_block_size_option(o.block_size);
+  PagedEngineOptions p;
+  p.block_size = o.block_size;
+  p.kv_memory_bytes = o.kv_memory_bytes;
+  p.n_blocks = o.kv_blocks;
+  p.max_ctx = o.max_ctx;
+  p.prefix_caching = o.prefix_caching;
+  p.cache = o.cache;
+  p.window = o.window;
+  p.max_step_tokens = o.sched.max_batch_tokens;
+  return std::make_unique<sched::PagedExecutor>(engine, p);
+}
+
+// The engine loop; with a publisher, over the executor that feeds it events.
+std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
+                                              events::EventPublisher* publisher, const ServeArgs& a) {
+  if (!publisher) return std::make_unique<sched::EngineLoop>(engine, tok, lo);
+  return std::make_unique<sched::EngineLoop>(
+      std::make_unique<events::EventingExecutor>(paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
+}
+
+std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {
+  if (a.kv_events.empty()) return nullptr;
+  events::PublisherOptions po;
+  po.endpoint = a.kv_events;
+  po.replay_endpoint = a.kv_events_replay.empty() ? default_replay_endpoint(a.kv_events) : a.kv_events_replay;
+  po.topic = a.kv_events_topic;
+  po.block_size = a.block_size;
+  if (!a.kv_events_curve.empty()) po.curve = events::read_curve_keyfile(a.kv_events_curve);
+  return std::make_unique<events::EventPublisher>(po);
+}
 
 std::vector<uint8_t> read_secret(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -129,7 +188,10 @@ int run_serve(const ServeArgs& a) {
     const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }
-  sched::EngineLoop loop(*l.engine, l.tok.get(), lo);
+  // The publisher binds before the model serves, so a taken port fails now.
+  std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
+  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), a);
+  sched::EngineLoop& loop = *loop_ptr;
 
   server::ApiOptions ao;
   const std::filesystem::path mp(l.model->path());
@@ -142,6 +204,8 @@ int run_serve(const ServeArgs& a) {
   ao.chat = chat;
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
+  ao.metrics_vllm = a.metrics_compat == "vllm";
+  if (publisher) ao.extra_metrics = [p = publisher.get()] { return p->metrics_text(); };
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -160,6 +224,10 @@ int run_serve(const ServeArgs& a) {
               loop.block_size(), kv_layout_for(*l.engine, a.block_size, lo.cache).describe().c_str(),
               lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
               tenants->auth_required() ? "API keys required" : "no auth");
+  if (publisher)
+    std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
+                publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
+                a.kv_events_curve.empty() ? "" : ", CURVE");
   std::fflush(stdout);
 
   int sig = 0;
@@ -235,6 +303,18 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--body-limit", a->body_limit, "Largest request body (larger: 413)")->capture_default_str();
   c->add_option("--stream-buffer", a->stream_queue, "Events buffered per request before a slow client is cut off")
       ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+  c->add_option("--kv-events", a->kv_events,
+                "Publish KV-cache events in vLLM's format on this ZeroMQ PUB endpoint (tcp://HOST:PORT, port * = any)");
+  c->add_option("--kv-events-replay", a->kv_events_replay,
+                "Replay (ROUTER) endpoint for missed event batches (default: the --kv-events port + 1)");
+  c->add_option("--kv-events-topic", a->kv_events_topic, "First frame of every event message (default: empty)");
+  c->add_flag("--kv-events-tokens", a->kv_events_tokens,
+              "Include each stored block's token ids (prompt content) in the events");
+  c->add_option("--kv-events-curve", a->kv_events_curve,
+                "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
+  c->add_option("--metrics-compat", a->metrics_compat,
+                "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
+      ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));
   c->callback([a, &run] { run = [a] { return run_serve(*a); }; });
 }
 

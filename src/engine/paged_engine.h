@@ -112,6 +112,8 @@ class PagedEngine {
   }
 
   const KvManager& kv() const { return kv_; }
+  // Prefix-index changes go to `log` from now on (KvManager::set_event_log).
+  void set_kv_event_log(KvEventLog* log) { kv_.set_event_log(log); }
   int block_size() const { return kv_.block_size(); }
   int max_ctx() const { return max_ctx_; }
   const WindowPolicy& window() const { return window_; }

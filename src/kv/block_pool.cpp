@@ -82,6 +82,7 @@ std::optional<int32_t> BlockPool::allocate() {
   // before anyone can look it up again.
   const int32_t b = lru_head_;
   lru_unlink(b);
+  note_removed(b);
   index_erase(keys_[b]);
   keyed_[b] = 0;
   --n_cached_;
@@ -124,6 +125,15 @@ void BlockPool::release(int32_t b) {
   }
 }
 
+void BlockPool::note_removed(int32_t b) {
+  if (!events_) return;
+  KvEvent e;
+  e.kind = KvEvent::Kind::Removed;
+  e.block = b;
+  e.key = keys_[b];
+  events_->events.push_back(std::move(e));
+}
+
 void BlockPool::index_erase(const BlockKey& key) {
   std::unique_lock lk(index_mu_);
   index_.erase(key);
@@ -152,6 +162,7 @@ bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
 
 void BlockPool::free_cached(int32_t b) {
   lru_unlink(b);
+  note_removed(b);
   index_erase(keys_[b]);
   keyed_[b] = 0;
   --n_cached_;
@@ -171,6 +182,7 @@ int32_t BlockPool::drop_scope(const Scope& scope) {
       free_cached(b);
       ++dropped;
     } else {  // Used: unfindable from now on, Free when released
+      note_removed(b);
       index_erase(keys_[b]);
       keyed_[b] = 0;
     }

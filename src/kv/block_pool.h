@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/kv_events.h"
 #include "kv/prefix_hash.h"
 
 namespace kvs {
@@ -102,6 +103,11 @@ class BlockPool {
   std::vector<int32_t> free_order() const;
   int64_t evictions() const { return evictions_; }
 
+  // Appends a Removed event to `log` (not owned; null = none) whenever a key
+  // leaves the index. Stored events come from KvManager, which knows the
+  // parent key and the tokens.
+  void set_event_log(KvEventLog* log) { events_ = log; }
+
   // Checks every structural invariant in O(n); throws std::logic_error naming
   // the first violation. Used by tests after every operation.
   void check_invariants() const;
@@ -113,6 +119,7 @@ class BlockPool {
   int32_t take(int32_t b);  // b (Free or Cached, already unlinked) -> Used, ref 1
   void free_cached(int32_t b);  // Cached -> Free, key dropped
   void index_erase(const BlockKey& key);
+  void note_removed(int32_t b);  // Removed event for keyed block b
 
   int32_t n_;
   std::vector<int32_t> ref_;
@@ -127,6 +134,7 @@ class BlockPool {
   int32_t lru_head_ = -1, lru_tail_ = -1;  // head = next victim, tail = most recent
   int32_t n_cached_ = 0, n_used_ = 0;
   int64_t evictions_ = 0;
+  KvEventLog* events_ = nullptr;
   // Written by the engine thread under a unique lock; read by lookup()
   // under a shared one (from any thread).
   mutable std::shared_mutex index_mu_;

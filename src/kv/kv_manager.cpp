@@ -213,8 +213,21 @@ void KvManager::register_keys(Seq& s, int64_t len, int64_t n) {
     // False when the same prefix was computed concurrently by another
     // sequence: that copy stays the cached one and ours is freed on release.
     // A dropped scope's blocks stay unkeyed (never cached).
-    if (!dropped && s.table[size_t(i)] >= 0) pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope);
+    if (!dropped && s.table[size_t(i)] >= 0 && pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope) &&
+        events_)
+      note_stored(s, i);
   }
+}
+
+void KvManager::note_stored(const Seq& s, int64_t i) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::Stored;
+  e.block = s.table[size_t(i)];
+  e.key = s.keys[size_t(i)];
+  e.has_parent = i > 0;
+  if (i > 0) e.parent = s.keys[size_t(i - 1)];
+  if (events_->tokens) e.tokens.assign(s.tokens.begin() + i * bs_, s.tokens.begin() + (i + 1) * bs_);
+  events_->events.push_back(std::move(e));
 }
 
 SeqId KvManager::fork(SeqId parent) {

@@ -161,6 +161,14 @@ class KvManager {
     return pool_.drop_cached_older_than(scope, cutoff);
   }
 
+  // Records prefix-index changes into `log` (not owned; null = stop): a
+  // Stored event per newly keyed block, a Removed event per key that leaves
+  // (kv/kv_events.h). Engine thread only, like every mutating call.
+  void set_event_log(KvEventLog* log) {
+    events_ = log;
+    pool_.set_event_log(log);
+  }
+
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
   const std::vector<int32_t>& block_table(SeqId seq) const { return get(seq).table; }
   const std::vector<int32_t>& tokens(SeqId seq) const { return get(seq).tokens; }
@@ -215,6 +223,8 @@ class KvManager {
   // get no key. An entry leaves when the last such sequence is released.
   std::vector<Scope> dropped_;
   bool is_dropped(const Scope& s) const;
+  KvEventLog* events_ = nullptr;
+  void note_stored(const Seq& s, int64_t i);  // Stored event for the sequence's block i
 };
 
 }  // namespace kvs

@@ -86,7 +86,12 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   Routed r;
   if (path == "/health") {
     if (ready_ && !draining_) {
-      r.response = json_response(200, {{"status", "ok"}});
+      // What a router needs to compute the same block hashes: the model
+      // identity folded into every scope, and the block size.
+      r.response = json_response(200, {{"status", "ok"},
+                                       {"model", opts_.model_id},
+                                       {"model_identity", opts_.model_identity},
+                                       {"block_size", loop_.block_size()}});
     } else {
       r.response = json_response(503, {{"status", draining_ ? "draining" : "loading"}});
     }
@@ -94,7 +99,8 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   }
   if (path == "/metrics" && req.method == "GET") {
     r.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.response.body = render_metrics(loop_.metrics(), counters_.snapshot());
+    r.response.body = render_metrics(loop_.metrics(), counters_.snapshot(), {opts_.metrics_vllm, opts_.model_id});
+    if (opts_.extra_metrics) r.response.body += opts_.extra_metrics();
     return r;
   }
   if ((path == "/v1/models" || path == "/models") && req.method == "GET") {

@@ -33,6 +33,10 @@ struct ApiOptions {
   ChatFamily chat = ChatFamily::Plain;
   size_t stream_queue_events = 4096;      // per-request engine -> socket bound
   int64_t model_created = 0;              // /v1/models "created": unix seconds (the model file's mtime)
+  bool metrics_vllm = true;               // --metrics-compat vllm: vllm:* names in /metrics too
+  // More Prometheus text appended to /metrics (e.g. the KV-event publisher's
+  // counters); empty = none.
+  std::function<std::string()> extra_metrics;
   // Request log lines (accepted and rejected; hashes and counts, never
   // text). Default: stderr.
   std::function<void(const std::string&)> log;

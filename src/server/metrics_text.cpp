@@ -32,23 +32,16 @@ ServerCounters::Snapshot ServerCounters::snapshot() const {
 namespace {
 
 struct Out {
+  std::string prefix = "kvserve_";
   std::string s;
   void head(const char* name, const char* type, const char* help) {
-    s += "# HELP kvserve_";
-    s += name;
-    s += ' ';
-    s += help;
-    s += "\n# TYPE kvserve_";
-    s += name;
-    s += ' ';
-    s += type;
-    s += '\n';
+    s += "# HELP " + prefix + name + ' ' + help + "\n# TYPE " + prefix + name + ' ' + type + '\n';
   }
   void val(const std::string& name_labels, double v) {
     char b[64];
     // %.17g round-trips doubles; integers print without a fraction.
     std::snprintf(b, sizeof b, "%.17g", v);
-    s += "kvserve_" + name_labels + ' ' + b + '\n';
+    s += prefix + name_labels + ' ' + b + '\n';
   }
   void gauge(const char* name, const char* help, double v) {
     head(name, "gauge", help);
@@ -58,24 +51,66 @@ struct Out {
     head(name, "counter", help);
     val(name, v);
   }
-  void histogram(const char* name, const char* help, const sched::Histogram& h) {
+  // `labels`: "" or `k="v",` pairs each followed by a comma, put before le.
+  void histogram(const char* name, const char* help, const sched::Histogram& h, const std::string& labels = "") {
     head(name, "histogram", help);
     uint64_t acc = 0;
     char le[64];
+    const std::string n(name);
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       acc += i < h.counts.size() ? h.counts[i] : 0;
       std::snprintf(le, sizeof le, "%g", h.bounds[i]);
-      val(std::string(name) + "_bucket{le=\"" + le + "\"}", double(acc));
+      val(n + "_bucket{" + labels + "le=\"" + le + "\"}", double(acc));
     }
-    val(std::string(name) + "_bucket{le=\"+Inf\"}", double(h.count));
-    val(std::string(name) + "_sum", h.sum);
-    val(std::string(name) + "_count", double(h.count));
+    val(n + "_bucket{" + labels + "le=\"+Inf\"}", double(h.count));
+    const std::string plain = labels.empty() ? "" : "{" + labels.substr(0, labels.size() - 1) + "}";
+    val(n + "_sum" + plain, h.sum);
+    val(n + "_count" + plain, double(h.count));
   }
 };
 
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(const std::string& v) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\' || c == '"') o += '\\';
+    if (c == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += c;
+  }
+  return o;
+}
+
 }  // namespace
 
-std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters::Snapshot& c) {
+std::string render_vllm_metrics(const sched::MetricsSnapshot& m, const std::string& model_name) {
+  // Names, types and units as vLLM's Prometheus logger exposes them (counters
+  // carry _total, as prometheus_client writes them); one engine, index 0.
+  Out o;
+  o.prefix = "vllm:";
+  const std::string lab = "model_name=\"" + label_value(model_name) + "\",engine=\"0\"";
+  const std::string sel = "{" + lab + "}";
+  o.head("num_requests_running", "gauge", "Number of requests in model execution batches.");
+  o.val("num_requests_running" + sel, m.running_requests);
+  o.head("num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+  int waiting = 0;
+  for (int q : m.queued) waiting += q;
+  o.val("num_requests_waiting" + sel, waiting);
+  o.head("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
+  o.val("kv_cache_usage_perc" + sel,
+        m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0);
+  o.head("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
+  o.val("prefix_cache_queries_total" + sel, double(m.prefix_query_tokens));
+  o.head("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
+  o.val("prefix_cache_hits_total" + sel, double(m.prefix_hit_tokens));
+  o.histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft, lab + ",");
+  return o.s;
+}
+
+std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters::Snapshot& c,
+                           const MetricsCompat& compat) {
   Out o;
   o.head("requests_total", "counter", "Completion requests by final HTTP status.");
   for (const auto& [st, n] : c.status) o.val("requests_total{status=\"" + std::to_string(st) + "\"}", double(n));
@@ -128,6 +163,7 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
   o.histogram("time_to_first_token_seconds", "Submit to first token.", m.ttft);
   o.histogram("time_per_output_token_seconds", "Mean gap between later tokens, per choice.", m.tpot);
   o.histogram("e2e_request_latency_seconds", "Submit to last token.", m.e2e);
+  if (compat.vllm) o.s += render_vllm_metrics(m, compat.model_name);
   return o.s;
 }
 

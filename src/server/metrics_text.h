@@ -2,6 +2,10 @@
 // plus the HTTP layer's own counters, every name prefixed kvserve_. Labels
 // carry status codes, reasons and classes only: never prompt text, never a
 // tenant id in clear.
+//
+// Beside them, by default, the model-server protocol names that gateways and
+// dashboards read from vLLM (vllm:num_requests_waiting, ...; see
+// docs/SCALE-OUT.md), computed from the same snapshot.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,7 +37,16 @@ class ServerCounters {
   Snapshot s_;
 };
 
+// Which extra metric families /metrics carries (--metrics-compat).
+struct MetricsCompat {
+  bool vllm = true;        // vllm:* names, labelled model_name and engine as vLLM does
+  std::string model_name;  // the served model id (the model_name label)
+};
+
 // The whole /metrics body.
-std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters::Snapshot& c);
+std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters::Snapshot& c,
+                           const MetricsCompat& compat = {});
+// Only the vllm:* families (part of render_metrics when compat.vllm).
+std::string render_vllm_metrics(const sched::MetricsSnapshot& m, const std::string& model_name);
 
 }  // namespace kvs::server

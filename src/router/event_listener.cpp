@@ -1,0 +1,234 @@
+#include "router/event_listener.h"
+
+#include <chrono>
+#include <cstdio>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "events/kv_event_codec.h"
+
+namespace kvs::router {
+
+namespace {
+
+double mono() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string be64(int64_t v) {
+  std::string s(8, '\0');
+  for (int i = 7; i >= 0; --i, v = int64_t(uint64_t(v) >> 8)) s[size_t(i)] = char(uint64_t(v) & 0xff);
+  return s;
+}
+
+int64_t from_be64(const zmq::message_t& m) {
+  const auto* b = static_cast<const uint8_t*>(m.data());
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
+  return int64_t(v);
+}
+
+}  // namespace
+
+struct EventListener::Impl {
+  const WorkerSet& workers;
+  PrefixIndex& index;
+  std::optional<events::CurveKeys> curve;
+  double stale_s;
+  zmq::context_t ctx{1};
+  struct Feed {
+    std::optional<zmq::socket_t> sub, dealer;
+    int64_t last = -1;
+    std::atomic<bool> reset{false};
+    double pending_since = -1;  // first request routed since the last batch
+    Stats stats;
+  };
+  std::vector<std::unique_ptr<Feed>> feeds;
+  mutable std::mutex mu;  // pending_since and stats
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  Impl(const WorkerSet& w, PrefixIndex& ix, std::optional<events::CurveKeys> c, double s)
+      : workers(w), index(ix), curve(std::move(c)), stale_s(s) {}
+
+  void secure(zmq::socket_t& s) {
+    if (!curve) return;
+    char pub[41], sec[41];
+    if (zmq_curve_keypair(pub, sec) != 0) throw std::runtime_error("zmq_curve_keypair failed (libzmq without CURVE?)");
+    s.set(zmq::sockopt::curve_serverkey, curve->public_key);
+    s.set(zmq::sockopt::curve_publickey, std::string(pub, 40));
+    s.set(zmq::sockopt::curve_secretkey, std::string(sec, 40));
+  }
+
+  void open(int i) {
+    Feed& f = *feeds[size_t(i)];
+    const WorkerSpec& w = workers.spec(i);
+    f.sub.emplace(ctx, zmq::socket_type::sub);
+    f.sub->set(zmq::sockopt::linger, 0);
+    secure(*f.sub);
+    f.sub->set(zmq::sockopt::subscribe, "");
+    f.sub->connect(w.events);
+    f.dealer.emplace(ctx, zmq::socket_type::dealer);
+    f.dealer->set(zmq::sockopt::linger, 0);
+    secure(*f.dealer);
+    f.dealer->connect(w.replay);
+  }
+
+  void apply(int i, const events::WireBatch& b) {
+    index.apply(i, b);
+    std::lock_guard lk(mu);
+    ++feeds[size_t(i)]->stats.batches;
+    feeds[size_t(i)]->pending_since = -1;
+  }
+
+  void count(int i, int64_t Stats::*field, int64_t n = 1) {
+    std::lock_guard lk(mu);
+    feeds[size_t(i)]->stats.*field += n;
+  }
+
+  // Batches [from, to) from the worker's replay buffer.
+  void replay(int i, int64_t from, int64_t to) {
+    Feed& f = *feeds[size_t(i)];
+    int64_t got = 0;
+    const std::string start = be64(from);
+    std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(nullptr, 0), zmq::buffer(start)};
+    if (zmq::send_multipart(*f.dealer, req, zmq::send_flags::dontwait)) {
+      for (;;) {
+        zmq::pollitem_t item{f.dealer->handle(), 0, ZMQ_POLLIN, 0};
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(1000)) <= 0) break;
+        std::vector<zmq::message_t> m;
+        if (!zmq::recv_multipart(*f.dealer, std::back_inserter(m))) break;
+        if (m.size() != 3 || m[1].size() != 8) {
+          count(i, &Stats::malformed);
+          continue;
+        }
+        const int64_t seq = from_be64(m[1]);
+        if (seq == -1) break;
+        if (seq < from || seq >= to) continue;
+        const auto b = events::decode_batch(m[2].data(), m[2].size());
+        if (!b) {
+          count(i, &Stats::malformed);
+          continue;
+        }
+        apply(i, *b);
+        count(i, &Stats::replayed);
+        ++got;
+      }
+    }
+    if (got < to - from) count(i, &Stats::gaps_unfilled, to - from - got);
+  }
+
+  void on_message(int i, std::vector<zmq::message_t>& m) {
+    Feed& f = *feeds[size_t(i)];
+    if (m.size() != 3 || m[1].size() != 8) return count(i, &Stats::malformed);
+    const int64_t seq = from_be64(m[1]);
+    const auto b = events::decode_batch(m[2].data(), m[2].size());
+    if (!b || seq < 0) return count(i, &Stats::malformed);
+    const bool restart = seq == 0 && !b->events.empty() && b->events[0].kind == events::WireEvent::Kind::Cleared;
+    if (f.last >= 0 && seq <= f.last && !restart) return count(i, &Stats::duplicates);
+    if (f.last >= 0 && restart) count(i, &Stats::restarts);
+    if (!restart && seq > f.last + 1) replay(i, f.last + 1, seq);
+    apply(i, *b);
+    f.last = seq;
+  }
+
+  void run() {
+    while (!stop) {
+      std::vector<zmq::pollitem_t> items;
+      std::vector<int> who;
+      for (int i = 0; i < int(feeds.size()); ++i) {
+        Feed& f = *feeds[size_t(i)];
+        if (f.reset.exchange(false)) {
+          index.clear_worker(i);
+          f.last = -1;
+        }
+        if (!f.sub) continue;
+        items.push_back({f.sub->handle(), 0, ZMQ_POLLIN, 0});
+        who.push_back(i);
+      }
+      if (items.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (!(items[k].revents & ZMQ_POLLIN)) continue;
+        std::vector<zmq::message_t> m;
+        if (zmq::recv_multipart(*feeds[size_t(who[k])]->sub, std::back_inserter(m), zmq::recv_flags::dontwait))
+          on_message(who[k], m);
+      }
+    }
+  }
+};
+
+EventListener::EventListener(const WorkerSet& workers, PrefixIndex& index, std::optional<events::CurveKeys> curve,
+                             double stale_s)
+    : impl_(std::make_unique<Impl>(workers, index, std::move(curve), stale_s)) {
+  for (int i = 0; i < workers.size(); ++i) {
+    impl_->feeds.push_back(std::make_unique<Impl::Feed>());
+    if (!workers.spec(i).events.empty()) impl_->open(i);
+  }
+}
+
+EventListener::~EventListener() {
+  impl_->stop = true;
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void EventListener::start() {
+  impl_->thread = std::thread([m = impl_.get()] {
+    try {
+      m->run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvserve router: event listener stopped: %s\n", e.what());
+    }
+  });
+}
+
+void EventListener::reset(int i) { impl_->feeds[size_t(i)]->reset = true; }
+
+void EventListener::routed(int i) {
+  std::lock_guard lk(impl_->mu);
+  double& p = impl_->feeds[size_t(i)]->pending_since;
+  if (p < 0) p = mono();
+}
+
+bool EventListener::live(int i) const {
+  if (impl_->workers.spec(i).events.empty()) return true;
+  std::lock_guard lk(impl_->mu);
+  const double p = impl_->feeds[size_t(i)]->pending_since;
+  return p < 0 || mono() - p <= impl_->stale_s;
+}
+
+EventListener::Stats EventListener::stats(int i) const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->feeds[size_t(i)]->stats;
+}
+
+std::string EventListener::metrics_text() const {
+  std::string o;
+  const struct {
+    const char* name;
+    int64_t Stats::*field;
+    const char* help;
+  } rows[] = {{"batches_total", &Stats::batches, "KV event batches applied to the prefix index."},
+              {"replayed_total", &Stats::replayed, "Batches recovered from a worker's replay socket after a gap."},
+              {"duplicates_total", &Stats::duplicates, "Batches ignored: sequence already seen."},
+              {"malformed_total", &Stats::malformed, "Messages ignored: not a well-formed event batch."},
+              {"restarts_total", &Stats::restarts, "Worker restarts seen in the stream (sequence 0 again)."},
+              {"gaps_unfilled_total", &Stats::gaps_unfilled, "Missed batches the replay could not supply."}};
+  for (const auto& r : rows) {
+    o += std::string("# HELP kvserve_router_events_") + r.name + " " + r.help + "\n# TYPE kvserve_router_events_" +
+         r.name + " counter\n";
+    for (int i = 0; i < impl_->workers.size(); ++i)
+      o += std::string("kvserve_router_events_") + r.name + "{worker=\"" + impl_->workers.spec(i).url + "\"} " +
+           std::to_string(stats(i).*(r.field)) + "\n";
+  }
+  o += "# HELP kvserve_router_events_live 0 while a worker's event stream counts as stopped.\n"
+       "# TYPE kvserve_router_events_live gauge\n";
+  for (int i = 0; i < impl_->workers.size(); ++i)
+    o += "kvserve_router_events_live{worker=\"" + impl_->workers.spec(i).url + "\"} " + (live(i) ? "1" : "0") + "\n";
+  return o;
+}
+
+}  // namespace kvs::router

@@ -1,0 +1,61 @@
+#include "router/request_hasher.h"
+
+#include "events/kv_event_codec.h"
+#include "kv/prefix_hash.h"
+#include "sched/clock.h"
+#include "server/openai_codec.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvs::router {
+
+RequestHasher::RequestHasher(const Tokenizer& tok, server::ChatFamily chat, server::TenantRegistry& tenants)
+    : tok_(tok), chat_(chat), tenants_(tenants) {}
+
+void RequestHasher::set_model(const std::string& model_identity, int block_size) {
+  identity_ = model_identity;
+  block_size_ = block_size;
+}
+
+PromptHashes RequestHasher::hash(const std::string& path, const std::string& body,
+                                 const std::string& authorization) const {
+  PromptHashes out;
+  if (block_size_ <= 0) return out;
+  const bool chat = path.find("chat/completions") != std::string::npos;
+  server::ParsedRequest p;
+  try {
+    p = server::parse_request(chat ? server::Endpoint::Chat : server::Endpoint::Completions, body);
+  } catch (const server::ApiError&) {
+    return out;
+  }
+  const auto caller = tenants_.authenticate(authorization);
+  if (!caller) return out;
+  // Tokens exactly as the worker's ApiService::prepare makes them.
+  const bool add_bos = tok_.vocab().add_bos;
+  std::vector<int32_t> tokens;
+  if (chat) {
+    const std::vector<int> ids = tok_.encode(server::render_chat(chat_, p.messages), add_bos, true);
+    tokens.assign(ids.begin(), ids.end());
+  } else if (!p.prompts.empty()) {
+    const server::PromptInput& in = p.prompts[0];
+    if (in.ids) {
+      tokens = *in.ids;
+    } else {
+      const std::vector<int> ids = tok_.encode(in.text, add_bos, false);
+      tokens.assign(ids.begin(), ids.end());
+    }
+  }
+  out.prompt_tokens = int(tokens.size());
+  // The worker's scope (TenantRegistry::scope_for), folded with the model
+  // identity once more as PagedEngine::add does.
+  const Scope caller_scope = tenants_.scope_for(caller->policy.id, identity_, sched::steady_now());
+  const Scope kv_scope = make_scope(
+      identity_, std::string_view(reinterpret_cast<const char*>(caller_scope.bytes.data()), caller_scope.bytes.size()));
+  BlockKey prev{};
+  for (size_t i = 0; (i + 1) * size_t(block_size_) <= tokens.size(); ++i) {
+    prev = block_key(i ? &prev : nullptr, tokens.data() + i * size_t(block_size_), block_size_, kv_scope);
+    out.hashes.push_back(events::block_hash(prev));
+  }
+  return out;
+}
+
+}  // namespace kvs::router

@@ -1,0 +1,489 @@
+#include "router/router_server.h"
+
+#include <utility>  // std::exchange, used by Boost.Asio 1.74 headers under C++20
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <limits>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace kvs::router {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
+
+std::string status_line(int status) {
+  const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+std::string full_response(int status, const std::string& type, const std::string& body, bool keep_alive,
+                          const std::string& retry_after = "") {
+  std::string s = status_line(status) + "Server: kvserve-router\r\nContent-Type: " + type + "\r\n";
+  if (!retry_after.empty()) s += "Retry-After: " + retry_after + "\r\n";
+  s += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  s += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return s + body;
+}
+
+std::string error_json(const std::string& type, const std::string& code, const std::string& msg) {
+  return nlohmann::json{{"error", {{"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump();
+}
+
+std::string chunk(const std::string& data) {
+  char len[20];
+  std::snprintf(len, sizeof len, "%zx\r\n", data.size());
+  return len + data + "\r\n";
+}
+
+// What one forwarding attempt came to.
+struct Relay {
+  int status = 0;
+  bool failover = false;      // nothing reached the client; the worker failed before its first byte
+  bool sent = false;          // the client has the response (or its start)
+  bool client_gone = false;
+  std::string error;          // why the worker failed
+  std::string body, content_type = "application/json", retry_after;  // a held (unsent) answer
+  int64_t cached_tokens = -1; // usage.prompt_tokens_details.cached_tokens seen in the answer
+};
+
+// The last "cached_tokens": N in `text`, or -1.
+int64_t scan_cached(const std::string& text) {
+  static const std::string kKey = "\"cached_tokens\":";
+  const size_t at = text.rfind(kKey);
+  if (at == std::string::npos) return -1;
+  size_t p = at + kKey.size();
+  while (p < text.size() && text[p] == ' ') ++p;
+  int64_t v = 0;
+  bool any = false;
+  for (; p < text.size() && std::isdigit(static_cast<unsigned char>(text[p])); ++p, any = true) v = v * 10 + (text[p] - '0');
+  return any ? v : -1;
+}
+
+// Runs one asynchronous operation to completion on `ioc`. Sync Asio calls
+// ignore a stream's expiry; async ones end at the deadline with
+// beast::error::timeout, so every socket step here goes through this.
+template <class Start>
+beast::error_code await(net::io_context& ioc, Start&& start) {
+  beast::error_code out = net::error::operation_aborted;
+  start([&out](beast::error_code ec, auto&&...) { out = ec; });
+  ioc.restart();
+  ioc.run();
+  return out;
+}
+
+// One client connection: its own io_context, run by its thread.
+struct Conn {
+  net::io_context ioc;
+  beast::tcp_stream stream{ioc};
+};
+
+bool is_completion(const std::string& path) {
+  return path == "/v1/completions" || path == "/completions" || path == "/v1/chat/completions" ||
+         path == "/chat/completions";
+}
+
+}  // namespace
+
+struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
+  WorkerSet& workers;
+  PrefixIndex& index;
+  EventListener& events;
+  const RequestHasher& hasher;
+  RouterOptions opts;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::thread accept_thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> connections{0};
+  std::atomic<uint64_t> turn{0};
+
+  mutable std::mutex mu;  // the counters below
+  std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
+  int64_t retries = 0, midstream_errors = 0, no_worker = 0, predicted_tokens = 0, actual_tokens = 0;
+  int64_t rejected_connections = 0;
+
+  Impl(WorkerSet& w, PrefixIndex& i, EventListener& e, const RequestHasher& h, RouterOptions o)
+      : workers(w), index(i), events(e), hasher(h), opts(std::move(o)) {}
+
+  void accept_loop();
+  void serve(tcp::socket sock);
+  // Handles one request; false when the connection must close.
+  bool handle(Conn& client, http::request<http::string_body>& req);
+  bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive);
+  // Connects to worker w and sends the request; false (r.failover set) on failure.
+  bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
+  void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
+                   http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
+  std::string metrics() const;
+  bool write(Conn& client, const std::string& bytes) {
+    client.stream.expires_after(ms(opts.client_timeout_s));
+    return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
+  }
+};
+
+void RouterServer::Impl::accept_loop() {
+  while (!stopping) {
+    beast::error_code ec;
+    tcp::socket s(ioc);
+    acceptor.accept(s, ec);
+    if (ec) {
+      if (stopping) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // out of descriptors and the like
+      continue;
+    }
+    if (connections.load() >= opts.max_connections) {
+      const std::string r = full_response(503, "application/json",
+                                          error_json("service_unavailable", "too_many_connections",
+                                                     "the router has too many open connections"),
+                                          false);
+      net::write(s, net::buffer(r), ec);
+      std::lock_guard lk(mu);
+      ++rejected_connections;
+      continue;
+    }
+    ++connections;
+    std::thread([self = shared_from_this(), s = std::move(s)]() mutable {
+      try {
+        self->serve(std::move(s));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kvserve router: connection: %s\n", e.what());
+      }
+      --self->connections;
+    }).detach();
+  }
+}
+
+void RouterServer::Impl::serve(tcp::socket sock) {
+  Conn client;
+  client.stream.socket().assign(tcp::v4(), sock.release());
+  beast::error_code nd;
+  client.stream.socket().set_option(tcp::no_delay(true), nd);
+  beast::flat_buffer buf;
+  while (!stopping) {
+    http::request_parser<http::string_body> p;
+    p.body_limit(opts.body_limit);
+    client.stream.expires_after(ms(opts.client_timeout_s));
+    const beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read(client.stream, buf, p, h); });
+    if (ec == http::error::body_limit) {
+      write(client, full_response(413, "application/json",
+                                  error_json("invalid_request_error", "request_too_large", "the body exceeds the limit"),
+                                  false));
+      break;
+    }
+    if (ec) break;
+    auto& req = p.get();
+    if (!handle(client, req) || !req.keep_alive()) break;
+  }
+  beast::error_code ec;
+  client.stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+}
+
+bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& req) {
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  const bool keep = req.keep_alive();
+  if (path == "/health") {
+    int up = 0;
+    for (const WorkerView& v : workers.snapshot()) up += v.up;
+    const nlohmann::json j = {{"status", up > 0 ? "ok" : "no_worker"}, {"workers_up", up}, {"workers", workers.size()}};
+    return write(client, full_response(up > 0 ? 200 : 503, "application/json", j.dump(), keep));
+  }
+  if (path == "/metrics" && req.method() == http::verb::get) {
+    return write(client, full_response(200, "text/plain; version=0.0.4; charset=utf-8", metrics(), keep));
+  }
+  if (is_completion(path)) {
+    if (req.method() != http::verb::post)
+      return write(client, full_response(405, "application/json",
+                                         error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
+    return proxy(client, req, keep);
+  }
+  if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
+  return write(client, full_response(404, "application/json",
+                                     error_json("not_found_error", "not_found", "no route for " + path), keep));
+}
+
+bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req,
+                               bool keep_alive) {
+  const std::string target(req.target());
+  const bool completion = req.method() == http::verb::post;
+  const PromptHashes ph = completion ? hasher.hash(target, req.body(), std::string(req[http::field::authorization]))
+                                     : PromptHashes{};
+  const int n = workers.size();
+  std::vector<bool> tried(size_t(n), false);
+  std::string reasons;
+  std::optional<Relay> held;  // a 429 kept while another worker is tried
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::vector<WorkerView> view = workers.snapshot();
+    const std::vector<int> hits = index.leading_hits(ph.hashes, n);
+    std::vector<Candidate> c(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      c[size_t(i)].up = view[size_t(i)].up;
+      c[size_t(i)].load = view[size_t(i)].load;
+      c[size_t(i)].hits = events.live(i) ? hits[size_t(i)] : 0;
+    }
+    const Policy pol = completion ? opts.policy : Policy::LeastLoad;
+    const int w = choose(pol, c, int(ph.hashes.size()), opts.load_weight, turn++, tried);
+    if (w < 0) break;
+    tried[size_t(w)] = true;
+    if (attempt > 0) {
+      std::lock_guard lk(mu);
+      ++retries;
+    }
+    workers.begin_request(w);
+    events.routed(w);
+    index.predict(w, ph.hashes);
+    Relay r = relay(w, req, client, keep_alive);
+    workers.end_request(w);
+    {
+      std::lock_guard lk(mu);
+      ++routed[{w, r.failover ? 0 : r.status}];
+      if (completion && !r.failover && r.status == 200) {
+        predicted_tokens += int64_t(c[size_t(w)].hits) * hasher.block_size();
+        if (r.cached_tokens >= 0) actual_tokens += r.cached_tokens;
+      }
+    }
+    if (r.failover) {
+      workers.mark_down(w, r.error);
+      events.reset(w);
+      reasons += (reasons.empty() ? "" : "; ") + workers.spec(w).url + ": " + r.error;
+      continue;
+    }
+    if (r.client_gone) return false;
+    if (!r.sent && r.status == 429) {
+      held = std::move(r);
+      continue;
+    }
+    return r.sent ? keep_alive && r.status != 0 : false;
+  }
+  if (held)
+    return write(client, full_response(429, held->content_type, held->body, keep_alive, held->retry_after));
+  const std::vector<WorkerView> view = workers.snapshot();
+  for (int i = 0; i < n; ++i)
+    if (!tried[size_t(i)] && !view[size_t(i)].up)
+      reasons += (reasons.empty() ? "" : "; ") + workers.spec(i).url + ": " + view[size_t(i)].down_reason;
+  {
+    std::lock_guard lk(mu);
+    ++no_worker;
+  }
+  return write(client, full_response(503, "application/json",
+                                     error_json("service_unavailable", "no_worker",
+                                                "no worker can take the request (" +
+                                                    (reasons.empty() ? std::string("none configured") : reasons) +
+                                                    ")"),
+                                     keep_alive));
+}
+
+bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
+                                       beast::tcp_stream& up, Relay& r) {
+  const HostPort& hp = workers.spec(w).http;
+  beast::error_code ec;
+  up.expires_after(ms(opts.connect_timeout_s));
+  // An address literal needs no resolver (getaddrinfo costs time per request).
+  const auto addr = net::ip::make_address(hp.host, ec);
+  if (!ec) {
+    ec = await(c.ioc, [&](auto h) { up.async_connect(tcp::endpoint(addr, uint16_t(hp.port)), h); });
+  } else {
+    tcp::resolver res(c.ioc);
+    const auto eps = res.resolve(hp.host, std::to_string(hp.port), ec);
+    if (!ec) ec = await(c.ioc, [&](auto h) { up.async_connect(eps, h); });
+  }
+  // Small SSE chunks go out as they come, not after Nagle's wait.
+  if (!ec) up.socket().set_option(tcp::no_delay(true), ec);
+  if (ec) {
+    r.failover = true;
+    r.error = "connect: " + ec.message();
+    return false;
+  }
+  http::request<http::string_body> out{in.method(), in.target(), 11};
+  out.set(http::field::host, hp.host + ":" + std::to_string(hp.port));
+  out.set(http::field::connection, "close");
+  if (!in[http::field::authorization].empty()) out.set(http::field::authorization, in[http::field::authorization]);
+  if (!in[http::field::content_type].empty()) out.set(http::field::content_type, in[http::field::content_type]);
+  out.body() = in.body();
+  out.prepare_payload();
+  up.expires_after(ms(opts.read_timeout_s));
+  ec = await(c.ioc, [&](auto h) { http::async_write(up, out, h); });
+  if (ec) {
+    r.failover = true;
+    r.error = "sending: " + ec.message();
+    return false;
+  }
+  return true;
+}
+
+Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive) {
+  Relay r;
+  beast::tcp_stream up(client.ioc);
+  if (!send_upstream(w, in, client, up, r)) return r;
+  beast::flat_buffer buf;
+  http::response_parser<http::buffer_body> p;
+  // No limit on a relayed answer; an explicit maximum rather than none,
+  // which Boost 1.74 compares wrongly with a Content-Length.
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());
+  beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read_header(up, buf, p, h); });
+  if (ec) {
+    r.failover = true;
+    r.error = "before the first byte: " + ec.message();
+    return r;
+  }
+  r.status = int(p.get().result_int());
+  r.content_type = std::string(p.get()[http::field::content_type]);
+  r.retry_after = std::string(p.get()[http::field::retry_after]);
+  if (r.content_type.rfind("text/event-stream", 0) == 0) {
+    stream_body(w, client, up, buf, p, keep_alive, r);
+    return r;
+  }
+  char tmp[16384];
+  while (!ec && !p.is_done()) {
+    p.get().body().data = tmp;
+    p.get().body().size = sizeof tmp;
+    up.expires_after(ms(opts.read_timeout_s));
+    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
+    if (ec == http::error::need_buffer) ec = {};
+    r.body.append(tmp, sizeof tmp - p.get().body().size);
+  }
+  if (ec) {
+    // A plain answer cut short: nothing was sent yet, so it is a clear 502.
+    r.status = 502;
+    r.body = error_json("server_error", "worker_failed", "the worker's response was cut short (" + ec.message() + ")");
+    r.content_type = "application/json";
+  }
+  r.cached_tokens = scan_cached(r.body);
+  if (r.status == 429) return r;  // held: the caller may try another worker
+  r.sent = true;
+  if (!write(client, full_response(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
+                                   keep_alive, r.retry_after)))
+    r.client_gone = true;
+  return r;
+}
+
+void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
+                                     http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r) {
+  r.sent = true;
+  if (!write(client, status_line(r.status) + "Server: kvserve-router\r\nContent-Type: " + r.content_type +
+                         "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
+                         (keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"))) {
+    r.client_gone = true;
+    return;
+  }
+  std::string tail;  // the last bytes seen, for the usage's cached_tokens
+  char tmp[16384];
+  beast::error_code ec;
+  while (!ec && !p.is_done()) {
+    p.get().body().data = tmp;
+    p.get().body().size = sizeof tmp;
+    up.expires_after(ms(opts.read_timeout_s));
+    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
+    if (ec == http::error::need_buffer) ec = {};
+    const size_t got = sizeof tmp - p.get().body().size;
+    if (got == 0) continue;
+    const std::string piece(tmp, got);
+    tail = tail.size() > 256 ? tail.substr(tail.size() - 256) + piece : tail + piece;
+    // A client that is gone: returning closes `up`, which hangs up on the
+    // worker, and the worker cancels the request.
+    if (!write(client, chunk(piece))) {
+      r.client_gone = true;
+      return;
+    }
+  }
+  r.cached_tokens = scan_cached(tail);
+  if (ec) {
+    // The stream started: the client gets an error event and [DONE], never a silent cut.
+    r.error = "mid-stream: " + ec.message();
+    {
+      std::lock_guard lk(mu);
+      ++midstream_errors;
+    }
+    const std::string err = "data: " +
+                            error_json("server_error", "worker_failed",
+                                       "the worker serving this stream failed (" + ec.message() + ")") +
+                            "\n\ndata: [DONE]\n\n";
+    workers.mark_down(w, r.error);
+    events.reset(w);
+    if (!write(client, chunk(err))) r.client_gone = true;
+  }
+  if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
+}
+
+std::string RouterServer::Impl::metrics() const {
+  std::string o;
+  {
+    std::lock_guard lk(mu);
+    o += "# HELP kvserve_router_requests_total Requests forwarded, by worker and the worker's status (0: failed "
+         "before answering).\n# TYPE kvserve_router_requests_total counter\n";
+    for (const auto& [k, v] : routed)
+      o += "kvserve_router_requests_total{worker=\"" + workers.spec(k.first).url + "\",status=\"" +
+           std::to_string(k.second) + "\"} " + std::to_string(v) + "\n";
+    auto counter = [&](const char* name, const char* help, int64_t v) {
+      o += std::string("# HELP kvserve_router_") + name + " " + help + "\n# TYPE kvserve_router_" + name +
+           " counter\nkvserve_router_" + name + " " + std::to_string(v) + "\n";
+    };
+    counter("retries_total", "Requests sent to a second worker after the first failed or answered 429.", retries);
+    counter("midstream_errors_total", "Streams ended with an error event because their worker failed.",
+            midstream_errors);
+    counter("no_worker_total", "Requests answered 503: no worker could take them.", no_worker);
+    counter("predicted_cached_tokens_total", "Prompt tokens the index predicted cached on the chosen worker.",
+            predicted_tokens);
+    counter("actual_cached_tokens_total", "Cached prompt tokens the workers reported (usage, when present).",
+            actual_tokens);
+    counter("rejected_connections_total", "Connections refused over the connection limit.", rejected_connections);
+  }
+  o += "# HELP kvserve_router_index_blocks Distinct block hashes in the prefix index.\n"
+       "# TYPE kvserve_router_index_blocks gauge\nkvserve_router_index_blocks " +
+       std::to_string(index.size()) + "\n";
+  return o + workers.metrics_text() + events.metrics_text();
+}
+
+RouterServer::RouterServer(WorkerSet& workers, PrefixIndex& index, EventListener& events, const RequestHasher& hasher,
+                           RouterOptions opts)
+    : impl_(std::make_shared<Impl>(workers, index, events, hasher, std::move(opts))) {}
+
+RouterServer::~RouterServer() { stop(); }
+
+void RouterServer::start() {
+  Impl& m = *impl_;
+  const std::string where = m.opts.host + ":" + std::to_string(m.opts.port);
+  beast::error_code ec;
+  const auto addr = net::ip::make_address(m.opts.host, ec);
+  if (ec) throw std::runtime_error("--host '" + m.opts.host + "' is not an IP address");
+  const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
+  m.acceptor.open(ep.protocol(), ec);
+  if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(ep, ec);
+  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
+  port_ = m.acceptor.local_endpoint().port();
+  m.accept_thread = std::thread([impl = impl_] { impl->accept_loop(); });
+}
+
+void RouterServer::stop() {
+  Impl& m = *impl_;
+  if (!m.accept_thread.joinable()) return;
+  m.stopping = true;
+  beast::error_code ec;
+  m.acceptor.cancel(ec);
+  m.acceptor.close(ec);
+  // A blocking accept() is not woken by close on every platform: connect once.
+  {
+    net::io_context ioc;
+    tcp::socket s(ioc);
+    s.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)), ec);
+  }
+  m.accept_thread.join();
+  for (int i = 0; i < 200 && m.connections.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+std::string RouterServer::metrics_text() const { return impl_->metrics(); }
+
+}  // namespace kvs::router

@@ -1,0 +1,219 @@
+#include "router/workers.h"
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace kvs::router {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+std::string next_port(const std::string& ep) {
+  const size_t colon = ep.rfind(':');
+  if (ep.compare(0, 6, "tcp://") != 0 || colon == std::string::npos)
+    throw std::runtime_error("events endpoint '" + ep + "': expected tcp://HOST:PORT");
+  try {
+    return ep.substr(0, colon + 1) + std::to_string(std::stoi(ep.substr(colon + 1)) + 1);
+  } catch (const std::exception&) {
+    throw std::runtime_error("events endpoint '" + ep + "': the port must be a number");
+  }
+}
+
+// The value of an unlabelled-or-labelled sample `name` in Prometheus text
+// (the first one), 0 when absent.
+double sample(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, name.size(), name) != 0) continue;
+    if (line.size() <= name.size() || (line[name.size()] != ' ' && line[name.size()] != '{')) continue;
+    try {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
+  const auto r = http_get(hp, "/health", 2.0, why);
+  if (!r) return std::nullopt;
+  if (r->status != 200) {
+    *why = "/health answered " + std::to_string(r->status);
+    return std::nullopt;
+  }
+  try {
+    const auto j = nlohmann::json::parse(r->body);
+    ModelInfo m;
+    m.model = j.value("model", "");
+    m.identity = j.value("model_identity", "");
+    m.block_size = j.value("block_size", 0);
+    if (m.identity.empty() || m.block_size <= 0) {
+      *why = "/health names no model_identity and block_size (not a kvserve worker?)";
+      return std::nullopt;
+    }
+    return m;
+  } catch (const std::exception&) {
+    *why = "/health is not JSON";
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+WorkerSpec parse_worker_spec(const std::string& s) {
+  const auto parts = split(s, ',');
+  if (parts.empty() || parts.size() > 3) throw std::runtime_error("--worker '" + s + "': expected URL[,EVENTS[,REPLAY]]");
+  WorkerSpec w;
+  w.url = parts[0];
+  w.http = parse_http_url(parts[0]);
+  if (parts.size() > 1) {
+    w.events = parts[1];
+    w.replay = parts.size() > 2 ? parts[2] : next_port(parts[1]);
+  }
+  return w;
+}
+
+WorkerSet::WorkerSet(std::vector<WorkerSpec> specs) : specs_(std::move(specs)), st_(specs_.size()) {}
+
+WorkerSet::~WorkerSet() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+ModelInfo WorkerSet::probe_all(double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::optional<ModelInfo>> got(specs_.size());
+  std::vector<std::string> why(specs_.size());
+  for (;;) {
+    for (size_t i = 0; i < specs_.size(); ++i)
+      if (!got[i]) got[i] = health(specs_[i].http, &why[i]);
+    bool all = true, any = false;
+    for (const auto& g : got) {
+      any = any || g.has_value();
+      all = all && g.has_value();
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (all || (any && waited >= timeout_s)) break;
+    if (waited >= timeout_s) {
+      std::string msg = "no worker answered /health within " + std::to_string(int(timeout_s)) + " s:";
+      for (size_t i = 0; i < specs_.size(); ++i) msg += " " + specs_[i].url + " (" + why[i] + ")";
+      throw std::runtime_error(msg);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::optional<size_t> first;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    std::lock_guard lk(mu_);
+    if (!got[i]) {
+      st_[i].down_reason = why[i];
+      continue;
+    }
+    if (!first) {
+      first = i;
+      model_ = *got[i];
+    } else if (got[i]->identity != model_.identity || got[i]->block_size != model_.block_size) {
+      throw std::runtime_error("worker " + specs_[i].url + " serves another model ('" + got[i]->model +
+                               "', identity " + got[i]->identity.substr(0, 12) + ", block size " +
+                               std::to_string(got[i]->block_size) + ") than " + specs_[*first].url + " ('" +
+                               model_.model + "', identity " + model_.identity.substr(0, 12) + ", block size " +
+                               std::to_string(model_.block_size) + "); a router serves one model");
+    }
+    st_[i].up = true;
+    st_[i].down_reason.clear();
+  }
+  return model_;
+}
+
+void WorkerSet::start(double interval_s, std::function<void(int)> on_up, std::function<void(int)> on_down) {
+  on_up_ = std::move(on_up);
+  on_down_ = std::move(on_down);
+  thread_ = std::thread([this, interval_s] {
+    while (!stop_) {
+      for (int i = 0; i < size() && !stop_; ++i) check(i);
+      for (double t = 0; t < interval_s && !stop_; t += 0.05)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+
+void WorkerSet::check(int i) {
+  std::string why;
+  const auto m = health(specs_[size_t(i)].http, &why);
+  if (!m) return set_up(i, false, why);
+  if (m->identity != model_.identity || m->block_size != model_.block_size)
+    return set_up(i, false, "serves another model ('" + m->model + "')");
+  std::string err;
+  const auto metrics = http_get(specs_[size_t(i)].http, "/metrics", 2.0, &err);
+  {
+    std::lock_guard lk(mu_);
+    if (metrics && metrics->status == 200) {
+      st_[size_t(i)].waiting = sample(metrics->body, "vllm:num_requests_waiting");
+      st_[size_t(i)].running = sample(metrics->body, "vllm:num_requests_running");
+    }
+  }
+  set_up(i, true, "");
+}
+
+void WorkerSet::set_up(int i, bool up, const std::string& reason) {
+  bool changed;
+  {
+    std::lock_guard lk(mu_);
+    State& s = st_[size_t(i)];
+    changed = s.up != up;
+    s.up = up;
+    s.down_reason = reason;
+  }
+  if (!changed) return;
+  std::fprintf(stderr, "kvserve router: worker %s is %s%s%s\n", specs_[size_t(i)].url.c_str(), up ? "up" : "down",
+               up ? "" : ": ", reason.c_str());
+  if (up && on_up_) on_up_(i);
+  if (!up && on_down_) on_down_(i);
+}
+
+void WorkerSet::mark_down(int i, const std::string& reason) { set_up(i, false, reason); }
+
+std::vector<WorkerView> WorkerSet::snapshot() const {
+  std::lock_guard lk(mu_);
+  std::vector<WorkerView> v;
+  for (const State& s : st_) v.push_back({s.up, s.waiting + s.running + double(s.inflight), s.inflight, s.down_reason});
+  return v;
+}
+
+void WorkerSet::begin_request(int i) {
+  std::lock_guard lk(mu_);
+  ++st_[size_t(i)].inflight;
+}
+
+void WorkerSet::end_request(int i) {
+  std::lock_guard lk(mu_);
+  --st_[size_t(i)].inflight;
+}
+
+std::string WorkerSet::metrics_text() const {
+  const auto v = snapshot();
+  std::string o = "# HELP kvserve_router_worker_up 1 when the worker is routable.\n# TYPE kvserve_router_worker_up gauge\n";
+  for (int i = 0; i < size(); ++i)
+    o += "kvserve_router_worker_up{worker=\"" + specs_[size_t(i)].url + "\"} " + (v[size_t(i)].up ? "1" : "0") + "\n";
+  o += "# HELP kvserve_router_worker_load Waiting + running (last /metrics) + in flight from the router.\n"
+       "# TYPE kvserve_router_worker_load gauge\n";
+  for (int i = 0; i < size(); ++i) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%g", v[size_t(i)].load);
+    o += "kvserve_router_worker_load{worker=\"" + specs_[size_t(i)].url + "\"} " + b + "\n";
+  }
+  return o;
+}
+
+}  // namespace kvs::router

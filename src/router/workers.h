@@ -1,0 +1,89 @@
+// The router's workers: where they are, whether they are up, how loaded.
+//
+// `--worker URL[,EVENTS[,REPLAY]]`: the worker's HTTP base URL, its KV-event
+// PUB endpoint and replay endpoint (default: the PUB port + 1).
+//
+// A health thread GETs each worker's /health and /metrics every interval:
+// /health answering 200 with the expected model identity brings a worker
+// (back) up; anything else keeps or marks it down with the reason. The
+// proxy marks a worker down at once when it refuses or resets a request.
+// Load = vllm:num_requests_waiting + vllm:num_requests_running from the last
+// /metrics, plus the requests the router has in flight there.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "router/upstream.h"
+
+namespace kvs::router {
+
+struct WorkerSpec {
+  std::string url;              // as given, for logs and labels
+  HostPort http;
+  std::string events, replay;   // empty: no KV events from this worker
+};
+// Throws std::runtime_error naming the bad part.
+WorkerSpec parse_worker_spec(const std::string& s);
+
+// What /health says about a worker's model.
+struct ModelInfo {
+  std::string model, identity;
+  int block_size = 0;
+};
+
+struct WorkerView {
+  bool up = false;
+  double load = 0;             // waiting + running + in flight
+  int64_t inflight = 0;
+  std::string down_reason;
+};
+
+class WorkerSet {
+ public:
+  explicit WorkerSet(std::vector<WorkerSpec> specs);
+  ~WorkerSet();  // stops the health thread
+
+  // Start-up: waits up to `timeout_s` for at least one worker's /health.
+  // Every worker that answers must serve the same model identity and block
+  // size; throws std::runtime_error naming the worker and both models
+  // otherwise, or when none answered.
+  ModelInfo probe_all(double timeout_s);
+  // Starts the health thread. `on_up(i)`: worker i came (back) up;
+  // `on_down(i)`: it went down (either way its cache is unknown).
+  void start(double interval_s, std::function<void(int)> on_up, std::function<void(int)> on_down);
+
+  int size() const { return int(specs_.size()); }
+  const WorkerSpec& spec(int i) const { return specs_[size_t(i)]; }
+  void mark_down(int i, const std::string& reason);
+  std::vector<WorkerView> snapshot() const;
+  void begin_request(int i);
+  void end_request(int i);
+  // Prometheus lines: up/down and load per worker.
+  std::string metrics_text() const;
+
+ private:
+  struct State {
+    bool up = false;
+    std::string down_reason = "not checked yet";
+    double waiting = 0, running = 0;
+    int64_t inflight = 0;
+  };
+  // One /health + /metrics round for worker i (health thread).
+  void check(int i);
+  void set_up(int i, bool up, const std::string& reason);
+
+  std::vector<WorkerSpec> specs_;
+  ModelInfo model_;
+  mutable std::mutex mu_;
+  std::vector<State> st_;
+  std::function<void(int)> on_up_, on_down_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace kvs::router

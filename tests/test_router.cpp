@@ -1,0 +1,298 @@
+// `kvserve router` in front of two real `kvserve serve` workers (stories260K)
+// on 127.0.0.1 free ports: cache-aware placement, a worker of another model
+// refused at start, failover after kill -9 and recovery, all workers down,
+// a stalled stream ended with an error event and [DONE], a client leaving
+// mid-stream, and malformed, replayed or missing KV-event streams.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "events/kv_event_codec.h"
+#include "kvs_process.h"
+#include "test_util.h"
+
+using namespace kvs;
+using nlohmann::json;
+using test::KvsProcess;
+
+namespace {
+
+std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string secret_file() {
+  const std::string p = test::temp_dir() + "/cluster.secret";
+  std::ofstream(p) << "0123456789abcdef0123456789abcdef";
+  return p;
+}
+
+// A worker on fixed ports, so that it can be restarted where the router
+// expects it.
+struct Worker {
+  int http = test::free_port(), events = test::free_port(), replay = test::free_port();
+  std::unique_ptr<KvsProcess> p;
+  std::vector<std::string> extra;
+  bool with_events = true;
+
+  void start() {
+    std::vector<std::string> a = {"serve", "-m", stories(), "--port", std::to_string(http), "--threads", "1",
+                                  "--cache-secret-file", secret_file()};
+    if (with_events)
+      for (const std::string& s : {std::string("--kv-events"), ep(events), std::string("--kv-events-replay"), ep(replay)})
+        a.push_back(s);
+    a.insert(a.end(), extra.begin(), extra.end());
+    p = std::make_unique<KvsProcess>(a, with_events ? "kvserve: kv events on" : "listening on");
+  }
+  static std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
+  std::string spec() const { return url() + "," + ep(events) + "," + ep(replay); }
+};
+
+std::unique_ptr<KvsProcess> start_router(const std::vector<std::string>& worker_specs,
+                                         std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(),
+                                "--health-interval", "0.2", "--startup-timeout", "20"};
+  for (const auto& w : worker_specs) {
+    a.push_back("--worker");
+    a.push_back(w);
+  }
+  a.insert(a.end(), extra.begin(), extra.end());
+  return std::make_unique<KvsProcess>(a, "kvserve router: listening on");
+}
+
+int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
+
+test::HttpReply complete(int port, const std::string& prompt, int max_tokens, bool stream = false,
+                         size_t stop_after = 0) {
+  const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
+  return test::http_request(port, "POST", "/v1/completions", body.dump(), {}, 60, stop_after);
+}
+
+std::string routed_to(const std::string& url, int status = 200) {
+  return "kvserve_router_requests_total{worker=\"" + url + "\",status=\"" + std::to_string(status) + "\"}";
+}
+
+std::string prefix(int k) {
+  static const char* topics[] = {"a red ball in the garden", "a big boat on the sea", "a small cat under the tree",
+                                 "a funny dog in the park"};
+  std::string s;
+  for (int i = 0; i < 6; ++i) s += "Once upon a time there was " + std::string(topics[k]) + ". ";
+  return s;
+}
+
+// Waits until `pred` holds (polling), at most `timeout_s`.
+template <class F>
+bool eventually(F pred, double timeout_s) {
+  const double t0 = now_s();
+  while (now_s() - t0 < timeout_s) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+#define REQUIRE_SHARED() \
+  if (!test::shared_available()) GTEST_SKIP() << "needs ../shared"
+
+}  // namespace
+
+TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  w1.start();
+  auto r = start_router({w0.spec(), w1.spec()});
+  const int port = port_of(*r);
+  int prompt_tokens = 0, cached = 0;
+  for (int q = 0; q < 3; ++q) {
+    for (int k = 0; k < 4; ++k) {
+      const auto rep = complete(port, prefix(k) + "Question " + std::to_string(q) + ":", 4);
+      ASSERT_EQ(rep.status, 200) << rep.body;
+      const json j = json::parse(rep.body);
+      prompt_tokens += j["usage"]["prompt_tokens"].get<int>();
+      if (q > 0) cached += j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the events arrive
+  }
+  // Every repeat of a prefix found it cached: the prefix went to one worker.
+  const double per_prefix_blocks = std::floor(double(prompt_tokens) / 12 / 16) - 1;
+  EXPECT_GE(cached, int(8 * per_prefix_blocks * 16)) << "cached " << cached;
+  // New prefixes were spread over both workers.
+  EXPECT_GT(test::metric_value(port, routed_to(w0.url())), 0);
+  EXPECT_GT(test::metric_value(port, routed_to(w1.url())), 0);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_predicted_cached_tokens_total"),
+            test::metric_value(port, "kvserve_router_actual_cached_tokens_total"));
+  EXPECT_GT(test::metric_value(port, "kvserve_router_index_blocks"), 0);
+}
+
+TEST(Router, RefusesAWorkerOfAnotherModel) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w1.extra = {"--block-size", "32"};  // the same weights, keyed another way
+  w0.start();
+  w1.start();
+  try {
+    start_router({w0.spec(), w1.spec()});
+    FAIL() << "the router started";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("serves another model"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
+  }
+}
+
+TEST(Router, FailoverAfterKillAndRecovery) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  w1.start();
+  auto r = start_router({w0.spec(), w1.spec()}, {"--policy", "round-robin"});
+  const int port = port_of(*r);
+  ASSERT_EQ(complete(port, "Once upon a time", 4).status, 200);
+  w0.p->kill9();
+  for (int i = 0; i < 6; ++i) {
+    const auto rep = complete(port, "Once upon a time " + std::to_string(i), 4);
+    EXPECT_EQ(rep.status, 200) << rep.body;  // retried on the other worker
+  }
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_worker_up{worker=\"" + w0.url() + "\"}"), 0);
+  EXPECT_EQ(test::http_request(port, "GET", "/health").status, 200);
+  // Restarted where it was, the worker is routable again after a health check.
+  const double before = std::max(0.0, test::metric_value(port, routed_to(w0.url())));
+  w0.start();
+  const double t0 = now_s();
+  ASSERT_TRUE(eventually(
+      [&] { return test::metric_value(port, "kvserve_router_worker_up{worker=\"" + w0.url() + "\"}") == 1; }, 10));
+  std::printf("worker back in the rotation %.2f s after its restart printed ready\n", now_s() - t0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(complete(port, "The sun " + std::to_string(i), 4).status, 200);
+  EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
+}
+
+TEST(Router, AllWorkersDownIs503WithReasons) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  w1.start();
+  auto r = start_router({w0.spec(), w1.spec()});
+  const int port = port_of(*r);
+  w0.p->kill9();
+  w1.p->kill9();
+  const auto rep = complete(port, "Once upon a time", 4);
+  EXPECT_EQ(rep.status, 503) << rep.body;
+  const json j = json::parse(rep.body);
+  EXPECT_EQ(j["error"]["code"], "no_worker");
+  const std::string msg = j["error"]["message"];
+  EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
+  EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
+  EXPECT_TRUE(eventually([&] { return test::http_request(port, "GET", "/health").status == 503; }, 5));
+}
+
+TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.start();
+  auto r = start_router({w0.spec()}, {"--read-timeout", "1"});
+  const int port = port_of(*r);
+  // A raw client: read until the first event, then freeze the worker.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+                          "application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, size_t(n));
+  }
+  kill(w0.p->pid(), SIGSTOP);
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, size_t(n));
+  close(fd);
+  kill(w0.p->pid(), SIGCONT);
+  // Cut after its first event: an error event, never a silent end.
+  EXPECT_EQ(got.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_NE(got.find("worker_failed"), std::string::npos) << got.substr(got.size() > 600 ? got.size() - 600 : 0);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_midstream_errors_total"), 1);
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(got.find("\r\n0\r\n\r\n"), std::string::npos);  // a complete chunked body
+}
+
+TEST(Router, ClientLeavingMidStreamCancelsTheWorkersRequest) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.start();
+  auto r = start_router({w0.spec()});
+  const int port = port_of(*r);
+  const auto rep = complete(port, "Once upon a time", 480, true, 300);
+  EXPECT_EQ(rep.status, 200);
+  EXPECT_TRUE(eventually([&] { return test::metric_value(w0.http, "kvserve_client_disconnects_total") >= 1; }, 10));
+  EXPECT_TRUE(eventually(
+      [&] {
+        return test::metric_value(w0.http, "kvserve_running_requests") == 0 &&
+               test::metric_value(w0.http, "kvserve_kv_blocks_used") == 0;
+      },
+      10));
+}
+
+TEST(Router, BadOrStoppedEventStreamsAreCountedAndStillRoutable) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.with_events = false;
+  w0.start();
+  // The worker's "event stream" is this test's PUB socket.
+  zmq::context_t ctx;
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.bind("tcp://127.0.0.1:*");
+  const std::string ep = pub.get(zmq::sockopt::last_endpoint);
+  auto r = start_router({w0.url() + "," + ep + "," + Worker::ep(test::free_port())}, {"--events-stale", "1"});
+  const int port = port_of(*r);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the router's SUB joins
+  auto send = [&](std::vector<std::string> frames) {
+    std::vector<zmq::const_buffer> parts;
+    for (const auto& f : frames) parts.push_back(zmq::buffer(f));
+    zmq::send_multipart(pub, parts);
+  };
+  auto seq = [](int64_t s) {
+    std::string b(8, '\0');
+    for (int i = 7; i >= 0; --i, s >>= 8) b[size_t(i)] = char(s & 0xff);
+    return b;
+  };
+  send({"", "short"});                                               // not [topic, seq, payload]
+  send({"", seq(0), "\xc1 not msgpack"});                            // bad payload
+  send({"", seq(0), events::encode_batch(1, {}, 16, true)});        // the start: AllBlocksCleared
+  KvEvent e;
+  e.key[31] = 1;
+  send({"", seq(1), events::encode_batch(2, {e}, 16)});
+  send({"", seq(1), events::encode_batch(2, {e}, 16)});             // replayed: ignored
+  const std::string w = "{worker=\"" + w0.url() + "\"}";
+  ASSERT_TRUE(eventually([&] { return test::metric_value(port, "kvserve_router_events_batches_total" + w) == 2; }, 5));
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_events_malformed_total" + w), 2);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_events_duplicates_total" + w), 1);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_index_blocks"), 1);
+  // Requests routed while the stream says nothing: after --events-stale the
+  // worker counts as holding nothing, and it still serves.
+  ASSERT_EQ(complete(port, "Once upon a time", 2).status, 200);
+  EXPECT_TRUE(eventually([&] { return test::metric_value(port, "kvserve_router_events_live" + w) == 0; }, 5));
+  EXPECT_EQ(complete(port, "Once upon a time", 2).status, 200);
+}

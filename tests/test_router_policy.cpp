@@ -1,0 +1,117 @@
+// The router's pieces without sockets: the prefix index built from event
+// batches, the routing policies, and the request hasher, whose block hashes
+// must equal the ones a worker's KV manager keys the same request under
+// (same tenant keys, same secret, same model identity).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "events/kv_event_codec.h"
+#include "kv/kv_manager.h"
+#include "router/policy.h"
+#include "router/prefix_index.h"
+#include "router/request_hasher.h"
+#include "sched/clock.h"
+#include "server/tenants.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/byte_vocab.h"
+
+using namespace kvs;
+using namespace kvs::router;
+
+namespace {
+
+events::WireBatch batch(std::vector<events::WireEvent> ev) {
+  events::WireBatch b;
+  b.events = std::move(ev);
+  return b;
+}
+events::WireEvent stored(std::vector<uint64_t> h) { return {events::WireEvent::Kind::Stored, std::move(h), {}, 16}; }
+events::WireEvent removed(std::vector<uint64_t> h) { return {events::WireEvent::Kind::Removed, std::move(h), {}, 0}; }
+
+}  // namespace
+
+TEST(RouterIndex, LeadingHitsFollowStoresRemovalsAndClears) {
+  PrefixIndex ix;
+  ix.apply(0, batch({stored({1, 2, 3})}));
+  ix.apply(1, batch({stored({1, 2})}));
+  EXPECT_EQ(ix.leading_hits({1, 2, 3, 4}, 3), std::vector<int>({3, 2, 0}));
+  // A hole breaks the chain: block 3 alone does not count.
+  ix.apply(0, batch({removed({2})}));
+  EXPECT_EQ(ix.leading_hits({1, 2, 3}, 2), std::vector<int>({1, 2}));
+  ix.apply(1, batch({{events::WireEvent::Kind::Cleared, {}, {}, 0}}));
+  EXPECT_EQ(ix.leading_hits({1, 2, 3}, 2), std::vector<int>({1, 0}));
+  ix.predict(1, {1, 2, 3});
+  EXPECT_EQ(ix.leading_hits({1, 2, 3}, 2), std::vector<int>({1, 3}));
+  ix.clear_worker(0);
+  ix.clear_worker(1);
+  EXPECT_EQ(ix.size(), 0u);
+}
+
+TEST(RouterPolicy, CacheRoundRobinLeastLoad) {
+  std::vector<Candidate> c = {{true, 0, 0}, {true, 10, 1}, {true, 0, 3}};
+  // Cache: the worker holding 10 of 12 blocks wins despite one request.
+  EXPECT_EQ(choose(Policy::Cache, c, 12, 0.1, 0), 1);
+  // Heavily loaded, it loses to an idle worker.
+  c[1].load = 20;
+  EXPECT_EQ(choose(Policy::Cache, c, 12, 0.1, 0), 0);
+  // Least load and round robin.
+  EXPECT_EQ(choose(Policy::LeastLoad, c, 12, 0.1, 0), 0);
+  EXPECT_EQ(choose(Policy::RoundRobin, c, 12, 0.1, 0), 0);
+  EXPECT_EQ(choose(Policy::RoundRobin, c, 12, 0.1, 1), 1);
+  EXPECT_EQ(choose(Policy::RoundRobin, c, 12, 0.1, 5), 2);
+  // Down and already-tried workers are skipped; none left: -1.
+  c[0].up = false;
+  EXPECT_EQ(choose(Policy::LeastLoad, c, 12, 0.1, 0, {false, false, true}), 1);
+  EXPECT_EQ(choose(Policy::Cache, c, 12, 0.1, 0, {false, true, true}), -1);
+  // Equal costs rotate with the turn (new prefixes spread out).
+  const std::vector<Candidate> idle = {{true, 0, 0}, {true, 0, 0}};
+  EXPECT_NE(choose(Policy::Cache, idle, 4, 0.1, 0), choose(Policy::Cache, idle, 4, 0.1, 1));
+}
+
+TEST(RouterHasher, HashesEqualTheWorkersBlockKeys) {
+  Vocab v = builtin_byte_vocab(300);
+  v.add_bos = true;
+  const auto tok = Tokenizer::create(v);
+  const nlohmann::json keys = {
+      {"keys", {{{"key_sha256", server::sha256_hex("secret-a")}, {"tenant", "a"}},
+                {{"key_sha256", server::sha256_hex("secret-b")}, {"tenant", "b"}}}}};
+  const std::vector<uint8_t> secret(32, 7);
+  // The worker's registry and the router's: two processes, same files.
+  auto worker = server::TenantRegistry::from_json(keys.dump(), "keys");
+  auto router = server::TenantRegistry::from_json(keys.dump(), "keys");
+  worker->set_secret(secret);
+  router->set_secret(secret);
+  const std::string identity = "model-identity";
+  RequestHasher h(*tok, server::ChatFamily::Plain, *router);
+  h.set_model(identity, 4);
+
+  const std::string body = R"({"prompt": "the quick brown fox jumps", "max_tokens": 4})";
+  const PromptHashes got = h.hash("/v1/completions", body, "Bearer secret-a");
+  // The worker: tokens as its ApiService makes them, scope as its
+  // TenantRegistry + PagedEngine make it, keys as its KvManager stores them.
+  const std::vector<int> ids = tok->encode("the quick brown fox jumps", true, false);
+  const std::vector<int32_t> prompt(ids.begin(), ids.end());
+  const Scope caller = worker->scope_for("a", identity, sched::steady_now());
+  const Scope kv_scope =
+      make_scope(identity, std::string_view(reinterpret_cast<const char*>(caller.bytes.data()), caller.bytes.size()));
+  KvManager kv(64, KvManagerOptions::basic(4, true));
+  KvEventLog log;
+  kv.set_event_log(&log);
+  const SeqAdmission a = kv.add_sequence(prompt, kv_scope);
+  ASSERT_TRUE(kv.reserve(a.seq, int(prompt.size())));
+  kv.commit(a.seq, prompt);
+  std::vector<uint64_t> want;
+  for (const KvEvent& e : log.events) want.push_back(events::block_hash(e.key));
+  EXPECT_EQ(got.prompt_tokens, int(prompt.size()));
+  ASSERT_EQ(got.hashes.size(), prompt.size() / 4);
+  EXPECT_EQ(got.hashes, want);
+
+  // Another tenant, the same words: other hashes. No key, bad JSON: none.
+  EXPECT_NE(h.hash("/v1/completions", body, "Bearer secret-b").hashes, want);
+  EXPECT_TRUE(h.hash("/v1/completions", body, "Bearer nope").hashes.empty());
+  EXPECT_TRUE(h.hash("/v1/completions", "{not json", "Bearer secret-a").hashes.empty());
+  // Chat goes through the template, as on the worker.
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hello there, how are you today?"}]})";
+  EXPECT_FALSE(h.hash("/v1/chat/completions", chat, "Bearer secret-a").hashes.empty());
+}
