@@ -73,28 +73,12 @@ std::string default_replay_endpoint(const std::string& pub) {
   }
 }
 
-// The engine's executor, as EngineLoop builds it from its options, here so
-// the KV-event hook can wrap it.
-std::unique_ptr<sched::PagedExecutor> paged_executor(Engine& engine, const sched::EngineLoopOptions& o) {
-  check_block_size_option(o.block_size);
-  PagedEngineOptions p;
-  p.block_size = o.block_size;
-  p.kv_memory_bytes = o.kv_memory_bytes;
-  p.n_blocks = o.kv_blocks;
-  p.max_ctx = o.max_ctx;
-  p.prefix_caching = o.prefix_caching;
-  p.cache = o.cache;
-  p.window = o.window;
-  p.max_step_tokens = o.sched.max_batch_tokens;
-  return std::make_unique<sched::PagedExecutor>(engine, p);
-}
-
 // The engine loop; with a publisher, over the executor that feeds it events.
 std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
                                               events::EventPublisher* publisher, const ServeArgs& a) {
   if (!publisher) return std::make_unique<sched::EngineLoop>(engine, tok, lo);
   return std::make_unique<sched::EngineLoop>(
-      std::make_unique<events::EventingExecutor>(paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
+      std::make_unique<events::EventingExecutor>(sched::paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
 }
 
 std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {

@@ -303,7 +303,7 @@ void EngineLoop::Impl::run() {
   deliver(events, t);
 }
 
-static std::unique_ptr<StepExecutor> paged_executor(Engine& engine, const EngineLoopOptions& o) {
+std::unique_ptr<PagedExecutor> paged_executor(Engine& engine, const EngineLoopOptions& o) {
   check_block_size_option(o.block_size);
   PagedEngineOptions p;
   p.block_size = o.block_size;

@@ -35,7 +35,8 @@ class Tokenizer;
 
 namespace kvs::sched {
 
-class StepExecutor;  // scheduler.h: the KV pool + model behind the scheduler
+class StepExecutor;  // executor.h: the KV pool + model behind the scheduler
+class PagedExecutor;
 
 struct EngineLoopOptions {
   SchedulerConfig sched;
@@ -88,6 +89,10 @@ struct MetricsSnapshot {
   double drain_blocks_per_s = 0;    // smoothed rate of freed blocks (Retry-After basis)
   Histogram ttft, tpot, e2e;        // seconds; tpot = (e2e - ttft) / (tokens - 1) per choice
 };
+
+// The executor EngineLoop(engine, ...) runs: a paged pool over `engine`,
+// sized by `opts` (for callers that wrap it, e.g. the KV-event hook).
+std::unique_ptr<PagedExecutor> paged_executor(Engine& engine, const EngineLoopOptions& opts);
 
 class EngineLoop {
  public:
