@@ -13,8 +13,8 @@
 #                       KV bookkeeping the engine thread and the revoke path use
 #   test_scheduler      admission, batching, preemption
 #   test_engine_loop    the engine thread against submit/cancel/metrics callers
-#   test_server         every server feature over real sockets (the npm SDK
-#                       test is left to the normal run: it is about API shape)
+#   test_server         every server feature over real sockets, except the
+#                       npm SDK and 256-stream tests (see GTEST_FILTER below)
 #   test_server_stress  64 streams, hang-ups, a revoke and /metrics at once
 # Kernel, model, tokenizer and golden tests are single-threaded numerics that
 # the normal Release run covers; under a sanitizer they would cost most of
@@ -49,7 +49,10 @@ export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 history
 export ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 detect_stack_use_after_return=1 check_initialization_order=1 \
 strict_init_order=1"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1"
-export GTEST_FILTER="-Server.NodeOpenAiSdk"
+# Left to the normal run: the npm SDK test (API shape, not threading) and
+# the 256-stream test (minutes under TSan; test_server_stress covers the
+# concurrency with 64 streams plus hang-ups and a revoke).
+export GTEST_FILTER="-Server.NodeOpenAiSdk:Server.ManyConcurrentStreams"
 
 run=()
 if [ "$mode" = thread ] && setarch "$(uname -m)" -R true 2>/dev/null; then

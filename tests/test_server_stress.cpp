@@ -211,3 +211,33 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
               hung_up_mid.load(), took);
   EXPECT_LT(took, 120.0);
 }
+
+// SIGTERM closes the listener while connections keep arriving: the close,
+// the accept handler and its retry timer must not run on two io threads at
+// once (a data race under ThreadSanitizer before the listener had its own
+// strand). Several short-lived servers, since each stop is one chance.
+TEST(ServerStress, StopAcceptingWhileClientsConnect) {
+  if (!shared_available()) GTEST_SKIP() << "../shared is not available";
+  for (int cycle = 0; cycle < 6; ++cycle) {
+    ServeProcess s({"-m", shared("models/stories260K/stories260K.gguf"), "--http-threads", "4", "--threads", "1"});
+    const int port = s.port();
+    std::atomic<bool> stop{false};
+    std::atomic<int> ok{0};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c)
+      clients.emplace_back([&] {
+        // Until the listener is gone (connect refused) or the test is over.
+        while (!stop) {
+          const HttpReply r = http_request(port, "GET", "/health", "", "", nullptr, 10);
+          if (r.status == 200) ++ok;
+          if (r.status == 0 && ok > 0) break;
+        }
+      });
+    const double t0 = monotonic_s();
+    while (ok < 8 && monotonic_s() - t0 < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(s.stop(), 0) << "cycle " << cycle;
+    stop = true;
+    for (auto& t : clients) t.join();
+    EXPECT_GE(ok.load(), 8);
+  }
+}
