@@ -218,7 +218,7 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
 // strand). Several short-lived servers, since each stop is one chance.
 TEST(ServerStress, StopAcceptingWhileClientsConnect) {
   if (!shared_available()) GTEST_SKIP() << "../shared is not available";
-  for (int cycle = 0; cycle < 6; ++cycle) {
+  for (int cycle = 0; cycle < 12; ++cycle) {
     ServeProcess s({"-m", shared("models/stories260K/stories260K.gguf"), "--http-threads", "4", "--threads", "1"});
     const int port = s.port();
     std::atomic<bool> stop{false};
