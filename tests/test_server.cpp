@@ -89,7 +89,9 @@ class Server {
   }
   ~Server() {
     // A sanitizer report in the server (sanitizer builds) is a non-zero exit.
-    if (pid_ > 0) EXPECT_EQ(stop(), 0);
+    if (pid_ > 0) {
+      EXPECT_EQ(stop(), 0);
+    }
     if (stdout_fd_ >= 0) close(stdout_fd_);
   }
   // SIGTERM and wait; returns the exit status (-1 when it had to be killed).
