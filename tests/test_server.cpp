@@ -88,26 +88,34 @@ class Server {
     }
   }
   ~Server() {
-    if (pid_ > 0) stop();
+    // A sanitizer report in the server (sanitizer builds) is a non-zero exit.
+    if (pid_ > 0) {
+      EXPECT_EQ(stop(), 0);
+    }
     if (stdout_fd_ >= 0) close(stdout_fd_);
   }
   // SIGTERM and wait; returns the exit status (-1 when it had to be killed).
+  // A non-zero status prints the server's log (where a sanitizer report is).
   int stop(double timeout_s = 30) {
     if (pid_ <= 0) return status_;
     kill(pid_, SIGTERM);
     const double t0 = now_s();
     int st = 0;
+    status_ = -1;
     while (now_s() - t0 < timeout_s) {
       if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = 0;
-        return status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &st, 0);
+    if (status_ == -1) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &st, 0);
+    }
     pid_ = 0;
-    return status_ = -1;
+    if (status_ != 0) std::fprintf(stderr, "kvserve serve exited with status %d; its log:\n%s\n", status_, log().c_str());
+    return status_;
   }
   bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0; }
   int port() const { return port_; }
@@ -405,7 +413,7 @@ TEST(Server, GreedyOutputEqualsGenerateOnGoldens) {
     EXPECT_EQ(text, gen["text"]) << g;
   }
   // No prompt text in the logs.
-  s.stop();
+  EXPECT_EQ(s.stop(), 0);
   EXPECT_EQ(s.log().find("Once upon a time"), std::string::npos);
 }
 
@@ -643,7 +651,7 @@ TEST(Server, TenantIsolationOfThePrefixCache) {
   EXPECT_EQ(metric(port, "kvserve_kv_blocks_free"), free0 + rv.js()["dropped_blocks"].get<double>());
   const json a3 = run("key-a", &t_a3);
   EXPECT_EQ(a3["prompt_tokens_details"]["cached_tokens"], 0);
-  s.stop();
+  EXPECT_EQ(s.stop(), 0);
   const std::string log = s.log();
   EXPECT_EQ(log.find(prompt.substr(0, 40)), std::string::npos) << "prompt text leaked into the log";
   EXPECT_EQ(log.find("key-a"), std::string::npos);

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -44,34 +45,48 @@ std::string sse_head(bool chunked) {
 
 }  // namespace
 
-struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+struct HttpServer::Impl {
   ApiService& api;
   HttpOptions opts;
-  std::atomic<int>& active;
+  std::atomic<int> active{0};
   net::io_context ioc;
+  // The listener's strand: the accept handler, the retry timer and the
+  // close from stop_accepting() never run at the same time on two io threads.
+  net::strand<net::io_context::executor_type> accept_strand;
   tcp::acceptor acceptor;
   net::steady_timer accept_retry;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
 
-  Impl(ApiService& a, HttpOptions o, std::atomic<int>& act)
-      : api(a), opts(std::move(o)), active(act), ioc(std::max(1, opts.threads)), acceptor(ioc), accept_retry(ioc) {}
+  Impl(ApiService& a, HttpOptions o)
+      : api(a),
+        opts(std::move(o)),
+        ioc(std::max(1, opts.threads)),
+        accept_strand(net::make_strand(ioc)),
+        acceptor(accept_strand),
+        accept_retry(accept_strand) {}
+  // On the listener's strand (or before the io threads start).
   void do_accept();
+  void on_accept(beast::error_code ec, tcp::socket s);
 };
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket sock, std::shared_ptr<HttpServer::Impl> srv)
-      : stream_(std::move(sock)), strand_(stream_.get_executor()), srv_(std::move(srv)), write_timer_(strand_) {}
+  // `sock` was accepted onto its own strand; every handler below runs there.
+  Session(tcp::socket sock, HttpServer::Impl& srv)
+      : stream_(std::move(sock)), strand_(stream_.get_executor()), srv_(&srv), write_timer_(strand_) {}
   ~Session() { end_request(); }
 
-  void start() { do_read(); }
+  // Called on the listener's strand: the first read starts on the session's.
+  void start() {
+    net::dispatch(strand_, [self = shared_from_this()] { self->do_read(); });
+  }
 
  private:
   beast::tcp_stream stream_;
   net::any_io_executor strand_;
-  std::shared_ptr<HttpServer::Impl> srv_;
+  HttpServer::Impl* srv_;  // owns the io_context, so it outlives the session
   net::steady_timer write_timer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -156,10 +171,14 @@ class Session : public std::enable_shared_from_this<Session> {
     in_request_ = true;
     ++srv_->active;
     response_done_ = false;
+    // Runs on the engine thread: it only posts. The session is looked up on
+    // its strand, so the engine thread never holds (and never destroys) it.
     std::weak_ptr<Session> weak = weak_from_this();
     net::any_io_executor strand = strand_;
     auto wake = [weak, strand] {
-      if (auto s = weak.lock()) net::post(strand, [s] { s->pump(); });
+      net::post(strand, [weak] {
+        if (auto s = weak.lock()) s->pump();
+      });
     };
     Routed r;
     try {
@@ -319,24 +338,31 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 void HttpServer::Impl::do_accept() {
-  acceptor.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
-    if (!self->acceptor.is_open()) return;
-    if (ec) {
-      // Out of descriptors and the like: back off instead of spinning.
-      self->accept_retry.expires_after(std::chrono::milliseconds(50));
-      self->accept_retry.async_wait([self](beast::error_code e) {
-        if (!e) self->do_accept();
-      });
-      return;
-    }
-    std::make_shared<Session>(std::move(s), self)->start();
-    self->do_accept();
-  });
+  // The handler runs on the acceptor's executor, the listener's strand;
+  // each new socket gets a strand of its own.
+  acceptor.async_accept(net::make_strand(ioc),
+                        [this](beast::error_code ec, tcp::socket s) { on_accept(ec, std::move(s)); });
 }
 
-HttpServer::HttpServer(ApiService& api, HttpOptions opts) : impl_(std::make_shared<Impl>(api, std::move(opts), active_)) {}
+void HttpServer::Impl::on_accept(beast::error_code ec, tcp::socket s) {
+  if (!acceptor.is_open()) return;  // stop_accepting() closed it
+  if (ec) {
+    // Out of descriptors and the like: back off instead of spinning.
+    accept_retry.expires_after(std::chrono::milliseconds(50));
+    accept_retry.async_wait([this](beast::error_code e) {
+      if (!e && acceptor.is_open()) do_accept();
+    });
+    return;
+  }
+  std::make_shared<Session>(std::move(s), *this)->start();
+  do_accept();
+}
+
+HttpServer::HttpServer(ApiService& api, HttpOptions opts) : impl_(std::make_unique<Impl>(api, std::move(opts))) {}
 
 HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::active_requests() const { return impl_->active.load(); }
 
 void HttpServer::start() {
   Impl& m = *impl_;
@@ -354,7 +380,7 @@ void HttpServer::start() {
   m.guard.emplace(net::make_work_guard(m.ioc));
   m.do_accept();
   for (int i = 0; i < std::max(1, m.opts.threads); ++i)
-    threads_.emplace_back([impl = impl_] {
+    threads_.emplace_back([impl = impl_.get()] {
       for (;;) {
         try {
           impl->ioc.run();
@@ -367,7 +393,7 @@ void HttpServer::start() {
 }
 
 void HttpServer::stop_accepting() {
-  net::post(impl_->ioc, [impl = impl_] {
+  net::post(impl_->accept_strand, [impl = impl_.get()] {
     beast::error_code ec;
     impl->acceptor.close(ec);
     impl->accept_retry.cancel();

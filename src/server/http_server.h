@@ -1,5 +1,8 @@
 // The sockets: a Boost.Beast HTTP/1.1 server on an Asio io_context run by a
-// few threads. Each connection is a session on its own strand: it reads one
+// few threads. Nothing is touched by two io threads at once: the listener
+// (acceptor and its retry timer) has its own strand, and each connection is
+// a session on its own strand (socket, timers, parser, its Exchange); the
+// engine thread only posts wake-ups to a session's strand. A session reads one
 // request (header and body under separate timeouts, a body limit and a
 // header limit, so slow or huge requests cannot pin it), hands it to the
 // ApiService, and writes the answer. While a completion runs, the session
@@ -7,7 +10,6 @@
 // cancelled and its blocks freed at once) and writes SSE chunks as the
 // engine's events arrive, never more than a bounded amount ahead.
 #pragma once
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -39,20 +41,24 @@ class HttpServer {
   // failure), then starts the io threads.
   void start();
   int port() const { return port_; }
-  // Closes the listening socket; existing connections keep being served
-  // (new requests on them get 503 while the ApiService is draining).
+  // Closes the listening socket (on the listener's strand); existing
+  // connections keep being served (new requests on them get 503 while the
+  // ApiService is draining).
   void stop_accepting();
   // Connections with a request in progress.
-  int active_requests() const { return active_.load(); }
-  // Stops the io_context and joins its threads. Idempotent.
+  int active_requests() const;
+  // Stops the io_context and joins its threads. Idempotent. Connections
+  // still open are closed when the server is destroyed; the engine loop
+  // must have been shut down (or its requests finished) by then, since a
+  // session's request is cancelled on that loop.
   void stop();
 
   struct Impl;
 
  private:
-  std::shared_ptr<Impl> impl_;
+  // Owns the io_context, so it outlives every session and handler.
+  std::unique_ptr<Impl> impl_;
   int port_ = 0;
-  std::atomic<int> active_{0};
   std::vector<std::thread> threads_;
 };
 
