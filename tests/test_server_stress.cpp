@@ -2,7 +2,9 @@
 // and ASan/UBSan (scripts/sanitize.sh) as well as in the normal build: one
 // `kvserve serve` with API keys and four io threads, 64 concurrent streaming
 // clients (two rounds each), a random subset hanging up mid-stream, one
-// tenant revoke while streams of that tenant run, and a /metrics poller.
+// tenant revoke while streams of that tenant run, the other tenant's
+// retention sweep dropping its blocks while it submits, and a /metrics
+// poller.
 // Every request that is not hung up must end in a well-formed stream or a
 // proper error; afterwards every KV block is released and the server exits
 // 0 on SIGTERM (a sanitizer report in it would make that non-zero).
@@ -105,7 +107,7 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
     std::ofstream f(keys);
     f << json{{"keys",
                {{{"key_sha256", sha256_hex("key-a")}, {"tenant", "a"}},
-                {{"key_sha256", sha256_hex("key-b")}, {"tenant", "b"}, {"class", "batch"}},
+                {{"key_sha256", sha256_hex("key-b")}, {"tenant", "b"}, {"class", "batch"}, {"retention_s", 1}},
                 {{"key_sha256", sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
              .dump();
   }
@@ -133,11 +135,13 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
     if (polls < 5) fail("the /metrics poller ran only " + std::to_string(polls) + " times");
   });
 
-  // Tenant a's blocks are revoked while a's streams are running.
+  // Tenant a's blocks are revoked while a's streams run and second-round
+  // requests are being submitted (admission reads the prefix index that
+  // the revoke drops from).
   json revoke_reply;
   std::thread revoker([&] {
     const double t0 = monotonic_s();
-    while (first_chunks < kClients / 4 && finished_clients < kClients && monotonic_s() - t0 < 60)
+    while (first_chunks < kClients + kClients / 8 && finished_clients < kClients && monotonic_s() - t0 < 60)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const HttpReply r = http_request(port, "POST", "/admin/tenants/a/revoke", "{}", "key-admin");
     if (r.status != 200) fail("revoke: status " + std::to_string(r.status) + " " + r.body);
