@@ -97,34 +97,47 @@ std::string check_reply(const Plan& p, const HttpReply& r) {
   return "";
 }
 
-}  // namespace
-
-TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
-  if (!shared_available()) GTEST_SKIP() << "../shared is not available";
-  const double t_start = monotonic_s();
-  const std::string keys = temp_dir() + "/stress-keys.json";
-  {
-    std::ofstream f(keys);
-    f << json{{"keys",
-               {{{"key_sha256", sha256_hex("key-a")}, {"tenant", "a"}},
-                {{"key_sha256", sha256_hex("key-b")}, {"tenant", "b"}, {"class", "batch"}, {"retention_s", 1}},
-                {{"key_sha256", sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
-             .dump();
-  }
-  ServeProcess s({"-m", shared("models/stories260K/stories260K.gguf"), "--api-keys", keys, "--http-threads", "4",
-                  "--threads", "2", "--max-seqs", "64", "--max-batch-tokens", "256", "--tenant-share", "1"});
-  const int port = s.port();
-
-  std::atomic<int> first_chunks{0}, hung_up_mid{0}, finished_clients{0};
+// What the client, poller and revoker threads share.
+struct Load {
+  int port = 0;
+  std::atomic<int> first_chunks{0}, hung_up_mid{0}, finished_clients{0}, checked{0};
   std::atomic<bool> stop_polling{false};
+  json revoke_reply;
   std::mutex mu;
   std::vector<std::string> failures;
-  auto fail = [&](const std::string& what) {
+
+  void fail(const std::string& what) {
     std::lock_guard lk(mu);
     failures.push_back(what);
-  };
+  }
 
-  std::thread poller([&] {
+  // One client: kRounds streamed requests, each checked unless it hung up
+  // (one that was to hang up but ended first is checked too).
+  void client(int c) {
+    std::mt19937 rng(uint32_t(1000 + c));
+    for (int round = 0; round < kRounds; ++round) {
+      const Plan p = make_plan(c, round, rng);
+      int chunks = 0;
+      bool hung_up = false;
+      const HttpReply r =
+          http_request(port, "POST", p.chat ? "/v1/chat/completions" : "/v1/completions", p.body, p.key,
+                       [&](const std::string& chunk) {
+                         if (chunks++ == 0) ++first_chunks;
+                         hung_up = p.hang_up && chunks >= p.hang_up_after && chunk.find("[DONE]") == std::string::npos;
+                         return !hung_up;
+                       });
+      if (hung_up) {
+        ++hung_up_mid;
+        continue;
+      }
+      const std::string err = check_reply(p, r);
+      if (!err.empty()) fail("client " + std::to_string(c) + " round " + std::to_string(round) + ": " + err);
+      ++checked;
+    }
+    ++finished_clients;
+  }
+
+  void poll_metrics() {
     int polls = 0;
     while (!stop_polling) {
       const HttpReply m = http_request(port, "GET", "/metrics");
@@ -133,53 +146,24 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     if (polls < 5) fail("the /metrics poller ran only " + std::to_string(polls) + " times");
-  });
+  }
 
   // Tenant a's blocks are revoked while a's streams run and second-round
-  // requests are being submitted (admission reads the prefix index that
-  // the revoke drops from).
-  json revoke_reply;
-  std::thread revoker([&] {
+  // requests are being submitted (admission reads the prefix index that the
+  // revoke drops from).
+  void revoke() {
     const double t0 = monotonic_s();
     while (first_chunks < kClients + kClients / 8 && finished_clients < kClients && monotonic_s() - t0 < 60)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const HttpReply r = http_request(port, "POST", "/admin/tenants/a/revoke", "{}", "key-admin");
     if (r.status != 200) fail("revoke: status " + std::to_string(r.status) + " " + r.body);
     revoke_reply = json::parse(r.body, nullptr, false);
-  });
+  }
+};
 
-  std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c)
-    clients.emplace_back([&, c] {
-      std::mt19937 rng(uint32_t(1000 + c));
-      for (int round = 0; round < kRounds; ++round) {
-        const Plan p = make_plan(c, round, rng);
-        int chunks = 0;
-        bool hung_up = false;
-        const HttpReply r = http_request(
-            port, "POST", p.chat ? "/v1/chat/completions" : "/v1/completions", p.body, p.key,
-            [&](const std::string& chunk) {
-              if (chunks++ == 0) ++first_chunks;
-              if (p.hang_up && chunks >= p.hang_up_after && chunk.find("[DONE]") == std::string::npos) {
-                hung_up = true;
-                return false;
-              }
-              return true;
-            });
-        if (hung_up) {
-          ++hung_up_mid;
-          continue;
-        }
-        if (p.hang_up && r.status == 200 && r.complete) continue;  // ended before the hang-up point
-        const std::string err = check_reply(p, r);
-        if (!err.empty()) fail("client " + std::to_string(c) + " round " + std::to_string(round) + ": " + err);
-      }
-      ++finished_clients;
-    });
-  for (auto& t : clients) t.join();
-  revoker.join();
-
-  // Every block is released once the hung-up requests are cancelled.
+// The /metrics text once nothing runs any more (the hung-up requests are
+// cancelled and their blocks freed), or the last one read.
+std::string metrics_when_idle(int port) {
   std::string m;
   const double t0 = monotonic_s();
   while (monotonic_s() - t0 < 20) {
@@ -189,30 +173,58 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  stop_polling = true;
+  return m;
+}
+
+std::string write_keys() {
+  const std::string path = temp_dir() + "/stress-keys.json";
+  std::ofstream f(path);
+  f << json{{"keys",
+             {{{"key_sha256", sha256_hex("key-a")}, {"tenant", "a"}},
+              {{"key_sha256", sha256_hex("key-b")}, {"tenant", "b"}, {"class", "batch"}, {"retention_s", 1}},
+              {{"key_sha256", sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
+           .dump();
+  return path;
+}
+
+}  // namespace
+
+TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
+  if (!shared_available()) GTEST_SKIP() << "../shared is not available";
+  const double t_start = monotonic_s();
+  ServeProcess s({"-m", shared("models/stories260K/stories260K.gguf"), "--api-keys", write_keys(), "--http-threads",
+                  "4", "--threads", "2", "--max-seqs", "64", "--max-batch-tokens", "256", "--tenant-share", "1"});
+  Load load;
+  load.port = s.port();
+  std::thread poller([&] { load.poll_metrics(); });
+  std::thread revoker([&] { load.revoke(); });
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) clients.emplace_back([&, c] { load.client(c); });
+  for (auto& t : clients) t.join();
+  revoker.join();
+  const std::string m = metrics_when_idle(load.port);
+  load.stop_polling = true;
   poller.join();
 
-  {
-    std::lock_guard lk(mu);
-    EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures.front();
-  }
-  ASSERT_TRUE(revoke_reply.is_object());
-  EXPECT_EQ(revoke_reply["permission_version"], 2);
-  EXPECT_GE(revoke_reply["dropped_blocks"].get<int>(), 0);
+  EXPECT_TRUE(load.failures.empty()) << load.failures.size() << " failures, first: " << load.failures.front();
+  ASSERT_TRUE(load.revoke_reply.is_object());
+  EXPECT_EQ(load.revoke_reply["permission_version"], 2);
+  EXPECT_GE(load.revoke_reply["dropped_blocks"].get<int>(), 0);
   EXPECT_EQ(metric_value(m, "kvserve_kv_blocks_used"), 0) << m;
   EXPECT_EQ(metric_value(m, "kvserve_running_requests"), 0);
   EXPECT_EQ(metric_value(m, "kvserve_open_streams"), 0);
   EXPECT_EQ(metric_value(m, "kvserve_kv_blocks_free") + metric_value(m, "kvserve_kv_blocks_cached"),
             metric_value(m, "kvserve_kv_blocks_total"));
-  EXPECT_GT(hung_up_mid.load(), 0);
+  const int hung_up = load.hung_up_mid;
+  EXPECT_GT(hung_up, 0);
+  EXPECT_EQ(load.checked + hung_up, kClients * kRounds);
   EXPECT_GE(metric_value(m, "kvserve_client_disconnects_total"), 1);
-  EXPECT_LE(metric_value(m, "kvserve_client_disconnects_total"), hung_up_mid.load());
+  EXPECT_LE(metric_value(m, "kvserve_client_disconnects_total"), hung_up);
   EXPECT_EQ(s.stop(), 0) << "a sanitizer report or a crash in the server";
-  const std::string log = s.log();
-  EXPECT_EQ(log.find("internal error"), std::string::npos);
+  EXPECT_EQ(s.log().find("internal error"), std::string::npos);
   const double took = monotonic_s() - t_start;
-  std::printf("stress: %d clients x %d rounds, %d hung up mid-stream, %.1f s\n", kClients, kRounds,
-              hung_up_mid.load(), took);
+  std::printf("stress: %d clients x %d rounds, %d checked, %d hung up mid-stream, %.1f s\n", kClients, kRounds,
+              load.checked.load(), hung_up, took);
   EXPECT_LT(took, 120.0);
 }
 
