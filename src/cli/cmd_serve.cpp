@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
@@ -26,6 +27,7 @@
 #include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/tenants.h"
+#include "tiers/tier_metrics.h"
 #include "tools/kv_memory.h"
 
 namespace kvs::cli {
@@ -54,6 +56,7 @@ struct ServeArgs {
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
+  KvTierArgs tiers;  // disk / Redis KV tiers (docs/KV.md)
 };
 
 // The replay endpoint next to the PUB one: the next port (or any port when
@@ -74,11 +77,14 @@ std::string default_replay_endpoint(const std::string& pub) {
 }
 
 // The engine loop; with a publisher, over the executor that feeds it events.
+// With tiers, the pool offers its keyed blocks to them and loads from them.
 std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
-                                              events::EventPublisher* publisher, const ServeArgs& a) {
-  if (!publisher) return std::make_unique<sched::EngineLoop>(engine, tok, lo);
+                                              events::EventPublisher* publisher, KvTierPort* tier, const ServeArgs& a) {
+  auto pe = sched::paged_executor(engine, lo);
+  if (tier) pe->paged().set_tier(tier);
+  if (!publisher) return std::make_unique<sched::EngineLoop>(std::move(pe), tok, lo);
   return std::make_unique<sched::EngineLoop>(
-      std::make_unique<events::EventingExecutor>(sched::paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
+      std::make_unique<events::EventingExecutor>(std::move(pe), *publisher, a.kv_events_tokens), tok, lo);
 }
 
 std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {
@@ -132,6 +138,10 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<server::TenantRegistry> tenants =
       a.api_keys.empty() ? std::make_unique<server::TenantRegistry>() : server::TenantRegistry::from_file(a.api_keys);
   if (!a.cache_secret_file.empty()) tenants->set_secret(read_secret(a.cache_secret_file));
+  const std::optional<crypto::SecretKey> tier_key = tier_master_key(a.tiers);
+  // Tier entries are keyed by scope: scopes must be the same after a restart
+  // and on every replica sharing the tier, so their secret comes from the key.
+  if (tier_key && a.cache_secret_file.empty()) tenants->set_secret(tier_scope_secret(*tier_key));
   const size_t body_limit = parse_body_limit(a.body_limit);
 
   Loaded l = load_all(a.m);
@@ -174,7 +184,10 @@ int run_serve(const ServeArgs& a) {
   }
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
-  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), a);
+  const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
+  std::unique_ptr<tiers::TierSet> tierset =
+      tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout) : nullptr;
+  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a);
   sched::EngineLoop& loop = *loop_ptr;
 
   server::ApiOptions ao;
@@ -189,7 +202,9 @@ int run_serve(const ServeArgs& a) {
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
-  if (publisher) ao.extra_metrics = [p = publisher.get()] { return p->metrics_text(); };
+  ao.extra_metrics = [p = publisher.get(), t = tierset.get()] {
+    return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string());
+  };
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -205,13 +220,17 @@ int run_serve(const ServeArgs& a) {
   api.set_ready(true);
   std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, KV %s, window %s, %s)\n",
               a.host.c_str(), http.port(), ao.model_id.c_str(), ctx, static_cast<long long>(loop.kv_blocks_total()),
-              loop.block_size(), kv_layout_for(*l.engine, a.block_size, lo.cache).describe().c_str(),
+              loop.block_size(), layout.describe().c_str(),
               lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
               tenants->auth_required() ? "API keys required" : "no auth");
   if (publisher)
     std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
                 publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
                 a.kv_events_curve.empty() ? "" : ", CURVE");
+  if (tierset)
+    std::printf("kvserve: kv tiers:%s%s (retention %.0f s, encrypted)\n",
+                a.tiers.disk_dir.empty() ? "" : (" disk " + a.tiers.disk_dir + " (" + a.tiers.disk_size + ")").c_str(),
+                a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
   std::fflush(stdout);
 
   int sig = 0;
@@ -296,6 +315,7 @@ void add_serve(CLI::App& app, Runner& run) {
               "Include each stored block's token ids (prompt content) in the events");
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
+  add_kv_tier_args(c, a->tiers);
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

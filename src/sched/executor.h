@@ -2,8 +2,9 @@
 // sequence chunks into logits. The real one is a PagedEngine over the model;
 // tests drive the scheduler with a fake one (tests/fake_executor.h) that
 // keeps real KvManager bookkeeping and makes up logits. Engine thread only,
-// except kv().cached_prefix_blocks(), kv_scope(), n_vocab(), max_ctx() and
-// kv().live_cap(), which any thread may call (immutable or internally locked).
+// except kv().cached_prefix_blocks(), kv_scope(), n_vocab(), max_ctx(),
+// kv().live_cap(), has_tier(), prefetch() and prefetch_pending(), which any
+// thread may call (immutable or internally locked).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -33,6 +34,14 @@ class StepExecutor {
   virtual void set_tick(int64_t tick) = 0;
   virtual int32_t drop_cached_scope(const Scope& caller) = 0;
   virtual int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) = 0;
+  // Lower KV tiers (PagedEngine::prefetch). Any thread. No tier: nothing to wait for.
+  virtual bool has_tier() const { return false; }
+  virtual uint64_t prefetch(std::span<const int32_t> /*prompt*/, const Scope& /*caller*/, double /*retention_s*/) const {
+    return 0;
+  }
+  virtual bool prefetch_pending(uint64_t /*ticket*/) const { return false; }
+  // Seconds a finished fetch took (< 0: unknown or still running).
+  virtual double prefetch_seconds(uint64_t /*ticket*/) const { return -1; }
 };
 
 // The model behind the scheduler.
@@ -52,6 +61,12 @@ class PagedExecutor final : public StepExecutor {
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
     return pe_.drop_cached_older_than(caller, cutoff);
   }
+  bool has_tier() const override { return pe_.has_tier(); }
+  uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {
+    return pe_.prefetch(prompt, caller, retention_s);
+  }
+  bool prefetch_pending(uint64_t ticket) const override { return pe_.prefetch_pending(ticket); }
+  double prefetch_seconds(uint64_t ticket) const override { return pe_.prefetch_seconds(ticket); }
   PagedEngine& paged() { return pe_; }
 
  private:

@@ -101,6 +101,8 @@ struct Usage {
   int prompt_tokens = 0;      // len(prompt)
   int completion_tokens = 0;  // generated tokens over all choices
   int cached_tokens = 0;      // prompt tokens whose K/V came from the prefix cache (first admission)
+  int tier_tokens = 0;        // of cached_tokens, loaded from a lower KV tier (disk, Redis)
+  double tier_load_ms = -1;   // time the tier took to stage them (-1: no tier fetch)
 };
 
 struct TokenEvent {

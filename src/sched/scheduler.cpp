@@ -159,7 +159,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
 
 SubmitResult Scheduler::submit(Request req, double now) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   SubmitCheck chk = check_submit(req, now);
   const int64_t need = chk.need;
   if (!chk.res.accepted) {
@@ -189,11 +189,35 @@ SubmitResult Scheduler::submit(Request req, double now) {
   }
   req.sink = nullptr;  // events leave through the engine loop, not the scheduler
   q->r = std::move(req);
+  q->tier_issuing = exec_.has_tier();
   tenant_blocks_[q->r.tenant] += need;
   res.id = q->id;
   queue_[size_t(q->r.slo)].push_back(q.get());
+  const Req* queued = q.get();
   reqs_.emplace(q->id, std::move(q));
+  if (queued->tier_issuing) issue_tier_fetch(lk, res.id);
   return res;
+}
+
+// The tier fetch hashes the prompt and may take the tier's own lock: not
+// under mu_. The request waits at the queue head until its ticket is set.
+void Scheduler::issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id) {
+  auto it = reqs_.find(id);
+  const std::vector<int32_t> prompt = it->second->r.prompt;
+  const Scope scope = it->second->r.scope;
+  const double retention = it->second->r.retention_s;
+  lk.unlock();
+  uint64_t ticket = 0;
+  try {
+    ticket = exec_.prefetch(prompt, scope, retention);
+  } catch (const std::exception&) {
+    ticket = 0;  // the tier is an optimisation: the request recomputes
+  }
+  lk.lock();
+  it = reqs_.find(id);
+  if (it == reqs_.end()) return;
+  it->second->tier_ticket = ticket;
+  it->second->tier_issuing = false;
 }
 
 bool Scheduler::cancel(RequestId id) {
@@ -270,6 +294,8 @@ Usage Scheduler::usage(RequestId id) const {
   const Req& r = *it->second;
   u.prompt_tokens = int(r.r.prompt.size());
   u.cached_tokens = r.cached_tokens;
+  u.tier_tokens = r.imported_tokens;
+  u.tier_load_ms = r.tier_load_ms;
   for (const Choice& c : r.ch) u.completion_tokens += c.n_gen;
   return u;
 }
@@ -294,6 +320,8 @@ void Scheduler::finish_choice(Req* r, int ci, FinishReason why, int32_t token, s
   TokenEvent& e = out.back();
   e.usage.prompt_tokens = int(r->r.prompt.size());
   e.usage.cached_tokens = r->cached_tokens;
+  e.usage.tier_tokens = r->imported_tokens;
+  e.usage.tier_load_ms = r->tier_load_ms;
   for (const Choice& o : r->ch) e.usage.completion_tokens += o.n_gen;
   if (why == FinishReason::Cancelled) ++st_.cancelled;
   if (why == FinishReason::Error) e.message = "the engine failed while running this request";

@@ -71,6 +71,7 @@ struct SchedStats {
   int64_t total_blocks = 0, headroom_blocks = 0, promised_blocks = 0;
   int64_t preemptions = 0;
   int64_t prefix_waits = 0;  // admissions deferred one step for a prefix another request is computing
+  int64_t tier_waits = 0;    // steps the queue head waited for a lower KV tier to stage its prefix
   std::array<int64_t, kNumRejectReasons> rejections{};
   int64_t submitted = 0, finished = 0, cancelled = 0;
   int64_t prompt_tokens = 0, prefill_tokens = 0, generated_tokens = 0, steps = 0;
@@ -192,6 +193,8 @@ class Scheduler {
   void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
   // estimates (scheduler_estimates.cpp)
   bool awaits_inflight_prefix(const Req& h) const;
+  bool awaits_tier(Req& h, double now);
+  void issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id);
   int64_t estimate_tokens(const Request& req) const;
   int64_t tokens_ahead(SloClass cls) const;
   double predicted_ttft_s(int64_t ahead, int64_t own) const;

@@ -146,7 +146,10 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
     const SeqAdmission a = exec_.add(c.ctx, r->r.scope);
     c.seq = a.seq;
     c.have = a.cached_tokens;
-    if (first && i == 0) r->cached_tokens = a.cached_tokens;
+    if (first && i == 0) {
+      r->cached_tokens = a.cached_tokens;
+      r->imported_tokens = a.imported_tokens;
+    }
     const int n = std::min(int(c.ctx.size()) - a.cached_tokens, budget);
     if (n > 0) {
       plan.slices.push_back({r, int(i), a.cached_tokens, n});
@@ -159,6 +162,18 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
   r->admit_order = ++admit_counter_;
   running_.push_back(r);
   plan.report.admitted.push_back(r->id);
+}
+
+// The head waits while a lower tier stages its prefix (it would otherwise
+// recompute what is being read), but never longer than tier_wait_s.
+bool Scheduler::awaits_tier(Req& h, double now) {
+  if (!h.tier_issuing && h.tier_ticket == 0) return false;
+  const bool busy = h.tier_issuing || exec_.prefetch_pending(h.tier_ticket);
+  if (busy && now - h.arrival < cfg_.tier_wait_s) return true;
+  if (h.tier_ticket) h.tier_load_ms = std::max(0.0, exec_.prefetch_seconds(h.tier_ticket)) * 1e3;
+  h.tier_ticket = 0;
+  h.tier_issuing = false;
+  return false;
 }
 
 // Cancellations free their blocks before anything is planned.
@@ -246,6 +261,10 @@ void Scheduler::admit_queued(StepPlan& plan, int& budget, double now) {
       budget = cfg_.max_batch_tokens;
       for (const StepPlan::Slice& s : plan.slices) budget -= s.n;
       if (budget <= 0) break;
+    }
+    if (awaits_tier(*h, now)) {
+      ++st_.tier_waits;
+      break;
     }
     if (awaits_inflight_prefix(*h)) {
       ++st_.prefix_waits;

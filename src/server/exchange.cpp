@@ -101,6 +101,8 @@ sched::Usage Exchange::total_usage() const {
     u.prompt_tokens += p.usage.prompt_tokens;
     u.completion_tokens += p.usage.completion_tokens;
     u.cached_tokens += p.usage.cached_tokens;
+    u.tier_tokens += p.usage.tier_tokens;
+    u.tier_load_ms = std::max(u.tier_load_ms, p.usage.tier_load_ms);
   }
   return u;
 }
@@ -113,12 +115,15 @@ void Exchange::log_line() {
   int completion = 0;
   for (const Prompt& p : prompts_) completion += std::max(p.usage.completion_tokens, p.tokens_seen);
   const double t = sched::steady_now();
+  char tier[64] = "";
+  if (u.tier_load_ms >= 0)
+    std::snprintf(tier, sizeof tier, " tier_tokens=%d tier_load_ms=%.1f", u.tier_tokens, u.tier_load_ms);
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft_ms=%.1f "
+                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d%s completion_tokens=%d ttft_ms=%.1f "
                 "e2e_ms=%.1f%s",
                 s_.log_prefix.c_str(), final_status_, std::max(u.prompt_tokens, s_.prompt_tokens), u.cached_tokens,
-                completion, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
+                tier, completion, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
                 gone_ ? " client_gone" : "");
   if (s_.log) {
     s_.log(buf);
