@@ -72,6 +72,8 @@ struct PlanInput {
   // Streamed weights by type (from the GGUF tensor table). Empty: the whole
   // model as the first word of model.weight_type.
   std::vector<WeightPart> weight_mix;
+  // Read rates of the KV tiers (--tier-disk-read, --tier-redis-read), bytes/s.
+  double disk_read_bps = 2e9, redis_read_bps = 1.25e9;
 };
 
 // Activations of one 512-token step in f32 (residual, attention, FFN, logits).
@@ -113,6 +115,13 @@ struct PrefillEstimate {
   bool compute_bound = false;
 };
 
+// Loading a prompt's K/V from a lower tier instead of prefilling it: the
+// prompt's full blocks at kv_bytes_per_token, read at each tier's rate.
+struct TierReadEstimate {
+  int64_t tokens = 0;  // prompt tokens in full blocks
+  double bytes = 0, disk_s = 0, redis_s = 0;
+};
+
 struct PlanResult {
   PlanInput in;  // with defaults resolved
   uint64_t kv_bytes_per_token = 0, mha_bytes_per_token = 0, mqa_bytes_per_token = 0;
@@ -133,6 +142,7 @@ struct PlanResult {
   std::vector<WeightPart> weight_mix;  // resolved
   bool has_kernel_rates = false;       // some weight type had a measured kernel
   PrefillEstimate prefill;
+  TierReadEstimate tier_read;
   std::vector<std::string> notes;
 };
 
