@@ -144,6 +144,35 @@ TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   fs::remove_all(dir);
 }
 
+// A real full disk: a tmpfs smaller than one entry (needs root; skipped
+// otherwise). The write fails with ENOSPC, the half-written temporary is
+// removed, nothing is indexed, and one line says why.
+TEST(DiskStore, FullFilesystemFailsTheWriteCleanly) {
+  const std::string dir = fresh_dir("tmpfs");
+  fs::create_directories(dir);
+  const std::string cmd = "mount -t tmpfs -o size=64k tmpfs " + dir + " 2>/dev/null";
+  if (::geteuid() != 0 || std::system(cmd.c_str()) != 0) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  }
+  {
+    std::vector<std::string> log;
+    DiskStore d(dir, int64_t(1) << 30, kNow, [&](const std::string& s) { log.push_back(s); });
+    EXPECT_EQ(d.put("cccc01", block_bytes(16 << 10, 1), meta("t")), PutStatus::Stored);
+    EXPECT_EQ(d.put("cccc02", block_bytes(256 << 10, 2), meta("t")), PutStatus::Failed);
+    EXPECT_FALSE(fs::exists(d.path_of("cccc02")));
+    EXPECT_FALSE(fs::exists(d.path_of("cccc02") + ".tmp"));
+    EXPECT_EQ(d.entries(), 1);
+    EXPECT_EQ(d.bytes(), 16 << 10);
+    ASSERT_EQ(log.size(), 1u);
+    EXPECT_NE(log[0].find("No space left"), std::string::npos) << log[0];
+    std::vector<uint8_t> got;
+    EXPECT_EQ(d.get("cccc01", got), GetStatus::Hit);
+  }
+  std::system(("umount " + dir).c_str());
+  fs::remove_all(dir);
+}
+
 std::unique_ptr<TierSet> disk_tier(const std::string& dir, const crypto::SecretKey& master, const TierIdentity& id,
                                    int64_t cap = 1 << 20, std::vector<std::string>* log = nullptr) {
   std::vector<std::unique_ptr<BlobStore>> st;
