@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
+#include "kv/window_policy.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
@@ -175,10 +176,9 @@ int run_serve(const ServeArgs& a) {
     // memory available now.
     // A bounding window caps what one sequence holds (KvManager::live_cap).
     const WindowPolicy w = lo.window.resolve(l.model->config().sliding_window);
-    const int64_t per_seq = w.max_visible() > 0
-                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
-                                : ctx;
-    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
+    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
+                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
+    const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
     const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }

@@ -10,6 +10,7 @@
 
 #include "kv/capacity.h"
 #include "sched/scheduler_internal.h"
+#include "tokenizer/vocab.h"
 
 namespace kvs::sched {
 
@@ -87,10 +88,9 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   };
   if (!accepting_) return reject(RejectReason::ShuttingDown, "the server is shutting down");
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
-  const int nv = exec_.n_vocab();
-  for (int32_t t : req.prompt)
-    if (t < 0 || t >= nv)
-      return reject(RejectReason::Invalid, "prompt token id " + std::to_string(t) + " is outside the vocabulary");
+  if (const int64_t bad = first_token_outside_vocab(req.prompt, exec_.n_vocab()); bad >= 0)
+    return reject(RejectReason::Invalid,
+                  "prompt token id " + std::to_string(req.prompt[size_t(bad)]) + " is outside the vocabulary");
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
   if (req.max_tokens && *req.max_tokens < 1) return reject(RejectReason::Invalid, "max_tokens must be >= 1");

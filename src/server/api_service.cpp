@@ -8,6 +8,7 @@
 
 #include "kv/prefix_hash.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 #include "sched/clock.h"
 
 namespace kvs::server {
@@ -210,8 +211,8 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   }
   for (const PromptInput& in : p.prompts) {
     if (in.ids) {
-      for (int32_t t : *in.ids)
-        if (t >= tok_.n_vocab()) throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
+      if (first_token_outside_vocab(*in.ids, tok_.n_vocab()) >= 0)
+        throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
       pr.prompts.push_back(*in.ids);
     } else {
       const std::vector<int> ids = tok_.encode(in.text, add_bos, false);
