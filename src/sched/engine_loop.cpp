@@ -109,6 +109,7 @@ struct EngineLoop::Impl {
   std::condition_variable pool_cv;
   std::shared_ptr<const PoolView> pool_last;
   uint64_t pool_seq = 0;
+  int queued_peak = 0;  // under metrics_mu, since the last view
   std::mutex owners_mu;
   std::unordered_map<uint32_t, std::string> owner_tenant;
   void take_pool_view(double t);
@@ -276,6 +277,7 @@ void EngineLoop::Impl::publish(double t) {
   m.tenant_blocks = s.tenant_blocks;
   m.tenant_quota_blocks = s.tenant_quota;
   m.recent_rejects = s.recent_rejects;
+  queued_peak = std::max(queued_peak, m.queued[0] + m.queued[1]);
   lk.unlock();
   if (pool_want.load(std::memory_order_relaxed) > 0) take_pool_view(t);
 }
@@ -295,6 +297,8 @@ void EngineLoop::Impl::take_pool_view(double t) {
   }
   std::lock_guard lk(metrics_mu);
   v->metrics = snap;
+  v->queued_peak = std::max(queued_peak, snap.queued[0] + snap.queued[1]);
+  queued_peak = 0;
   pool_last = std::move(v);
   ++pool_seq;
   pool_cv.notify_all();

@@ -106,6 +106,9 @@ struct PoolView {
   MetricsSnapshot metrics;
   PoolCells cells;
   std::vector<std::string> owner_tenants;
+  // Most requests waiting at any published instant since the previous view
+  // (a burst shorter than the viewer's period still shows).
+  int queued_peak = 0;
 };
 
 // The executor EngineLoop(engine, ...) runs: a paged pool over `engine`,

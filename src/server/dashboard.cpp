@@ -130,7 +130,7 @@ std::string ServeDashboard::sample() {
   p.t = now;
   p.free = m.kv_blocks_free;
   p.available = m.kv_blocks_free + m.kv_blocks_cached;
-  p.queued = m.queued[0] + m.queued[1];
+  p.queued = v ? v->queued_peak : m.queued[0] + m.queued[1];
   p.promised = m.kv_blocks_promised;
   p.running = m.running_requests;
   history_.push_back(p);

@@ -23,7 +23,7 @@ th{color:var(--mute);font-weight:600}.legend{display:flex;gap:12px;margin:6px 0;
 #map{display:block;max-width:100%;image-rendering:pixelated;cursor:crosshair}
 #tip{position:fixed;pointer-events:none;background:#24292f;color:#fff;padding:4px 8px;border-radius:4px;font-size:12px;display:none;white-space:pre}
 svg.chart{width:100%;height:170px;display:block}.chart text{font-size:10px;fill:var(--mute)}
-.bar{height:8px;background:#eaeef2;border-radius:4px;overflow:hidden;min-width:80px}.bar i{display:block;height:100%;background:#0969da}
+.bar{height:8px;background:#eaeef2;border-radius:4px;overflow:hidden;min-width:40px}.bar i{display:block;height:100%;background:#0969da}
 .bar i.over{background:var(--bad)}.mono{font-family:ui-monospace,monospace}#keybox{display:none;gap:6px;padding:8px 16px;background:#fff8c5}
 .up{color:var(--ok)}.down{color:var(--bad)}a{color:#0969da}
 </style></head>
@@ -112,13 +112,16 @@ function tip(ev) {
   t.style.display = "block"; t.style.left = ev.clientX + 12 + "px"; t.style.top = ev.clientY + 12 + "px";
 }
 
-// Lines over the history (age in seconds, newest last), x = -600 s .. 0.
+// Lines over the history (age in seconds, newest last): the last ten
+// minutes, or less while the server is younger than that.
 function chart(id, series, hlines, ymax) {
   const W = 600, H = 170, L = 40, B = 16, ages = series[0].data.ages, top = Math.max(1, ymax);
-  const X = a => L + (W - L) * (1 - Math.min(600, a) / 600), Y = v => (H - B) - (H - B - 6) * v / top;
+  const span = Math.min(600, Math.max(30, ...ages));
+  const X = a => L + (W - L) * (1 - Math.min(span, a) / span), Y = v => (H - B) - (H - B - 6) * v / top;
+  const lbl = span >= 120 ? "−" + Math.round(span / 60) + " min" : "−" + Math.round(span) + " s";
   let out = `<line x1="${L}" y1="${H - B}" x2="${W}" y2="${H - B}" stroke="#d0d7de"/>` +
             `<text x="2" y="12">${fmt(top)}</text><text x="2" y="${H - B}">0</text>` +
-            `<text x="${L}" y="${H - 3}">−10 min</text><text x="${W - 20}" y="${H - 3}">now</text>`;
+            `<text x="${L}" y="${H - 3}">${lbl}</text><text x="${W - 20}" y="${H - 3}">now</text>`;
   for (const h of hlines) out += `<line x1="${L}" x2="${W}" y1="${Y(h.v)}" y2="${Y(h.v)}" stroke="${h.color}" stroke-dasharray="4 3"/>`;
   for (const s of series) {
     const pts = s.data.vals.map((v, j) => `${X(ages[j]).toFixed(1)},${Y(v).toFixed(1)}`).join(" ");
@@ -144,7 +147,7 @@ function renderServe(d) {
   const rs = Object.entries(a.by_reason).map(([k, v]) => `<tr id="rej-${k}"><td>${k}</td><td>${fmt(v)}</td></tr>`);
   for (const [k, v] of Object.entries(a.server_rejects)) rs.push(`<tr><td>${esc(k)} (server)</td><td>${fmt(v)}</td></tr>`);
   rows("reasons", rs);
-  rows("recent", a.recent.slice().reverse().map(r => `<tr><td>${r.reason}</td><td>${r.class}</td><td class="mono">${esc(r.tenant || "–")}</td>` +
+  rows("recent", a.recent.slice(-12).reverse().map(r => `<tr><td>${r.reason}</td><td>${r.class}</td><td class="mono">${esc(r.tenant || "–")}</td>` +
        `<td>${fmt(r.need_blocks)}</td><td>${r.age_s.toFixed(0)} s</td></tr>`));
   rows("latency", Object.entries(d.latency).map(([k, v]) => `<tr><td>${k}</td><td>${fmt(v.requests)}</td><td>${ms(v.ttft_p50)}</td>` +
        `<td>${ms(v.ttft_p99)}</td><td>${ms(v.tpot_p50)}</td><td>${ms(v.tpot_p99)}</td></tr>`));
