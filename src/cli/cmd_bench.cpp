@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "tools/progress.h"
 #include "engine/local_sequence.h"
 #include "tools/bench_roofline.h"
 
@@ -70,6 +71,7 @@ int run_bench(const BenchArgs& a) {
   for (auto& t : prompt) t = tok(rng);
   std::vector<double> pp, tg;
   // One warm-up of each, then the measured repetitions.
+  tools::Progress bar("bench", a.reps);
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.p > 0) {
       seq.reset();
@@ -100,9 +102,11 @@ int run_bench(const BenchArgs& a) {
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) tg.push_back(a.n / s);
     }
-    std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
+    if (bar.enabled()) bar.update(rep + 1);
+    else std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
   }
-  std::fprintf(stderr, "\n");
+  if (bar.enabled()) bar.finish();
+  else std::fprintf(stderr, "\n");
   // Bytes a decode step must read: every weight except the embedding table
   // (one row) plus, on average, half the KV of the run.
   const double embd = double(l.model->weights().tok_embd.row_stride) * c.n_vocab;

@@ -53,6 +53,11 @@ void Progress::update(int64_t done, const std::string& note) {
   [[maybe_unused]] const ssize_t n = ::write(fd_, line.data(), line.size());
 }
 
+void Progress::update_total(int64_t done, int64_t total, const std::string& note) {
+  total_ = total;
+  update(done, note);
+}
+
 void Progress::finish() {
   if (!enabled_) return;
   std::lock_guard lk(mu_);

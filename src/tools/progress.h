@@ -29,6 +29,8 @@ class Progress {
   // `done` of `total` units are finished; `note` follows the bar. Thread-
   // safe; redraws at most every tenth of a second, and always at the end.
   void update(int64_t done, const std::string& note = "");
+  // The same when the total is learnt along the way (a callback that passes it).
+  void update_total(int64_t done, int64_t total, const std::string& note = "");
   // Ends the line (once; nothing when not drawing).
   void finish();
 
@@ -38,7 +40,7 @@ class Progress {
 
  private:
   std::string label_;
-  int64_t total_;
+  std::atomic<int64_t> total_;
   int fd_;
   bool enabled_;
   std::mutex mu_;
