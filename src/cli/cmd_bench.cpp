@@ -14,6 +14,7 @@
 #include "tools/progress.h"
 #include "engine/local_sequence.h"
 #include "tools/bench_roofline.h"
+#include "tools/plot_svg.h"
 
 namespace kvs::cli {
 
@@ -31,6 +32,8 @@ struct BenchArgs {
   bool json = false;
   std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
+  std::string svg;             // tok/s vs context depth plot
+  std::vector<int> svg_depths;  // its depths (default: powers of two up to the context)
 };
 
 // The roofline to print beside the results, or an empty one (with a hint on
@@ -55,6 +58,56 @@ Stat stat(const std::vector<double>& v) {
   for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
   s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0;
   return s;
+}
+
+// Decode tokens per second after `depth` tokens of context (prefilled once,
+// untimed), mean over `reps` runs of `n` tokens.
+Stat decode_rate(Engine& e, int depth, int n, int reps, const KvCacheOptions& kv, std::mt19937& rng, int n_vocab) {
+  LocalSequence seq(e, depth + n + 1, 16, kv);
+  std::uniform_int_distribution<int> tok(3, n_vocab - 1);
+  std::vector<int32_t> ctx(static_cast<size_t>(depth));
+  for (auto& t : ctx) t = tok(rng);
+  if (depth > 0) seq.eval(ctx.data(), depth, false, 512);
+  std::vector<double> rates;
+  for (int rep = 0; rep < reps; ++rep) {
+    seq.truncate(depth);
+    int32_t t = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      seq.eval(&t, 1);
+      t = tok(rng);
+    }
+    rates.push_back(n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return stat(rates);
+}
+
+// bench --svg: decode tok/s against context depth, one point per depth.
+void write_depth_plot(const BenchArgs& a, Loaded& l) {
+  const int ctx = l.model->config().n_ctx_train;
+  std::vector<int> depths = a.svg_depths;
+  if (depths.empty())
+    for (int d = 0; d + a.n < ctx; d = d == 0 ? 64 : d * 2) depths.push_back(d);
+  std::mt19937 rng(7);
+  tools::Plot plot;
+  plot.title = "Decode speed vs context depth (" + std::filesystem::path(l.model->path()).filename().string() + ")";
+  plot.x_label = "context depth (tokens)";
+  plot.y_label = "decode tokens / s";
+  tools::PlotSeries s;
+  s.name = "tg" + std::to_string(a.n) + " (" + std::to_string(l.engine->n_threads()) + " threads)";
+  s.markers = true;
+  tools::Progress bar("bench --svg", int64_t(depths.size()));
+  for (size_t i = 0; i < depths.size(); ++i) {
+    if (depths[i] + a.n + 1 > ctx) continue;
+    const Stat st = decode_rate(*l.engine, depths[i], a.n, a.reps, a.kv.options(), rng, l.model->config().n_vocab);
+    s.points.emplace_back(double(depths[i]), st.mean);
+    bar.update(int64_t(i + 1));
+  }
+  bar.finish();
+  plot.series.push_back(std::move(s));
+  plot.y_min = 0;
+  plot.write(a.svg);
+  std::fprintf(stderr, "bench: wrote %s\n", a.svg.c_str());
 }
 
 int run_bench(const BenchArgs& a) {
@@ -159,6 +212,7 @@ int run_bench(const BenchArgs& a) {
                   st.sd, decode_gbs, r.c_str());
     }
   }
+  if (!a.svg.empty()) write_depth_plot(a, l);
   return 0;
 }
 }  // namespace
@@ -174,6 +228,9 @@ void add_bench(CLI::App& app, Runner& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object");
+  c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
+  c->add_option("--svg-depths", a->svg_depths, "Context depths of the --svg plot (default: 0, 64, 128, ... up to the context)")
+      ->delimiter(',');
   c->add_option("--profile", a->profile,
                 "Hardware profile for the roofline column (default: $KVS_PROFILE or ~/.config/kvserve/profile.json, "
                 "written by `kvserve probe`)");
