@@ -54,6 +54,7 @@ struct ServeArgs {
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
   std::string metrics_compat = "vllm";
+  std::string dashboard_plots;
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
@@ -205,6 +206,7 @@ int run_serve(const ServeArgs& a) {
   ao.extra_metrics = [p = publisher.get(), t = tierset.get()] {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string());
   };
+  ao.plots_dir = a.dashboard_plots;
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -316,6 +318,8 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
   add_kv_tier_args(c, a->tiers);
+  c->add_option("--dashboard-plots", a->dashboard_plots,
+                "Folder of SVG plots (eval/plan/bench --svg) linked from GET /dashboard");
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

@@ -198,6 +198,7 @@ class KvManager {
   }
   int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
   SeqInfo seq_info(SeqId seq) const;
+  const Scope& scope(SeqId seq) const { return get(seq).scope; }  // as its blocks are keyed
   std::vector<SeqId> sequences() const;  // ascending
   KvStats stats() const;
 

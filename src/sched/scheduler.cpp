@@ -53,8 +53,11 @@ double Scheduler::retry_estimate(int64_t need, SloClass cls, double now) const {
   return retry_after_s(ahead + need - room, drain_.rate(now), cfg_);
 }
 
-void Scheduler::count_rejection(RejectReason why) {
+// mu_ held.
+void Scheduler::count_rejection(RejectReason why, const Request& req, int64_t need, double now) {
   rejections_[size_t(why)].fetch_add(1, std::memory_order_relaxed);
+  if (recent_rejects_.size() >= kRecentRejects) recent_rejects_.pop_front();
+  recent_rejects_.push_back({now, why, req.slo, req.tenant, need});
 }
 
 SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg,
@@ -65,7 +68,7 @@ SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectRe
   res.need_blocks = need;
   res.message = std::move(msg);
   if (retryable(why)) res.retry_after_s = retry_estimate(need, req.slo, now);
-  count_rejection(why);
+  count_rejection(why, req, need, now);
   return res;
 }
 
@@ -240,7 +243,7 @@ bool Scheduler::has_work() const {
 void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out,
                               double retry_after) {
   const double ra = !retryable(why) ? 0 : retry_after >= 0 ? retry_after : retry_estimate(r->footprint, r->r.slo, now);
-  count_rejection(why);
+  count_rejection(why, r->r, r->footprint, now);
   log_reject(log_, why, log_fields(r->r, r->footprint), ra);
   std::string msg = "the server is shutting down";
   if (why == RejectReason::QueueTimeout)
@@ -420,6 +423,9 @@ SchedStats Scheduler::stats(double now) const {
   s.tokens_per_s = tok_rate_.rate();
   s.rejections = rejections();
   s.submitted = submitted();
+  s.tenant_blocks.assign(tenant_blocks_.begin(), tenant_blocks_.end());
+  s.tenant_quota = lim_.tenant_quota;
+  s.recent_rejects.assign(recent_rejects_.begin(), recent_rejects_.end());
   return s;
 }
 
