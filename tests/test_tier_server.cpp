@@ -99,7 +99,8 @@ TEST(TierServer, DiskTierSurvivesARestartWithIdenticalOutput) {
     const json r = complete(port_of(*s));
     EXPECT_EQ(cached(r), 0);
     first_text = r["choices"][0]["text"];
-    EXPECT_GE(wait_metric(port_of(*s), "kvserve_kv_tier_stores_total{tier=\"disk\"}", 3), 3);
+    ASSERT_EQ(wait_metric_eq(port_of(*s), "kvserve_kv_tier_queue_bytes", 0), 0);
+    EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_stores_total{tier=\"disk\"}"), 3);
     EXPECT_EQ(s->stop(), 0);
   }
   struct stat st{};
@@ -155,10 +156,17 @@ TEST(TierServer, RevokeDeletesTheTenantsFiles) {
              .dump();
   auto s = serve({"--kv-disk", d + "/tier", "--kv-key-file", d + "/k.key", "--api-keys", d + "/keys.json"});
   const int port = port_of(*s);
+  // A request's blocks are all queued when its response is complete; the
+  // queue empties only after each one is written.
+  const std::string stores = "kvserve_kv_tier_stores_total{tier=\"disk\"}", queue = "kvserve_kv_tier_queue_bytes";
   complete(port, "key-a");
-  const double after_a = wait_metric(port, "kvserve_kv_tier_stores_total{tier=\"disk\"}", 3);
+  ASSERT_EQ(wait_metric_eq(port, queue, 0), 0);
+  const double after_a = test::metric_value(port, stores);
   complete(port, "key-b");
-  const double after_b = wait_metric(port, "kvserve_kv_tier_stores_total{tier=\"disk\"}", after_a + 3);
+  ASSERT_EQ(wait_metric_eq(port, queue, 0), 0);
+  const double after_b = test::metric_value(port, stores);
+  ASSERT_GE(after_a, 3);
+  ASSERT_GE(after_b - after_a, 3);
   ASSERT_EQ(count_entries(d + "/tier"), int(after_b));
   const test::HttpReply rv = test::http_request(port, "POST", "/admin/tenants/a/revoke", "{}",
                                                 {{"authorization", "Bearer key-admin"}}, 30);
@@ -220,7 +228,8 @@ TEST(TierServer, ReplicaBHitsBlocksReplicaAComputedThroughRedis) {
   auto a = serve(flags);
   auto b = serve(flags);
   const json ra = complete(port_of(*a));
-  EXPECT_GE(wait_metric(port_of(*a), "kvserve_kv_tier_stores_total{tier=\"redis\"}", 3), 3);
+  ASSERT_EQ(wait_metric_eq(port_of(*a), "kvserve_kv_tier_queue_bytes", 0), 0);
+  EXPECT_GE(test::metric_value(port_of(*a), "kvserve_kv_tier_stores_total{tier=\"redis\"}"), 3);
   const json rb = complete(port_of(*b));
   EXPECT_GE(cached(rb), 32) << "B must load A's prefix from redis";
   EXPECT_EQ(rb["choices"][0]["text"], ra["choices"][0]["text"]);
