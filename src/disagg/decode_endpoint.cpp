@@ -99,7 +99,10 @@ void DecodeEndpoint::State::on_hello(ConnId c, std::span<const uint8_t> h) {
   if (!r.ok) {
     r.reason = "decode worker refuses the prefill worker: " + r.reason;
     say(r.reason);
-    link->send(c, encode(r), {}, [this, c](bool) { link->close(c); });
+    // The prefill side closes once it has read why; closing here could
+    // reset the connection before the reply arrives. An unverified peer can
+    // do nothing else: any other message drops it.
+    link->send(c, encode(r), {});
     return;
   }
   greeted.insert(c);
@@ -226,11 +229,12 @@ void DecodeEndpoint::State::settle(Xfer& x) {
 }
 
 void DecodeEndpoint::State::drop_conn(ConnId c, const std::string& why, bool close) {
-  say("connection " + std::to_string(c) + " dropped: " + why);
-  greeted.erase(c);
+  const bool was_greeted = greeted.erase(c) > 0;
   std::vector<Xfer*> mine;
   for (auto& [k, x] : xfers)
     if (k.first == c) mine.push_back(x.get());
+  // A refused peer hanging up is expected: not worth a line.
+  if (close || was_greeted || !mine.empty()) say("connection " + std::to_string(c) + " dropped: " + why);
   for (Xfer* x : mine) fail(*x, why, false);
   if (close) link->close(c);
 }

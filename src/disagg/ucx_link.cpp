@@ -75,6 +75,7 @@ struct UcxLink::Impl {
   ucp_ep_h make_ep(ConnId id, ucp_ep_params_t& p);
   void drop(ConnId id, bool notify, const std::string& why);
   void close_pending();
+  std::vector<void*> releases;  // assembled messages to give back to UCX
   std::vector<ucp_ep_h> to_close;
   std::vector<void*> close_reqs;
 
@@ -157,7 +158,12 @@ ucs_status_t UcxLink::Impl::on_am(void* arg, const void* header, size_t header_l
   Incoming in{data, length, rndv, rndv ? data : nullptr, false};
   if (id != 0 && !self->closing && self->h.on_message)
     self->h.on_message(id, {static_cast<const uint8_t*>(header), header_length}, in);
-  if (rndv && !in.taken) ucp_am_data_release(self->worker, data);
+  if (rndv && !in.taken) {
+    // Unwanted rendezvous data is given back from the loop, outside the
+    // callback (released inside it, UCX keeps one buffer until teardown).
+    self->releases.push_back(data);
+    return UCS_INPROGRESS;
+  }
   return UCS_OK;
 }
 
@@ -172,6 +178,8 @@ void UcxLink::Impl::run() {
       now.swap(tasks);
     }
     for (auto& f : now) f();
+    for (void* d : releases) ucp_am_data_release(worker, d);
+    releases.clear();
     close_pending();
     if (!now.empty()) continue;
     const auto t = std::chrono::steady_clock::now();
@@ -192,6 +200,8 @@ void UcxLink::Impl::run() {
 
 void UcxLink::Impl::teardown() {
   closing = true;
+  for (void* d : releases) ucp_am_data_release(worker, d);
+  releases.clear();
   while (!eps.empty()) drop(eps.begin()->first, false, {});
   close_pending();
   // Bounded: forced closes complete locally.
