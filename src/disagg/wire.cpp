@@ -9,7 +9,10 @@ namespace {
 // Little-endian fixed-width fields and length-prefixed strings.
 class Writer {
  public:
-  explicit Writer(MsgType t) { u8(uint8_t(t)); }
+  explicit Writer(MsgType t) {
+    b_.reserve(128);
+    b_.push_back(uint8_t(t));
+  }
   void u8(uint8_t v) { b_.push_back(v); }
   void u32(uint32_t v) { raw(&v, 4); }
   void i32(int32_t v) { raw(&v, 4); }
@@ -19,8 +22,10 @@ class Writer {
     raw(s.data(), s.size());
   }
   void raw(const void* p, size_t n) {
-    const auto* c = static_cast<const uint8_t*>(p);
-    b_.insert(b_.end(), c, c + n);
+    if (n == 0) return;
+    const size_t at = b_.size();
+    b_.resize(at + n);
+    std::memcpy(b_.data() + at, p, n);
   }
   std::vector<uint8_t> take() { return std::move(b_); }
 
