@@ -100,6 +100,19 @@ SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scop
 
 PagedEngine::~PagedEngine() = default;
 
+KvManager::Adoption PagedEngine::reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) {
+  if (window_.active())
+    throw std::invalid_argument("paged engine: a windowed cache cannot adopt transferred blocks");
+  if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
+  if (int64_t(prompt.size()) >= max_ctx_)
+    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens leaves no room in the context size " +
+                            std::to_string(max_ctx_));
+  if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
+    throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
+  return kv_.reserve_adoption(prompt, kv_scope(caller));
+}
+
+
 void PagedEngine::set_tier(KvTierPort* tier) {
   tier_ = tier;
   importer_ = tier ? std::make_unique<TierImporter>(*tier, *storage_) : nullptr;

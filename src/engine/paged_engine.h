@@ -110,6 +110,20 @@ class PagedEngine {
   bool prefetch_pending(uint64_t ticket) const { return tier_ && ticket && tier_->pending(ticket); }
   double prefetch_seconds(uint64_t ticket) const { return tier_ && ticket ? tier_->seconds(ticket) : -1; }
   bool has_tier() const { return tier_ != nullptr; }
+  // Disaggregated serving (src/disagg), decode side: the prompt is checked
+  // as add() checks it and the caller scope folded as add() folds it, then
+  // KvManager::reserve_adoption. A window policy that frees blocks is
+  // refused (std::invalid_argument): the table would have holes.
+  KvManager::Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& caller);
+  void finish_adoption(SeqId seq, std::span<const int32_t> prompt) { kv_.finish_adoption(seq, prompt); }
+  // The sequence's full-precision residual (quantized cache; empty otherwise).
+  std::span<float> residual(SeqId seq) {
+    float* p = kv_.residual(seq);
+    return {p, p ? kv_.residual_view(seq).size() : 0};
+  }
+  // All K/V bytes of one pool block: what a transfer moves.
+  std::span<uint8_t> block(int32_t b) { return storage_->block(b); }
+  const KvLayout& layout() const { return storage_->view().layout; }
   // Forget every cached block (cold prefix cache).
   void drop_cached() { kv_.drop_cached(); }
   // The caller's monotonic tick (KvManager::set_tick): last use of blocks.

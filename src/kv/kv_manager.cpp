@@ -120,6 +120,47 @@ void KvManager::import_chain(Seq& s, std::span<const int32_t> prompt, std::vecto
   }
 }
 
+KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt, const Scope& scope) {
+  const int64_t n = int64_t(prompt.size());
+  if (n == 0) throw std::invalid_argument("kv manager: an adopted prompt needs at least one token");
+  Seq s;
+  s.scope = scope;
+  if (caching_) {
+    for (int64_t i = 0; (i + 1) * bs_ <= n; ++i) {
+      BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
+      auto b = pool_.lookup(k);
+      if (!b) break;
+      pool_.share(*b);
+      s.table.push_back(*b);
+      s.keys.push_back(k);
+    }
+  }
+  const int32_t hits = int32_t(s.table.size());
+  const int64_t want = ceil_div(n, bs_);
+  if (want - hits > pool_.n_available()) {
+    for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);
+    return {};
+  }
+  while (int64_t(s.table.size()) < want) s.table.push_back(alloc_one());
+  s.tokens.assign(prompt.begin(), prompt.begin() + int64_t(hits) * bs_);
+  s.residual.assign(residual_floats_, 0.0f);
+  if (caching_) {
+    query_tokens_ += n;
+    hit_tokens_ += int64_t(hits) * bs_;
+  }
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(s));
+  return {id, hits, int32_t(want)};
+}
+
+void KvManager::finish_adoption(SeqId seq, std::span<const int32_t> prompt) {
+  const Seq& s = get(seq);
+  const size_t have = s.tokens.size();
+  if (have > prompt.size() || !std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin()))
+    throw bug("finish_adoption with a prompt other than the reserved one");
+  commit(seq, prompt.subspan(have));
+}
+
 std::vector<BlockKey> KvManager::chain_keys(std::span<const int32_t> prompt, const Scope& scope,
                                             int64_t max_blocks) const {
   std::vector<BlockKey> keys;

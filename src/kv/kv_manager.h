@@ -107,6 +107,22 @@ class KvManager {
   // blocks the importer has ready (a lower tier): each goes into a fresh
   // block, is keyed, and counts as cached (SeqAdmission::imported_tokens).
   SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer = nullptr);
+  // Disaggregated decode: a prompt whose K/V another worker computed. Pins
+  // the prompt's cached full blocks (RAM hits, which need not travel) and
+  // reserves fresh blocks for the rest of the prompt, all or nothing
+  // (seq == -1: no room, nothing changed). The fresh blocks are the
+  // sequence's own and unkeyed until finish_adoption, so their bytes may be
+  // written from another thread meanwhile. Abandon with release(seq).
+  struct Adoption {
+    SeqId seq = -1;
+    int32_t hit_blocks = 0;  // table[0, hit_blocks) came from the prefix index
+    int32_t blocks = 0;      // table length: every block the prompt touches
+  };
+  Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& scope);
+  // The reserved blocks now hold the prompt's K/V: its tokens count as
+  // written and its full blocks are keyed into the prefix index, as if this
+  // manager had computed them.
+  void finish_adoption(SeqId seq, std::span<const int32_t> prompt);
   // The chain keys of the prompt's full blocks (at most max_blocks).
   // Thread-safe (pure).
   std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& scope,
@@ -197,6 +213,7 @@ class KvManager {
     return s.residual.empty() ? nullptr : s.residual.data();
   }
   int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
+  std::span<const float> residual_view(SeqId seq) const { return get(seq).residual; }
   SeqInfo seq_info(SeqId seq) const;
   const Scope& scope(SeqId seq) const { return get(seq).scope; }  // as its blocks are keyed
   std::vector<SeqId> sequences() const;  // ascending

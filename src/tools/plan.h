@@ -74,6 +74,8 @@ struct PlanInput {
   std::vector<WeightPart> weight_mix;
   // Read rates of the KV tiers (--tier-disk-read, --tier-redis-read), bytes/s.
   double disk_read_bps = 2e9, redis_read_bps = 1.25e9;
+  // The link between a prefill and a decode worker (--link), bytes/s.
+  double link_bps = 25e9;
 };
 
 // Activations of one 512-token step in f32 (residual, attention, FFN, logits).
@@ -122,6 +124,15 @@ struct TierReadEstimate {
   double bytes = 0, disk_s = 0, redis_s = 0;
 };
 
+// Disaggregated serving: shipping a prefilled prompt's K/V to a decode
+// worker. Every block the prompt touches travels (the tail block whole);
+// the formula's bytes are tokens x kv_bytes_per_token.
+struct TransferEstimate {
+  int64_t tokens = 0;
+  double formula_bytes = 0, wire_bytes = 0, seconds = 0;
+  double breakeven_bps = 0;  // link rate at which shipping takes as long as prefilling again
+};
+
 struct PlanResult {
   PlanInput in;  // with defaults resolved
   uint64_t kv_bytes_per_token = 0, mha_bytes_per_token = 0, mqa_bytes_per_token = 0;
@@ -143,6 +154,7 @@ struct PlanResult {
   bool has_kernel_rates = false;       // some weight type had a measured kernel
   PrefillEstimate prefill;
   TierReadEstimate tier_read;
+  TransferEstimate transfer;
   std::vector<std::string> notes;
 };
 

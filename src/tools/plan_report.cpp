@@ -145,6 +145,13 @@ std::string format_plan(const PlanResult& p) {
         << duration(t.disk_s) << " at " << format_si(p.in.disk_read_bps, "B/s") << " (" << vs(t.disk_s) << "), Redis ~"
         << duration(t.redis_s) << " at " << format_si(p.in.redis_read_bps, "B/s") << " (" << vs(t.redis_s) << ")\n";
     }
+    const TransferEstimate& x = p.transfer;
+    if (x.tokens > 0 && p.prefill.seconds > 0) {
+      o << "  shipping its K/V to a decode worker: " << format_si(x.formula_bytes, "B") << " (" << x.tokens << " x "
+        << format_si(double(p.kv_bytes_per_token), "B") << "), " << format_si(x.wire_bytes, "B")
+        << " in whole blocks; ~" << duration(x.seconds) << " at " << format_si(p.in.link_bps, "B/s")
+        << "; shipping beats recomputing above " << format_si(x.breakeven_bps, "B/s") << "\n";
+    }
   }
   if (!p.notes.empty()) o << "\n";
   for (const auto& n : p.notes) o << "note: " << n << "\n";
