@@ -113,6 +113,19 @@ TEST(TierServer, DiskTierSurvivesARestartWithIdenticalOutput) {
   EXPECT_EQ(r["choices"][0]["text"], first_text);
   EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}"), 2);
   EXPECT_EQ(test::metric_value(port_of(*s), "kvserve_kv_tier_errors_total{tier=\"disk\"}"), 0);
+  // The dashboard shows the same tier counters (its snapshot is sampled once a second).
+  const double hits = test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}");
+  json tiers;
+  for (int i = 0; i < 40; ++i) {
+    const test::HttpReply snap = test::http_request(port_of(*s), "GET", "/dashboard/snapshot", "", {}, 30);
+    ASSERT_EQ(snap.status, 200) << snap.body;
+    tiers = json::parse(snap.body)["tiers"];
+    if (tiers.size() == 1 && tiers[0]["hits"].get<double>() == hits) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(tiers.size(), 1u);
+  EXPECT_EQ(tiers[0]["tier"], "disk");
+  EXPECT_EQ(tiers[0]["hits"].get<double>(), hits);
   s->stop();
   EXPECT_NE(s->log().find("tier_tokens="), std::string::npos);
 }

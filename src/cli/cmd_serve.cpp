@@ -15,6 +15,8 @@
 #include <iterator>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/kv_tier_args.h"
@@ -207,6 +209,14 @@ int run_serve(const ServeArgs& a) {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string());
   };
   ao.plots_dir = a.dashboard_plots;
+  if (tierset)
+    ao.dashboard_opts.tiers_json = [t = tierset.get()] {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const tiers::TierCounters& c : t->stats().tiers)
+        arr.push_back({{"tier", c.tier}, {"hits", c.hits}, {"misses", c.misses}, {"stores", c.stores},
+                       {"evictions", c.evictions}, {"errors", c.errors}, {"bytes", c.bytes}, {"available", c.available}});
+      return arr.dump();
+    };
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;

@@ -163,6 +163,7 @@ std::string ServeDashboard::sample() {
             {"preemptions", m.preemptions},
             {"tenants", tenants_json(v.get(), m, tenants_)},
             {"plots", opts_.plots}};
+  if (opts_.tiers_json) j["tiers"] = json::parse(opts_.tiers_json());
   std::string s = j.dump();
   if (v) {
     // The map is spliced in as text: it is most of the bytes and needs no

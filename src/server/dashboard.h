@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct DashboardOptions {
   size_t history = 600;         // samples kept (one per snapshot)
   std::string model_id;
   std::vector<std::string> plots;  // SVG file names served under /dashboard/plots/
+  // KV tiers below RAM (disk, Redis), when configured: a JSON array text of
+  // {tier, hits, misses, stores, evictions, errors, bytes, available}.
+  std::function<std::string()> tiers_json;
 };
 
 // The "pool" member: counts and one entry per cell in parallel arrays

@@ -66,6 +66,8 @@ svg.chart{width:100%;height:170px;display:block}.chart text{font-size:10px;fill:
 <th>quota</th><th></th></tr></thead><tbody></tbody></table></section>
 <section id="workers-section" class="wide" style="display:none"><h2>Workers</h2><table id="workers"><thead><tr><th>worker</th><th>state</th>
 <th>load</th><th>in flight</th><th>KV free</th><th>KV used</th><th>KV cached</th><th>waiting</th><th>running</th><th>reason</th></tr></thead><tbody></tbody></table></section>
+<section id="tiers-section" style="display:none"><h2>KV tiers below RAM</h2><table id="tiers"><thead><tr><th>tier</th><th>state</th>
+<th>hits</th><th>misses</th><th>stored</th><th>evicted</th><th>errors</th><th>bytes</th></tr></thead><tbody></tbody></table></section>
 <section id="plots-section" style="display:none"><h2>Plots</h2><ul id="plots"></ul></section>
 </main><div id="tip"></div>
 <script>
@@ -158,6 +160,10 @@ function renderServe(d) {
            `<td>${fmt(t.cached_blocks)}</td><td>${fmt(w)}</td><td>${q ? fmt(q) : "none"}</td>` +
            `<td><div class="bar"><i class="${pct >= 100 ? "over" : ""}" style="width:${pct}%"></i></div></td></tr>`;
   }));
+  const tr = d.tiers || [];
+  $("tiers-section").style.display = tr.length ? "" : "none";
+  rows("tiers", tr.map(t => `<tr id="tier-${esc(t.tier)}"><td>${esc(t.tier)}</td><td class="${t.available ? "up" : "down"}">${t.available ? "up" : "down"}</td>` +
+       `<td>${fmt(t.hits)}</td><td>${fmt(t.misses)}</td><td>${fmt(t.stores)}</td><td>${fmt(t.evictions)}</td><td>${fmt(t.errors)}</td><td>${fmt(t.bytes)}</td></tr>`));
   const pl = d.plots || [];
   $("plots-section").style.display = pl.length ? "" : "none";
   $("plots").innerHTML = pl.map(n => `<li><a href="/dashboard/plots/${encodeURIComponent(n)}">${esc(n)}</a></li>`).join("");
