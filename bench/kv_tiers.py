@@ -82,7 +82,8 @@ class Proc:
         while time.time() - t0 < 300:
             line = self.p.stdout.readline()
             if not line:
-                raise RuntimeError(f"{args[0]} exited; see {log}")
+                self.log.flush()
+                raise RuntimeError(f"{args[0]} exited: " + open(log).read()[-2000:])
             self.lines.append(line)
             if ready in line:
                 break

@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
+#include "kv/window_policy.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
@@ -53,6 +54,7 @@ struct ServeArgs {
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
   std::string metrics_compat = "vllm";
+  std::string dashboard_plots;
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
@@ -175,10 +177,9 @@ int run_serve(const ServeArgs& a) {
     // memory available now.
     // A bounding window caps what one sequence holds (KvManager::live_cap).
     const WindowPolicy w = lo.window.resolve(l.model->config().sliding_window);
-    const int64_t per_seq = w.max_visible() > 0
-                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
-                                : ctx;
-    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
+    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
+                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
+    const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
     const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }
@@ -205,6 +206,7 @@ int run_serve(const ServeArgs& a) {
   ao.extra_metrics = [p = publisher.get(), t = tierset.get()] {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string());
   };
+  ao.plots_dir = a.dashboard_plots;
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -316,6 +318,8 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
   add_kv_tier_args(c, a->tiers);
+  c->add_option("--dashboard-plots", a->dashboard_plots,
+                "Folder of SVG plots (eval/plan/bench --svg) linked from GET /dashboard");
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

@@ -8,7 +8,7 @@
 #include "crypto/kdf.h"
 #include "tiers/disk_store.h"
 #include "tiers/redis_store.h"
-#include "tools/kv_memory.h"
+#include "tools/units.h"
 
 namespace kvs::cli {
 
@@ -34,8 +34,20 @@ static std::string default_key_path() {
   return base + "/kvserve/kv-tier.key";
 }
 
+static uint64_t size_flag(const char* flag, const std::string& v) {
+  try {
+    return tools::parse_size(v);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(flag) + ": " + e.what());
+  }
+}
+
 std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a) {
   if (!a.any()) return std::nullopt;
+  // Every tier flag is checked before the model loads.
+  size_flag("--kv-disk-size", a.disk_size);
+  size_flag("--kv-tier-queue", a.queue);
+  if (!a.redis_url.empty()) tiers::parse_redis_url(a.redis_url);
   const std::string path = a.key_file.empty() ? default_key_path() : a.key_file;
   if (a.key_file.empty()) {
     std::error_code ec;
@@ -61,14 +73,14 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
   auto log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
   std::vector<std::unique_ptr<tiers::BlobStore>> stores;
   if (!a.disk_dir.empty()) {
-    const uint64_t size = tools::parse_kv_memory(a.disk_size);
+    const uint64_t size = size_flag("--kv-disk-size", a.disk_size);
     stores.push_back(std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log));
   }
   if (!a.redis_url.empty())
     stores.push_back(std::make_unique<tiers::RedisStore>(tiers::parse_redis_url(a.redis_url), tiers::RedisOptions{}, log));
   tiers::TierSetOptions o;
   o.default_retention_s = a.retention_s;
-  o.queue_bytes = int64_t(tools::parse_kv_memory(a.queue));
+  o.queue_bytes = int64_t(size_flag("--kv-tier-queue", a.queue));
   const std::string desc = layout.describe() + " block " + std::to_string(layout.block_size) + " layers " +
                            std::to_string(layout.n_layers) + " kv heads " + std::to_string(layout.n_kv_heads) +
                            " head dim " + std::to_string(layout.head_dim) + " bytes " +

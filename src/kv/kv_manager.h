@@ -215,6 +215,7 @@ class KvManager {
   int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
   std::span<const float> residual_view(SeqId seq) const { return get(seq).residual; }
   SeqInfo seq_info(SeqId seq) const;
+  const Scope& scope(SeqId seq) const { return get(seq).scope; }  // as its blocks are keyed
   std::vector<SeqId> sequences() const;  // ascending
   KvStats stats() const;
 

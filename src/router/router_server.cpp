@@ -10,6 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "router/router_dashboard.h"
+#include "sched/clock.h"
+#include "server/dashboard_hub.h"
+#include "server/dashboard_page.h"
+#include "server/sse_stream.h"
+
 namespace kvs::router {
 
 namespace beast = boost::beast;
@@ -106,6 +112,9 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   std::atomic<uint64_t> turn{0};
+  // One snapshot per second for every open dashboard stream.
+  RouterDashboard dash{workers};
+  server::DashboardHub hub{[this] { return dash.sample(sched::steady_now()); }};
 
   mutable std::mutex mu;  // the counters below
   std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
@@ -126,6 +135,9 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                    http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
   std::string metrics() const;
+  // GET /dashboard/events: the latest snapshot, then one per second, until
+  // the client or the router goes away.
+  bool dashboard_events(Conn& client);
   bool write(Conn& client, const std::string& bytes) {
     client.stream.expires_after(ms(opts.client_timeout_s));
     return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
@@ -209,6 +221,11 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
     return proxy(client, req, keep);
   }
   if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
+  if (path == "/dashboard" && req.method() == http::verb::get)
+    return write(client, full_response(200, "text/html; charset=utf-8", server::dashboard_html(), keep));
+  if (path == "/dashboard/snapshot" && req.method() == http::verb::get)
+    return write(client, full_response(200, "application/json", hub.latest(), keep));
+  if (path == "/dashboard/events" && req.method() == http::verb::get) return dashboard_events(client);
   return write(client, full_response(404, "application/json",
                                      error_json("not_found_error", "not_found", "no route for " + path), keep));
 }
@@ -414,6 +431,22 @@ void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up,
     if (!write(client, chunk(err))) r.client_gone = true;
   }
   if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
+}
+
+bool RouterServer::Impl::dashboard_events(Conn& client) {
+  if (!write(client, "HTTP/1.1 200 OK\r\nServer: kvserve\r\nContent-Type: text/event-stream\r\n"
+                     "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"))
+    return false;
+  std::string sent;
+  while (!stopping) {
+    const std::string snap = hub.latest();
+    if (!snap.empty() && snap != sent) {
+      if (!write(client, server::sse_data(snap))) return false;
+      sent = snap;
+    }
+    for (int i = 0; i < 10 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 std::string RouterServer::Impl::metrics() const {

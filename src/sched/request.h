@@ -73,6 +73,16 @@ const char* to_string(RejectReason r);  // "invalid", "context_length", "request
 // false for Invalid/ContextLength/RequestShare (HTTP 400: the request itself is too big).
 bool retryable(RejectReason r);
 
+// One request turned away, for the dashboard's demand signal: what it would
+// have needed (worst case, blocks) and why it did not get it. No text.
+struct RejectRecord {
+  double t = 0;  // the scheduler's clock
+  RejectReason reason = RejectReason::None;
+  SloClass slo = SloClass::Interactive;
+  std::string tenant;  // the quota key (the server passes a hash)
+  int64_t need_blocks = 0;
+};
+
 struct SubmitResult {
   bool accepted = false;
   RequestId id = 0;               // the request's id (assigned when the Request had 0)

@@ -10,6 +10,7 @@
 
 #include "kv/capacity.h"
 #include "sched/scheduler_internal.h"
+#include "tokenizer/vocab.h"
 
 namespace kvs::sched {
 
@@ -52,8 +53,11 @@ double Scheduler::retry_estimate(int64_t need, SloClass cls, double now) const {
   return retry_after_s(ahead + need - room, drain_.rate(now), cfg_);
 }
 
-void Scheduler::count_rejection(RejectReason why) {
+// mu_ held.
+void Scheduler::count_rejection(RejectReason why, const Request& req, int64_t need, double now) {
   rejections_[size_t(why)].fetch_add(1, std::memory_order_relaxed);
+  if (recent_rejects_.size() >= kRecentRejects) recent_rejects_.pop_front();
+  recent_rejects_.push_back({now, why, req.slo, req.tenant, need});
 }
 
 SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg,
@@ -64,7 +68,7 @@ SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectRe
   res.need_blocks = need;
   res.message = std::move(msg);
   if (retryable(why)) res.retry_after_s = retry_estimate(need, req.slo, now);
-  count_rejection(why);
+  count_rejection(why, req, need, now);
   return res;
 }
 
@@ -87,10 +91,9 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   };
   if (!accepting_) return reject(RejectReason::ShuttingDown, "the server is shutting down");
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
-  const int nv = exec_.n_vocab();
-  for (int32_t t : req.prompt)
-    if (t < 0 || t >= nv)
-      return reject(RejectReason::Invalid, "prompt token id " + std::to_string(t) + " is outside the vocabulary");
+  if (const int64_t bad = first_token_outside_vocab(req.prompt, exec_.n_vocab()); bad >= 0)
+    return reject(RejectReason::Invalid,
+                  "prompt token id " + std::to_string(req.prompt[size_t(bad)]) + " is outside the vocabulary");
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
   if (req.max_tokens && *req.max_tokens < 1) return reject(RejectReason::Invalid, "max_tokens must be >= 1");
@@ -240,7 +243,7 @@ bool Scheduler::has_work() const {
 void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out,
                               double retry_after) {
   const double ra = !retryable(why) ? 0 : retry_after >= 0 ? retry_after : retry_estimate(r->footprint, r->r.slo, now);
-  count_rejection(why);
+  count_rejection(why, r->r, r->footprint, now);
   log_reject(log_, why, log_fields(r->r, r->footprint), ra);
   std::string msg = "the server is shutting down";
   if (why == RejectReason::QueueTimeout)
@@ -420,6 +423,9 @@ SchedStats Scheduler::stats(double now) const {
   s.tokens_per_s = tok_rate_.rate();
   s.rejections = rejections();
   s.submitted = submitted();
+  s.tenant_blocks.assign(tenant_blocks_.begin(), tenant_blocks_.end());
+  s.tenant_quota = lim_.tenant_quota;
+  s.recent_rejects.assign(recent_rejects_.begin(), recent_rejects_.end());
   return s;
 }
 

@@ -77,7 +77,13 @@ struct SchedStats {
   int64_t prompt_tokens = 0, prefill_tokens = 0, generated_tokens = 0, steps = 0;
   double drain_blocks_per_s = 0;
   double tokens_per_s = 0;  // model tokens per second over prefill-heavy steps (admission wait estimates)
+  // Worst-case blocks of each tenant's running and queued requests, and the
+  // most one tenant may hold (INT64_MAX: no quota).
+  std::vector<std::pair<std::string, int64_t>> tenant_blocks;
+  int64_t tenant_quota = 0;
+  std::vector<RejectRecord> recent_rejects;  // oldest first, the last kRecentRejects
 };
+inline constexpr size_t kRecentRejects = 32;
 
 // What one step did (tests, benchmarks).
 struct StepReport {
@@ -160,6 +166,7 @@ class Scheduler {
   SchedStats st_;
   std::array<std::atomic<int64_t>, kNumRejectReasons> rejections_{};
   std::atomic<int64_t> submitted_{0};
+  std::deque<RejectRecord> recent_rejects_;  // under mu_
 
   std::vector<Req*> running_;  // admission order
   // Ended requests live until the next step so pointers held while one step
@@ -210,7 +217,7 @@ class Scheduler {
   // retry_after_s < 0: estimated from the block drain rate.
   void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1);
   SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now);
-  void count_rejection(RejectReason why);
+  void count_rejection(RejectReason why, const Request& req, int64_t need, double now);
   double retry_estimate(int64_t need, SloClass cls, double now) const;
   std::string log_fields(const Request& req, int64_t need) const;
 };

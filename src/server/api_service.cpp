@@ -4,10 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <random>
 
 #include "kv/prefix_hash.h"
+#include "server/dashboard_page.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 #include "sched/clock.h"
 
 namespace kvs::server {
@@ -61,6 +67,77 @@ ApiService::ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegi
   // The same model file (and so the same outputs for a seed) gives the same
   // fingerprint across restarts.
   fingerprint_ = "fp_" + (opts_.model_identity.empty() ? std::string("kvserve") : opts_.model_identity.substr(0, 10));
+  if (opts_.dashboard) {
+    DashboardOptions d = opts_.dashboard_opts;
+    if (d.model_id.empty()) d.model_id = opts_.model_id;
+    if (!opts_.plots_dir.empty()) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(opts_.plots_dir, ec))
+        if (e.path().extension() == ".svg") d.plots.push_back(e.path().filename().string());
+      std::sort(d.plots.begin(), d.plots.end());
+    }
+    dash_ = std::make_unique<ServeDashboard>(loop_, &tenants_, &counters_, d);
+    hub_ = std::make_unique<DashboardHub>([this] { return dash_->sample(); }, opts_.dashboard_period_s);
+  }
+}
+
+void ApiService::set_draining(bool on) {
+  draining_ = on;
+  if (on && hub_) hub_->stop();
+}
+
+Routed ApiService::dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake) {
+  Routed r;
+  if (req.method != "GET") {
+    r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use GET"));
+    return r;
+  }
+  if (path == "/dashboard") {
+    // The page holds no data (it reads /dashboard/events with the key), so
+    // a browser may load it without an Authorization header.
+    r.response.content_type = "text/html; charset=utf-8";
+    r.response.body = dashboard_html();
+    return r;
+  }
+  static const std::string kPlots = "/dashboard/plots/";
+  if (path.compare(0, kPlots.size(), kPlots) == 0) {
+    const std::string name = path.substr(kPlots.size());
+    static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*\\.svg");
+    const auto& plots = dash_->options().plots;
+    if (!std::regex_match(name, kName) || std::find(plots.begin(), plots.end(), name) == plots.end()) {
+      r.response = error_response(make_error(404, "not_found_error", "not_found", "no such plot"));
+      return r;
+    }
+    std::ifstream f(std::filesystem::path(opts_.plots_dir) / name, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    r.response.content_type = "image/svg+xml";
+    r.response.body = ss.str();
+    return r;
+  }
+  if (tenants_.auth_required()) {
+    auto caller = tenants_.authenticate(req.authorization);
+    if (!caller) {
+      r.response = error_response(unauthorized());
+      return r;
+    }
+    if (!caller->policy.admin) {
+      r.response = error_response(make_error(403, "permission_error", "not_admin", "the dashboard needs an admin key"));
+      return r;
+    }
+  }
+  if (path == "/dashboard/events") {
+    r.stream = hub_->subscribe(std::move(wake));
+    return r;
+  }
+  if (path == "/dashboard/snapshot") {
+    r.response.body = hub_->latest();
+    if (r.response.body.empty())
+      r.response = error_response(make_error(503, "service_unavailable", "loading", "no snapshot yet"));
+    return r;
+  }
+  r.response = error_response(make_error(404, "not_found_error", "not_found", "no route for GET " + path));
+  return r;
 }
 
 void ApiService::log(const std::string& line) const {
@@ -103,6 +180,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     if (opts_.extra_metrics) r.response.body += opts_.extra_metrics();
     return r;
   }
+  if (hub_ && (path == "/dashboard" || path.compare(0, 11, "/dashboard/") == 0)) return dashboard(req, path, std::move(wake));
   if ((path == "/v1/models" || path == "/models") && req.method == "GET") {
     r.response = models(req);
     return r;
@@ -210,8 +288,8 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   }
   for (const PromptInput& in : p.prompts) {
     if (in.ids) {
-      for (int32_t t : *in.ids)
-        if (t >= tok_.n_vocab()) throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
+      if (first_token_outside_vocab(*in.ids, tok_.n_vocab()) >= 0)
+        throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
       pr.prompts.push_back(*in.ids);
     } else {
       const std::vector<int> ids = tok_.encode(in.text, add_bos, false);

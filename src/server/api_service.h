@@ -14,6 +14,8 @@
 
 #include "sched/engine_loop.h"
 #include "server/chat_template.h"
+#include "server/dashboard.h"
+#include "server/dashboard_hub.h"
 #include "server/exchange.h"
 #include "server/metrics_text.h"
 #include "server/tenants.h"
@@ -40,6 +42,11 @@ struct ApiOptions {
   // Request log lines (accepted and rejected; hashes and counts, never
   // text). Default: stderr.
   std::function<void(const std::string&)> log;
+  // GET /dashboard and its event stream (admin key only with --api-keys).
+  bool dashboard = true;
+  double dashboard_period_s = 1.0;
+  DashboardOptions dashboard_opts;
+  std::string plots_dir;  // SVG plots linked from the dashboard; empty = none
 };
 
 struct HttpRequest {
@@ -52,6 +59,7 @@ struct HttpRequest {
 struct Routed {
   HttpResponse response;               // used when exchange is null
   std::shared_ptr<Exchange> exchange;  // an accepted completion request
+  std::shared_ptr<ResponseStream> stream;  // another long response (the dashboard's events)
 };
 
 class ApiService {
@@ -63,7 +71,9 @@ class ApiService {
   Routed handle(const HttpRequest& req, std::function<void()> wake);
 
   void set_ready(bool on) { ready_ = on; }
-  void set_draining(bool on) { draining_ = on; }
+  // Draining also ends the dashboard's event streams (they never end by
+  // themselves).
+  void set_draining(bool on);
   bool draining() const { return draining_; }
   ServerCounters& counters() { return counters_; }
   const ApiOptions& options() const { return opts_; }
@@ -83,6 +93,8 @@ class ApiService {
   Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
   HttpResponse models(const HttpRequest& req) const;
+  // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*
+  Routed dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake);
   // Counts and logs a request the server turned away itself.
   HttpResponse fail(const ApiError& e, const std::string& tenant_hash);
   void log(const std::string& line) const;
@@ -96,6 +108,8 @@ class ApiService {
   std::atomic<uint64_t> next_id_{1};
   std::string id_salt_;
   std::string fingerprint_;  // system_fingerprint: the model identity, shortened
+  std::unique_ptr<ServeDashboard> dash_;
+  std::unique_ptr<DashboardHub> hub_;  // after dash_: stops before it goes
 };
 
 }  // namespace kvs::server

@@ -17,6 +17,7 @@
 
 #include "sched/engine_loop.h"
 #include "server/openai_codec.h"
+#include "server/response_stream.h"
 #include "server/sse_stream.h"
 
 namespace kvs {
@@ -28,12 +29,6 @@ namespace kvs::server {
 class TenantRegistry;
 class ServerCounters;
 
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // extra (Retry-After, ...)
-};
 // An OpenAI error object as a response (Retry-After when e.retry_after_s > 0).
 HttpResponse error_response(const ApiError& e);
 // 500 for a request the engine failed while running it (FinishReason::Error).
@@ -41,7 +36,7 @@ ApiError engine_failure(const std::string& message);
 // The error for a request the engine loop rejected.
 ApiError reject_error(sched::RejectReason r, const std::string& message, double retry_after_s);
 
-class Exchange {
+class Exchange final : public ResponseStream {
  public:
   struct Setup {
     sched::EngineLoop* loop = nullptr;
@@ -73,17 +68,11 @@ class Exchange {
   sched::EventSink sink_for(int prompt) const;
   bool streaming() const { return s_.stream; }
 
-  struct Output {
-    std::optional<HttpResponse> full;  // a whole response (non-streaming result, or an error before streaming)
-    bool start_stream = false;         // send the SSE response head now (first time only)
-    std::string data;                  // SSE bytes to send (after the head)
-    bool done = false;                 // nothing more will come
-    bool cut_off = false;              // the client could not keep up: close the connection
-  };
+  using Output = StreamOutput;
   // On the session's strand, after a wake-up: drains the queue.
-  Output poll();
+  Output poll() override;
   // The client went away (read EOF/reset or write failure): cancel now.
-  void client_gone();
+  void client_gone() override;
   // For the access log: the HTTP status that was sent.
   void set_final_status(int status) { final_status_ = status; }
 

@@ -19,16 +19,6 @@ namespace fs = std::filesystem;
 
 namespace kvs::tiers {
 
-static std::string hex_of(const ScopeFp& fp) {
-  static const char* h = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : fp) {
-    s += h[b >> 4];
-    s += h[b & 15];
-  }
-  return s;
-}
-
 static bool parse_hex(const std::string& s, ScopeFp& fp) {
   if (s.size() != 32) return false;
   for (size_t i = 0; i < 16; ++i) {
@@ -178,7 +168,7 @@ void DiskStore::erase(const std::string& id) { remove(id); }
 
 int64_t DiskStore::erase_scope(const ScopeFp& scope) {
   if (revoked_.insert(scope).second) {
-    std::ofstream(dir_ + "/revoked", std::ios::app) << hex_of(scope) << "\n";
+    std::ofstream(dir_ + "/revoked", std::ios::app) << hex(scope) << "\n";
   }
   std::vector<std::string> ids;
   for (const auto& [id, e] : index_)

@@ -1,4 +1,5 @@
 #include "tiers/redis_store.h"
+#include "tiers/sealed_block.h"
 
 #include <hiredis/hiredis.h>
 
@@ -107,19 +108,9 @@ redisReply* RedisStore::command(const char* fmt, ...) {
   return r;
 }
 
-static std::string hex_of(const ScopeFp& fp) {
-  static const char* h = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : fp) {
-    s += h[b >> 4];
-    s += h[b & 15];
-  }
-  return s;
-}
-
 PutStatus RedisStore::put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) {
   const long long ttl = std::max<long long>(1, meta.expires_unix - static_cast<long long>(time(nullptr)));
-  const std::string key = "kvs:b:" + id, set = "kvs:s:" + hex_of(meta.scope);
+  const std::string key = "kvs:b:" + id, set = "kvs:s:" + hex(meta.scope);
   redisReply* r = command("SET %b %b EX %lld NX", key.data(), key.size(), blob.data(), blob.size(), ttl);
   if (!r) return PutStatus::Failed;
   const bool stored = r->type == REDIS_REPLY_STATUS;
@@ -156,7 +147,7 @@ void RedisStore::erase(const std::string& id) {
 }
 
 int64_t RedisStore::erase_scope(const ScopeFp& scope) {
-  const std::string set = "kvs:s:" + hex_of(scope);
+  const std::string set = "kvs:s:" + hex(scope);
   redisReply* r = command("SMEMBERS %b", set.data(), set.size());
   if (!r) return 0;
   int64_t n = 0;

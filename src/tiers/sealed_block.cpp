@@ -46,11 +46,16 @@ std::string entry_id(const BlockKey& key, const TierIdentity& id) {
   in.insert(in.end(), id.layout.begin(), id.layout.end());
   std::array<uint8_t, 16> fp{};
   crypto::fingerprint(in, fp, "kvserve-tier-entry");
-  static const char* hex = "0123456789abcdef";
+  return hex(fp);
+}
+
+std::string hex(std::span<const uint8_t> bytes) {
+  static const char* digits = "0123456789abcdef";
   std::string s;
-  for (uint8_t b : fp) {
-    s += hex[b >> 4];
-    s += hex[b & 15];
+  s.reserve(2 * bytes.size());
+  for (uint8_t b : bytes) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
   }
   return s;
 }

@@ -47,6 +47,8 @@ struct EntryHeader {
 // Name of a block's entry in a store: hex of a fingerprint of its key and the
 // identity (never the key itself, which the KV events publish).
 std::string entry_id(const BlockKey& key, const TierIdentity& id);
+// Lowercase hex of any bytes (entry ids, scope fingerprints in files and keys).
+std::string hex(std::span<const uint8_t> bytes);
 ScopeFp scope_fingerprint(const Scope& scope);
 
 std::vector<uint8_t> seal_block(const crypto::SecretKey& scope_key, const BlockKey& key, const TierIdentity& id,
