@@ -85,7 +85,7 @@ struct EngineLoop::Impl {
     int64_t result = 0;
   };
   std::vector<std::unique_ptr<PendingDrop>> pending_drops;
-  std::vector<int32_t> pending_releases;  // handed-off sequences given back
+  std::vector<int64_t> pending_releases;  // handed-off sequences given back
   bool exited = false;                    // the engine thread takes no more releases
   struct Retained {
     Scope scope;
@@ -309,7 +309,7 @@ void EngineLoop::Impl::take_pool_view(double t) {
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
   std::vector<std::unique_ptr<PendingDrop>> drops;
-  std::vector<int32_t> releases;
+  std::vector<int64_t> releases;
   const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
   while (true) {
     {
@@ -322,7 +322,7 @@ void EngineLoop::Impl::run() {
       releases.swap(pending_releases);
     }
     std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
-    for (int32_t seq : releases) exec->release(seq);
+    for (int64_t seq : releases) exec->release(seq);
     releases.clear();
     double t = now();
     if (!upkeep(t, drops) && !sched->has_work()) publish(t);
@@ -361,7 +361,7 @@ void EngineLoop::Impl::run() {
   }
   {
     std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
-    for (int32_t seq : releases) exec->release(seq);
+    for (int64_t seq : releases) exec->release(seq);
   }
   events.clear();
   const double t = now();
@@ -467,7 +467,7 @@ int64_t EngineLoop::drop_scope(const Scope& scope) {
   return f.get();
 }
 
-void EngineLoop::release_held(int32_t seq) {
+void EngineLoop::release_held(int64_t seq) {
   Impl& m = *impl_;
   {
     std::lock_guard lk(m.mu);

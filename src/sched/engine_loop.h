@@ -151,7 +151,7 @@ class EngineLoop {
 
   // Thread-safe. Releases a sequence a hand-off event gave away
   // (TokenEvent::hand_off) before the next step.
-  void release_held(int32_t seq);
+  void release_held(int64_t seq);
 
   MetricsSnapshot metrics() const;  // thread-safe snapshot; never waits for a step
   // Thread-safe. Asks the engine thread for a PoolView in at most max_cells

@@ -135,7 +135,7 @@ struct Usage {
 // the event (EngineLoop::release_held when done with it).
 // The transfer's outcome is filled in by whoever ships the sequence.
 struct HandOff {
-  int32_t seq = -1;
+  int64_t seq = -1;                // a SeqId of the prefill worker's pool
   int32_t first_token = -1;
   uint64_t draws = 0;
   uint64_t handle = 0;          // the decode worker's adoption handle
