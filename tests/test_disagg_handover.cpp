@@ -112,20 +112,26 @@ struct PD {
     dec->shutdown();
     pre_role.reset();
   }
-  // Prefill on `pre`, hand over, continue on `dec`. Returns the decode side's
-  // tokens (the first one included), or the prefill side's final event.
-  std::pair<std::vector<int32_t>, TokenEvent> run(Request r) {
-    Events pe, de;
-    Request rp = r;
-    rp.hand_off = true;
-    rp.sink = pre_role->wrap(pe.sink(), r.scope);
-    EXPECT_TRUE(pre->submit(std::move(rp)).accepted);
-    const TokenEvent h = pe.last();
-    if (h.finish != FinishReason::HandedOff) return {{}, h};
+  // Prefill on `pre` and ship: the prefill side's final event.
+  TokenEvent prefill(Request r) {
+    Events pe;
+    r.hand_off = true;
+    r.sink = pre_role->wrap(pe.sink(), r.scope);
+    EXPECT_TRUE(pre->submit(std::move(r)).accepted);
+    return pe.last();
+  }
+  // Continue on `dec` what `h` handed over: its tokens, the first included.
+  std::vector<int32_t> decode(Request r, const TokenEvent& h) {
+    Events de;
     r.handover = Handover{h.hand_off->handle, h.hand_off->first_token, h.hand_off->draws};
     r.sink = de.sink();
     EXPECT_TRUE(dec->submit(std::move(r)).accepted);
-    return {de.tokens(), h};
+    return de.tokens();
+  }
+  std::pair<std::vector<int32_t>, TokenEvent> run(const Request& r) {
+    const TokenEvent h = prefill(r);
+    if (h.finish != FinishReason::HandedOff) return {{}, h};
+    return {decode(r, h), h};
   }
   std::vector<int32_t> reference(Request r) {
     Events e;
@@ -145,9 +151,9 @@ bool eventually(F f, double seconds = 10) {
   return f();
 }
 
-class Handover : public ::testing::TestWithParam<KvType> {};
+class HandoverExact : public ::testing::TestWithParam<KvType> {};
 
-TEST_P(Handover, TokensEqualOneLoopDoingBothGreedyAndSeeded) {
+TEST_P(HandoverExact, TokensEqualOneLoopDoingBothGreedyAndSeeded) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   PD pd(GetParam());
   for (float temp : {0.0f, 0.9f}) {
@@ -176,22 +182,34 @@ TEST_P(Handover, TokensEqualOneLoopDoingBothGreedyAndSeeded) {
   EXPECT_EQ(pd.pre_role->stats().transfers, 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, Handover, ::testing::Values(KvType::F32, KvType::F16, KvType::Int8),
+INSTANTIATE_TEST_SUITE_P(KvTypes, HandoverExact, ::testing::Values(KvType::F32, KvType::F16, KvType::Int8),
                          [](const auto& i) { return std::string(to_string(i.param)); });
 
 TEST(HandoverFaults, FullDecodePoolIsNoRoomWithRetryAfterAndNothingLeaks) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
-  PD pd(KvType::F32, 6);  // fewer blocks than the prompt's seven
-  auto [got, h] = pd.run(request(prompt_of(101, 3), 0, 8));
+  PD pd(KvType::F32, 16);  // one full context
+  // An adoption not claimed yet holds ten of the sixteen blocks...
+  const Request held = request(prompt_of(160, 9), 0, 4);
+  const TokenEvent a = pd.prefill(held);
+  ASSERT_EQ(a.finish, FinishReason::HandedOff) << a.message;
+  // ...so a prompt of seven blocks finds no room.
+  const Request r = request(prompt_of(101, 3), 0, 8);
+  const TokenEvent h = pd.prefill(r);
   EXPECT_EQ(h.finish, FinishReason::Rejected);
   EXPECT_EQ(h.reject_reason, RejectReason::DecodeNoRoom);
   EXPECT_GT(h.retry_after_s, 0);
   EXPECT_TRUE(eventually([&] { return pd.pre->metrics().kv_blocks_used == 0; }));
-  EXPECT_EQ(pd.dec->metrics().kv_blocks_used, 0);
-  // A prompt that fits still goes through.
-  auto [ok, h2] = pd.run(request(prompt_of(40, 5), 0, 4));
+  // Adopted between steps: the idle engine thread publishes it within a sweep period.
+  EXPECT_TRUE(eventually([&] { return pd.dec->metrics().kv_blocks_used == 10; }));
+  EXPECT_EQ(pd.dec_role->holding(), 1);
+  // Once the first request has run, the second goes through.
+  EXPECT_EQ(pd.decode(held, a).size(), 4u);
+  auto [ok, h2] = pd.run(r);
   EXPECT_EQ(h2.finish, FinishReason::HandedOff) << h2.message;
-  EXPECT_EQ(ok.size(), 4u);
+  EXPECT_EQ(ok, pd.reference(r));
+  pd.dec->wait_idle();
+  EXPECT_EQ(pd.dec->metrics().kv_blocks_used, 0);
+  EXPECT_EQ(pd.dec_role->holding(), 0);
 }
 
 TEST(HandoverFaults, UnknownHandleOrAnotherPromptEndsWithAnErrorAndFreesTheAdoption) {

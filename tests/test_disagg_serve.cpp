@@ -225,7 +225,8 @@ TEST(DisaggServe, FullDecodePoolIs429WithRetryAfter) {
   auto router = start_router(pf, d);
   const test::HttpReply r = complete(port_of(*router), request(story(12), 4));
   EXPECT_EQ(r.status, 429) << r.body;
-  EXPECT_FALSE(r.headers["retry-after"].empty());
+  ASSERT_TRUE(r.headers.count("retry-after"));
+  EXPECT_FALSE(r.headers.at("retry-after").empty());
   EXPECT_NE(r.body.find("decode"), std::string::npos) << r.body;
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
   // A short prompt still fits.
