@@ -159,7 +159,12 @@ std::string stream_with(int port, const json& body, const std::function<void()>&
   return got;
 }
 
-bool idle(int port) { return test::metric_value(port, "kvserve_kv_blocks_used") == 0; }
+// No blocks used, and on a decode worker no transfer or unclaimed adoption
+// (adoptions happen between engine steps, so the gauge is the live figure).
+bool idle(int port) {
+  const double holding = test::metric_value(port, "kvserve_kv_transfer_holding{role=\"decode\"}");
+  return test::metric_value(port, "kvserve_kv_blocks_used") == 0 && holding <= 0;
+}
 
 #define REQUIRE_SHARED() \
   if (!test::shared_available()) GTEST_SKIP() << "needs ../shared"
@@ -217,20 +222,30 @@ TEST(DisaggServe, HandshakeWithAnotherKvTypeIsRefusedWithTheFieldNamed) {
 TEST(DisaggServe, FullDecodePoolIs429WithRetryAfter) {
   REQUIRE_SHARED();
   Decode d;
-  // Three blocks of stories260K's f32 K/V; no share or headroom rule in the way.
-  d.extra = {"--kv-memory", "64KiB", "--max-request-share", "1", "--kv-headroom", "0"};
+  // One 256-token context of stories260K's f32 K/V: sixteen blocks.
+  d.extra = {"--ctx", "256", "--kv-memory", "320KiB", "--max-request-share", "1", "--kv-headroom", "0",
+             "--kv-claim-timeout", "1"};
   d.start();
   Prefill pf;
   pf.start(d);
   auto router = start_router(pf, d);
-  const test::HttpReply r = complete(port_of(*router), request(story(12), 4));
+  // Handed over straight from the prefill worker and never claimed: ten
+  // blocks held on the decode worker until the claim timeout.
+  const test::HttpReply held = complete(pf.http, request(story(6), 4));
+  ASSERT_EQ(held.status, 200) << held.body;
+  EXPECT_NE(held.body.find("kv.handover"), std::string::npos);
+  EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_holding{role=\"decode\"}"), 1);
+  std::string other;
+  for (int i = 0; i < 5; ++i) other += "The dog ran fast in the green field and barked at the birds. ";
+  const test::HttpReply r = complete(port_of(*router), request(other, 4));
   EXPECT_EQ(r.status, 429) << r.body;
   ASSERT_TRUE(r.headers.count("retry-after"));
   EXPECT_FALSE(r.headers.at("retry-after").empty());
-  EXPECT_NE(r.body.find("decode"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("decode worker has no free KV blocks"), std::string::npos) << r.body;
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
-  // A short prompt still fits.
-  EXPECT_EQ(complete(port_of(*router), request("Once upon a time", 4)).status, 200);
+  // The unclaimed blocks are back: the same request goes through.
+  EXPECT_EQ(complete(port_of(*router), request(other, 4)).status, 200);
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
 }
 
 TEST(DisaggServe, PrefillKilledMidRequestLeavesTheDecodeWorkerIdleAndServing) {
@@ -242,8 +257,9 @@ TEST(DisaggServe, PrefillKilledMidRequestLeavesTheDecodeWorkerIdleAndServing) {
   pf.start(d);
   auto router = start_router(pf, d);
   const int rp = port_of(*router);
-  auto pending = std::async(std::launch::async, [&] { return complete(rp, request(story(10), 8)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // A prompt near the context: the kill lands while it is prefilled or shipped.
+  auto pending = std::async(std::launch::async, [&] { return complete(rp, request(story(19), 8)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   pf.p->kill9();
   const test::HttpReply r = pending.get();
   if (r.status == 200) GTEST_LOG_(INFO) << "the request finished before the kill landed; checking the survivor only";

@@ -98,6 +98,10 @@ std::string DisaggRoles::metrics_text() const {
   counter(out, "kvserve_kv_transfer_failures_total", "KV transfers that failed", role, double(s.failed));
   counter(out, "kvserve_kv_transfer_no_room_total", "KV transfers the decode worker had no room for", role,
           double(s.no_room));
+  if (decode)
+    out += "# HELP kvserve_kv_transfer_holding Transfers in flight plus adopted sequences not yet claimed by a request\n"
+           "# TYPE kvserve_kv_transfer_holding gauge\nkvserve_kv_transfer_holding{role=\"decode\"} " +
+           std::to_string(decode->holding()) + "\n";
   return out;
 }
 
