@@ -87,14 +87,7 @@ void PrefillRole::ship_one(Job& j) {
     if (r.status == ShipResult::Status::Refused && log_) log_("hand-over refused by " + peer() + ": " + r.reason);
     std::lock_guard lk(mu_);
     if (link_ && !link_->connected()) {  // reopened (with a new handshake) by the next shipment
-      const TransferStats s = link_->stats();
-      past_.transfers += s.transfers;
-      past_.failed += s.failed;
-      past_.no_room += s.no_room;
-      past_.blocks += s.blocks;
-      past_.bytes += s.bytes;
-      past_.skipped_blocks += s.skipped_blocks;
-      past_.seconds += s.seconds;
+      past_ += link_->stats();
       link_.reset();
     }
   }
@@ -127,16 +120,7 @@ void PrefillRole::finish(Job& j, const ShipResult& r) {
 TransferStats PrefillRole::stats() const {
   std::lock_guard lk(mu_);
   TransferStats s = past_;
-  if (link_) {
-    const TransferStats l = link_->stats();
-    s.transfers += l.transfers;
-    s.failed += l.failed;
-    s.no_room += l.no_room;
-    s.blocks += l.blocks;
-    s.bytes += l.bytes;
-    s.skipped_blocks += l.skipped_blocks;
-    s.seconds += l.seconds;
-  }
+  if (link_) s += link_->stats();
   return s;
 }
 
