@@ -6,7 +6,8 @@
 // refused with the field named; a full decode pool answers 429 with
 // Retry-After; the prefill worker killed mid-request and the decode worker
 // killed mid-stream leave no blocks held on the survivor, which keeps
-// serving. (Separate network namespaces are not used: loopback only.)
+// serving; a client leaving mid-stream cancels the request on the decode
+// worker. (Separate network namespaces are not used: loopback only.)
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -297,4 +298,22 @@ TEST(DisaggServe, DecodeKilledMidStreamEndsTheStreamWithAnErrorAndThePrefillWork
   EXPECT_TRUE(eventually([&] { return idle(pf.http); }, 10));
   d.start();
   EXPECT_TRUE(eventually([&] { return complete(rp, request("Once upon a time", 4)).status == 200; }, 20));
+}
+
+TEST(DisaggServe, ClientLeavingMidStreamCancelsOnTheDecodeWorker) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  json b = request("Once upon a time", 450, 0, true);
+  b["ignore_eos"] = true;
+  const test::HttpReply r = complete(port_of(*router), b, 300);  // hangs up after a few chunks
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.find("data: [DONE]"), std::string::npos);
+  // The router hangs up on the decode worker, which cancels the request.
+  EXPECT_TRUE(eventually([&] { return test::metric_value(d.http, "kvserve_client_disconnects_total") >= 1; }, 10));
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+  EXPECT_EQ(complete(port_of(*router), request("Once upon a time", 4)).status, 200);
 }

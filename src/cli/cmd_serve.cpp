@@ -151,6 +151,7 @@ int run_serve(const ServeArgs& a) {
   if (tier_key && a.cache_secret_file.empty()) tenants->set_secret(tier_scope_secret(*tier_key));
   const size_t body_limit = parse_body_limit(a.body_limit);
   check_disagg_args(a.disagg, !a.cache_secret_file.empty() || tier_key.has_value());
+  set_ucx_defaults(a.disagg);
 
   Loaded l = load_all(a.m);
   std::string note;

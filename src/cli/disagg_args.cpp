@@ -1,6 +1,7 @@
 #include "cli/disagg_args.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace kvs::cli {
@@ -56,6 +57,13 @@ void check_disagg_args(const DisaggArgs& a, bool has_cache_secret) {
   if (a.role == "prefill" && a.decode_peer.empty()) throw std::runtime_error("--role prefill needs --decode-peer HOST:PORT");
   if (a.role == "prefill") host_port("--decode-peer", a.decode_peer);
   if (a.role == "decode") host_port("--kv-listen", a.kv_listen);
+}
+
+void set_ucx_defaults(const DisaggArgs& a) {
+  // A decode worker restarted after a crash listens on the same address
+  // while the dead one's connections linger in TIME_WAIT. UCX 1.13 takes
+  // this connection-manager setting from the environment only.
+  if (a.role == "decode") ::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
 }
 
 DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop, std::mutex& pool_mu) {

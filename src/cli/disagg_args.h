@@ -22,6 +22,10 @@ struct DisaggArgs {
 void add_disagg_args(CLI::App* cmd, DisaggArgs& a);
 // Flag errors, before the model loads (throws std::runtime_error naming the flag).
 void check_disagg_args(const DisaggArgs& a, bool has_cache_secret);
+// UCX settings the roles need, through UCX's environment (read when the
+// link starts); call before any other thread exists. A setting already in
+// the environment is kept.
+void set_ucx_defaults(const DisaggArgs& a);
 
 // The role objects of one serve process (none for `both`).
 struct DisaggRoles {

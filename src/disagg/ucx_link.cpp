@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -220,10 +219,6 @@ UcxLink::UcxLink(Handlers h) : impl_(std::make_unique<Impl>()) {
   ucp_config_t* cfg = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
   if (s != UCS_OK) throw ucx_error("reading the configuration", s);
-  // A decode worker restarted after a crash listens on the same address
-  // while the dead one's connections linger in TIME_WAIT; the user's own
-  // UCX_TCP_CM_REUSEADDR still wins.
-  if (!std::getenv("UCX_TCP_CM_REUSEADDR")) ucp_config_modify(cfg, "TCP_CM_REUSEADDR", "y");
   ucp_params_t cp{};
   cp.field_mask = UCP_PARAM_FIELD_FEATURES;
   cp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
