@@ -132,12 +132,12 @@ struct Usage {
 };
 
 // With FinishReason::HandedOff: the sequence now belongs to whoever holds
-// the event (EngineLoop::release_held when done with it).
-// The transfer's outcome is filled in by whoever ships the sequence.
+// the event (EngineLoop::release_held when done with it), who ships it and
+// fills in the transfer's outcome (handle onwards).
 struct HandOff {
-  int64_t seq = -1;                // a SeqId of the prefill worker's pool
+  int64_t seq = -1;             // a SeqId of the prefill worker's pool
   int32_t first_token = -1;
-  uint64_t draws = 0;
+  uint64_t draws = 0;           // random draws its sampler made
   uint64_t handle = 0;          // the decode worker's adoption handle
   int64_t blocks = 0, skipped_blocks = 0, bytes = 0;
   double seconds = 0;           // offer to the decode worker's result
