@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/disagg_args.h"
 #include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
 #include "kv/window_policy.h"
@@ -61,6 +62,7 @@ struct ServeArgs {
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
   KvTierArgs tiers;  // disk / Redis KV tiers (docs/KV.md)
+  DisaggArgs disagg;  // --role and the KV transfer addresses (docs/DISAGG.md)
 };
 
 // The replay endpoint next to the PUB one: the next port (or any port when
@@ -82,9 +84,12 @@ std::string default_replay_endpoint(const std::string& pub) {
 
 // The engine loop; with a publisher, over the executor that feeds it events.
 // With tiers, the pool offers its keyed blocks to them and loads from them.
+// `paged` is the pool's executor, for the disaggregation roles.
 std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
-                                              events::EventPublisher* publisher, KvTierPort* tier, const ServeArgs& a) {
+                                              events::EventPublisher* publisher, KvTierPort* tier, const ServeArgs& a,
+                                              sched::PagedExecutor*& paged) {
   auto pe = sched::paged_executor(engine, lo);
+  paged = pe.get();
   if (tier) pe->paged().set_tier(tier);
   if (!publisher) return std::make_unique<sched::EngineLoop>(std::move(pe), tok, lo);
   return std::make_unique<sched::EngineLoop>(
@@ -147,6 +152,8 @@ int run_serve(const ServeArgs& a) {
   // and on every replica sharing the tier, so their secret comes from the key.
   if (tier_key && a.cache_secret_file.empty()) tenants->set_secret(tier_scope_secret(*tier_key));
   const size_t body_limit = parse_body_limit(a.body_limit);
+  check_disagg_args(a.disagg, !a.cache_secret_file.empty() || tier_key.has_value());
+  set_ucx_defaults(a.disagg);
 
   Loaded l = load_all(a.m);
   std::string note;
@@ -190,8 +197,13 @@ int run_serve(const ServeArgs& a) {
   const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
   std::unique_ptr<tiers::TierSet> tierset =
       tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout) : nullptr;
-  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a);
+  std::mutex pool_mu;  // KV transfers adopt into the pool between engine steps
+  if (a.disagg.role != "both") lo.pool_mu = &pool_mu;
+  sched::PagedExecutor* paged = nullptr;
+  const std::unique_ptr<sched::EngineLoop> loop_ptr =
+      start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a, paged);
   sched::EngineLoop& loop = *loop_ptr;
+  const DisaggRoles roles = start_roles(a.disagg, *paged, loop, pool_mu);
 
   server::ApiOptions ao;
   const std::filesystem::path mp(l.model->path());
@@ -205,9 +217,15 @@ int run_serve(const ServeArgs& a) {
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
-  ao.extra_metrics = [p = publisher.get(), t = tierset.get()] {
-    return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string());
+  ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles] {
+    return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
+           roles.metrics_text();
   };
+  if (roles.prefill)
+    ao.hand_off_sink = [pr = roles.prefill.get()](sched::EventSink next, const Scope& scope) {
+      return pr->wrap(std::move(next), scope);
+    };
+  ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   if (tierset)
     ao.dashboard_opts.tiers_json = [t = tierset.get()] {
@@ -235,6 +253,7 @@ int run_serve(const ServeArgs& a) {
               loop.block_size(), layout.describe().c_str(),
               lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
               tenants->auth_required() ? "API keys required" : "no auth");
+  if (a.disagg.role != "both") std::printf("kvserve: %s\n", roles.describe().c_str());
   if (publisher)
     std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
                 publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
@@ -328,6 +347,7 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
   add_kv_tier_args(c, a->tiers);
+  add_disagg_args(c, a->disagg);
   c->add_option("--dashboard-plots", a->dashboard_plots,
                 "Folder of SVG plots (eval/plan/bench --svg) linked from GET /dashboard");
   c->add_option("--metrics-compat", a->metrics_compat,

@@ -11,6 +11,16 @@ struct TransferStats {
   int64_t transfers = 0, failed = 0, no_room = 0;
   int64_t blocks = 0, bytes = 0, skipped_blocks = 0;
   double seconds = 0;
+  TransferStats& operator+=(const TransferStats& o) {
+    transfers += o.transfers;
+    failed += o.failed;
+    no_room += o.no_room;
+    blocks += o.blocks;
+    bytes += o.bytes;
+    skipped_blocks += o.skipped_blocks;
+    seconds += o.seconds;
+    return *this;
+  }
 };
 
 class TransferCounters {

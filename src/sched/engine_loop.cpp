@@ -85,6 +85,8 @@ struct EngineLoop::Impl {
     int64_t result = 0;
   };
   std::vector<std::unique_ptr<PendingDrop>> pending_drops;
+  std::vector<int64_t> pending_releases;  // handed-off sequences given back
+  bool exited = false;                    // the engine thread takes no more releases
   struct Retained {
     Scope scope;
     double retention_s = 0, last_submit = 0;
@@ -307,16 +309,21 @@ void EngineLoop::Impl::take_pool_view(double t) {
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
   std::vector<std::unique_ptr<PendingDrop>> drops;
+  std::vector<int64_t> releases;
   const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
   while (true) {
     {
       std::unique_lock lk(mu);
       cv.wait_for(lk, sweep_period, [&] {
-        return stop || sched->has_work() || !pending_drops.empty() || pool_want.load() > 0;
+        return stop || sched->has_work() || !pending_drops.empty() || !pending_releases.empty() || pool_want.load() > 0;
       });
       if (stop) break;
       drops.swap(pending_drops);
+      releases.swap(pending_releases);
     }
+    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
+    for (int64_t seq : releases) exec->release(seq);
+    releases.clear();
     double t = now();
     if (!upkeep(t, drops) && !sched->has_work()) publish(t);
     if (!sched->has_work()) continue;
@@ -338,6 +345,7 @@ void EngineLoop::Impl::run() {
     }
     t = now();
     deliver(events, t);  // publishes the metrics too
+    if (pool_lk.owns_lock()) pool_lk.unlock();
     if (rep.seqs == 0 && events.empty()) {
       // Nothing could run (waiting for a wait limit or a cancel): do not spin.
       std::unique_lock lk(mu);
@@ -348,6 +356,12 @@ void EngineLoop::Impl::run() {
     std::lock_guard lk(mu);
     for (auto& d : pending_drops) d->done.set_value(0);
     pending_drops.clear();
+    releases.swap(pending_releases);
+    exited = true;
+  }
+  {
+    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
+    for (int64_t seq : releases) exec->release(seq);
   }
   events.clear();
   const double t = now();
@@ -451,6 +465,21 @@ int64_t EngineLoop::drop_scope(const Scope& scope) {
   }
   m.cv.notify_one();
   return f.get();
+}
+
+void EngineLoop::release_held(int64_t seq) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.exited) {
+      // The engine thread no longer steps the pool.
+      std::unique_lock pool_lk = m.opts.pool_mu ? std::unique_lock(*m.opts.pool_mu) : std::unique_lock<std::mutex>();
+      m.exec->release(seq);
+      return;
+    }
+    m.pending_releases.push_back(seq);
+  }
+  m.cv.notify_one();
 }
 
 bool EngineLoop::cancel(RequestId id) {

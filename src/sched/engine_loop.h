@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ struct EngineLoopOptions {
   // Log line per rejection (estimate, tenant hash, class; never prompt text).
   // Default: one line on stderr. Set to a no-op to silence.
   std::function<void(const std::string&)> log;
+  // Held by the engine thread while it plans, runs and publishes a step, so
+  // another thread (a KV transfer adopting into the pool) may change the
+  // pool only between steps. Null: the engine thread alone touches it.
+  std::mutex* pool_mu = nullptr;
 };
 
 // Cumulative histogram with fixed upper bounds (Prometheus style).
@@ -143,6 +148,10 @@ class EngineLoop {
   // cached, when released. Blocks until done; returns the blocks freed now
   // (0 once the loop has shut down).
   int64_t drop_scope(const Scope& scope);
+
+  // Thread-safe. Releases a sequence a hand-off event gave away
+  // (TokenEvent::hand_off) before the next step.
+  void release_held(int64_t seq);
 
   MetricsSnapshot metrics() const;  // thread-safe snapshot; never waits for a step
   // Thread-safe. Asks the engine thread for a PoolView in at most max_cells

@@ -7,6 +7,7 @@
 // thread may call (immutable or internally locked).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,6 +43,11 @@ class StepExecutor {
   virtual bool prefetch_pending(uint64_t /*ticket*/) const { return false; }
   // Seconds a finished fetch took (< 0: unknown or still running).
   virtual double prefetch_seconds(uint64_t /*ticket*/) const { return -1; }
+  // Disaggregated decode (Request::handover): the sequence a KV transfer
+  // adopted under `handle`, holding exactly `prompt`'s K/V in `caller`'s
+  // scope, now owned by the caller; -1 when unknown, expired or not that
+  // prompt. Engine thread.
+  virtual SeqId claim(uint64_t /*handle*/, std::span<const int32_t> /*prompt*/, const Scope& /*caller*/) { return -1; }
 };
 
 // The model behind the scheduler.
@@ -67,10 +73,17 @@ class PagedExecutor final : public StepExecutor {
   }
   bool prefetch_pending(uint64_t ticket) const override { return pe_.prefetch_pending(ticket); }
   double prefetch_seconds(uint64_t ticket) const override { return pe_.prefetch_seconds(ticket); }
+  SeqId claim(uint64_t handle, std::span<const int32_t> prompt, const Scope& caller) override {
+    return claimer_ ? claimer_(handle, prompt, caller) : -1;
+  }
+  // Where claim() looks (a decode worker's transfer endpoint). Before serving.
+  using Claimer = std::function<SeqId(uint64_t, std::span<const int32_t>, const Scope&)>;
+  void set_claimer(Claimer c) { claimer_ = std::move(c); }
   PagedEngine& paged() { return pe_; }
 
  private:
   PagedEngine pe_;
+  Claimer claimer_;
 };
 
 }  // namespace kvs::sched

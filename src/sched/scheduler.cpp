@@ -97,6 +97,10 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
   if (req.max_tokens && *req.max_tokens < 1) return reject(RejectReason::Invalid, "max_tokens must be >= 1");
+  if ((req.hand_off || req.handover) && req.n != 1)
+    return reject(RejectReason::Invalid, "a request handed between prefill and decode workers must have n = 1");
+  if (req.handover && !token_in_vocab(req.handover->first_token, exec_.n_vocab()))
+    return reject(RejectReason::Invalid, "the handed-over first token is outside the vocabulary");
   if (req.top_logprobs < 0 || req.top_logprobs > 20)
     return reject(RejectReason::Invalid, "top_logprobs must be between 0 and 20");
   if (req.id != 0 && reqs_.count(req.id))
@@ -142,7 +146,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   // A request whose first token would come after its class's wait limit is
   // told so now, with the time at which it would not (a burst of long
   // prompts on a busy engine).
-  c.est_tokens = estimate_tokens(req);
+  c.est_tokens = req.handover ? 1 : estimate_tokens(req);  // a handover's prompt is already computed
   c.fingerprint = request_fingerprint(req.scope, req.tenant, req.prompt);
   ledger_.expire(now);
   const std::optional<double> told = ledger_.redeem(c.fingerprint);
@@ -192,7 +196,7 @@ SubmitResult Scheduler::submit(Request req, double now) {
   }
   req.sink = nullptr;  // events leave through the engine loop, not the scheduler
   q->r = std::move(req);
-  q->tier_issuing = exec_.has_tier();
+  q->tier_issuing = exec_.has_tier() && !q->r.handover;
   tenant_blocks_[q->r.tenant] += need;
   res.id = q->id;
   queue_[size_t(q->r.slo)].push_back(q.get());

@@ -180,7 +180,7 @@ class Scheduler {
   void take_cancels(std::vector<TokenEvent>& out);
   void expire_queued(double now, std::vector<TokenEvent>& out);
   void plan_running(StepPlan& plan, int& budget, double now);
-  void admit_queued(StepPlan& plan, int& budget, double now);
+  void admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out);
   void trim_queue(double now, std::vector<TokenEvent>& out);
   SloClass effective(const Req& r, double now) const;
   int64_t outstanding(const Req& r) const;
@@ -190,6 +190,7 @@ class Scheduler {
   void remove_queued(Req* r);
   void requeue(Req* r);
   void admit(Req* r, int& budget, StepPlan& plan);
+  void admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& out);
   void preempt(Req* r, StepPlan& plan);
   bool make_room(int64_t need, int64_t limit, StepPlan& plan, double now);
   // execute() and update() (scheduler_update.cpp)
@@ -197,6 +198,7 @@ class Scheduler {
   void sample(StepPlan& plan, const StepResult& res);
   void update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out);
   void apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
+  void hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
   void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
   // estimates (scheduler_estimates.cpp)
   bool awaits_inflight_prefix(const Req& h) const;

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <climits>
 #include <regex>
 #include <sstream>
 #include <random>
@@ -248,8 +249,12 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     return out;
   }
   Prepared pr;
+  std::optional<HandoverQuery> hq;
   try {
     pr = prepare(ep, req);
+    hq = handover_query(req.target);
+    if ((hq || opts_.hand_off_sink) && (pr.prompts.size() != 1 || pr.p.n != 1))
+      throw bad_request("a request served by a prefill and a decode worker must have one prompt and n = 1", "n");
   } catch (const ApiError& e) {
     out.response = fail(e, caller->tenant_hash);
     return out;
@@ -267,7 +272,30 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     }
     reserved = pr.need_blocks;
   }
-  return submit(ep, std::move(pr), *caller, reserved, std::move(wake));
+  return submit(ep, std::move(pr), *caller, reserved, std::move(wake), hq);
+}
+
+// ?kv_handover=HANDLE.TOKEN.DRAWS.SEED, as the router passes on what the
+// prefill worker answered.
+std::optional<ApiService::HandoverQuery> ApiService::handover_query(const std::string& target) const {
+  static const std::string kKey = "kv_handover=";
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  const size_t at = target.find(kKey, q);
+  if (at == std::string::npos) return std::nullopt;
+  if (!opts_.accept_handover)
+    throw bad_request("kv_handover is only accepted by a decode worker (kvserve serve --role decode)", "kv_handover");
+  const std::string v = target.substr(at + kKey.size(), target.find('&', at) - at - kKey.size());
+  unsigned long long handle = 0, draws = 0, seed = 0;
+  long long token = -1;
+  int used = 0;
+  if (std::sscanf(v.c_str(), "%llu.%lld.%llu.%llu%n", &handle, &token, &draws, &seed, &used) != 4 ||
+      size_t(used) != v.size() || token < 0 || token > INT32_MAX)
+    throw bad_request("kv_handover must be HANDLE.TOKEN.DRAWS.SEED (unsigned integers)", "kv_handover");
+  HandoverQuery h;
+  h.h = sched::Handover{handle, int32_t(token), draws};
+  h.seed = seed;
+  return h;
 }
 
 ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) const {
@@ -322,7 +350,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
 }
 
 Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved,
-                          std::function<void()> wake) {
+                          std::function<void()> wake, const std::optional<HandoverQuery>& hq) {
   Routed out;
   const ParsedRequest& p = pr.p;
   // Service class: the key's class is the ceiling; a request may ask for
@@ -341,7 +369,8 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.tenants = &tenants_;
   s.counters = &counters_;
   s.endpoint = ep;
-  s.stream = p.stream;
+  s.hand_off = bool(opts_.hand_off_sink);
+  s.stream = p.stream && !s.hand_off;  // the prefill worker's answer is the hand-over
   s.include_usage = p.include_usage;
   s.logprobs = p.logprobs;
   s.n = p.n;
@@ -359,13 +388,14 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.quota_blocks = reserved;
   s.log_prefix = std::string("id=") + idbuf + " tenant=" + caller.tenant_hash + " prefix=" + prefix_hash +
                  " class=" + sched::to_string(slo) + (s.prompts > 1 ? " prompts=" + std::to_string(s.prompts) : "") +
-                 (p.stream ? " stream" : "");
+                 (p.stream ? " stream" : "") + (hq ? " handover=" + std::to_string(hq->h.handle) : "");
   s.queue_events = opts_.stream_queue_events;
   s.log = opts_.log;
+  const uint64_t seed = hq ? hq->seed : p.seeded ? p.sampling.seed : std::random_device{}();
+  s.seed = seed;
   auto ex = std::make_shared<Exchange>(std::move(s));
   ex->queue()->set_wake(std::move(wake));
 
-  const uint64_t seed = p.seeded ? p.sampling.seed : std::random_device{}();
   for (size_t i = 0; i < pr.prompts.size(); ++i) {
     sched::Request r;
     r.prompt = std::move(pr.prompts[i]);
@@ -382,6 +412,11 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.logprobs = p.logprobs;
     r.top_logprobs = p.top_logprobs;
     r.sink = ex->sink_for(int(i));
+    if (opts_.hand_off_sink) {
+      r.hand_off = true;
+      r.sink = opts_.hand_off_sink(std::move(r.sink), scope);
+    }
+    if (hq) r.handover = hq->h;
     const sched::SubmitResult res = loop_.submit(std::move(r));
     if (!res.accepted) {
       // The exchange's destructor cancels the prompts already submitted,

@@ -47,6 +47,14 @@ struct ApiOptions {
   double dashboard_period_s = 1.0;
   DashboardOptions dashboard_opts;
   std::string plots_dir;  // SVG plots linked from the dashboard; empty = none
+  // Disaggregated serving (docs/DISAGG.md). Prefill worker: every
+  // completion runs to its first token, is submitted with the sink this
+  // returns (which ships its K/V to the decode worker) and is answered with
+  // the hand-over as JSON instead of text.
+  std::function<sched::EventSink(sched::EventSink, const Scope&)> hand_off_sink;
+  // Decode worker: a completion posted with ?kv_handover=HANDLE.TOKEN.DRAWS.SEED
+  // continues the handed-over request instead of prefilling.
+  bool accept_handover = false;
 };
 
 struct HttpRequest {
@@ -90,7 +98,14 @@ class ApiService {
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
   Prepared prepare(Endpoint ep, const HttpRequest& req) const;  // throws ApiError
-  Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake);
+  // A hand-over named by the request target (decode worker), its seed.
+  struct HandoverQuery {
+    sched::Handover h;
+    uint64_t seed = 0;
+  };
+  std::optional<HandoverQuery> handover_query(const std::string& target) const;  // throws ApiError
+  Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake,
+                const std::optional<HandoverQuery>& hq);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
   HttpResponse models(const HttpRequest& req) const;
   // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*

@@ -55,6 +55,8 @@ class Exchange final : public ResponseStream {
     std::string log_prefix;    // "id=... tenant=<hash> prefix=<hash>" (no text)
     size_t queue_events = 4096;
     std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
+    bool hand_off = false;     // prefill worker: answered with the hand-over, not text
+    uint64_t seed = 0;         // the sampling seed (a hand-over passes it on)
   };
   explicit Exchange(Setup s);
   ~Exchange();
@@ -103,6 +105,7 @@ class Exchange final : public ResponseStream {
   std::string engine_error_;  // set when a choice ended with FinishReason::Error
   int final_status_ = 0;
   double t0_, t_first_ = -1;
+  std::optional<sched::HandOff> handed_;  // the prefill worker's hand-over
 };
 
 }  // namespace kvs::server
