@@ -196,12 +196,20 @@ def main():
         if not a.skip_tpot:
             on, off = [], []
             stores = 0
+            per_round = []
             for r in range(a.rounds):
-                x, _ = tpot_run(a, tmp, False, r)
-                off += x
-                y, st = tpot_run(a, tmp, True, r)
-                on += y
-                stores += st
+                # Alternate which goes first, so a drift in machine load hits both.
+                order = [False, True] if r % 2 == 0 else [True, False]
+                got = {}
+                for with_tier in order:
+                    got[with_tier] = tpot_run(a, tmp, with_tier, r)
+                off += got[False][0]
+                on += got[True][0]
+                stores += got[True][1]
+                per_round.append({"off_p50": round(pct(got[False][0], 50), 2), "on_p50": round(pct(got[True][0], 50), 2),
+                                  "load": os.getloadavg()[0]})
+                print(json.dumps(per_round[-1]), flush=True)
+            result["tpot_rounds"] = per_round
             result["tpot_ms"] = {"off": {"p50": round(pct(off, 50), 2), "p99": round(pct(off, 99), 2)},
                                  "on": {"p50": round(pct(on, 50), 2), "p99": round(pct(on, 99), 2)},
                                  "blocks_written": stores}
