@@ -71,3 +71,18 @@ TEST(Probe, AttentionMeasurementIsPositive) {
   EXPECT_GT(a.ops_per_s, 1e8);
   EXPECT_THROW(measure_attention(4, 1, 0.01), std::invalid_argument);
 }
+
+// The progress bar's total is exactly the number of measurements run_probe logs.
+TEST(Probe, StagesCountTheLoggedMeasurements) {
+  ProbeOptions o;
+  o.buffer_bytes = 8 << 20;
+  o.runs = 1;
+  o.flops_seconds = 0.01;
+  o.max_threads = 2;
+  o.kernel_types = {"q8_0"};
+  o.kernel_rows = 256;
+  o.kernel_cols = 256;
+  int64_t lines = 0;
+  run_probe(o, [&](const std::string&) { ++lines; });
+  EXPECT_EQ(lines, probe_stages(o));
+}

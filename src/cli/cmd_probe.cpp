@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "tools/probe.h"
+#include "tools/progress.h"
 #include "tools/units.h"
 
 namespace kvs::cli {
@@ -36,8 +37,15 @@ int run_probe_cmd(const ProbeArgs& a) {
       }
     }
   }
-  const auto log = [](const std::string& s) { std::fprintf(stderr, "  %s\n", s.c_str()); };
+  // On a terminal a bar counts the measurements; in a log each one is a line.
+  tools::Progress bar("probe", tools::probe_stages(opt));
+  int64_t done = 0;
+  const auto log = [&](const std::string& s) {
+    if (bar.enabled()) bar.update(++done, s.substr(0, 60));
+    else std::fprintf(stderr, "  %s\n", s.c_str());
+  };
   const tools::HardwareProfile p = tools::run_probe(opt, log);
+  bar.finish();
   if (a.json) std::cout << tools::profile_to_json(p).dump(2) << "\n";
   else std::cout << tools::format_profile(p);
   if (!a.no_save) {

@@ -528,6 +528,11 @@ std::string machine_cpu_name() {
   return "unknown";
 }
 
+int64_t probe_stages(const ProbeOptions& opt) {
+  // Bandwidth per thread count, three peaks, one matmul per type, attention.
+  return int64_t(thread_counts(resolve_threads(opt.max_threads)).size()) + 3 + int64_t(opt.kernel_types.size()) + 1;
+}
+
 HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(const std::string&)>& log) {
   const auto say = [&](const std::string& s) {
     if (log) log(s);

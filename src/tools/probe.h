@@ -83,6 +83,8 @@ struct HardwareProfile {
 
 // Runs the measurements; `log` (optional) receives one line per finished step.
 HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(const std::string&)>& log = {});
+// How many times run_probe calls `log`: one per measurement (a progress bar's total).
+int64_t probe_stages(const ProbeOptions& opt);
 
 // Single measurements, exposed for tests and quick checks.
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
