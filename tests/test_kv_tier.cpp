@@ -9,7 +9,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "crypto/kdf.h"
 #include "kv/kv_manager.h"
@@ -215,6 +217,30 @@ TEST(TierSet, WriteBehindThenFetchStagesTheChainUntilTheFirstMiss) {
   const uint64_t other = t->prefetch({key_of(4)}, scope_of("b"), 0);
   wait_fetch(*t, other);
   EXPECT_FALSE(t->staged(key_of(4)));
+  fs::remove_all(dir);
+}
+
+// A tenant's retention (from --api-keys, passed with its requests) bounds
+// how long its entries are served: past it they are misses and get deleted.
+TEST(TierSet, TenantRetentionExpiresItsEntries) {
+  const std::string dir = fresh_dir("retention");
+  const crypto::SecretKey master = crypto::SecretKey::random();
+  const TierIdentity id = ident();
+  auto t = disk_tier(dir, master, id);
+  const Scope brief = scope_of("brief"), lasting = scope_of("lasting");
+  EXPECT_EQ(t->prefetch({}, brief, 1.0), 0u);  // a request of the tenant names its retention
+  t->offer(key_of(1), brief, block_bytes(id.block_bytes, 1));
+  t->offer(key_of(2), lasting, block_bytes(id.block_bytes, 2));  // default retention (a day)
+  t->flush();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const uint64_t a = t->prefetch({key_of(1)}, brief, 1.0), b = t->prefetch({key_of(2)}, lasting, 0);
+  wait_fetch(*t, a);
+  wait_fetch(*t, b);
+  EXPECT_FALSE(t->staged(key_of(1)));
+  EXPECT_TRUE(t->staged(key_of(2)));
+  const std::string expired = dir + "/" + entry_id(key_of(1), id).substr(0, 2) + "/" + entry_id(key_of(1), id) + ".kvb";
+  EXPECT_FALSE(fs::exists(expired));
+  EXPECT_EQ(t->stats().tiers[0].errors, 0);  // expiry is a miss, not an error
   fs::remove_all(dir);
 }
 
