@@ -130,7 +130,10 @@ def main():
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.environ.get("KVS_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("logs in", tmp)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ std::string secret_file() {
 
 int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
 
-std::vector<std::string> serve_args(int http_port, std::vector<std::string> extra) {
-  std::vector<std::string> a = {"serve", "-m", stories(), "--port", std::to_string(http_port), "--threads", "1",
+std::vector<std::string> serve_args(int http_port, std::vector<std::string> extra, const std::string& model = stories()) {
+  std::vector<std::string> a = {"serve", "-m", model, "--port", std::to_string(http_port), "--threads", "1",
                                 "--cache-secret-file", secret_file()};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
@@ -51,29 +51,31 @@ std::vector<std::string> serve_args(int http_port, std::vector<std::string> extr
 struct Decode {
   int http = test::free_port(), ucx = test::free_port();
   std::vector<std::string> extra;
+  std::string model = stories();
   std::unique_ptr<KvsProcess> p;
   void start() {
     std::vector<std::string> e = {"--role", "decode", "--kv-listen", "127.0.0.1:" + std::to_string(ucx)};
     e.insert(e.end(), extra.begin(), extra.end());
-    p = std::make_unique<KvsProcess>(serve_args(http, e), "kvserve: role decode");
+    p = std::make_unique<KvsProcess>(serve_args(http, e, model), "kvserve: role decode");
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
 };
 
 struct Prefill {
   int http = test::free_port();
+  std::string model = stories();
   std::unique_ptr<KvsProcess> p;
   void start(const Decode& d, std::vector<std::string> extra = {}) {
     std::vector<std::string> e = {"--role", "prefill", "--decode-peer", "127.0.0.1:" + std::to_string(d.ucx)};
     e.insert(e.end(), extra.begin(), extra.end());
-    p = std::make_unique<KvsProcess>(serve_args(http, e), "kvserve: role prefill");
+    p = std::make_unique<KvsProcess>(serve_args(http, e, model), "kvserve: role prefill");
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
 };
 
 std::unique_ptr<KvsProcess> start_router(const Prefill& pf, const Decode& d) {
   return std::make_unique<KvsProcess>(
-      std::vector<std::string>{"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(),
+      std::vector<std::string>{"router", "-m", pf.model, "--port", "0", "--cluster-secret", secret_file(),
                                "--health-interval", "0.2", "--startup-timeout", "20", "--prefill-worker", pf.url(),
                                "--decode-worker", d.url()},
       "kvserve router: listening on");
@@ -204,6 +206,29 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
   EXPECT_NE(pf.p->log().find("handover_ms="), std::string::npos);
   EXPECT_NE(d.p->log().find("handover="), std::string::npos);
+}
+
+// A long prompt's offer (token ids and chain keys) is larger than UCX's
+// default transport segment; it once aborted the prefill worker.
+TEST(DisaggServe, LongPromptTravelsAndMatchesABothServer) {
+  REQUIRE_SHARED();
+  const std::string tiny = test::shared("models/tiny-random/tiny-llama-f16.gguf");
+  Decode d;
+  d.model = tiny;
+  d.extra = {"--ctx", "4096"};
+  d.start();
+  Prefill pf;
+  pf.model = tiny;
+  pf.start(d, {"--ctx", "4096"});
+  KvsProcess both(serve_args(0, {"--ctx", "4096"}, tiny), "listening on");
+  auto router = start_router(pf, d);
+  const json b = request(story(120), 4);
+  const test::HttpReply ref = complete(port_of(both), b), got = complete(port_of(*router), b);
+  ASSERT_EQ(ref.status, 200) << ref.body;
+  ASSERT_GE(json::parse(ref.body)["usage"]["prompt_tokens"].get<int>(), 1500);
+  ASSERT_EQ(got.status, 200) << got.body << pf.p->log();
+  EXPECT_EQ(text_of(got), text_of(ref));
+  EXPECT_TRUE(pf.p->alive());
 }
 
 TEST(DisaggServe, HandshakeWithAnotherKvTypeIsRefusedWithTheFieldNamed) {

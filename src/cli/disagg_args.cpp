@@ -1,4 +1,5 @@
 #include "cli/disagg_args.h"
+#include "disagg/ucx_link.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -64,6 +65,7 @@ void set_ucx_defaults(const DisaggArgs& a) {
   // while the dead one's connections linger in TIME_WAIT. UCX 1.13 takes
   // this connection-manager setting from the environment only.
   if (a.role == "decode") ::setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+  if (a.role != "both") disagg::widen_ucx_segments();
 }
 
 DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop, std::mutex& pool_mu) {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -21,6 +22,7 @@ namespace {
 // Every kvserve message uses this one active-message id; the header's first
 // byte says what it is (wire.h).
 constexpr unsigned kAmId = 0x4b;
+constexpr const char* kSegmentSize = "2m";
 
 std::runtime_error ucx_error(const std::string& what, ucs_status_t s) {
   return std::runtime_error("ucx: " + what + ": " + ucs_status_string(s));
@@ -213,7 +215,21 @@ void UcxLink::Impl::teardown() {
   listener = nullptr;
 }
 
+// An offer carries the prompt's token ids and chain keys in its active-
+// message header, and UCX sends a header in one transport segment (also the
+// rendezvous request): with the default segment a long prompt's offer does
+// not fit and UCX aborts the process. Segments large enough for the longest
+// context are asked for, unless the user set them. UCX 1.13 reads transport
+// settings only from the environment (ucp_config_modify does not reach them),
+// so this must run before any thread that reads the environment: `serve`
+// calls it at start; the link's constructor calls it again for other users.
+void widen_ucx_segments() {
+  for (const char* name : {"UCX_TCP_TX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "UCX_MM_SEG_SIZE"})
+    ::setenv(name, kSegmentSize, 0);
+}
+
 UcxLink::UcxLink(Handlers h) : impl_(std::make_unique<Impl>()) {
+  widen_ucx_segments();
   Impl& m = *impl_;
   m.h = std::move(h);
   ucp_config_t* cfg = nullptr;

@@ -32,6 +32,10 @@ struct Incoming {
   bool taken = false;
 };
 
+// Sets UCX's transport segment sizes large enough for a long prompt's offer
+// header (unless the environment already sets them). Call before threads start.
+void widen_ucx_segments();
+
 class UcxLink {
  public:
   struct Handlers {
