@@ -42,6 +42,7 @@ class LocalSequence {
   // Blocks holding K/V now, and the most ever held (memory stays bounded).
   int live_blocks() const { return int(storage_.n_blocks()) - int(free_.size()); }
   int peak_blocks() const { return peak_blocks_; }
+  int capacity_blocks() const { return int(storage_.n_blocks()); }  // allocated once, never grows
   int64_t block_bytes() const { return int64_t(storage_.view().layout.block_bytes()); }
 
   static constexpr int kMaxWindowChunk = 64;

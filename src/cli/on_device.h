@@ -1,0 +1,29 @@
+// Options that chat and serve share for on-device use: --ram-budget and the
+// device monitor's roots (--procfs-root, --sysfs-root, --cgroup-root).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "device/device_monitor.h"
+#include "tools/ram_budget.h"
+
+namespace kvs::cli {
+
+struct DeviceArgs {
+  device::DeviceRoots roots;
+  bool off = false;
+  double hold_s = 10.0;
+};
+void add_device_args(CLI::App* cmd, DeviceArgs& a);
+// Null when --no-device-monitor.
+std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a);
+
+// --ram-budget SIZE for `model_path`: the choice (printed on stderr), or
+// nullopt when `size` is empty. Throws std::runtime_error when it cannot fit;
+// reads only the GGUF header, so it refuses before the weights load.
+std::optional<tools::RamBudgetChoice> ram_budget_choice(const std::string& size, const std::string& model_path,
+                                                        tools::RamBudgetInput in);
+
+}  // namespace kvs::cli
