@@ -62,15 +62,19 @@ TEST(ChatSession, LaterTurnsAppendToTheKvInsteadOfRecomputing) {
   chat::ChatOptions o = small_opts();
   o.hard_cap = 512;
   o.window = 256;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::ChatML, o);
-  const chat::ReplyResult a = chat.reply("Once upon a time");
-  EXPECT_TRUE(a.rebuilt);
-  const int after_first = chat.stats().n_past;
-  const chat::ReplyResult b = chat.reply("And then?");
-  EXPECT_FALSE(b.rebuilt);
-  // Only the new turn was prefilled: the KV grew by it and the reply.
-  EXPECT_LT(b.prompt_tokens, after_first);
-  EXPECT_EQ(chat.stats().n_past, after_first + b.prompt_tokens + b.tokens);
+  for (server::ChatFamily f : {server::ChatFamily::ChatML, server::ChatFamily::Plain}) {
+    chat::ChatSession chat(s.engine, *s.tok, f, o);
+    const chat::ReplyResult a = chat.reply("Once upon a time");
+    EXPECT_TRUE(a.rebuilt);
+    for (const char* next : {"And then?", "What did the cat do?", "Tell me more."}) {
+      const int before = chat.stats().n_past;
+      const chat::ReplyResult b = chat.reply(next);
+      EXPECT_FALSE(b.rebuilt) << server::to_string(f) << ": " << next;
+      // Only the new turn was prefilled: the KV grew by it and the reply.
+      EXPECT_LT(b.prompt_tokens, before);
+      EXPECT_EQ(chat.stats().n_past, before + b.prompt_tokens + b.tokens);
+    }
+  }
 }
 
 TEST(ChatSession, SummaryFollowsTheSystemPromptAfterAnEviction) {

@@ -97,7 +97,7 @@ bool ChatRepl::command(const std::string& line) {
     out_ << "/quit   leave\n";
   } else {
     for (const auto& c : extra_)
-      if (c.name == name) return c.run(arg);
+      if (c.name == name) return c.run(arg, out_);
     out_ << "unknown command /" << name << " (/help lists them)\n";
   }
   out_ << std::flush;
@@ -107,6 +107,7 @@ bool ChatRepl::command(const std::string& line) {
 bool ChatRepl::apply_device() {
   if (!mon_) return true;
   const device::DeviceState st = mon_->poll(clock_());
+  s_.set_thread_share(st.plan.threads_scale);
   s_.set_max_tokens_cap(st.plan.max_tokens_scale < 1 ? device::scaled(base_max_tokens_, st.plan.max_tokens_scale) : 0);
   if (st.plan.int4_new_sequences) {
     KvCacheOptions c;
@@ -153,6 +154,8 @@ std::string ChatRepl::stats_text() const {
   s += "max tokens per reply: " + std::to_string(st.max_tokens) + "\n";
   s += "summary: " + std::to_string(st.summary_tokens) + " tokens" +
        (st.summary.empty() ? std::string(" (none yet)") : ": " + st.summary) + "\n";
+  s += "last reply: " + ms(st.last_ttft_s) + " to the first token, " + std::to_string(st.last_prompt_tokens) +
+       " tokens prefilled\n";
   s += "tpot: p50 " + ms(st.tpot_p50_s) + ", p99 " + ms(st.tpot_p99_s) + " over " + std::to_string(st.tpot_samples) +
        " tokens\n";
   s += "device: " + (mon_ ? mon_->state().describe() : std::string("not monitored")) + "\n";

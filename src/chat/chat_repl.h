@@ -18,11 +18,11 @@
 
 namespace kvs::chat {
 
-// An extra command: name (without the slash) -> handler(argument); the
-// handler returns false to end the chat.
+// An extra command: name (without the slash) -> handler(argument, output);
+// the handler returns false to end the chat.
 struct ReplCommand {
   std::string name, help;
-  std::function<bool(const std::string& arg)> run;
+  std::function<bool(const std::string& arg, std::ostream& out)> run;
 };
 
 class ChatRepl {

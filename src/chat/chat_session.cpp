@@ -4,7 +4,9 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "chat/session_bytes.h"
 #include "engine/generate.h"
+#include "kernels/threadpool.h"
 #include "model/model.h"
 
 namespace kvs::chat {
@@ -42,12 +44,20 @@ ChatSession::ChatSession(Engine& engine, const Tokenizer& tok, server::ChatFamil
   rebuild();
 }
 
+void ChatSession::set_thread_share(double share) {
+  const int all = engine_.n_threads();
+  engine_.pool().set_active_threads(share >= 1 ? all : std::max(1, int(double(all) * share + 0.5)));
+}
+
 int ChatSession::reply_budget() const {
   return max_tokens_cap_ > 0 ? std::min(o_.max_tokens, max_tokens_cap_) : o_.max_tokens;
 }
 
 void ChatSession::rebuild() {
-  const bool new_format = rebuild_cache_ && (rebuild_cache_->type != cache_now_.type);
+  const bool new_format =
+      rebuild_cache_ && (rebuild_cache_->type != cache_now_.type || rebuild_cache_->key_scale != cache_now_.key_scale ||
+                         rebuild_cache_->residual != cache_now_.residual ||
+                         rebuild_cache_->group_channels != cache_now_.group_channels);
   if (rebuild_cache_) cache_now_ = *rebuild_cache_;
   if (seq_ && !new_format) {
     seq_->reset();
@@ -210,12 +220,10 @@ ReplyResult ChatSession::reply(const std::string& user, const std::function<bool
   r.prompt_tokens = int(pt.size());
   std::vector<float> logits = seq_->eval(pt);
   r.ttft_s = since(t0);
+  last_ttft_s_ = r.ttft_s;
+  last_prompt_tokens_ = r.prompt_tokens;
   decode(std::move(logits), reply_budget(), on_text, r);
-  std::string stored = r.text;
-  // The plain template renders "assistant: " + content; the model's reply
-  // usually starts with that space already.
-  if (conv_.family() == server::ChatFamily::Plain && !stored.empty() && stored[0] == ' ') stored.erase(0, 1);
-  conv_.add_turn(user, std::move(stored));
+  conv_.add_turn(user, r.text);
   return r;
 }
 
@@ -240,7 +248,61 @@ ChatStats ChatSession::stats() const {
   s.tpot_samples = tpot_.total();
   s.kv_desc = seq_->layout().describe();
   s.window_desc = seq_->window().describe();
+  s.last_ttft_s = last_ttft_s_;
+  s.last_prompt_tokens = last_prompt_tokens_;
   return s;
+}
+
+namespace {
+constexpr uint32_t kSnapshotVersion = 1;
+}  // namespace
+
+std::vector<uint8_t> ChatSession::snapshot() const {
+  ByteWriter w;
+  w.u32(kSnapshotVersion);
+  w.str(conv_.system());
+  w.str(conv_.summary());
+  w.u32(uint32_t(conv_.turns().size()));
+  for (const Turn& t : conv_.turns()) {
+    w.str(t.user);
+    w.str(t.assistant);
+  }
+  w.str(kv_text_);
+  for (int v : {turns_evicted_, summaries_, summary_tok_count_}) w.i64(v);
+  for (int v : {int(cache_now_.type), int(cache_now_.key_scale), cache_now_.residual, cache_now_.group_channels})
+    w.i64(v);
+  w.blob(seq_->save_state());
+  return std::move(w.bytes());
+}
+
+void ChatSession::restore(const std::vector<uint8_t>& bytes) {
+  ByteReader r(bytes);
+  if (r.u32() != kSnapshotVersion) throw std::invalid_argument("session snapshot of another version");
+  conv_.clear();
+  conv_.set_system(r.str());
+  conv_.set_summary(r.str());
+  const uint32_t n = r.u32();
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string u = r.str();
+    conv_.add_turn(std::move(u), r.str());
+  }
+  std::string kv_text = r.str();
+  turns_evicted_ = int(r.i64());
+  summaries_ = int(r.i64());
+  summary_tok_count_ = int(r.i64());
+  KvCacheOptions c;
+  c.type = KvType(r.i64());
+  c.key_scale = KeyScale(r.i64());
+  c.residual = int(r.i64());
+  c.group_channels = int(r.i64());
+  const std::vector<uint8_t> kv = r.blob();
+  if (!r.done()) throw std::invalid_argument("session snapshot has trailing bytes");
+  const std::optional<KvCacheOptions> keep = rebuild_cache_;
+  rebuild_cache_ = c;
+  rebuild();
+  rebuild_cache_ = keep;
+  seq_->load_state(kv);
+  kv_text_ = std::move(kv_text);
 }
 
 }  // namespace kvs::chat

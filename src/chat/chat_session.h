@@ -65,6 +65,8 @@ struct ChatStats {
   double tpot_p50_s = 0, tpot_p99_s = 0;
   size_t tpot_samples = 0;
   std::string kv_desc, window_desc;
+  double last_ttft_s = 0;      // of the latest reply (after a resume: with the KV restored)
+  int last_prompt_tokens = 0;  // prefilled for it
 };
 
 class ChatSession {
@@ -86,6 +88,15 @@ class ChatSession {
   // Device shedding: the KV format the sequence takes at its next rebuild
   // (reset or eviction); nullopt = the configured one.
   void set_rebuild_cache(std::optional<KvCacheOptions> c) { rebuild_cache_ = std::move(c); }
+  // Everything a resumed chat needs (turns, summary, the KV itself) as
+  // bytes, and back; restore throws std::invalid_argument on malformed bytes
+  // or a KV that does not fit this session. Encrypted by session_store.
+  std::vector<uint8_t> snapshot() const;
+  void restore(const std::vector<uint8_t>& bytes);
+
+  // Device shedding: this share of the engine's compute threads runs the
+  // forwards (1 = all).
+  void set_thread_share(double share);
 
  private:
   Engine& engine_;
@@ -99,6 +110,8 @@ class ChatSession {
   int max_tokens_cap_ = 0;
   std::optional<KvCacheOptions> rebuild_cache_;
   int turns_evicted_ = 0, summaries_ = 0, summary_tok_count_ = 0;
+  double last_ttft_s_ = 0;
+  int last_prompt_tokens_ = 0;
 
   int reply_budget() const;
   void rebuild();  // new empty sequence (new KV format if shedding asked for one)

@@ -21,7 +21,14 @@ std::vector<server::ChatMessage> Conversation::messages(const std::string* pendi
 }
 
 std::string Conversation::render(const std::string& pending_user) const {
-  return server::render_chat(family_, messages(&pending_user));
+  if (family_ != server::ChatFamily::Plain) return server::render_chat(family_, messages(&pending_user));
+  // The plain fallback's lines, except that a reply follows "assistant:"
+  // exactly as generated (the model picks the space or not), so the text of
+  // a finished turn is a prefix of the next prompt and the KV only appends.
+  std::string out;
+  for (const server::ChatMessage& m : messages(&pending_user))
+    out += m.role + (m.role == "assistant" ? ":" : ": ") + m.content + "\n";
+  return out + "assistant:";
 }
 
 void Conversation::add_turn(std::string user, std::string assistant) {

@@ -23,10 +23,11 @@ class Conversation {
   Conversation(server::ChatFamily family, std::string system);
 
   // Prompt text for the kept turns plus `pending_user`, ending with the
-  // opening of the assistant's turn (chat_template's render_chat).
+  // opening of the assistant's turn (chat_template's render_chat; for the
+  // plain fallback, replies are kept exactly as generated after "assistant:").
   std::string render(const std::string& pending_user) const;
-  // Same messages as render() without the new assistant opening appended
-  // after the last turn: used only to count tokens of a transcript.
+  // The messages render() formats: system (with the summary), the kept
+  // turns, then `pending_user` when given.
   std::vector<server::ChatMessage> messages(const std::string* pending_user) const;
 
   void add_turn(std::string user, std::string assistant);
@@ -35,6 +36,7 @@ class Conversation {
   void set_summary(std::string s) { summary_ = std::move(s); }
   const std::string& summary() const { return summary_; }
   const std::string& system() const { return system_; }
+  void set_system(std::string s) { system_ = std::move(s); }
   const std::deque<Turn>& turns() const { return turns_; }
   server::ChatFamily family() const { return family_; }
   // Forgets turns and summary; the system prompt stays.

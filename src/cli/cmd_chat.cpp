@@ -1,11 +1,14 @@
 // `kvserve chat`: an interactive terminal chat on one model, with a bounded
 // KV (rolling summary or sliding window), optional --ram-budget sizing and
 // device-aware shedding. Opens no network listener.
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <random>
 
 #include "chat/chat_repl.h"
 #include "chat/chat_session.h"
+#include "chat/session_store.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
@@ -25,7 +28,39 @@ struct ChatArgs {
   std::string chat_template = "auto", ram_budget;
   KvArgs kv;
   DeviceArgs dev;
+  SessionArgs sessions;
+  std::string resume;
 };
+
+// /save and /logout on the encrypted session store.
+void add_session_commands(chat::ChatRepl& repl, chat::ChatSession& session, chat::SessionStore& store) {
+  repl.add_command({"save", "[NAME] encrypt the conversation and its KV to disk (default name: default)",
+                    [&](const std::string& arg, std::ostream& out) {
+                      const std::string name = arg.empty() ? "default" : arg;
+                      try {
+                        store.save(name, session.snapshot());
+                        out << "(saved session '" << name << "', encrypted, in " << store.dir() << ")\n";
+                      } catch (const std::exception& e) {
+                        out << "(not saved: " << e.what() << ")\n";
+                      }
+                      return true;
+                    }});
+  repl.add_command({"logout", "delete every saved session and the key, then leave", [&](const std::string&, std::ostream& out) {
+                      session.reset();
+                      const int n = store.wipe();
+                      out << "(logged out: " << n << " files shredded in " << store.dir() << ")\n";
+                      return false;
+                    }});
+}
+
+void resume(chat::ChatSession& session, const chat::SessionStore& store, const std::string& name) {
+  const auto t0 = std::chrono::steady_clock::now();
+  session.restore(store.load(name));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const chat::ChatStats st = session.stats();
+  std::fprintf(stderr, "kvserve: resumed session '%s': %d turns, %d tokens of KV restored in %.1f ms (no recompute)\n",
+               name.c_str(), st.turns_kept, st.n_past, ms);
+}
 
 int run_chat(ChatArgs a) {
   a.m.model = resolve_model_path(a.m.model);
@@ -54,7 +89,10 @@ int run_chat(ChatArgs a) {
   a.o.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
   chat::ChatSession session(*l.engine, *l.tok, family, a.o);
   std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
+  chat::SessionStore store(a.sessions.folder(), a.sessions.keying(), l.model->identity());
+  if (!a.resume.empty()) resume(session, store, a.resume);
   chat::ChatRepl repl(session, std::cin, std::cout, monitor.get());
+  add_session_commands(repl, session, store);
   const chat::ChatStats st = session.stats();
   std::fprintf(stderr, "kvserve: chat on %s: KV %s, %s (hard cap %d tokens), %d blocks allocated\n",
                l.model->path().c_str(), st.kv_desc.c_str(),
@@ -92,6 +130,8 @@ void add_chat(CLI::App& app, Runner& run) {
                 "Memory for weights + KV + scratch (e.g. 512MiB): picks the KV type, hard cap and reply length");
   add_kv_args(c, a->kv);
   add_device_args(c, a->dev);
+  add_session_args(c, a->sessions);
+  c->add_option("--resume", a->resume, "Resume a session saved with /save NAME (its KV comes back without recompute)");
   c->callback([a, &run] { run = [a] { return run_chat(*a); }; });
 }
 

@@ -17,10 +17,14 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/on_device.h"
+#include "kernels/threadpool.h"
+#include "tools/default_model.h"
 #include "engine/paged_engine.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
+#include "sched/clock.h"
 #include "sched/engine_loop.h"
 #include "server/api_service.h"
 #include "server/chat_template.h"
@@ -54,7 +58,44 @@ struct ServeArgs {
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
+  std::string ram_budget;  // docs/ON-DEVICE.md
+  DeviceArgs dev;
 };
+
+// --ram-budget: the pool, KV type, context, batch and reply length it chose.
+void apply_ram_budget(const tools::RamBudgetChoice& c, sched::EngineLoopOptions& lo, int& ctx) {
+  lo.cache = {};
+  lo.cache.type = c.kv_type;
+  lo.cache.key_scale = KeyScale::Channel;
+  lo.kv_blocks = c.kv_blocks;
+  lo.kv_memory_bytes = 0;
+  lo.sched.max_seqs = c.batch;
+  lo.sched.max_batch_tokens = c.max_batch_tokens;
+  lo.sched.default_max_tokens = c.max_tokens;
+  ctx = c.hard_cap;
+  lo.max_ctx = ctx;
+}
+
+// Waits for SIGTERM/SIGINT; meanwhile polls the device monitor (if any) and
+// hands its plan to the engine loop and the compute pool. Returns the signal.
+int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, sched::EngineLoop& loop, Engine& engine) {
+  const int all = engine.n_threads();
+  for (;;) {
+    if (!monitor) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      return sig;
+    }
+    const timespec tick{0, 250'000'000};
+    const int sig = sigtimedwait(&sigs, nullptr, &tick);
+    if (sig > 0) return sig;
+    const device::DeviceState st = monitor->poll(sched::steady_now());
+    const sched::ShedLimits want = shed_limits_for(st.plan, all);
+    if (want == loop.shed_limits()) continue;
+    loop.set_shed_limits(want);
+    engine.pool().set_active_threads(want.threads > 0 ? want.threads : all);
+  }
+}
 
 // The replay endpoint next to the PUB one: the next port (or any port when
 // the PUB port is a wildcard).
@@ -134,12 +175,23 @@ int run_serve(const ServeArgs& a) {
   if (!a.cache_secret_file.empty()) tenants->set_secret(read_secret(a.cache_secret_file));
   const size_t body_limit = parse_body_limit(a.body_limit);
 
-  Loaded l = load_all(a.m);
+  ModelArgs margs = a.m;
+  margs.model = resolve_model_path(a.m.model);
+  if (!a.ram_budget.empty() && !a.kv_memory.empty())
+    throw std::runtime_error("--ram-budget sizes the KV pool itself; drop --kv-memory");
+  tools::RamBudgetInput rin;
+  rin.block_size = a.block_size;
+  rin.want_ctx = a.ctx;
+  rin.want_batch = a.max_seqs;
+  rin.max_batch_tokens = a.max_batch_tokens;
+  rin.max_tokens = a.default_max_tokens;
+  const auto budget = ram_budget_choice(a.ram_budget, margs.model, rin);
+  Loaded l = load_all(margs);
   std::string note;
   const server::ChatFamily chat = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
   const int n_ctx_model = l.model->config().n_ctx_train;
-  const int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
+  int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
   if (ctx <= 1) throw std::runtime_error("the context size is unknown; pass --ctx");
 
   sched::EngineLoopOptions lo;
@@ -158,7 +210,9 @@ int run_serve(const ServeArgs& a) {
   lo.prefix_caching = !a.no_prefix_cache;
   lo.cache = a.kv.options();
   lo.window = a.window.policy();
-  if (!a.kv_memory.empty()) {
+  if (budget) {
+    apply_ram_budget(*budget, lo, ctx);
+  } else if (!a.kv_memory.empty()) {
     lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
   } else {
     // Default: enough for --max-seqs full contexts, at most 20% of the
@@ -184,12 +238,16 @@ int run_serve(const ServeArgs& a) {
   ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string(), "default"};
   ao.model_identity = l.model->identity();
   ao.ctx = ctx;
-  ao.default_max_tokens = a.default_max_tokens;
+  ao.default_max_tokens = lo.sched.default_max_tokens;
   ao.chat = chat;
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
-  if (publisher) ao.extra_metrics = [p = publisher.get()] { return p->metrics_text(); };
+  const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
+  if (publisher || monitor)
+    ao.extra_metrics = [p = publisher.get(), d = monitor.get()] {
+      return (p ? p->metrics_text() : std::string()) + (d ? d->metrics_text() : std::string());
+    };
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -214,8 +272,7 @@ int run_serve(const ServeArgs& a) {
                 a.kv_events_curve.empty() ? "" : ", CURVE");
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = wait_for_signal(sigs, monitor.get(), loop, *l.engine);
   std::fprintf(stderr, "kvserve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_timeout_s);
   api.set_draining(true);
@@ -296,6 +353,9 @@ void add_serve(CLI::App& app, Runner& run) {
               "Include each stored block's token ids (prompt content) in the events");
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
+  c->add_option("--ram-budget", a->ram_budget,
+                "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
+  add_device_args(c, a->dev);
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kvs::cli::add_serve(app, run);
   kvs::cli::add_router(app, run);
   kvs::cli::add_chat(app, run);
+  kvs::cli::add_wipe(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

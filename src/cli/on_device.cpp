@@ -1,10 +1,32 @@
 #include "cli/on_device.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "tools/units.h"
 
 namespace kvs::cli {
+
+void add_session_args(CLI::App* cmd, SessionArgs& a) {
+  cmd->add_option("--session-dir", a.dir, "Folder of encrypted chat sessions (default: ~/.local/share/kvserve/sessions)");
+  cmd->add_option("--key-file", a.key_file, "Session key file, 0600, created on first use (default: SESSION_DIR/session.key)");
+  cmd->add_option("--passphrase-env", a.passphrase_env,
+                  "Name of an environment variable holding a passphrase: sessions are keyed by Argon2id of it instead "
+                  "of the key file");
+}
+
+chat::SessionKeying SessionArgs::keying() const {
+  chat::SessionKeying k;
+  k.key_file = key_file;
+  if (!passphrase_env.empty()) {
+    const char* v = std::getenv(passphrase_env.c_str());
+    if (!v || !*v) throw std::runtime_error("--passphrase-env " + passphrase_env + ": the variable is unset or empty");
+    k.passphrase = v;
+  }
+  return k;
+}
+
+std::string SessionArgs::folder() const { return dir.empty() ? chat::default_session_dir() : dir; }
 
 void add_device_args(CLI::App* cmd, DeviceArgs& a) {
   cmd->add_option("--procfs-root", a.roots.procfs, "Where /proc is (tests: a fake tree)")->capture_default_str();
@@ -22,6 +44,17 @@ std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a) 
   o.roots = a.roots;
   o.hold_s = a.hold_s;
   return std::make_unique<device::DeviceMonitor>(o);
+}
+
+sched::ShedLimits shed_limits_for(const device::ShedPlan& p, int engine_threads) {
+  sched::ShedLimits s;
+  s.level = int(p.level);
+  s.max_tokens_scale = p.max_tokens_scale;
+  s.batch_scale = p.batch_scale;
+  s.stop_admissions = p.stop_admissions;
+  s.drop_prefix_cache = p.drop_prefix_cache;
+  s.threads = p.threads_scale < 1 ? device::scaled(engine_threads, p.threads_scale) : 0;
+  return s;
 }
 
 std::optional<tools::RamBudgetChoice> ram_budget_choice(const std::string& size, const std::string& model_path,

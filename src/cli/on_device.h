@@ -6,10 +6,20 @@
 #include <optional>
 #include <string>
 
+#include "chat/session_store.h"
 #include "device/device_monitor.h"
+#include "sched/shed_limits.h"
 #include "tools/ram_budget.h"
 
 namespace kvs::cli {
+
+// Encrypted chat sessions: --session-dir, --key-file, --passphrase-env.
+struct SessionArgs {
+  std::string dir, key_file, passphrase_env;
+  chat::SessionKeying keying() const;  // throws when the passphrase variable is unset or empty
+  std::string folder() const;          // dir, or the default
+};
+void add_session_args(CLI::App* cmd, SessionArgs& a);
 
 struct DeviceArgs {
   device::DeviceRoots roots;
@@ -19,6 +29,9 @@ struct DeviceArgs {
 void add_device_args(CLI::App* cmd, DeviceArgs& a);
 // Null when --no-device-monitor.
 std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a);
+
+// The scheduler's share of a device plan; threads out of `engine_threads`.
+sched::ShedLimits shed_limits_for(const device::ShedPlan& plan, int engine_threads);
 
 // --ram-budget SIZE for `model_path`: the choice (printed on stderr), or
 // nullopt when `size` is empty. Throws std::runtime_error when it cannot fit;

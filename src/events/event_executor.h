@@ -29,6 +29,7 @@ class EventingExecutor final : public sched::StepExecutor {
   void set_tick(int64_t tick) override { inner_->set_tick(tick); }
   int32_t drop_cached_scope(const Scope& caller) override;
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override;
+  int32_t drop_all_cached() override;
 
  private:
   void flush();

@@ -33,6 +33,8 @@ class StepExecutor {
   virtual void set_tick(int64_t tick) = 0;
   virtual int32_t drop_cached_scope(const Scope& caller) = 0;
   virtual int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) = 0;
+  // Every cached block of every scope (memory pressure sheds the prefix cache).
+  virtual int32_t drop_all_cached() = 0;
 };
 
 // The model behind the scheduler.
@@ -51,6 +53,11 @@ class PagedExecutor final : public StepExecutor {
   int32_t drop_cached_scope(const Scope& caller) override { return pe_.drop_cached_scope(caller); }
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
     return pe_.drop_cached_older_than(caller, cutoff);
+  }
+  int32_t drop_all_cached() override {
+    const auto n = int32_t(pe_.kv().stats().cached_blocks);
+    pe_.drop_cached();
+    return n;
   }
   PagedEngine& paged() { return pe_; }
 
