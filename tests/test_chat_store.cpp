@@ -90,6 +90,24 @@ TEST(ChatStore, ResumedChatContinuesExactlyWithoutRecompute) {
   EXPECT_EQ(rb.text, ra.text);
 }
 
+// A quantized KV carries its full-precision residual (the open token group):
+// restored with it, the resumed chat still matches token for token.
+TEST(ChatStore, QuantizedKvResumesWithItsResidual) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatOptions o = s.opts();
+  o.cache.type = KvType::Int8;
+  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  a.reply("Once upon a time there was a dog.");
+  ASSERT_NE(a.stats().n_past % 16, 0) << "the open group should be non-empty for this test";
+  chat::SessionStore store(fresh_dir("int8"), {}, s.model->identity());
+  store.save("q", a.snapshot());
+  chat::ChatSession b(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());  // f32 until restored
+  b.restore(store.load("q"));
+  EXPECT_NE(b.stats().kv_desc.find("int8"), std::string::npos) << b.stats().kv_desc;
+  EXPECT_EQ(b.reply("What next?").text, a.reply("What next?").text);
+}
+
 TEST(ChatStore, FilesHoldNoPlaintextTextOrTokenIds) {
   SKIP_WITHOUT_SHARED();
   Stories s;

@@ -107,4 +107,41 @@ TEST(ChatTmux, TypesAMessageReadsTheReplyAndStats) {
   EXPECT_EQ(t.pane("#{pane_dead_status}").substr(0, 1), "0");
 }
 
+// /save in one chat, --resume in the next (the KV comes back, no recompute),
+// /logout shreds the folder.
+TEST(ChatTmux, SaveResumeAndLogout) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (sh("command -v tmux").empty()) GTEST_SKIP() << "tmux is not installed (Debian package tmux)";
+  const std::string dir = kvs::test::temp_dir() + "/tmux-sessions";
+  fs::remove_all(dir);
+  const std::string chat = std::string(KVS_BINARY) + " chat -m " +
+                           kvs::test::shared("models/stories260K/stories260K.gguf") +
+                           " --temp 0 -n 16 -c 256 -t 1 --no-device-monitor --session-dir " + dir;
+  {
+    Tmux t;
+    t.start(chat);
+    ASSERT_TRUE(t.wait_for([](const std::string& s) { return s.find(">>>") != std::string::npos; }, 60)) << t.screen();
+    t.keys("Once upon a time");
+    t.enter();
+    ASSERT_TRUE(t.wait_for([](const std::string& s) { return count(s, ">>>") >= 2; }, 60)) << t.screen();
+    t.keys("/save tale");
+    t.enter();
+    ASSERT_TRUE(t.wait_for([](const std::string& s) { return s.find("(saved session 'tale'") != std::string::npos; }, 30))
+        << t.screen();
+    t.keys("/quit");
+    t.enter();
+    ASSERT_TRUE(t.wait_for([&](const std::string&) { return t.pane("#{pane_dead}").rfind("1", 0) == 0; }, 30));
+  }
+  Tmux t;
+  t.start(chat + " --resume tale");
+  ASSERT_TRUE(t.wait_for([](const std::string& s) { return s.find(">>>") != std::string::npos; }, 60)) << t.screen();
+  EXPECT_NE(t.screen().find("resumed session 'tale': 1 turns"), std::string::npos) << t.screen();
+  t.keys("/logout");
+  t.enter();
+  ASSERT_TRUE(t.wait_for([](const std::string& s) { return s.find("(logged out: 2 files shredded") != std::string::npos; }, 30))
+      << t.screen();
+  ASSERT_TRUE(t.wait_for([&](const std::string&) { return t.pane("#{pane_dead}").rfind("1", 0) == 0; }, 30));
+  EXPECT_FALSE(fs::exists(dir));
+}
+
 }  // namespace

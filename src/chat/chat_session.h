@@ -37,7 +37,7 @@ struct ChatOptions {
   int window = 0;           // summary mode: tokens kept after an eviction at most; 0 = half the hard cap
   int max_tokens = 256;     // per reply
   bool summary = true;      // rolling summary; false: sliding window
-  int summary_tokens = 0;   // budget of one summary; 0 = a quarter of the window, at most 64
+  int summary_tokens = 0;   // budget of one summary; 0 = a quarter of the window, capped
   int sinks = 4;            // sliding window: attention sinks
   int block_size = 16;
   SamplingParams sampling;
