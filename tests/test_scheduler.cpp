@@ -533,9 +533,11 @@ TEST(Scheduler, ShedLimitsShortenBatchAndStopAdmissions) {
     EXPECT_EQ(h.sched.stats(h.now).running_seqs, 2);
     ShedLimits critical = warm;
     critical.stop_admissions = true;
+    critical.retry_after_s = 12;
     h.sched.set_shed(critical);
     const SubmitResult busy = h.submit(4, 8, SloClass::Interactive, "d", 1, 9);
     EXPECT_FALSE(busy.accepted);
+    EXPECT_EQ(busy.retry_after_s, 12);
     EXPECT_EQ(busy.reason, RejectReason::DeviceBusy);
     EXPECT_TRUE(retryable(busy.reason));
     EXPECT_STREQ(to_string(busy.reason), "device_busy");

@@ -78,7 +78,8 @@ void apply_ram_budget(const tools::RamBudgetChoice& c, sched::EngineLoopOptions&
 
 // Waits for SIGTERM/SIGINT; meanwhile polls the device monitor (if any) and
 // hands its plan to the engine loop and the compute pool. Returns the signal.
-int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, sched::EngineLoop& loop, Engine& engine) {
+int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, double hold_s, sched::EngineLoop& loop,
+                    Engine& engine) {
   const int all = engine.n_threads();
   for (;;) {
     if (!monitor) {
@@ -90,7 +91,7 @@ int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, sched:
     const int sig = sigtimedwait(&sigs, nullptr, &tick);
     if (sig > 0) return sig;
     const device::DeviceState st = monitor->poll(sched::steady_now());
-    const sched::ShedLimits want = shed_limits_for(st.plan, all);
+    const sched::ShedLimits want = shed_limits_for(st.plan, all, hold_s);
     if (want == loop.shed_limits()) continue;
     loop.set_shed_limits(want);
     engine.pool().set_active_threads(want.threads > 0 ? want.threads : all);
@@ -272,7 +273,7 @@ int run_serve(const ServeArgs& a) {
                 a.kv_events_curve.empty() ? "" : ", CURVE");
   std::fflush(stdout);
 
-  const int sig = wait_for_signal(sigs, monitor.get(), loop, *l.engine);
+  const int sig = wait_for_signal(sigs, monitor.get(), a.dev.hold_s, loop, *l.engine);
   std::fprintf(stderr, "kvserve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_timeout_s);
   api.set_draining(true);

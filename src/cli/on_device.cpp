@@ -1,5 +1,6 @@
 #include "cli/on_device.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -46,7 +47,7 @@ std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a) 
   return std::make_unique<device::DeviceMonitor>(o);
 }
 
-sched::ShedLimits shed_limits_for(const device::ShedPlan& p, int engine_threads) {
+sched::ShedLimits shed_limits_for(const device::ShedPlan& p, int engine_threads, double hold_s) {
   sched::ShedLimits s;
   s.level = int(p.level);
   s.max_tokens_scale = p.max_tokens_scale;
@@ -54,6 +55,7 @@ sched::ShedLimits shed_limits_for(const device::ShedPlan& p, int engine_threads)
   s.stop_admissions = p.stop_admissions;
   s.drop_prefix_cache = p.drop_prefix_cache;
   s.threads = p.threads_scale < 1 ? device::scaled(engine_threads, p.threads_scale) : 0;
+  s.retry_after_s = p.stop_admissions ? std::max(1.0, hold_s) : 0;
   return s;
 }
 

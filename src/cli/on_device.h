@@ -30,8 +30,9 @@ void add_device_args(CLI::App* cmd, DeviceArgs& a);
 // Null when --no-device-monitor.
 std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a);
 
-// The scheduler's share of a device plan; threads out of `engine_threads`.
-sched::ShedLimits shed_limits_for(const device::ShedPlan& plan, int engine_threads);
+// The scheduler's share of a device plan; threads out of `engine_threads`;
+// a DeviceBusy client is told to come back after the level's hold.
+sched::ShedLimits shed_limits_for(const device::ShedPlan& plan, int engine_threads, double hold_s);
 
 // --ram-budget SIZE for `model_path`: the choice (printed on stderr), or
 // nullopt when `size` is empty. Throws std::runtime_error when it cannot fit;

@@ -86,8 +86,12 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return c;
   };
   if (!accepting_) return reject(RejectReason::ShuttingDown, "the server is shutting down");
-  if (shed_.stop_admissions)
-    return reject(RejectReason::DeviceBusy, "the device is under memory or thermal strain; no new requests for now");
+  if (shed_.stop_admissions) {
+    reject(RejectReason::DeviceBusy, "the device is under memory or thermal strain; no new requests for now");
+    // The device, not the pool, decides when this can succeed.
+    if (shed_.retry_after_s > 0) c.res.retry_after_s = shed_.retry_after_s;
+    return c;
+  }
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
   const int nv = exec_.n_vocab();
   for (int32_t t : req.prompt)

@@ -14,6 +14,7 @@ struct ShedLimits {
   bool stop_admissions = false;    // submit() answers DeviceBusy (HTTP 429)
   bool drop_prefix_cache = false;  // cached prefix blocks are dropped when this turns on
   int threads = 0;                 // compute threads in the forward; 0 = all of the engine's
+  double retry_after_s = 0;        // Retry-After of a DeviceBusy answer (the level's hold); 0 = the default
   bool operator==(const ShedLimits&) const = default;
 };
 
