@@ -212,8 +212,14 @@ TEST(ChatStore, WipeAndTheCliLeaveNothingReadable) {
   chat::SessionStore store(dir, {}, s.model->identity());
   store.save("a", a.snapshot());
   store.save("b", a.snapshot());
+  std::ofstream(dir + "/notes.txt") << "not a session\n";
+  std::ofstream(dir + "/backup.kvs") << "not ours either\n";
   EXPECT_EQ(store.wipe(), 3);  // two sessions and the key
-  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(fs::exists(dir + "/notes.txt"));  // other files stay, and so does the folder
+  EXPECT_TRUE(fs::exists(dir + "/backup.kvs"));
+  EXPECT_FALSE(fs::exists(dir + "/session.key"));
+  fs::remove(dir + "/notes.txt");
+  fs::remove(dir + "/backup.kvs");
   EXPECT_NE(error_of([&] { store.load("a"); }).find("no saved session"), std::string::npos);
 
   store.save("c", a.snapshot());

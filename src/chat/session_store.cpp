@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -75,6 +77,14 @@ void shred(const fs::path& p) {
 
 std::string quoted(const std::string& name) { return "session '" + name + "'"; }
 
+// A file this store wrote: a fingerprint in hex, ".kvs", maybe ".tmp".
+bool ours(const fs::path& p) {
+  std::string n = p.filename().string();
+  if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
+  if (n.size() != 32 + 4 || n.compare(32, 4, ".kvs") != 0) return false;
+  return std::all_of(n.begin(), n.begin() + 32, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
 }  // namespace
 
 std::string default_session_dir() {
@@ -98,8 +108,9 @@ std::string SessionStore::path_of(const std::string& name) const {
 }
 
 void SessionStore::save(const std::string& name, const std::vector<uint8_t>& snapshot) {
-  fs::create_directories(dir_);
-  fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace);
+  // Only a folder made here is narrowed to its owner: --session-dir may name
+  // an existing folder whose mode is not ours to change.
+  if (fs::create_directories(dir_)) fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace);
   Header h;
   h.salt = crypto::random_salt();
   crypto::SecretKey key;
@@ -171,10 +182,8 @@ int SessionStore::wipe() {
   int n = 0;
   std::error_code ec;
   std::vector<fs::path> victims;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string ext = e.path().extension().string();
-    if (ext == ".kvs" || ext == ".tmp") victims.push_back(e.path());
-  }
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (ours(e.path())) victims.push_back(e.path());
   if (fs::exists(k_.key_file, ec)) victims.push_back(k_.key_file);
   for (const auto& p : victims) {
     shred(p);

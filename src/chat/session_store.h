@@ -41,8 +41,9 @@ class SessionStore {
   // Throws SessionError, naming the session, for a missing, truncated,
   // changed or foreign file and for a wrong key or passphrase.
   std::vector<uint8_t> load(const std::string& name) const;
-  // Overwrites and deletes every session file and the key file; returns the
-  // files removed.
+  // Overwrites and deletes every session file this store names (and
+  // leftovers of interrupted saves) and the key file; other files in the
+  // folder are left alone. Returns the files removed.
   int wipe();
   std::string path_of(const std::string& name) const;
   const std::string& dir() const { return dir_; }
