@@ -31,7 +31,9 @@ std::string sh(const std::string& cmd) {
 
 class Tmux {
  public:
-  Tmux() : sock_("kvs-chat-test-" + std::to_string(::getpid())) {}
+  // A socket of its own per instance: a server still shutting down must not
+  // swallow the next session.
+  Tmux() : sock_("kvs-chat-test-" + std::to_string(::getpid()) + "-" + std::to_string(next_id_++)) {}
   ~Tmux() { sh(tmux("kill-server") + " 2>/dev/null"); }
   std::string tmux(const std::string& args) const { return "tmux -L " + sock_ + " " + args; }
   void start(const std::string& command) {
@@ -55,6 +57,7 @@ class Tmux {
 
  private:
   std::string sock_;
+  static inline int next_id_ = 0;
 };
 
 size_t count(const std::string& s, const std::string& what) {

@@ -49,7 +49,7 @@ TEST(ServeDevice, CriticalDeviceAnswers429ThenRecovers) {
   zone(root / "sys", 97);
   KvsProcess p({"serve", "-m", kvs::test::shared("models/stories260K/stories260K.gguf"), "--port", "0", "-t", "1",
                 "--sysfs-root", (root / "sys").string(), "--procfs-root", (root / "proc").string(), "--cgroup-root",
-                (root / "cg").string(), "--device-hold", "0"},
+                (root / "cg").string(), "--device-hold", "0", "--device-monitor"},
                "listening on");
   const int port = port_of(p);
   ASSERT_TRUE(wait_metric(port, "kvserve_device_level", 3, 20)) << p.log();
@@ -73,7 +73,7 @@ TEST(ServeDevice, RamBudgetSizesThePoolAndRefusesWhenWeightsDoNotFit) {
   std::string out, err;
   EXPECT_NE(kvs::test::run_kvserve({"serve", "-m", model, "--ram-budget", "1MiB"}, &out, &err), 0);
   EXPECT_NE(err.find("cannot hold the weights alone"), std::string::npos) << err;
-  KvsProcess p({"serve", "-m", model, "--port", "0", "-t", "1", "--ram-budget", "3MiB", "--no-device-monitor"},
+  KvsProcess p({"serve", "-m", model, "--port", "0", "-t", "1", "--ram-budget", "3MiB"},
                "listening on");
   // --max-seqs 64 full contexts do not fit 3 MiB in int8: int4, fewer sequences.
   const std::string line = p.lines().back();

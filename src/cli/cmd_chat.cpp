@@ -129,7 +129,7 @@ void add_chat(CLI::App& app, Runner& run) {
   c->add_option("--ram-budget", a->ram_budget,
                 "Memory for weights + KV + scratch (e.g. 512MiB): picks the KV type, hard cap and reply length");
   add_kv_args(c, a->kv);
-  add_device_args(c, a->dev);
+  add_device_args(c, a->dev, true);
   add_session_args(c, a->sessions);
   c->add_option("--resume", a->resume, "Resume a session saved with /save NAME (its KV comes back without recompute)");
   c->callback([a, &run] { run = [a] { return run_chat(*a); }; });

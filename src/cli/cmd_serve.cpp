@@ -356,7 +356,8 @@ void add_serve(CLI::App& app, Runner& run) {
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
   c->add_option("--ram-budget", a->ram_budget,
                 "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
-  add_device_args(c, a->dev);
+  // Off by default: a shared server's shedding is an operator's choice.
+  add_device_args(c, a->dev, false);
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

@@ -29,18 +29,21 @@ chat::SessionKeying SessionArgs::keying() const {
 
 std::string SessionArgs::folder() const { return dir.empty() ? chat::default_session_dir() : dir; }
 
-void add_device_args(CLI::App* cmd, DeviceArgs& a) {
+void add_device_args(CLI::App* cmd, DeviceArgs& a, bool on_by_default) {
+  a.on = on_by_default;
   cmd->add_option("--procfs-root", a.roots.procfs, "Where /proc is (tests: a fake tree)")->capture_default_str();
   cmd->add_option("--sysfs-root", a.roots.sysfs, "Where /sys is (tests: a fake tree)")->capture_default_str();
   cmd->add_option("--cgroup-root", a.roots.cgroup, "Where the cgroup v2 hierarchy is mounted")->capture_default_str();
   cmd->add_option("--device-hold", a.hold_s, "Seconds every signal must stay low before the device level falls")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 3600.0));
-  cmd->add_flag("--no-device-monitor", a.off, "Ignore memory pressure, temperature and CPU throttling");
+  cmd->add_flag("--device-monitor,!--no-device-monitor", a.on,
+                std::string("Shed load under memory pressure, heat and CPU throttling (docs/ON-DEVICE.md; default ") +
+                    (on_by_default ? "on)" : "off)"));
 }
 
 std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a) {
-  if (a.off) return nullptr;
+  if (!a.on) return nullptr;
   device::DeviceMonitorOptions o;
   o.roots = a.roots;
   o.hold_s = a.hold_s;

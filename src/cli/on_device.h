@@ -23,11 +23,12 @@ void add_session_args(CLI::App* cmd, SessionArgs& a);
 
 struct DeviceArgs {
   device::DeviceRoots roots;
-  bool off = false;
+  bool on = true;  // chat: on unless --no-device-monitor; serve: off unless --device-monitor
   double hold_s = 10.0;
 };
-void add_device_args(CLI::App* cmd, DeviceArgs& a);
-// Null when --no-device-monitor.
+// `on_by_default`: whether the monitor runs without --device-monitor.
+void add_device_args(CLI::App* cmd, DeviceArgs& a, bool on_by_default);
+// Null when the monitor is off.
 std::unique_ptr<device::DeviceMonitor> make_device_monitor(const DeviceArgs& a);
 
 // The scheduler's share of a device plan; threads out of `engine_threads`;
