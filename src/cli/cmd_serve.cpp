@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -74,6 +75,42 @@ void apply_ram_budget(const tools::RamBudgetChoice& c, sched::EngineLoopOptions&
   lo.sched.default_max_tokens = c.max_tokens;
   ctx = c.hard_cap;
   lo.max_ctx = ctx;
+}
+
+// --ram-budget's choice for this server's flags (nullopt without the flag);
+// reads the GGUF header only, so an impossible budget fails before loading.
+std::optional<tools::RamBudgetChoice> ram_budget_for(const ServeArgs& a, const std::string& model_path) {
+  if (!a.ram_budget.empty() && !a.kv_memory.empty())
+    throw std::runtime_error("--ram-budget sizes the KV pool itself; drop --kv-memory");
+  tools::RamBudgetInput rin;
+  rin.block_size = a.block_size;
+  rin.want_ctx = a.ctx;
+  rin.want_batch = a.max_seqs;
+  rin.max_batch_tokens = a.max_batch_tokens;
+  rin.max_tokens = a.default_max_tokens;
+  return ram_budget_choice(a.ram_budget, model_path, rin);
+}
+
+// The KV pool: from --ram-budget, --kv-memory, or by default enough for
+// --max-seqs full contexts within a share of the memory available now.
+void size_kv_pool(const ServeArgs& a, const Engine& engine, const std::optional<tools::RamBudgetChoice>& budget,
+                  sched::EngineLoopOptions& lo, int& ctx) {
+  if (budget) {
+    apply_ram_budget(*budget, lo, ctx);
+  } else if (!a.kv_memory.empty()) {
+    lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
+  } else {
+    // Default: enough for --max-seqs full contexts, at most 20% of the
+    // memory available now.
+    // A bounding window caps what one sequence holds (KvManager::live_cap).
+    const WindowPolicy w = lo.window.resolve(engine.model().config().sliding_window);
+    const int64_t per_seq = w.max_visible() > 0
+                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
+                                : ctx;
+    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
+    const int64_t fit = kv_blocks_for_budget(engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
+    lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
+  }
 }
 
 // Waits for SIGTERM/SIGINT; meanwhile polls the device monitor (if any) and
@@ -178,15 +215,7 @@ int run_serve(const ServeArgs& a) {
 
   ModelArgs margs = a.m;
   margs.model = resolve_model_path(a.m.model);
-  if (!a.ram_budget.empty() && !a.kv_memory.empty())
-    throw std::runtime_error("--ram-budget sizes the KV pool itself; drop --kv-memory");
-  tools::RamBudgetInput rin;
-  rin.block_size = a.block_size;
-  rin.want_ctx = a.ctx;
-  rin.want_batch = a.max_seqs;
-  rin.max_batch_tokens = a.max_batch_tokens;
-  rin.max_tokens = a.default_max_tokens;
-  const auto budget = ram_budget_choice(a.ram_budget, margs.model, rin);
+  const std::optional<tools::RamBudgetChoice> budget = ram_budget_for(a, margs.model);
   Loaded l = load_all(margs);
   std::string note;
   const server::ChatFamily chat = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
@@ -211,22 +240,7 @@ int run_serve(const ServeArgs& a) {
   lo.prefix_caching = !a.no_prefix_cache;
   lo.cache = a.kv.options();
   lo.window = a.window.policy();
-  if (budget) {
-    apply_ram_budget(*budget, lo, ctx);
-  } else if (!a.kv_memory.empty()) {
-    lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
-  } else {
-    // Default: enough for --max-seqs full contexts, at most 20% of the
-    // memory available now.
-    // A bounding window caps what one sequence holds (KvManager::live_cap).
-    const WindowPolicy w = lo.window.resolve(l.model->config().sliding_window);
-    const int64_t per_seq = w.max_visible() > 0
-                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
-                                : ctx;
-    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
-    const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
-    lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
-  }
+  size_kv_pool(a, *l.engine, budget, lo, ctx);
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
   const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), a);
