@@ -25,6 +25,7 @@ void ByteWriter::blob(const std::vector<uint8_t>& b) {
 
 void ByteReader::get(void* p, size_t n) {
   if (n > in_.size() - at_) throw std::invalid_argument("session snapshot is truncated");
+  if (n == 0) return;  // p may be null (an empty blob)
   std::memcpy(p, in_.data() + at_, n);
   at_ += n;
 }

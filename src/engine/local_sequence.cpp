@@ -95,6 +95,7 @@ const std::vector<float>& LocalSequence::eval(const int32_t* tokens, int n, bool
 
 namespace {
 void put(std::vector<uint8_t>& out, const void* p, size_t n) {
+  if (n == 0) return;  // p may be null (an empty residual)
   const auto* b = static_cast<const uint8_t*>(p);
   out.insert(out.end(), b, b + n);
 }
@@ -107,6 +108,7 @@ struct Reader {
   size_t at = 0;
   void get(void* p, size_t n) {
     if (n > in.size() - at) throw std::invalid_argument("saved sequence state is truncated");
+    if (n == 0) return;  // p may be null (an empty residual)
     std::memcpy(p, in.data() + at, n);
     at += n;
   }
