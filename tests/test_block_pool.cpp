@@ -292,6 +292,45 @@ TEST(KvManager, BlockSizeOneFullyCachedPrompt) {
   h.m.check_invariants(true);
 }
 
+// Disaggregated decode: an adopted prompt pins its cached prefix, reserves
+// the rest all or nothing, and once finished is keyed like a computed one.
+TEST(KvManager, AdoptionReservesAllOrNothingAndKeysOnFinish) {
+  Harness h(8, 4);
+  KvManager& m = h.m;
+  const Scope sc = make_scope("m", "t");
+  V p10(10);
+  std::iota(p10.begin(), p10.end(), 1);
+  auto A = m.add_sequence(p10, sc);
+  ASSERT_TRUE(h.append(A.seq, p10));
+  m.release(A.seq);  // blocks 0, 1 cached (keyed), 2 free
+  V p14 = p10;
+  p14.resize(14);
+  std::iota(p14.begin() + 10, p14.end(), 50);
+  const KvManager::Adoption ad = m.reserve_adoption(p14, sc);
+  ASSERT_GE(ad.seq, 0);
+  EXPECT_EQ(ad.hit_blocks, 2);
+  EXPECT_EQ(ad.blocks, 4);
+  EXPECT_EQ(m.num_tokens(ad.seq), 8);
+  EXPECT_EQ(m.pool().n_used(), 4);
+  m.check_invariants(true);
+  // Five more blocks do not fit in the four left: nothing changes.
+  V other(20, 9);
+  EXPECT_EQ(m.reserve_adoption(other, sc).seq, -1);
+  EXPECT_EQ(m.pool().n_used(), 4);
+  m.check_invariants(true);
+  // The bytes "arrived": write them as a forward would, then finish.
+  const auto& table = m.block_table(ad.seq);
+  for (size_t p = 8; p < p14.size(); ++p) *h.storage.view().k(table[p / 4], 0, int(p % 4)) = float(p14[p]);
+  m.finish_adoption(ad.seq, p14);
+  EXPECT_EQ(m.num_tokens(ad.seq), 14);
+  EXPECT_EQ(m.cached_prefix_blocks(p14, sc), 3);  // block 2 keyed now; block 3 holds 2 of 4 slots
+  h.expect_reads_own_tokens(ad.seq);
+  m.check_invariants(true);
+  EXPECT_THROW(m.finish_adoption(ad.seq, other), std::logic_error);
+  m.release(ad.seq);
+  EXPECT_EQ(m.pool().n_used(), 0);
+}
+
 TEST(KvManager, DropByScopeAndByAge) {
   Harness h(8, 2);
   KvManager& m = h.m;

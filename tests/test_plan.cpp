@@ -224,6 +224,39 @@ TEST(Plan, RooflineArithmetic) {
   EXPECT_GT(p.prefill.tok_s, r1.tok_s);
 }
 
+TEST(Plan, TierReloadOfThePromptsFullBlocks) {
+  PlanInput in = preset_input("llama-3-8b");  // f16 KV: 131072 bytes per token
+  in.ctx = 4096;
+  in.prompt = 2010;
+  in.block_size = 16;
+  in.disk_read_bps = 2e9;
+  in.redis_read_bps = 1e9;
+  const PlanResult p = make_plan(in);
+  EXPECT_EQ(p.tier_read.tokens, 2000);  // 125 full blocks; the tail is recomputed anyway
+  EXPECT_DOUBLE_EQ(p.tier_read.bytes, 2000.0 * 131072);
+  EXPECT_DOUBLE_EQ(p.tier_read.disk_s, 2000.0 * 131072 / 2e9);
+  EXPECT_DOUBLE_EQ(p.tier_read.redis_s, 2000.0 * 131072 / 1e9);
+  EXPECT_GT(p.prefill.seconds, 10 * p.tier_read.redis_s);
+  EXPECT_NE(format_plan(p).find("reloading its 2000 tokens"), std::string::npos);
+  EXPECT_EQ(plan_to_json(p)["tier_read"]["tokens"], 2000);
+}
+
+TEST(Plan, DisaggTransferOfThePromptsBlocks) {
+  PlanInput in = preset_input("llama-3-8b");  // f16 KV: 131072 bytes per token
+  in.ctx = 4096;
+  in.prompt = 2010;
+  in.block_size = 16;
+  in.link_bps = 25e9;
+  const PlanResult p = make_plan(in);
+  EXPECT_EQ(p.transfer.tokens, 2010);
+  EXPECT_DOUBLE_EQ(p.transfer.formula_bytes, 2010.0 * 131072);
+  EXPECT_DOUBLE_EQ(p.transfer.wire_bytes, 2016.0 * 131072);  // 126 blocks: the tail block travels whole
+  EXPECT_DOUBLE_EQ(p.transfer.seconds, 2016.0 * 131072 / 25e9);
+  EXPECT_DOUBLE_EQ(p.transfer.breakeven_bps, 2016.0 * 131072 / p.prefill.seconds);
+  EXPECT_NE(format_plan(p).find("shipping beats recomputing above"), std::string::npos);
+  EXPECT_EQ(plan_to_json(p)["transfer"]["wire_bytes"], 2016.0 * 131072);
+}
+
 TEST(Plan, BadInputs) {
   PlanInput in = preset_input("llama-3-8b");
   in.batch = 0;

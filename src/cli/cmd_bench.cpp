@@ -11,8 +11,10 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "tools/progress.h"
 #include "engine/local_sequence.h"
 #include "tools/bench_roofline.h"
+#include "tools/plot_svg.h"
 #include "tools/throttle_bench.h"
 
 namespace kvs::cli {
@@ -31,6 +33,8 @@ struct BenchArgs {
   bool json = false, throttle = false;
   std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
+  std::string svg;             // tok/s vs context depth plot
+  std::vector<int> svg_depths;  // its depths (default: powers of two up to the context)
 };
 
 // The roofline to print beside the results, or an empty one (with a hint on
@@ -78,6 +82,56 @@ int run_throttle(const BenchArgs& a) {
   return 0;
 }
 
+// Decode tokens per second after `depth` tokens of context (prefilled once,
+// untimed), mean over `reps` runs of `n` tokens.
+Stat decode_rate(Engine& e, int depth, int n, int reps, const KvCacheOptions& kv, std::mt19937& rng, int n_vocab) {
+  LocalSequence seq(e, depth + n + 1, 16, kv);
+  std::uniform_int_distribution<int> tok(3, n_vocab - 1);
+  std::vector<int32_t> ctx(static_cast<size_t>(depth));
+  for (auto& t : ctx) t = tok(rng);
+  if (depth > 0) seq.eval(ctx.data(), depth, false, 512);
+  std::vector<double> rates;
+  for (int rep = 0; rep < reps; ++rep) {
+    seq.truncate(depth);
+    int32_t t = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      seq.eval(&t, 1);
+      t = tok(rng);
+    }
+    rates.push_back(n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return stat(rates);
+}
+
+// bench --svg: decode tok/s against context depth, one point per depth.
+void write_depth_plot(const BenchArgs& a, Loaded& l) {
+  const int ctx = l.model->config().n_ctx_train;
+  std::vector<int> depths = a.svg_depths;
+  if (depths.empty())
+    for (int d = 0; d + a.n < ctx; d = d == 0 ? 64 : d * 2) depths.push_back(d);
+  std::mt19937 rng(7);
+  tools::Plot plot;
+  plot.title = "Decode speed vs context depth (" + std::filesystem::path(l.model->path()).filename().string() + ")";
+  plot.x_label = "context depth (tokens)";
+  plot.y_label = "decode tokens / s";
+  tools::PlotSeries s;
+  s.name = "tg" + std::to_string(a.n) + " (" + std::to_string(l.engine->n_threads()) + " threads)";
+  s.markers = true;
+  tools::Progress bar("bench --svg", int64_t(depths.size()));
+  for (size_t i = 0; i < depths.size(); ++i) {
+    if (depths[i] + a.n + 1 > ctx) continue;
+    const Stat st = decode_rate(*l.engine, depths[i], a.n, a.reps, a.kv.options(), rng, l.model->config().n_vocab);
+    s.points.emplace_back(double(depths[i]), st.mean);
+    bar.update(int64_t(i + 1));
+  }
+  bar.finish();
+  plot.series.push_back(std::move(s));
+  plot.y_min = 0;
+  plot.write(a.svg);
+  std::fprintf(stderr, "bench: wrote %s\n", a.svg.c_str());
+}
+
 int run_bench(const BenchArgs& a) {
   using clock = std::chrono::steady_clock;
   if (a.throttle) return run_throttle(a);
@@ -93,6 +147,7 @@ int run_bench(const BenchArgs& a) {
   for (auto& t : prompt) t = tok(rng);
   std::vector<double> pp, tg;
   // One warm-up of each, then the measured repetitions.
+  tools::Progress bar("bench", a.reps);
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.p > 0) {
       seq.reset();
@@ -123,9 +178,11 @@ int run_bench(const BenchArgs& a) {
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) tg.push_back(a.n / s);
     }
-    std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
+    if (bar.enabled()) bar.update(rep + 1);
+    else std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
   }
-  std::fprintf(stderr, "\n");
+  if (bar.enabled()) bar.finish();
+  else std::fprintf(stderr, "\n");
   // Bytes a decode step must read: every weight except the embedding table
   // (one row) plus, on average, half the KV of the run.
   const double embd = double(l.model->weights().tok_embd.row_stride) * c.n_vocab;
@@ -178,6 +235,7 @@ int run_bench(const BenchArgs& a) {
                   st.sd, decode_gbs, r.c_str());
     }
   }
+  if (!a.svg.empty()) write_depth_plot(a, l);
   return 0;
 }
 }  // namespace
@@ -196,6 +254,9 @@ void add_bench(CLI::App& app, Runner& run) {
   c->add_flag("--throttle", a->throttle,
               "Decode -n tokens under a throttle (cgroup cpu.max or a busy process on CPU 0, plus a fake hot "
               "thermal zone): TPOT p50/p99 without and with the device shedding policy (docs/ON-DEVICE.md)");
+  c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
+  c->add_option("--svg-depths", a->svg_depths, "Context depths of the --svg plot (default: 0, 64, 128, ... up to the context)")
+      ->delimiter(',');
   c->add_option("--profile", a->profile,
                 "Hardware profile for the roofline column (default: $KVS_PROFILE or ~/.config/kvserve/profile.json, "
                 "written by `kvserve probe`)");

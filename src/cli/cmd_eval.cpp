@@ -9,10 +9,17 @@
 #include "cli/common.h"
 #include "engine/kv_eval.h"
 #include "tools/plot_svg.h"
+#include "tools/progress.h"
 
 namespace kvs::cli {
 
 namespace {
+
+std::string ppl_note(double ppl) {
+  char b[48];
+  std::snprintf(b, sizeof b, "PPL %.4f", ppl);
+  return b;
+}
 struct EvalArgs {
   ModelArgs m;
   KvArgs kv;
@@ -72,9 +79,12 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
   plot.log_y = true;
   for (auto& [name, o] : runs) {
     std::fprintf(stderr, "eval --stream: %s\n", name.c_str());
-    const StreamEvalResult r = stream_eval(*l.engine, toks, o, [](int64_t d, int64_t n, double p) {
-      std::fprintf(stderr, "  [%lld/%lld] running PPL %.4f\n", (long long)d, (long long)n, p);
+    tools::Progress bar("eval " + name, 0);
+    const StreamEvalResult r = stream_eval(*l.engine, toks, o, [&](int64_t d, int64_t n, double p) {
+      if (bar.enabled()) bar.update_total(d, n, ppl_note(p));
+      else std::fprintf(stderr, "  [%lld/%lld] running PPL %.4f\n", (long long)d, (long long)n, p);
     });
+    bar.finish();
     all.push_back(stream_json(name, r));
     tools::PlotSeries s;
     s.name = name;
@@ -114,9 +124,12 @@ int run_eval(const EvalArgs& a) {
   o.block_size = a.block_size;
   o.cache = a.kv.options();
   o.window = a.w.policy();
-  const KvEvalResult r = kv_eval(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, o, [](int d, int n, double p) {
-    std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
+  tools::Progress bar("eval", 0);
+  const KvEvalResult r = kv_eval(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, o, [&](int d, int n, double p) {
+    if (bar.enabled()) bar.update_total(d, n, ppl_note(p));
+    else std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
   });
+  bar.finish();
   const double dppl = 100.0 * (r.ppl - r.ppl_ref) / r.ppl_ref;
   if (a.json) {
     nlohmann::json j{{"ppl", r.ppl}, {"ppl_f32", r.ppl_ref}, {"delta_ppl_pct", dppl}, {"kl", r.kl},

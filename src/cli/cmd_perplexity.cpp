@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "tools/progress.h"
 #include "engine/perplexity.h"
 
 namespace kvs::cli {
@@ -22,9 +23,14 @@ int run_ppl(const PplArgs& a) {
   const Vocab& v = l.model->vocab();
   std::vector<int> toks = l.tok->encode(read_text_file(a.file), v.add_bos);
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", toks.size(), toks.size() / a.ctx, a.ctx);
-  PerplexityResult r = perplexity(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, [](int d, int n, double p) {
-    std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
+  tools::Progress bar("perplexity", int64_t(toks.size() / size_t(a.ctx)));
+  PerplexityResult r = perplexity(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, [&bar](int d, int n, double p) {
+    char note[48];
+    std::snprintf(note, sizeof note, "PPL %.4f", p);
+    if (bar.enabled()) bar.update(d, note);
+    else std::fprintf(stderr, "  [%d/%d] running PPL %.4f\n", d, n, p);
   }, a.kv.options());
+  bar.finish();
   if (a.json) {
     nlohmann::json j{{"ppl", r.ppl}, {"nll", r.nll}, {"chunks", r.n_chunks}, {"scored_tokens", r.n_scored},
                      {"ctx", a.ctx}, {"tokens", toks.size()}, {"model", l.model->path()}};

@@ -23,6 +23,8 @@ namespace {
 struct PlanArgs {
   std::string model, preset, weights = "f16";
   std::string mem, bandwidth, flops, profile, scratch;
+  std::string tier_disk_read = "2GB/s", tier_redis_read = "1.25GB/s";
+  std::string link = "25GB/s";
   bool probe = false, json = false, weights_given = false;
   std::string kv_type = "f16", svg_dir;
   int block_size = 16;
@@ -94,6 +96,9 @@ int run_plan(const PlanArgs& a) {
   in.prompt = a.prompt;
   in.max_tokens = a.max_tokens;
   in.headroom = a.headroom;
+  in.disk_read_bps = parse_bandwidth(a.tier_disk_read);
+  in.redis_read_bps = parse_bandwidth(a.tier_redis_read);
+  in.link_bps = parse_bandwidth(a.link);
   if (!a.scratch.empty()) in.scratch_bytes = int64_t(parse_size(a.scratch));
   const PlanResult p = make_plan(in);
   if (a.json) std::cout << plan_to_json(p).dump(2) << "\n";
@@ -141,6 +146,12 @@ void add_plan(CLI::App& app, Runner& run) {
   c->add_option("--headroom", a->headroom, "fraction of KV blocks admission keeps free")
       ->capture_default_str()->check(CLI::Range(0.0, 0.999999));
   c->add_option("--scratch", a->scratch, "activation scratch memory, e.g. 512MiB (default: one 512-token step)");
+  c->add_option("--tier-disk-read", a->tier_disk_read, "read rate of the disk KV tier, for prefix reload times")
+      ->capture_default_str();
+  c->add_option("--tier-redis-read", a->tier_redis_read, "read rate of the Redis KV tier (the link to it), for prefix reload times")
+      ->capture_default_str();
+  c->add_option("--link", a->link, "link between prefill and decode workers, for K/V transfer times (disaggregated serving)")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "print the plan as JSON");
   c->add_option("--svg", a->svg_dir, "write plots (kv_vs_context, decode_roofline, decode_vs_context) as SVG into DIR");
   c->callback([a, &run, m, pr, wq] {

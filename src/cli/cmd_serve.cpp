@@ -16,12 +16,17 @@
 #include <optional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
 #include "kernels/threadpool.h"
 #include "tools/default_model.h"
+#include "cli/disagg_args.h"
+#include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
+#include "kv/window_policy.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
@@ -31,6 +36,7 @@
 #include "server/chat_template.h"
 #include "server/http_server.h"
 #include "server/tenants.h"
+#include "tiers/tier_metrics.h"
 #include "tools/kv_memory.h"
 
 namespace kvs::cli {
@@ -56,11 +62,14 @@ struct ServeArgs {
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
   std::string metrics_compat = "vllm";
+  std::string dashboard_plots;
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
   std::string ram_budget;  // docs/ON-DEVICE.md
   DeviceArgs dev;
+  KvTierArgs tiers;  // disk / Redis KV tiers (docs/KV.md)
+  DisaggArgs disagg;  // --role and the KV transfer addresses (docs/DISAGG.md)
 };
 
 // --ram-budget: the pool, KV type, context, batch and reply length it chose.
@@ -104,10 +113,9 @@ void size_kv_pool(const ServeArgs& a, const Engine& engine, const std::optional<
     // memory available now.
     // A bounding window caps what one sequence holds (KvManager::live_cap).
     const WindowPolicy w = lo.window.resolve(engine.model().config().sliding_window);
-    const int64_t per_seq = w.max_visible() > 0
-                                ? std::min<int64_t>(ctx, int64_t(w.max_visible()) + a.max_batch_tokens + 2 * a.block_size)
-                                : ctx;
-    const int64_t want = int64_t(a.max_seqs) * ((per_seq + a.block_size - 1) / a.block_size) + 1;
+    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
+                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
+    const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
     const int64_t fit = kv_blocks_for_budget(engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
   }
@@ -153,11 +161,17 @@ std::string default_replay_endpoint(const std::string& pub) {
 }
 
 // The engine loop; with a publisher, over the executor that feeds it events.
+// With tiers, the pool offers its keyed blocks to them and loads from them.
+// `paged` is the pool's executor, for the disaggregation roles.
 std::unique_ptr<sched::EngineLoop> start_loop(Engine& engine, const Tokenizer* tok, const sched::EngineLoopOptions& lo,
-                                              events::EventPublisher* publisher, const ServeArgs& a) {
-  if (!publisher) return std::make_unique<sched::EngineLoop>(engine, tok, lo);
+                                              events::EventPublisher* publisher, KvTierPort* tier, const ServeArgs& a,
+                                              sched::PagedExecutor*& paged) {
+  auto pe = sched::paged_executor(engine, lo);
+  paged = pe.get();
+  if (tier) pe->paged().set_tier(tier);
+  if (!publisher) return std::make_unique<sched::EngineLoop>(std::move(pe), tok, lo);
   return std::make_unique<sched::EngineLoop>(
-      std::make_unique<events::EventingExecutor>(sched::paged_executor(engine, lo), *publisher, a.kv_events_tokens), tok, lo);
+      std::make_unique<events::EventingExecutor>(std::move(pe), *publisher, a.kv_events_tokens), tok, lo);
 }
 
 std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {
@@ -211,7 +225,13 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<server::TenantRegistry> tenants =
       a.api_keys.empty() ? std::make_unique<server::TenantRegistry>() : server::TenantRegistry::from_file(a.api_keys);
   if (!a.cache_secret_file.empty()) tenants->set_secret(read_secret(a.cache_secret_file));
+  const std::optional<crypto::SecretKey> tier_key = tier_master_key(a.tiers);
+  // Tier entries are keyed by scope: scopes must be the same after a restart
+  // and on every replica sharing the tier, so their secret comes from the key.
+  if (tier_key && a.cache_secret_file.empty()) tenants->set_secret(tier_scope_secret(*tier_key));
   const size_t body_limit = parse_body_limit(a.body_limit);
+  check_disagg_args(a.disagg, !a.cache_secret_file.empty() || tier_key.has_value());
+  set_ucx_defaults(a.disagg);
 
   ModelArgs margs = a.m;
   margs.model = resolve_model_path(a.m.model);
@@ -243,8 +263,16 @@ int run_serve(const ServeArgs& a) {
   size_kv_pool(a, *l.engine, budget, lo, ctx);
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
-  const std::unique_ptr<sched::EngineLoop> loop_ptr = start_loop(*l.engine, l.tok.get(), lo, publisher.get(), a);
+  const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
+  std::unique_ptr<tiers::TierSet> tierset =
+      tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout) : nullptr;
+  std::mutex pool_mu;  // KV transfers adopt into the pool between engine steps
+  if (a.disagg.role != "both") lo.pool_mu = &pool_mu;
+  sched::PagedExecutor* paged = nullptr;
+  const std::unique_ptr<sched::EngineLoop> loop_ptr =
+      start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a, paged);
   sched::EngineLoop& loop = *loop_ptr;
+  const DisaggRoles roles = start_roles(a.disagg, *paged, loop, pool_mu);
 
   server::ApiOptions ao;
   const std::filesystem::path mp(l.model->path());
@@ -259,9 +287,23 @@ int run_serve(const ServeArgs& a) {
   ao.model_created = model_created(l.model->path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
   const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
-  if (publisher || monitor)
-    ao.extra_metrics = [p = publisher.get(), d = monitor.get()] {
-      return (p ? p->metrics_text() : std::string()) + (d ? d->metrics_text() : std::string());
+  ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles, d = monitor.get()] {
+    return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
+           roles.metrics_text() + (d ? d->metrics_text() : std::string());
+  };
+  if (roles.prefill)
+    ao.hand_off_sink = [pr = roles.prefill.get()](sched::EventSink next, const Scope& scope) {
+      return pr->wrap(std::move(next), scope);
+    };
+  ao.accept_handover = roles.decode != nullptr;
+  ao.plots_dir = a.dashboard_plots;
+  if (tierset)
+    ao.dashboard_opts.tiers_json = [t = tierset.get()] {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const tiers::TierCounters& c : t->stats().tiers)
+        arr.push_back({{"tier", c.tier}, {"hits", c.hits}, {"misses", c.misses}, {"stores", c.stores},
+                       {"evictions", c.evictions}, {"errors", c.errors}, {"bytes", c.bytes}, {"available", c.available}});
+      return arr.dump();
     };
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
@@ -278,13 +320,18 @@ int run_serve(const ServeArgs& a) {
   api.set_ready(true);
   std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, KV %s, window %s, %s)\n",
               a.host.c_str(), http.port(), ao.model_id.c_str(), ctx, static_cast<long long>(loop.kv_blocks_total()),
-              loop.block_size(), kv_layout_for(*l.engine, a.block_size, lo.cache).describe().c_str(),
+              loop.block_size(), layout.describe().c_str(),
               lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
               tenants->auth_required() ? "API keys required" : "no auth");
+  if (a.disagg.role != "both") std::printf("kvserve: %s\n", roles.describe().c_str());
   if (publisher)
     std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
                 publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
                 a.kv_events_curve.empty() ? "" : ", CURVE");
+  if (tierset)
+    std::printf("kvserve: kv tiers:%s%s (retention %.0f s, encrypted)\n",
+                a.tiers.disk_dir.empty() ? "" : (" disk " + a.tiers.disk_dir + " (" + a.tiers.disk_size + ")").c_str(),
+                a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
   std::fflush(stdout);
 
   const int sig = wait_for_signal(sigs, monitor.get(), a.dev.hold_s, loop, *l.engine);
@@ -372,6 +419,10 @@ void add_serve(CLI::App& app, Runner& run) {
                 "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
   // Off by default: a shared server's shedding is an operator's choice.
   add_device_args(c, a->dev, false);
+  add_kv_tier_args(c, a->tiers);
+  add_disagg_args(c, a->disagg);
+  c->add_option("--dashboard-plots", a->dashboard_plots,
+                "Folder of SVG plots (eval/plan/bench --svg) linked from GET /dashboard");
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));

@@ -1,9 +1,12 @@
 #include "cli/common.h"
 
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
 
 #include "tools/default_model.h"
+#include "tools/progress.h"
 
 namespace kvs::cli {
 
@@ -71,7 +74,16 @@ std::string read_text_file(const std::string& path) {
 
 Loaded load_all(const ModelArgs& a) {
   Loaded l;
-  l.model = Model::load(resolve_model_path(a.model), a.tokenizer);
+  {
+    // Per matrix as the load-time copies finish (on a terminal only).
+    std::mutex mu;
+    std::unique_ptr<tools::Progress> bar;
+    l.model = Model::load(resolve_model_path(a.model), a.tokenizer, [&](int64_t done, int64_t total) {
+      std::lock_guard lk(mu);
+      if (!bar) bar = std::make_unique<tools::Progress>("repack", total);
+      bar->update(done);
+    });
+  }
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;

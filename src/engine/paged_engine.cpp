@@ -80,6 +80,14 @@ PagedEngine::PagedEngine(Engine& engine, const PagedEngineOptions& opts)
                                               pool_blocks(engine, opts, max_ctx_, window_))),
       kv_(int32_t(storage_->n_blocks()), manager_options(storage_->view().layout, opts, window_), storage_.get()) {}
 
+struct PagedEngine::TierImporter final : BlockImporter {
+  KvTierPort& tier;
+  BlockStorage& storage;
+  TierImporter(KvTierPort& t, BlockStorage& s) : tier(t), storage(s) {}
+  bool ready(const BlockKey& key) override { return tier.staged(key); }
+  bool fill(const BlockKey& key, int32_t block) override { return tier.take(key, storage.block(block)); }
+};
+
 SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
   if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
   if (int64_t(prompt.size()) > max_ctx_)
@@ -87,7 +95,51 @@ SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scop
                             std::to_string(max_ctx_));
   if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
     throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
-  return kv_.add_sequence(prompt, kv_scope(scope));
+  return kv_.add_sequence(prompt, kv_scope(scope), importer_.get());
+}
+
+PagedEngine::~PagedEngine() = default;
+
+KvManager::Adoption PagedEngine::reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) {
+  if (window_.active())
+    throw std::invalid_argument("paged engine: a windowed cache cannot adopt transferred blocks");
+  if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
+  if (int64_t(prompt.size()) >= max_ctx_)
+    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens leaves no room in the context size " +
+                            std::to_string(max_ctx_));
+  if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
+    throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
+  return kv_.reserve_adoption(prompt, kv_scope(caller));
+}
+
+
+void PagedEngine::set_tier(KvTierPort* tier) {
+  tier_ = tier;
+  importer_ = tier ? std::make_unique<TierImporter>(*tier, *storage_) : nullptr;
+  kv_.set_keyed_hook(tier ? &PagedEngine::on_keyed : nullptr, this);
+}
+
+void PagedEngine::on_keyed(void* self, int32_t block, const BlockKey& key, const Scope& scope) {
+  auto* pe = static_cast<PagedEngine*>(self);
+  pe->tier_->offer(key, scope, pe->storage_->block(block));
+}
+
+uint64_t PagedEngine::prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const {
+  if (!tier_ || !kv_.prefix_caching()) return 0;
+  const Scope scope = kv_scope(caller);
+  std::vector<BlockKey> keys = kv_.chain_keys(prompt, scope);
+  // Blocks RAM holds now need no fetch (it may evict them before admission:
+  // then they are recomputed, as without a tier).
+  size_t first = 0;
+  while (first < keys.size() && kv_.pool().lookup(keys[first])) ++first;
+  keys.erase(keys.begin(), keys.begin() + std::ptrdiff_t(first));
+  return tier_->prefetch(std::move(keys), scope, retention_s);
+}
+
+int32_t PagedEngine::drop_cached_scope(const Scope& caller) {
+  const Scope scope = kv_scope(caller);
+  if (tier_) tier_->drop_scope(scope);
+  return kv_.drop_cached_scope(scope);
 }
 
 Scope PagedEngine::kv_scope(const Scope& caller) const {

@@ -76,6 +76,7 @@ class PagedEngine {
   // Throws std::invalid_argument when the block size is outside 1..256, the
   // budget is missing, or the pool cannot hold one max_ctx-token sequence.
   PagedEngine(Engine& engine, const PagedEngineOptions& opts);
+  ~PagedEngine();
   PagedEngine(const PagedEngine&) = delete;
   PagedEngine& operator=(const PagedEngine&) = delete;
 
@@ -99,13 +100,38 @@ class PagedEngine {
   void step(const std::vector<SeqStep>& items, StepResult& out);
   SeqId fork(SeqId seq) { return kv_.fork(seq); }
   void release(SeqId seq) { kv_.release(seq); }
+  // Lower KV tiers (not owned; null = none): newly keyed blocks are offered
+  // to it, and add() loads the blocks it has staged for a prompt instead of
+  // recomputing them. Call before the first add().
+  void set_tier(KvTierPort* tier);
+  // Any thread: asks the tier to stage the prompt's full blocks that the RAM
+  // index lacks (KvTierPort::prefetch). 0 = nothing to wait for.
+  uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const;
+  bool prefetch_pending(uint64_t ticket) const { return tier_ && ticket && tier_->pending(ticket); }
+  double prefetch_seconds(uint64_t ticket) const { return tier_ && ticket ? tier_->seconds(ticket) : -1; }
+  bool has_tier() const { return tier_ != nullptr; }
+  // Disaggregated serving (src/disagg), decode side: the prompt is checked
+  // as add() checks it and the caller scope folded as add() folds it, then
+  // KvManager::reserve_adoption. A window policy that frees blocks is
+  // refused (std::invalid_argument): the table would have holes.
+  KvManager::Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& caller);
+  void finish_adoption(SeqId seq, std::span<const int32_t> prompt) { kv_.finish_adoption(seq, prompt); }
+  // The sequence's full-precision residual (quantized cache; empty otherwise).
+  std::span<float> residual(SeqId seq) {
+    float* p = kv_.residual(seq);
+    return {p, p ? kv_.residual_view(seq).size() : 0};
+  }
+  // All K/V bytes of one pool block: what a transfer moves.
+  std::span<uint8_t> block(int32_t b) { return storage_->block(b); }
+  const KvLayout& layout() const { return storage_->view().layout; }
   // Forget every cached block (cold prefix cache).
   void drop_cached() { kv_.drop_cached(); }
   // The caller's monotonic tick (KvManager::set_tick): last use of blocks.
   void set_tick(int64_t tick) { kv_.set_tick(tick); }
   // Drops the prefix cache of a caller scope (model identity folded in, as
   // add() does): KvManager::drop_cached_scope. Returns the cached blocks freed.
-  int32_t drop_cached_scope(const Scope& caller) { return kv_.drop_cached_scope(kv_scope(caller)); }
+  // The tier forgets the scope too (deleted in the background).
+  int32_t drop_cached_scope(const Scope& caller);
   // Cached blocks of the caller scope last used before `cutoff` become free.
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) {
     return kv_.drop_cached_older_than(kv_scope(caller), cutoff);
@@ -129,6 +155,10 @@ class PagedEngine {
   KvManager kv_;
   std::vector<SeqChunk> chunks_;
   std::vector<SeqId> ids_;  // duplicate check
+  KvTierPort* tier_ = nullptr;
+  struct TierImporter;
+  std::unique_ptr<TierImporter> importer_;
+  static void on_keyed(void* self, int32_t block, const BlockKey& key, const Scope& scope);
   int64_t forward_tokens_ = 0, steps_ = 0;
 };
 

@@ -17,7 +17,15 @@ int argmax(const float* x, int n) {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+double Sampler::uniform() {
+  ++draws_;
+  return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::advance(uint64_t draws) {
+  rng_.discard(draws);
+  draws_ += draws;
+}
 
 int Sampler::sample(const float* logits, int n_vocab, const std::vector<int>& history) {
   cand_.resize(n_vocab);

@@ -24,10 +24,15 @@ class Sampler {
   // logits: [n_vocab]; history: tokens so far (prompt + generated) for penalties.
   int sample(const float* logits, int n_vocab, const std::vector<int>& history);
   const SamplingParams& params() const { return p_; }
+  // Random draws made so far, and skipping draws another sampler of the same
+  // seed made: a request continued elsewhere keeps one random stream.
+  uint64_t draws() const { return draws_; }
+  void advance(uint64_t draws);
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
+  uint64_t draws_ = 0;
   std::vector<std::pair<float, int>> cand_;  // (logit, id) candidates
   double uniform();
 };

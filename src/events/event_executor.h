@@ -30,6 +30,12 @@ class EventingExecutor final : public sched::StepExecutor {
   int32_t drop_cached_scope(const Scope& caller) override;
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override;
   int32_t drop_all_cached() override;
+  bool has_tier() const override { return inner_->has_tier(); }
+  uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {
+    return inner_->prefetch(prompt, caller, retention_s);
+  }
+  bool prefetch_pending(uint64_t ticket) const override { return inner_->prefetch_pending(ticket); }
+  double prefetch_seconds(uint64_t ticket) const override { return inner_->prefetch_seconds(ticket); }
 
  private:
   void flush();

@@ -211,7 +211,8 @@ void release_mapped_pages(const void* p, size_t n) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
-PackedArena pack_weights(const std::vector<PackItem>& items) {
+PackedArena pack_weights(const std::vector<PackItem>& items,
+                         const std::function<void(int64_t done, int64_t total)>& on_matrix) {
   size_t total = 0;
   for (const PackItem& it : items)
     if (packable(*it.w)) total += round_up(packed_size(*it.w), 64);
@@ -237,6 +238,9 @@ PackedArena pack_weights(const std::vector<PackItem>& items) {
   }
   assert(off == total);
   std::atomic<size_t> next{0};
+  int64_t n_matrices = 0;
+  for (uint8_t* d : dst) n_matrices += d != nullptr;
+  std::atomic<int64_t> matrices_done{0};
   auto work = [&] {
     for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       const Job& job = jobs[j];
@@ -244,8 +248,10 @@ PackedArena pack_weights(const std::vector<PackItem>& items) {
       pack_panels(*it.w, dst[job.item], job.p0, job.p1);
       // The last job of a matrix drops its file pages at once, so resident
       // memory peaks near one copy of the weights, not two.
-      if (left[job.item].fetch_sub(1) == 1 && it.release_source)
-        release_mapped_pages(it.w->data, size_t(it.w->rows) * it.w->row_stride);
+      if (left[job.item].fetch_sub(1) == 1) {
+        if (it.release_source) release_mapped_pages(it.w->data, size_t(it.w->rows) * it.w->row_stride);
+        if (on_matrix) on_matrix(matrices_done.fetch_add(1) + 1, n_matrices);
+      }
     }
   };
   const unsigned nt = std::min<unsigned>(std::max(1u, std::thread::hardware_concurrency()), 8);

@@ -47,6 +47,7 @@
 // dots and float chains, hence their results, are unchanged (tests compare
 // bit-exactly); float types follow their own documented order.
 #pragma once
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -96,7 +97,10 @@ struct PackItem {
   WeightView* w;
   bool release_source;
 };
-PackedArena pack_weights(const std::vector<PackItem>& items);
+// `on_matrix(done, total)`, when set, runs (on a packing thread, one call at a
+// time per count) as each matrix's copy completes: a progress hook.
+PackedArena pack_weights(const std::vector<PackItem>& items,
+                         const std::function<void(int64_t done, int64_t total)>& on_matrix = nullptr);
 
 // Drops [p, p + n) from this process's resident set (whole pages inside the
 // range only). For read-only file mappings.

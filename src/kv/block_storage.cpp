@@ -23,6 +23,12 @@ BlockStorage::BlockStorage(const KvLayout& layout, int64_t n_blocks) {
 
 BlockStorage::~BlockStorage() { std::free(view_.base); }
 
+std::span<uint8_t> BlockStorage::block(int32_t b) {
+  if (b < 0 || b >= view_.n_blocks) throw std::out_of_range("block id " + std::to_string(b) + " out of range");
+  const size_t n = view_.layout.block_bytes();
+  return {view_.base + size_t(b) * n, n};
+}
+
 void BlockStorage::copy_block(int32_t dst, int32_t src) {
   if (dst < 0 || src < 0 || dst >= view_.n_blocks || src >= view_.n_blocks)
     throw std::out_of_range("copy_block: block id out of range");

@@ -3,6 +3,7 @@
 // which block is decided above (block pool / sequence), not here.
 #pragma once
 #include <cstdint>
+#include <span>
 #include "kernels/kv_layout.h"
 
 namespace kvs {
@@ -16,6 +17,10 @@ class BlockStorage {
   const KvStorage& view() const { return view_; }
   int64_t n_blocks() const { return view_.n_blocks; }
   size_t bytes() const { return size_t(view_.n_blocks) * view_.layout.block_bytes(); }
+  // All K/V bytes of one block (every layer), for copies to and from a
+  // lower tier. Throws std::out_of_range for a bad id.
+  std::span<uint8_t> block(int32_t b);
+  std::span<const uint8_t> block(int32_t b) const { return const_cast<BlockStorage*>(this)->block(b); }
   // Copies all K/V of block `src` into `dst` (copy-on-write).
   void copy_block(int32_t dst, int32_t src);
 

@@ -48,11 +48,12 @@ int32_t KvManager::alloc_one() {
   return *b;
 }
 
-SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope) {
+SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer) {
   Seq s;
   s.scope = scope;
   const int64_t n = int64_t(prompt.size());
-  std::vector<int32_t> hits;
+  std::vector<int32_t> hits;  // each already shared: an import below cannot evict it
+  int64_t ram_hits = 0;
   if (caching_) {
     // Walk the chain until the first miss; any later block would have a key
     // that depends on the missing one, so it cannot be cached either.
@@ -60,9 +61,13 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
       BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
       auto b = pool_.lookup(k);
       if (!b) break;
+      pool_.share(*b);
       hits.push_back(*b);
       s.keys.push_back(k);
     }
+    ram_hits = int64_t(hits.size());
+    if (importer && !dropped_.empty() && is_dropped(scope)) importer = nullptr;
+    if (importer) import_chain(s, prompt, hits, *importer);
   }
   int64_t cached = int64_t(hits.size()) * bs_;
   if (cached == n && n > 0) {
@@ -75,10 +80,11 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
     // A quantized cache recomputes the whole last token group instead: its
     // rows must be in the sequence's full-precision residual.
     cached = (n - 1) / align_ * align_;
-    hits.resize(size_t(ceil_div(cached, bs_)));
+    const size_t keep = size_t(ceil_div(cached, bs_));
+    for (size_t i = hits.size(); i-- > keep;) pool_.release(hits[i]);
+    hits.resize(keep);
     s.keys.resize(size_t(cached / bs_));
   }
-  for (int32_t b : hits) pool_.share(b);
   s.table = std::move(hits);
   s.residual.assign(residual_floats_, 0.0f);
   s.tokens.assign(prompt.begin(), prompt.begin() + cached);
@@ -86,9 +92,81 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
     query_tokens_ += n;
     hit_tokens_ += cached;
   }
+  const int imported = int(std::max<int64_t>(0, cached - ram_hits * bs_));
   const SeqId id = next_id_++;
   seqs_.emplace(id, std::move(s));
-  return {id, int(cached)};
+  return {id, int(cached), imported};
+}
+
+// Continues the chain past the RAM index with blocks a lower tier has ready:
+// each goes into a fresh block (written by the importer), is keyed like a
+// computed block would be, and joins the table as a hit.
+void KvManager::import_chain(Seq& s, std::span<const int32_t> prompt, std::vector<int32_t>& hits,
+                             BlockImporter& imp) {
+  const int64_t n = int64_t(prompt.size());
+  for (int64_t i = int64_t(hits.size()); (i + 1) * bs_ <= n; ++i) {
+    const BlockKey k = block_key(i ? &s.keys.back() : nullptr, prompt.data() + i * bs_, bs_, s.scope);
+    if (!imp.ready(k) || pool_.n_available() == 0) break;
+    const int32_t b = alloc_one();
+    if (!imp.fill(k, b) || !pool_.set_key(b, k, s.scope)) {
+      pool_.release(b);
+      break;
+    }
+    fill_[b] = bs_;
+    hits.push_back(b);
+    s.keys.push_back(k);
+    ++imported_;
+    if (events_) note_stored(b, s.keys, i, prompt.data() + i * bs_);
+  }
+}
+
+KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt, const Scope& scope) {
+  const int64_t n = int64_t(prompt.size());
+  if (n == 0) throw std::invalid_argument("kv manager: an adopted prompt needs at least one token");
+  Seq s;
+  s.scope = scope;
+  if (caching_) {
+    for (int64_t i = 0; (i + 1) * bs_ <= n; ++i) {
+      BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
+      auto b = pool_.lookup(k);
+      if (!b) break;
+      pool_.share(*b);
+      s.table.push_back(*b);
+      s.keys.push_back(k);
+    }
+  }
+  const int32_t hits = int32_t(s.table.size());
+  const int64_t want = ceil_div(n, bs_);
+  if (want - hits > pool_.n_available()) {
+    for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.release(*it);
+    return {};
+  }
+  while (int64_t(s.table.size()) < want) s.table.push_back(alloc_one());
+  s.tokens.assign(prompt.begin(), prompt.begin() + int64_t(hits) * bs_);
+  s.residual.assign(residual_floats_, 0.0f);
+  if (caching_) {
+    query_tokens_ += n;
+    hit_tokens_ += int64_t(hits) * bs_;
+  }
+  const SeqId id = next_id_++;
+  seqs_.emplace(id, std::move(s));
+  return {id, hits, int32_t(want)};
+}
+
+void KvManager::finish_adoption(SeqId seq, std::span<const int32_t> prompt) {
+  const Seq& s = get(seq);
+  const size_t have = s.tokens.size();
+  if (have > prompt.size() || !std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin()))
+    throw bug("finish_adoption with a prompt other than the reserved one");
+  commit(seq, prompt.subspan(have));
+}
+
+std::vector<BlockKey> KvManager::chain_keys(std::span<const int32_t> prompt, const Scope& scope,
+                                            int64_t max_blocks) const {
+  std::vector<BlockKey> keys;
+  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(prompt.size()) && i < max_blocks; ++i)
+    keys.push_back(block_key(i ? &keys.back() : nullptr, prompt.data() + i * bs_, bs_, scope));
+  return keys;
 }
 
 int32_t KvManager::cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const {
@@ -213,20 +291,20 @@ void KvManager::register_keys(Seq& s, int64_t len, int64_t n) {
     // False when the same prefix was computed concurrently by another
     // sequence: that copy stays the cached one and ours is freed on release.
     // A dropped scope's blocks stay unkeyed (never cached).
-    if (!dropped && s.table[size_t(i)] >= 0 && pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope) &&
-        events_)
-      note_stored(s, i);
+    if (dropped || s.table[size_t(i)] < 0 || !pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope)) continue;
+    if (events_) note_stored(s.table[size_t(i)], s.keys, i, s.tokens.data() + i * bs_);
+    if (keyed_hook_) keyed_hook_(keyed_ctx_, s.table[size_t(i)], s.keys[size_t(i)], s.scope);
   }
 }
 
-void KvManager::note_stored(const Seq& s, int64_t i) {
+void KvManager::note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, const int32_t* tokens) {
   KvEvent e;
   e.kind = KvEvent::Kind::Stored;
-  e.block = s.table[size_t(i)];
-  e.key = s.keys[size_t(i)];
+  e.block = block;
+  e.key = keys[size_t(i)];
   e.has_parent = i > 0;
-  if (i > 0) e.parent = s.keys[size_t(i - 1)];
-  if (events_->tokens) e.tokens.assign(s.tokens.begin() + i * bs_, s.tokens.begin() + (i + 1) * bs_);
+  if (i > 0) e.parent = keys[size_t(i - 1)];
+  if (events_->tokens) e.tokens.assign(tokens, tokens + bs_);
   events_->events.push_back(std::move(e));
 }
 
@@ -310,6 +388,7 @@ KvStats KvManager::stats() const {
   st.prefix_hit_tokens = hit_tokens_;
   st.cow_copies = cow_copies_;
   st.evictions = pool_.evictions();
+  st.imported_blocks = imported_;
   return st;
 }
 

@@ -25,11 +25,13 @@
 // copies such a block into a fresh one first (BlockStorage::copy_block).
 #pragma once
 #include <cstdint>
+#include <climits>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/kv_tier_port.h"
 #include "kv/prefix_hash.h"
 #include "kv/window_policy.h"
 
@@ -65,7 +67,8 @@ struct KvManagerOptions {
 
 struct SeqAdmission {
   SeqId seq = -1;
-  int cached_tokens = 0;  // prompt tokens whose K/V came from the cache
+  int cached_tokens = 0;    // prompt tokens whose K/V came from the cache
+  int imported_tokens = 0;  // of those, tokens loaded from a lower tier
 };
 
 // Pool-wide accounting. "Slots" are token positions in blocks.
@@ -80,6 +83,7 @@ struct KvStats {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;  // over add_sequence calls
   int64_t cow_copies = 0;
   int64_t evictions = 0;
+  int64_t imported_blocks = 0;  // blocks add_sequence loaded from a lower tier
   int64_t residual_bytes = 0;  // full-precision residuals of the sequences (quantized KV cache)
 };
 
@@ -99,7 +103,37 @@ class KvManager {
   bool prefix_caching() const { return caching_; }
   const BlockPool& pool() const { return pool_; }
 
-  SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope);
+  // With an importer, the chain continues past the first RAM miss with
+  // blocks the importer has ready (a lower tier): each goes into a fresh
+  // block, is keyed, and counts as cached (SeqAdmission::imported_tokens).
+  SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer = nullptr);
+  // Disaggregated decode: a prompt whose K/V another worker computed. Pins
+  // the prompt's cached full blocks (RAM hits, which need not travel) and
+  // reserves fresh blocks for the rest of the prompt, all or nothing
+  // (seq == -1: no room, nothing changed). The fresh blocks are the
+  // sequence's own and unkeyed until finish_adoption, so their bytes may be
+  // written from another thread meanwhile. Abandon with release(seq).
+  struct Adoption {
+    SeqId seq = -1;
+    int32_t hit_blocks = 0;  // table[0, hit_blocks) came from the prefix index
+    int32_t blocks = 0;      // table length: every block the prompt touches
+  };
+  Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& scope);
+  // The reserved blocks now hold the prompt's K/V: its tokens count as
+  // written and its full blocks are keyed into the prefix index, as if this
+  // manager had computed them.
+  void finish_adoption(SeqId seq, std::span<const int32_t> prompt);
+  // The chain keys of the prompt's full blocks (at most max_blocks).
+  // Thread-safe (pure).
+  std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& scope,
+                                   int64_t max_blocks = INT64_MAX) const;
+  // Called on every block this manager keys after a forward (not on imported
+  // ones): what a lower tier writes behind. Engine thread.
+  using KeyedHook = void (*)(void* ctx, int32_t block, const BlockKey& key, const Scope& scope);
+  void set_keyed_hook(KeyedHook hook, void* ctx) {
+    keyed_hook_ = hook;
+    keyed_ctx_ = ctx;
+  }
   // Full prompt blocks that add_sequence would find cached now (no state
   // change). Thread-safe: only this and the immutable options may be read
   // from other threads while the engine thread runs (BlockPool::lookup).
@@ -179,7 +213,9 @@ class KvManager {
     return s.residual.empty() ? nullptr : s.residual.data();
   }
   int num_tokens(SeqId seq) const { return int(get(seq).tokens.size()); }
+  std::span<const float> residual_view(SeqId seq) const { return get(seq).residual; }
   SeqInfo seq_info(SeqId seq) const;
+  const Scope& scope(SeqId seq) const { return get(seq).scope; }  // as its blocks are keyed
   std::vector<SeqId> sequences() const;  // ascending
   KvStats stats() const;
 
@@ -218,13 +254,17 @@ class KvManager {
   std::vector<int32_t> fill_;  // per block: leading slots holding valid K/V
   std::unordered_map<SeqId, Seq> seqs_;
   SeqId next_id_ = 0;
-  int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0;
+  int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0, imported_ = 0;
+  KeyedHook keyed_hook_ = nullptr;
+  void* keyed_ctx_ = nullptr;
+  void import_chain(Seq& s, std::span<const int32_t> prompt, std::vector<int32_t>& hits, BlockImporter& imp);
   // Scopes dropped while sequences of them were live: their new full blocks
   // get no key. An entry leaves when the last such sequence is released.
   std::vector<Scope> dropped_;
   bool is_dropped(const Scope& s) const;
   KvEventLog* events_ = nullptr;
-  void note_stored(const Seq& s, int64_t i);  // Stored event for the sequence's block i
+  // Stored event for block i of a chain (`tokens`: its block_size ids).
+  void note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, const int32_t* tokens);
 };
 
 }  // namespace kvs

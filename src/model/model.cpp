@@ -62,7 +62,8 @@ void require_file(const std::string& path) {
 
 }  // namespace
 
-std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path) {
+std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path,
+                                         const std::function<void(int64_t, int64_t)>& on_repack) {
   require_file(path);
   char magic[4] = {};
   {
@@ -85,7 +86,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
     // A tied output shares its rows with the embedding table, which is read
     // row by row from the file layout: keep those pages.
     items.push_back({&m->w_.output, mapped && !m->cfg_.tied_output});
-    m->packed_ = pack_weights(items);
+    m->packed_ = pack_weights(items, on_repack);
   }
   return m;
 }

@@ -2,6 +2,7 @@
 // Built from a GGUF file (mmapped; weights stay in the mapping) or from a
 // llama2.c checkpoint (weights copied into owned float buffers).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,8 +58,10 @@ class Model {
  public:
   // Loads by extension/magic: GGUF, or llama2.c .bin (then `tokenizer_path`
   // names the llama2.c tokenizer file; empty = tok512.bin/tokenizer.bin next to it).
-  static std::shared_ptr<const Model> load(const std::string& path,
-                                           const std::string& tokenizer_path = "");
+  // `on_repack(done, total)`: called as each matrix's load-time copy
+  // completes (any thread; a progress hook).
+  static std::shared_ptr<const Model> load(const std::string& path, const std::string& tokenizer_path = "",
+                                           const std::function<void(int64_t, int64_t)>& on_repack = nullptr);
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const Vocab& vocab() const { return vocab_; }

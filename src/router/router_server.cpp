@@ -10,6 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "router/router_dashboard.h"
+#include "sched/clock.h"
+#include "server/dashboard_hub.h"
+#include "server/dashboard_page.h"
+#include "server/sse_stream.h"
+
 namespace kvs::router {
 
 namespace beast = boost::beast;
@@ -106,6 +112,9 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   std::atomic<bool> stopping{false};
   std::atomic<int> connections{0};
   std::atomic<uint64_t> turn{0};
+  // One snapshot per second for every open dashboard stream.
+  RouterDashboard dash{workers};
+  server::DashboardHub hub{[this] { return dash.sample(sched::steady_now()); }};
 
   mutable std::mutex mu;  // the counters below
   std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
@@ -120,12 +129,19 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // Handles one request; false when the connection must close.
   bool handle(Conn& client, http::request<http::string_body>& req);
   bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
-  Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive);
+  // forward == false: the answer is read into the Relay, never sent (the
+  // prefill leg of a P/D request).
+  Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
+  bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  int choose_pair();
   // Connects to worker w and sends the request; false (r.failover set) on failure.
   bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
   void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                    http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
   std::string metrics() const;
+  // GET /dashboard/events: the latest snapshot, then one per second, until
+  // the client or the router goes away.
+  bool dashboard_events(Conn& client);
   bool write(Conn& client, const std::string& bytes) {
     client.stream.expires_after(ms(opts.client_timeout_s));
     return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
@@ -206,9 +222,15 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
     if (req.method() != http::verb::post)
       return write(client, full_response(405, "application/json",
                                          error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
+    if (!opts.pd_pairs.empty()) return proxy_pd(client, req, keep);
     return proxy(client, req, keep);
   }
   if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
+  if (path == "/dashboard" && req.method() == http::verb::get)
+    return write(client, full_response(200, "text/html; charset=utf-8", server::dashboard_html(), keep));
+  if (path == "/dashboard/snapshot" && req.method() == http::verb::get)
+    return write(client, full_response(200, "application/json", hub.latest(), keep));
+  if (path == "/dashboard/events" && req.method() == http::verb::get) return dashboard_events(client);
   return write(client, full_response(404, "application/json",
                                      error_json("not_found_error", "not_found", "no route for " + path), keep));
 }
@@ -284,6 +306,89 @@ bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_bo
                                      keep_alive));
 }
 
+// The prefill/decode pair with both workers up and the least load, ties
+// in turn; -1 when none is.
+int RouterServer::Impl::choose_pair() {
+  const std::vector<WorkerView> view = workers.snapshot();
+  const size_t n = opts.pd_pairs.size();
+  const uint64_t start = turn++;
+  int best = -1;
+  double best_load = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (start + k) % n;
+    const auto [p, d] = opts.pd_pairs[i];
+    if (!view[size_t(p)].up || !view[size_t(d)].up) continue;
+    const double load = view[size_t(p)].load + view[size_t(d)].load;
+    if (best < 0 || load < best_load) {
+      best = int(i);
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+// Disaggregated serving: the prefill worker prefills, samples the first
+// token and ships the K/V to its decode worker, answering with the
+// hand-over; the decode worker, given it, streams the whole answer, which
+// goes to the client as it comes. Anything but a hand-over from the
+// prefill worker (a 429 with Retry-After when the decode pool is full, a
+// 400, a 500) reaches the client as the prefill worker sent it.
+bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive) {
+  const int pair = choose_pair();
+  if (pair < 0) {
+    std::lock_guard lk(mu);
+    ++no_worker;
+  }
+  if (pair < 0)
+    return write(client, full_response(503, "application/json",
+                                       error_json("service_unavailable", "no_worker",
+                                                  "no prefill/decode worker pair is up"),
+                                       keep_alive));
+  const auto [p, d] = opts.pd_pairs[size_t(pair)];
+  workers.begin_request(p);
+  Relay pre = relay(p, req, client, keep_alive, false);
+  workers.end_request(p);
+  {
+    std::lock_guard lk(mu);
+    ++routed[{p, pre.failover ? 0 : pre.status}];
+  }
+  if (pre.failover) {
+    workers.mark_down(p, pre.error);
+    return write(client, full_response(502, "application/json",
+                                       error_json("server_error", "worker_failed",
+                                                  "the prefill worker failed (" + pre.error + ")"),
+                                       keep_alive));
+  }
+  nlohmann::json h = nlohmann::json::parse(pre.body, nullptr, false);
+  if (pre.status != 200 || !h.is_object() || h.value("object", "") != "kv.handover")
+    return write(client, full_response(pre.status == 200 ? 502 : pre.status, pre.content_type, pre.body, keep_alive,
+                                       pre.retry_after));
+  http::request<http::string_body> dreq = req;
+  std::string target(req.target());
+  target += target.find('?') == std::string::npos ? "?" : "&";
+  target += "kv_handover=" + std::to_string(h.value("handle", uint64_t(0))) + "." +
+            std::to_string(h.value("first_token", int64_t(-1))) + "." + std::to_string(h.value("draws", uint64_t(0))) +
+            "." + std::to_string(h.value("seed", uint64_t(0)));
+  dreq.target(target);
+  workers.begin_request(d);
+  Relay r = relay(d, dreq, client, keep_alive);
+  workers.end_request(d);
+  {
+    std::lock_guard lk(mu);
+    ++routed[{d, r.failover ? 0 : r.status}];
+  }
+  if (r.failover) {
+    workers.mark_down(d, r.error);
+    return write(client, full_response(502, "application/json",
+                                       error_json("server_error", "worker_failed",
+                                                  "the decode worker failed (" + r.error + ")"),
+                                       keep_alive));
+  }
+  if (r.client_gone) return false;
+  if (!r.sent) return write(client, full_response(r.status, r.content_type, r.body, keep_alive, r.retry_after));
+  return keep_alive && r.status != 0;
+}
+
 bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
                                        beast::tcp_stream& up, Relay& r) {
   const HostPort& hp = workers.spec(w).http;
@@ -322,7 +427,8 @@ bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_b
   return true;
 }
 
-Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive) {
+Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
+                                bool forward) {
   Relay r;
   beast::tcp_stream up(client.ioc);
   if (!send_upstream(w, in, client, up, r)) return r;
@@ -340,7 +446,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   r.status = int(p.get().result_int());
   r.content_type = std::string(p.get()[http::field::content_type]);
   r.retry_after = std::string(p.get()[http::field::retry_after]);
-  if (r.content_type.rfind("text/event-stream", 0) == 0) {
+  if (forward && r.content_type.rfind("text/event-stream", 0) == 0) {
     stream_body(w, client, up, buf, p, keep_alive, r);
     return r;
   }
@@ -360,7 +466,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
     r.content_type = "application/json";
   }
   r.cached_tokens = scan_cached(r.body);
-  if (r.status == 429) return r;  // held: the caller may try another worker
+  if (r.status == 429 || !forward) return r;  // held: the caller may try another worker, or reads it
   r.sent = true;
   if (!write(client, full_response(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
                                    keep_alive, r.retry_after)))
@@ -414,6 +520,22 @@ void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up,
     if (!write(client, chunk(err))) r.client_gone = true;
   }
   if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
+}
+
+bool RouterServer::Impl::dashboard_events(Conn& client) {
+  if (!write(client, "HTTP/1.1 200 OK\r\nServer: kvserve\r\nContent-Type: text/event-stream\r\n"
+                     "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"))
+    return false;
+  std::string sent;
+  while (!stopping) {
+    const std::string snap = hub.latest();
+    if (!snap.empty() && snap != sent) {
+      if (!write(client, server::sse_data(snap))) return false;
+      sent = snap;
+    }
+    for (int i = 0; i < 10 && !stopping; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 std::string RouterServer::Impl::metrics() const {

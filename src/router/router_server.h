@@ -26,6 +26,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "router/event_listener.h"
 #include "router/policy.h"
@@ -45,6 +47,10 @@ struct RouterOptions {
   double read_timeout_s = 600;     // a worker silent this long is treated as failed
   double client_timeout_s = 60;    // request head and body from the client
   int max_connections = 512;
+  // Disaggregated serving (docs/DISAGG.md): completions go to pair
+  // (prefill worker, decode worker), indices into the WorkerSet; the
+  // prefill worker must have the decode worker as its --decode-peer.
+  std::vector<std::pair<int, int>> pd_pairs;
 };
 
 class RouterServer {

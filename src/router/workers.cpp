@@ -161,6 +161,11 @@ void WorkerSet::check(int i) {
     if (metrics && metrics->status == 200) {
       st_[size_t(i)].waiting = sample(metrics->body, "vllm:num_requests_waiting");
       st_[size_t(i)].running = sample(metrics->body, "vllm:num_requests_running");
+      State& s = st_[size_t(i)];
+      s.kv_total = sample(metrics->body, "kvserve_kv_blocks_total");
+      s.kv_free = sample(metrics->body, "kvserve_kv_blocks_free");
+      s.kv_used = sample(metrics->body, "kvserve_kv_blocks_used");
+      s.kv_cached = sample(metrics->body, "kvserve_kv_blocks_cached");
     }
   }
   set_up(i, true, "");
@@ -187,7 +192,9 @@ void WorkerSet::mark_down(int i, const std::string& reason) { set_up(i, false, r
 std::vector<WorkerView> WorkerSet::snapshot() const {
   std::lock_guard lk(mu_);
   std::vector<WorkerView> v;
-  for (const State& s : st_) v.push_back({s.up, s.waiting + s.running + double(s.inflight), s.inflight, s.down_reason});
+  for (const State& s : st_)
+    v.push_back({s.up, s.waiting + s.running + double(s.inflight), s.inflight, s.down_reason, s.waiting, s.running,
+                 s.kv_total, s.kv_free, s.kv_used, s.kv_cached});
   return v;
 }
 

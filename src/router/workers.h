@@ -41,6 +41,8 @@ struct WorkerView {
   double load = 0;             // waiting + running + in flight
   int64_t inflight = 0;
   std::string down_reason;
+  double waiting = 0, running = 0;                        // its last /metrics
+  double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;  // blocks, its last /metrics
 };
 
 class WorkerSet {
@@ -71,6 +73,7 @@ class WorkerSet {
     bool up = false;
     std::string down_reason = "not checked yet";
     double waiting = 0, running = 0;
+    double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;
     int64_t inflight = 0;
   };
   // One /health + /metrics round for worker i (health thread).

@@ -1,6 +1,7 @@
 #include "sched/engine_loop.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <cmath>
@@ -58,6 +59,7 @@ struct ChoiceText {
 
 struct Live {
   EventSink sink;
+  SloClass slo = SloClass::Interactive;
   double submitted = 0, first = -1;
   std::vector<ChoiceText> ch;
   int open = 0;
@@ -84,6 +86,8 @@ struct EngineLoop::Impl {
     int64_t result = 0;
   };
   std::vector<std::unique_ptr<PendingDrop>> pending_drops;
+  std::vector<int64_t> pending_releases;  // handed-off sequences given back
+  bool exited = false;                    // the engine thread takes no more releases
   struct Retained {
     Scope scope;
     double retention_s = 0, last_submit = 0;
@@ -99,6 +103,20 @@ struct EngineLoop::Impl {
   mutable std::mutex metrics_mu;
   MetricsSnapshot snap;
   Histogram ttft = Histogram::latency(), tpot = Histogram::latency(), e2e = Histogram::latency();
+  std::array<Histogram, kNumSloClasses> ttft_cls{Histogram::latency(), Histogram::latency()};
+  std::array<Histogram, kNumSloClasses> tpot_cls{Histogram::latency(), Histogram::latency()};
+
+  // Pool views (dashboard): the cells wanted next (0: none; set under mu so
+  // the engine thread's wait sees it), the latest view and its number
+  // (under metrics_mu), and who submitted under each owner tag.
+  std::atomic<int32_t> pool_want{0};
+  std::condition_variable pool_cv;
+  std::shared_ptr<const PoolView> pool_last;
+  uint64_t pool_seq = 0;
+  int queued_peak = 0;  // under metrics_mu, since the last view
+  std::mutex owners_mu;
+  std::unordered_map<uint32_t, std::string> owner_tenant;
+  void take_pool_view(double t);
 
   double now() const { return opts.clock(); }
   void run();
@@ -167,6 +185,7 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
       if (L.first < 0) {
         L.first = t;
         ttft.observe(t - L.submitted);
+        ttft_cls[size_t(L.slo)].observe(t - L.submitted);
       }
       if (ct.first < 0) ct.first = t;
       ++ct.tokens;
@@ -191,7 +210,10 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
     if (final) {
       ct.done = true;
       --L.open;
-      if (ct.first >= 0 && ct.tokens > 1) tpot.observe((t - ct.first) / double(ct.tokens - 1));
+      if (ct.first >= 0 && ct.tokens > 1) {
+        tpot.observe((t - ct.first) / double(ct.tokens - 1));
+        tpot_cls[size_t(L.slo)].observe((t - ct.first) / double(ct.tokens - 1));
+      }
       if (L.open == 0) {
         e2e.observe(t - L.submitted);
         finished.push_back(e.request);
@@ -223,7 +245,7 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
 void EngineLoop::Impl::publish(double t) {
   const SchedStats s = sched->stats(t);
   const KvStats kv = exec->kv().stats();
-  std::lock_guard lk(metrics_mu);
+  std::unique_lock lk(metrics_mu);
   MetricsSnapshot& m = snap;
   m.running_requests = s.running_requests;
   m.running_seqs = s.running_seqs;
@@ -255,22 +277,59 @@ void EngineLoop::Impl::publish(double t) {
   m.ttft = ttft;
   m.tpot = tpot;
   m.e2e = e2e;
+  m.ttft_by_class = ttft_cls;
+  m.tpot_by_class = tpot_cls;
+  m.tenant_blocks = s.tenant_blocks;
+  m.tenant_quota_blocks = s.tenant_quota;
+  m.recent_rejects = s.recent_rejects;
+  queued_peak = std::max(queued_peak, m.queued[0] + m.queued[1]);
+  lk.unlock();
+  if (pool_want.load(std::memory_order_relaxed) > 0) take_pool_view(t);
+}
+
+// Engine thread, right after publish(): nothing changes the pool in between,
+// so the view's counts are the published ones.
+void EngineLoop::Impl::take_pool_view(double t) {
+  auto v = std::make_shared<PoolView>();
+  v->t = t;
+  v->cells = snapshot_pool(exec->kv(), pool_want.exchange(0));
+  {
+    std::lock_guard lk(owners_mu);
+    for (uint32_t tag : v->cells.owners) {
+      auto it = owner_tenant.find(tag);
+      v->owner_tenants.push_back(it == owner_tenant.end() ? std::string() : it->second);
+    }
+  }
+  std::lock_guard lk(metrics_mu);
+  v->metrics = snap;
+  v->queued_peak = std::max(queued_peak, snap.queued[0] + snap.queued[1]);
+  queued_peak = 0;
+  pool_last = std::move(v);
+  ++pool_seq;
+  pool_cv.notify_all();
 }
 
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
   std::vector<std::unique_ptr<PendingDrop>> drops;
   bool drop_all = false;
+  std::vector<int64_t> releases;
   const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
   while (true) {
     {
       std::unique_lock lk(mu);
-      cv.wait_for(lk, sweep_period,
-                  [&] { return stop || sched->has_work() || !pending_drops.empty() || drop_all_pending; });
+      cv.wait_for(lk, sweep_period, [&] {
+        return stop || sched->has_work() || !pending_drops.empty() || !pending_releases.empty() ||
+               pool_want.load() > 0 || drop_all_pending;
+      });
       if (stop) break;
       drops.swap(pending_drops);
+      releases.swap(pending_releases);
       drop_all = std::exchange(drop_all_pending, false);
     }
+    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
+    for (int64_t seq : releases) exec->release(seq);
+    releases.clear();
     double t = now();
     if (drop_all) {
       try {
@@ -299,6 +358,7 @@ void EngineLoop::Impl::run() {
     }
     t = now();
     deliver(events, t);  // publishes the metrics too
+    if (pool_lk.owns_lock()) pool_lk.unlock();
     if (rep.seqs == 0 && events.empty()) {
       // Nothing could run (waiting for a wait limit or a cancel): do not spin.
       std::unique_lock lk(mu);
@@ -309,6 +369,12 @@ void EngineLoop::Impl::run() {
     std::lock_guard lk(mu);
     for (auto& d : pending_drops) d->done.set_value(0);
     pending_drops.clear();
+    releases.swap(pending_releases);
+    exited = true;
+  }
+  {
+    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
+    for (int64_t seq : releases) exec->release(seq);
   }
   events.clear();
   const double t = now();
@@ -359,6 +425,15 @@ SubmitResult EngineLoop::submit(Request req) {
   std::vector<std::string> stop_strings = req.stop;
   const Scope scope = req.scope;
   const double retention_s = req.retention_s;
+  const SloClass slo = req.slo;
+  {
+    // Remembered so a pool view can say whose blocks it shows; bounded
+    // (a forgotten owner shows as unknown).
+    const uint32_t tag = owner_tag(m.exec->kv_scope(scope));
+    std::lock_guard lk(m.owners_mu);
+    if (m.owner_tenant.size() >= 4096 && !m.owner_tenant.count(tag)) m.owner_tenant.clear();
+    m.owner_tenant[tag] = req.tenant;
+  }
   SubmitResult res;
   {
     std::lock_guard lk(m.live_mu);
@@ -366,6 +441,7 @@ SubmitResult EngineLoop::submit(Request req) {
     if (res.accepted) {
       Live& L = m.live[res.id];
       L.sink = std::move(sink);
+      L.slo = slo;
       L.submitted = t;
       L.open = n;
       L.ch.resize(size_t(n));
@@ -419,6 +495,21 @@ int64_t EngineLoop::drop_scope(const Scope& scope) {
   return f.get();
 }
 
+void EngineLoop::release_held(int64_t seq) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lk(m.mu);
+    if (m.exited) {
+      // The engine thread no longer steps the pool.
+      std::unique_lock pool_lk = m.opts.pool_mu ? std::unique_lock(*m.opts.pool_mu) : std::unique_lock<std::mutex>();
+      m.exec->release(seq);
+      return;
+    }
+    m.pending_releases.push_back(seq);
+  }
+  m.cv.notify_one();
+}
+
 bool EngineLoop::cancel(RequestId id) {
   const bool ok = impl_->sched->cancel(id);
   if (ok) impl_->cv.notify_one();
@@ -435,6 +526,23 @@ MetricsSnapshot EngineLoop::metrics() const {
   m.rejections = impl_->sched->rejections();
   m.requests_submitted = impl_->sched->submitted();
   return m;
+}
+
+std::shared_ptr<const PoolView> EngineLoop::pool_view(int32_t max_cells, double timeout_s) {
+  Impl& m = *impl_;
+  uint64_t seen;
+  {
+    std::lock_guard lk(m.metrics_mu);
+    seen = m.pool_seq;
+  }
+  {
+    std::lock_guard lk(m.mu);
+    m.pool_want.store(std::max<int32_t>(1, max_cells));
+  }
+  m.cv.notify_one();
+  std::unique_lock lk(m.metrics_mu);
+  m.pool_cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s)), [&] { return m.pool_seq != seen; });
+  return m.pool_last;
 }
 
 void EngineLoop::drain() {

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "kv/pool_snapshot.h"
 #include "kv/window_policy.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
@@ -56,6 +58,10 @@ struct EngineLoopOptions {
   // Log line per rejection (estimate, tenant hash, class; never prompt text).
   // Default: one line on stderr. Set to a no-op to silence.
   std::function<void(const std::string&)> log;
+  // Held by the engine thread while it plans, runs and publishes a step, so
+  // another thread (a KV transfer adopting into the pool) may change the
+  // pool only between steps. Null: the engine thread alone touches it.
+  std::mutex* pool_mu = nullptr;
 };
 
 // Cumulative histogram with fixed upper bounds (Prometheus style).
@@ -90,6 +96,26 @@ struct MetricsSnapshot {
   int64_t steps = 0;
   double drain_blocks_per_s = 0;    // smoothed rate of freed blocks (Retry-After basis)
   Histogram ttft, tpot, e2e;        // seconds; tpot = (e2e - ttft) / (tokens - 1) per choice
+  std::array<Histogram, kNumSloClasses> ttft_by_class, tpot_by_class;
+  // Worst-case blocks of each tenant's running + queued requests (tenant =
+  // the quota key, a hash), and the per-tenant cap (INT64_MAX: none).
+  std::vector<std::pair<std::string, int64_t>> tenant_blocks;
+  int64_t tenant_quota_blocks = 0;
+  std::vector<RejectRecord> recent_rejects;  // oldest first
+};
+
+// The pool cell by cell, taken on the engine thread together with the
+// metrics of the same instant (so its counts are the ones /metrics showed
+// then). owner_tenants[i] is the tenant (quota key) that submitted under
+// cells.owners[i], "" when not known.
+struct PoolView {
+  double t = 0;
+  MetricsSnapshot metrics;
+  PoolCells cells;
+  std::vector<std::string> owner_tenants;
+  // Most requests waiting at any published instant since the previous view
+  // (a burst shorter than the viewer's period still shows).
+  int queued_peak = 0;
 };
 
 // The executor EngineLoop(engine, ...) runs: a paged pool over `engine`,
@@ -130,8 +156,15 @@ class EngineLoop {
   // before its next step. Compute threads are the caller's to limit.
   void set_shed_limits(const ShedLimits& s);
   ShedLimits shed_limits() const;
+  // Thread-safe. Releases a sequence a hand-off event gave away
+  // (TokenEvent::hand_off) before the next step.
+  void release_held(int64_t seq);
 
   MetricsSnapshot metrics() const;  // thread-safe snapshot; never waits for a step
+  // Thread-safe. Asks the engine thread for a PoolView in at most max_cells
+  // cells and waits up to timeout_s for it (it is taken between two steps);
+  // on time-out returns the latest one taken (null before the first).
+  std::shared_ptr<const PoolView> pool_view(int32_t max_cells, double timeout_s);
   // Stop accepting (ShuttingDown) and block until every accepted request has
   // finished. The thread keeps running (metrics stay readable).
   void drain();

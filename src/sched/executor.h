@@ -2,10 +2,12 @@
 // sequence chunks into logits. The real one is a PagedEngine over the model;
 // tests drive the scheduler with a fake one (tests/fake_executor.h) that
 // keeps real KvManager bookkeeping and makes up logits. Engine thread only,
-// except kv().cached_prefix_blocks(), kv_scope(), n_vocab(), max_ctx() and
-// kv().live_cap(), which any thread may call (immutable or internally locked).
+// except kv().cached_prefix_blocks(), kv_scope(), n_vocab(), max_ctx(),
+// kv().live_cap(), has_tier(), prefetch() and prefetch_pending(), which any
+// thread may call (immutable or internally locked).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -35,6 +37,19 @@ class StepExecutor {
   virtual int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) = 0;
   // Every cached block of every scope (memory pressure sheds the prefix cache).
   virtual int32_t drop_all_cached() = 0;
+  // Lower KV tiers (PagedEngine::prefetch). Any thread. No tier: nothing to wait for.
+  virtual bool has_tier() const { return false; }
+  virtual uint64_t prefetch(std::span<const int32_t> /*prompt*/, const Scope& /*caller*/, double /*retention_s*/) const {
+    return 0;
+  }
+  virtual bool prefetch_pending(uint64_t /*ticket*/) const { return false; }
+  // Seconds a finished fetch took (< 0: unknown or still running).
+  virtual double prefetch_seconds(uint64_t /*ticket*/) const { return -1; }
+  // Disaggregated decode (Request::handover): the sequence a KV transfer
+  // adopted under `handle`, holding exactly `prompt`'s K/V in `caller`'s
+  // scope, now owned by the caller; -1 when unknown, expired or not that
+  // prompt. Engine thread.
+  virtual SeqId claim(uint64_t /*handle*/, std::span<const int32_t> /*prompt*/, const Scope& /*caller*/) { return -1; }
 };
 
 // The model behind the scheduler.
@@ -59,10 +74,23 @@ class PagedExecutor final : public StepExecutor {
     pe_.drop_cached();
     return n;
   }
+  bool has_tier() const override { return pe_.has_tier(); }
+  uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {
+    return pe_.prefetch(prompt, caller, retention_s);
+  }
+  bool prefetch_pending(uint64_t ticket) const override { return pe_.prefetch_pending(ticket); }
+  double prefetch_seconds(uint64_t ticket) const override { return pe_.prefetch_seconds(ticket); }
+  SeqId claim(uint64_t handle, std::span<const int32_t> prompt, const Scope& caller) override {
+    return claimer_ ? claimer_(handle, prompt, caller) : -1;
+  }
+  // Where claim() looks (a decode worker's transfer endpoint). Before serving.
+  using Claimer = std::function<SeqId(uint64_t, std::span<const int32_t>, const Scope&)>;
+  void set_claimer(Claimer c) { claimer_ = std::move(c); }
   PagedEngine& paged() { return pe_; }
 
  private:
   PagedEngine pe_;
+  Claimer claimer_;
 };
 
 }  // namespace kvs::sched

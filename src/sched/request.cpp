@@ -20,6 +20,7 @@ const char* to_string(RejectReason r) {
     case RejectReason::QueueFull: return "queue_full";
     case RejectReason::QueueTimeout: return "queue_timeout";
     case RejectReason::ShuttingDown: return "shutting_down";
+    case RejectReason::DecodeNoRoom: return "decode_no_room";
     case RejectReason::DeviceBusy: return "device_busy";
   }
   return "?";
@@ -27,7 +28,7 @@ const char* to_string(RejectReason r) {
 
 bool retryable(RejectReason r) {
   return r == RejectReason::TenantQuota || r == RejectReason::QueueFull || r == RejectReason::QueueTimeout ||
-         r == RejectReason::ShuttingDown || r == RejectReason::DeviceBusy;
+         r == RejectReason::ShuttingDown || r == RejectReason::DecodeNoRoom || r == RejectReason::DeviceBusy;
 }
 
 const char* to_string(FinishReason f) {
@@ -38,6 +39,7 @@ const char* to_string(FinishReason f) {
     case FinishReason::Cancelled: return "cancelled";
     case FinishReason::Rejected: return "rejected";
     case FinishReason::Error: return "error";
+    case FinishReason::HandedOff: return "handed_off";
   }
   return "?";
 }

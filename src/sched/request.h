@@ -38,6 +38,18 @@ struct TokenEvent;
 // every choice is delivered even then (the return value is ignored).
 using EventSink = std::function<bool(TokenEvent&&)>;
 
+// Disaggregated serving. A prefill worker's request with hand_off set stops
+// after sampling its first token: its sequence is not released but handed to
+// the caller (TokenEvent::hand_off) to ship to a decode worker. The decode
+// worker's request carries the Handover: it claims the adopted sequence
+// instead of prefilling, and continues from the first token with the
+// sampler advanced past the prefill side's draws.
+struct Handover {
+  uint64_t handle = 0;         // the KV transfer's adoption handle
+  int32_t first_token = -1;
+  uint64_t draws = 0;          // random draws the prefill side's sampler made
+};
+
 struct Request {
   RequestId id = 0;
   std::vector<int32_t> prompt;        // token ids fed to the model (BOS included); not empty
@@ -53,6 +65,8 @@ struct Request {
   bool logprobs = false;              // log-probability of each sampled token
   int top_logprobs = 0;               // and the most likely alternatives (0..20)
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
+  bool hand_off = false;              // prefill worker: stop after the first token, hand the sequence over (n == 1)
+  std::optional<Handover> handover;   // decode worker: continue a handed-over sequence (n == 1)
 };
 
 // Why a request did not run (or stopped early). Stable names: the server
@@ -66,13 +80,24 @@ enum class RejectReason : uint8_t {
   QueueFull,       // --max-queue requests already waiting
   QueueTimeout,    // not admitted within its class's wait limit
   ShuttingDown,    // drain()/shutdown() in progress
+  DecodeNoRoom,    // prefill worker: the decode worker had no free KV blocks for the hand-over
   DeviceBusy,      // the device is critical (memory, heat): no new admissions (ShedLimits)
 };
-inline constexpr int kNumRejectReasons = 9;
+inline constexpr int kNumRejectReasons = 10;
 const char* to_string(RejectReason r);  // "invalid", "context_length", "request_share", ...
 // True for reasons that a retry later may cure (HTTP 429 with Retry-After);
 // false for Invalid/ContextLength/RequestShare (HTTP 400: the request itself is too big).
 bool retryable(RejectReason r);
+
+// One request turned away, for the dashboard's demand signal: what it would
+// have needed (worst case, blocks) and why it did not get it. No text.
+struct RejectRecord {
+  double t = 0;  // the scheduler's clock
+  RejectReason reason = RejectReason::None;
+  SloClass slo = SloClass::Interactive;
+  std::string tenant;  // the quota key (the server passes a hash)
+  int64_t need_blocks = 0;
+};
 
 struct SubmitResult {
   bool accepted = false;
@@ -90,6 +115,7 @@ enum class FinishReason : uint8_t {
   Cancelled,   // cancel(), client disconnect, or the sink refused an event
   Rejected,    // left the queue without running (QueueTimeout, ShuttingDown): see reject_reason
   Error,       // internal failure confined to this request (message says what)
+  HandedOff,   // Request::hand_off: prefilled and first token sampled; see TokenEvent::hand_off
 };
 const char* to_string(FinishReason f);  // "stop", "length", "cancelled", "rejected", "error"
 
@@ -102,6 +128,20 @@ struct Usage {
   int prompt_tokens = 0;      // len(prompt)
   int completion_tokens = 0;  // generated tokens over all choices
   int cached_tokens = 0;      // prompt tokens whose K/V came from the prefix cache (first admission)
+  int tier_tokens = 0;        // of cached_tokens, loaded from a lower KV tier (disk, Redis)
+  double tier_load_ms = -1;   // time the tier took to stage them (-1: no tier fetch)
+};
+
+// With FinishReason::HandedOff: the sequence now belongs to whoever holds
+// the event (EngineLoop::release_held when done with it), who ships it and
+// fills in the transfer's outcome (handle onwards).
+struct HandOff {
+  int64_t seq = -1;             // a SeqId of the prefill worker's pool
+  int32_t first_token = -1;
+  uint64_t draws = 0;           // random draws its sampler made
+  uint64_t handle = 0;          // the decode worker's adoption handle
+  int64_t blocks = 0, skipped_blocks = 0, bytes = 0;
+  double seconds = 0;           // offer to the decode worker's result
 };
 
 struct TokenEvent {
@@ -116,6 +156,7 @@ struct TokenEvent {
   std::string message;        // with Rejected / Error
   double retry_after_s = 0;   // with Rejected
   Usage usage;                // on final events (whole request, all choices so far)
+  std::optional<HandOff> hand_off;  // with FinishReason::HandedOff
 };
 
 }  // namespace kvs::sched

@@ -34,6 +34,9 @@ struct SchedulerConfig {
   double min_retry_after_s = 1.0;   // Retry-After bounds
   double max_retry_after_s = 600.0;
   double fallback_retry_after_s = 2.0;  // before any block was ever freed
+  // Longest time the queue head waits for a lower KV tier to stage its
+  // prefix before it is admitted without it (and recomputes).
+  double tier_wait_s = 2.0;
 };
 
 }  // namespace kvs::sched

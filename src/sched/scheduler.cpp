@@ -10,6 +10,7 @@
 
 #include "kv/capacity.h"
 #include "sched/scheduler_internal.h"
+#include "tokenizer/vocab.h"
 
 namespace kvs::sched {
 
@@ -52,8 +53,11 @@ double Scheduler::retry_estimate(int64_t need, SloClass cls, double now) const {
   return retry_after_s(ahead + need - room, drain_.rate(now), cfg_);
 }
 
-void Scheduler::count_rejection(RejectReason why) {
+// mu_ held.
+void Scheduler::count_rejection(RejectReason why, const Request& req, int64_t need, double now) {
   rejections_[size_t(why)].fetch_add(1, std::memory_order_relaxed);
+  if (recent_rejects_.size() >= kRecentRejects) recent_rejects_.pop_front();
+  recent_rejects_.push_back({now, why, req.slo, req.tenant, need});
 }
 
 SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg,
@@ -64,7 +68,7 @@ SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectRe
   res.need_blocks = need;
   res.message = std::move(msg);
   if (retryable(why)) res.retry_after_s = retry_estimate(need, req.slo, now);
-  count_rejection(why);
+  count_rejection(why, req, need, now);
   return res;
 }
 
@@ -93,13 +97,16 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return c;
   }
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
-  const int nv = exec_.n_vocab();
-  for (int32_t t : req.prompt)
-    if (t < 0 || t >= nv)
-      return reject(RejectReason::Invalid, "prompt token id " + std::to_string(t) + " is outside the vocabulary");
+  if (const int64_t bad = first_token_outside_vocab(req.prompt, exec_.n_vocab()); bad >= 0)
+    return reject(RejectReason::Invalid,
+                  "prompt token id " + std::to_string(req.prompt[size_t(bad)]) + " is outside the vocabulary");
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
   if (req.max_tokens && *req.max_tokens < 1) return reject(RejectReason::Invalid, "max_tokens must be >= 1");
+  if ((req.hand_off || req.handover) && req.n != 1)
+    return reject(RejectReason::Invalid, "a request handed between prefill and decode workers must have n = 1");
+  if (req.handover && !token_in_vocab(req.handover->first_token, exec_.n_vocab()))
+    return reject(RejectReason::Invalid, "the handed-over first token is outside the vocabulary");
   if (req.top_logprobs < 0 || req.top_logprobs > 20)
     return reject(RejectReason::Invalid, "top_logprobs must be between 0 and 20");
   if (req.id != 0 && reqs_.count(req.id))
@@ -147,7 +154,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   // A request whose first token would come after its class's wait limit is
   // told so now, with the time at which it would not (a burst of long
   // prompts on a busy engine).
-  c.est_tokens = estimate_tokens(req);
+  c.est_tokens = req.handover ? 1 : estimate_tokens(req);  // a handover's prompt is already computed
   c.fingerprint = request_fingerprint(req.scope, req.tenant, req.prompt);
   ledger_.expire(now);
   const std::optional<double> told = ledger_.redeem(c.fingerprint);
@@ -167,7 +174,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
 
 SubmitResult Scheduler::submit(Request req, double now) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   SubmitCheck chk = check_submit(req, now);
   const int64_t need = chk.need;
   if (!chk.res.accepted) {
@@ -197,11 +204,35 @@ SubmitResult Scheduler::submit(Request req, double now) {
   }
   req.sink = nullptr;  // events leave through the engine loop, not the scheduler
   q->r = std::move(req);
+  q->tier_issuing = exec_.has_tier() && !q->r.handover;
   tenant_blocks_[q->r.tenant] += need;
   res.id = q->id;
   queue_[size_t(q->r.slo)].push_back(q.get());
+  const Req* queued = q.get();
   reqs_.emplace(q->id, std::move(q));
+  if (queued->tier_issuing) issue_tier_fetch(lk, res.id);
   return res;
+}
+
+// The tier fetch hashes the prompt and may take the tier's own lock: not
+// under mu_. The request waits at the queue head until its ticket is set.
+void Scheduler::issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id) {
+  auto it = reqs_.find(id);
+  const std::vector<int32_t> prompt = it->second->r.prompt;
+  const Scope scope = it->second->r.scope;
+  const double retention = it->second->r.retention_s;
+  lk.unlock();
+  uint64_t ticket = 0;
+  try {
+    ticket = exec_.prefetch(prompt, scope, retention);
+  } catch (const std::exception&) {
+    ticket = 0;  // the tier is an optimisation: the request recomputes
+  }
+  lk.lock();
+  it = reqs_.find(id);
+  if (it == reqs_.end()) return;
+  it->second->tier_ticket = ticket;
+  it->second->tier_issuing = false;
 }
 
 bool Scheduler::cancel(RequestId id) {
@@ -244,7 +275,7 @@ bool Scheduler::has_work() const {
 void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out,
                               double retry_after) {
   const double ra = !retryable(why) ? 0 : retry_after >= 0 ? retry_after : retry_estimate(r->footprint, r->r.slo, now);
-  count_rejection(why);
+  count_rejection(why, r->r, r->footprint, now);
   log_reject(log_, why, log_fields(r->r, r->footprint), ra);
   std::string msg = "the server is shutting down";
   if (why == RejectReason::QueueTimeout)
@@ -298,6 +329,8 @@ Usage Scheduler::usage(RequestId id) const {
   const Req& r = *it->second;
   u.prompt_tokens = int(r.r.prompt.size());
   u.cached_tokens = r.cached_tokens;
+  u.tier_tokens = r.imported_tokens;
+  u.tier_load_ms = r.tier_load_ms;
   for (const Choice& c : r.ch) u.completion_tokens += c.n_gen;
   return u;
 }
@@ -322,6 +355,8 @@ void Scheduler::finish_choice(Req* r, int ci, FinishReason why, int32_t token, s
   TokenEvent& e = out.back();
   e.usage.prompt_tokens = int(r->r.prompt.size());
   e.usage.cached_tokens = r->cached_tokens;
+  e.usage.tier_tokens = r->imported_tokens;
+  e.usage.tier_load_ms = r->tier_load_ms;
   for (const Choice& o : r->ch) e.usage.completion_tokens += o.n_gen;
   if (why == FinishReason::Cancelled) ++st_.cancelled;
   if (why == FinishReason::Error) e.message = "the engine failed while running this request";
@@ -420,6 +455,9 @@ SchedStats Scheduler::stats(double now) const {
   s.tokens_per_s = tok_rate_.rate();
   s.rejections = rejections();
   s.submitted = submitted();
+  s.tenant_blocks.assign(tenant_blocks_.begin(), tenant_blocks_.end());
+  s.tenant_quota = lim_.tenant_quota;
+  s.recent_rejects.assign(recent_rejects_.begin(), recent_rejects_.end());
   return s;
 }
 

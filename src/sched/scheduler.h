@@ -72,12 +72,19 @@ struct SchedStats {
   int64_t total_blocks = 0, headroom_blocks = 0, promised_blocks = 0;
   int64_t preemptions = 0;
   int64_t prefix_waits = 0;  // admissions deferred one step for a prefix another request is computing
+  int64_t tier_waits = 0;    // steps the queue head waited for a lower KV tier to stage its prefix
   std::array<int64_t, kNumRejectReasons> rejections{};
   int64_t submitted = 0, finished = 0, cancelled = 0;
   int64_t prompt_tokens = 0, prefill_tokens = 0, generated_tokens = 0, steps = 0;
   double drain_blocks_per_s = 0;
   double tokens_per_s = 0;  // model tokens per second over prefill-heavy steps (admission wait estimates)
+  // Worst-case blocks of each tenant's running and queued requests, and the
+  // most one tenant may hold (INT64_MAX: no quota).
+  std::vector<std::pair<std::string, int64_t>> tenant_blocks;
+  int64_t tenant_quota = 0;
+  std::vector<RejectRecord> recent_rejects;  // oldest first, the last kRecentRejects
 };
+inline constexpr size_t kRecentRejects = 32;
 
 // What one step did (tests, benchmarks).
 struct StepReport {
@@ -167,6 +174,7 @@ class Scheduler {
   SchedStats st_;
   std::array<std::atomic<int64_t>, kNumRejectReasons> rejections_{};
   std::atomic<int64_t> submitted_{0};
+  std::deque<RejectRecord> recent_rejects_;  // under mu_
 
   std::vector<Req*> running_;  // admission order
   // Ended requests live until the next step so pointers held while one step
@@ -180,7 +188,7 @@ class Scheduler {
   void take_cancels(std::vector<TokenEvent>& out);
   void expire_queued(double now, std::vector<TokenEvent>& out);
   void plan_running(StepPlan& plan, int& budget, double now);
-  void admit_queued(StepPlan& plan, int& budget, double now);
+  void admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out);
   void trim_queue(double now, std::vector<TokenEvent>& out);
   SloClass effective(const Req& r, double now) const;
   int64_t outstanding(const Req& r) const;
@@ -192,6 +200,7 @@ class Scheduler {
   void remove_queued(Req* r);
   void requeue(Req* r);
   void admit(Req* r, int& budget, StepPlan& plan);
+  void admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& out);
   void preempt(Req* r, StepPlan& plan);
   bool make_room(int64_t need, int64_t limit, StepPlan& plan, double now);
   // execute() and update() (scheduler_update.cpp)
@@ -199,9 +208,12 @@ class Scheduler {
   void sample(StepPlan& plan, const StepResult& res);
   void update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out);
   void apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
+  void hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
   void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
   // estimates (scheduler_estimates.cpp)
   bool awaits_inflight_prefix(const Req& h) const;
+  bool awaits_tier(Req& h, double now);
+  void issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id);
   int64_t estimate_tokens(const Request& req) const;
   int64_t tokens_ahead(SloClass cls) const;
   double predicted_ttft_s(int64_t ahead, int64_t own) const;
@@ -217,7 +229,7 @@ class Scheduler {
   // retry_after_s < 0: estimated from the block drain rate.
   void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1);
   SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now);
-  void count_rejection(RejectReason why);
+  void count_rejection(RejectReason why, const Request& req, int64_t need, double now);
   double retry_estimate(int64_t need, SloClass cls, double now) const;
   std::string log_fields(const Request& req, int64_t need) const;
 };

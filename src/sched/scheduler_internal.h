@@ -41,6 +41,10 @@ struct Scheduler::Req {
   uint64_t admit_order = 0;
   uint64_t fingerprint = 0;      // request_fingerprint: a client returning after a 429
   int cached_tokens = 0;
+  int imported_tokens = 0;       // of cached_tokens, loaded from a lower KV tier
+  bool tier_issuing = false;     // submit() has yet to ask the tier to stage its prefix
+  uint64_t tier_ticket = 0;      // that fetch (0: none)
+  double tier_load_ms = -1;      // how long it took (-1: no fetch)
   int64_t est_tokens = 0;        // prompt tokens it will likely run (cached / shared prefix excluded)
   std::vector<Choice> ch;
 };

@@ -146,7 +146,10 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
     const SeqAdmission a = exec_.add(c.ctx, r->r.scope);
     c.seq = a.seq;
     c.have = a.cached_tokens;
-    if (first && i == 0) r->cached_tokens = a.cached_tokens;
+    if (first && i == 0) {
+      r->cached_tokens = a.cached_tokens;
+      r->imported_tokens = a.imported_tokens;
+    }
     const int n = std::min(int(c.ctx.size()) - a.cached_tokens, budget);
     if (n > 0) {
       plan.slices.push_back({r, int(i), a.cached_tokens, n});
@@ -159,6 +162,48 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
   r->admit_order = ++admit_counter_;
   running_.push_back(r);
   plan.report.admitted.push_back(r->id);
+}
+
+// A handed-over request (disaggregated decode) claims the sequence whose
+// prompt K/V a prefill worker sent, instead of prefilling, and feeds the
+// first token that worker sampled: from the next step it decodes as if it
+// had prefilled here. Its sampler skips the draws the prefill side made.
+void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& out) {
+  Choice& c = r->ch[0];
+  const Handover& h = *r->r.handover;
+  const SeqId seq = exec_.claim(h.handle, c.ctx, r->r.scope);
+  if (seq < 0) {
+    ++st_.failed;
+    finish_choice(r, 0, FinishReason::Error, -1, out);
+    out.back().message = "the handed-over KV cache is gone (unknown or expired transfer handle, or another prompt)";
+    return;
+  }
+  c.seq = seq;
+  c.have = int(c.ctx.size());
+  c.sampler->advance(h.draws);
+  st_.prompt_tokens += int64_t(r->r.prompt.size());
+  r->started = true;
+  r->running = true;
+  r->admit_order = ++admit_counter_;
+  running_.push_back(r);
+  plan.report.admitted.push_back(r->id);
+  Sampled s;
+  s.r = r;
+  s.token = h.first_token;
+  s.eog = is_eog_ && !r->r.ignore_eos && is_eog_(s.token);
+  apply_sample(r, 0, s, out);
+}
+
+// The head waits while a lower tier stages its prefix (it would otherwise
+// recompute what is being read), but never longer than tier_wait_s.
+bool Scheduler::awaits_tier(Req& h, double now) {
+  if (!h.tier_issuing && h.tier_ticket == 0) return false;
+  const bool busy = h.tier_issuing || exec_.prefetch_pending(h.tier_ticket);
+  if (busy && now - h.arrival < cfg_.tier_wait_s) return true;
+  if (h.tier_ticket) h.tier_load_ms = std::max(0.0, exec_.prefetch_seconds(h.tier_ticket)) * 1e3;
+  h.tier_ticket = 0;
+  h.tier_issuing = false;
+  return false;
 }
 
 // Cancellations free their blocks before anything is planned.
@@ -230,7 +275,7 @@ void Scheduler::plan_running(StepPlan& plan, int& budget, double now) {
 }
 
 // Admissions: strict priority, the head is never bypassed.
-void Scheduler::admit_queued(StepPlan& plan, int& budget, double now) {
+void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out) {
   while (budget > 0) {
     Req* h = queue_head(now);
     if (!h) break;
@@ -247,12 +292,18 @@ void Scheduler::admit_queued(StepPlan& plan, int& budget, double now) {
       for (const StepPlan::Slice& s : plan.slices) budget -= s.n;
       if (budget <= 0) break;
     }
-    if (awaits_inflight_prefix(*h)) {
+    if (awaits_tier(*h, now)) {
+      ++st_.tier_waits;
+      break;
+    }
+    const bool handover = h->r.handover && !h->started;  // preempted later: it recomputes like any other
+    if (!handover && awaits_inflight_prefix(*h)) {
       ++st_.prefix_waits;
       break;
     }
     remove_queued(h);
-    admit(h, budget, plan);
+    if (handover) admit_handover(h, plan, out);
+    else admit(h, budget, plan);
   }
 }
 
@@ -285,7 +336,7 @@ StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
   expire_queued(now, out);
   int budget = batch_tokens();
   plan_running(plan, budget, now);
-  admit_queued(plan, budget, now);
+  admit_queued(plan, budget, now, out);
   trim_queue(now, out);
   return plan;
 }

@@ -101,6 +101,10 @@ void Scheduler::sample(StepPlan& plan, const StepResult& res) {
 
 void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
   Choice& c = r->ch[size_t(ci)];
+  if (r->r.hand_off && c.n_gen == 0) {
+    hand_off(r, ci, s, out);
+    return;
+  }
   if (s.eog) {
     finish_choice(r, ci, FinishReason::Stop, -1, out);
     return;
@@ -118,6 +122,21 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   ++st_.generated_tokens;
   if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
     finish_choice(r, ci, FinishReason::Length, s.token, out);
+}
+
+// A prefill worker's request (Request::hand_off) ends at its first token,
+// whatever it is (the decode side judges end of generation and limits), and
+// its sequence leaves the scheduler unreleased: the event's holder ships its
+// K/V and then releases it.
+void Scheduler::hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
+  Choice& c = r->ch[size_t(ci)];
+  const HandOff h{c.seq, s.token, c.sampler->draws()};
+  c.seq = -1;
+  c.have = 0;
+  ++c.n_gen;
+  ++st_.generated_tokens;
+  finish_choice(r, ci, FinishReason::HandedOff, -1, out);
+  out.back().hand_off = h;
 }
 
 // The forward threw: its state for these sequences cannot be trusted, so

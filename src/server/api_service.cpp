@@ -4,10 +4,17 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <climits>
+#include <regex>
+#include <sstream>
 #include <random>
 
 #include "kv/prefix_hash.h"
+#include "server/dashboard_page.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab.h"
 #include "sched/clock.h"
 
 namespace kvs::server {
@@ -61,6 +68,77 @@ ApiService::ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegi
   // The same model file (and so the same outputs for a seed) gives the same
   // fingerprint across restarts.
   fingerprint_ = "fp_" + (opts_.model_identity.empty() ? std::string("kvserve") : opts_.model_identity.substr(0, 10));
+  if (opts_.dashboard) {
+    DashboardOptions d = opts_.dashboard_opts;
+    if (d.model_id.empty()) d.model_id = opts_.model_id;
+    if (!opts_.plots_dir.empty()) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(opts_.plots_dir, ec))
+        if (e.path().extension() == ".svg") d.plots.push_back(e.path().filename().string());
+      std::sort(d.plots.begin(), d.plots.end());
+    }
+    dash_ = std::make_unique<ServeDashboard>(loop_, &tenants_, &counters_, d);
+    hub_ = std::make_unique<DashboardHub>([this] { return dash_->sample(); }, opts_.dashboard_period_s);
+  }
+}
+
+void ApiService::set_draining(bool on) {
+  draining_ = on;
+  if (on && hub_) hub_->stop();
+}
+
+Routed ApiService::dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake) {
+  Routed r;
+  if (req.method != "GET") {
+    r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use GET"));
+    return r;
+  }
+  if (path == "/dashboard") {
+    // The page holds no data (it reads /dashboard/events with the key), so
+    // a browser may load it without an Authorization header.
+    r.response.content_type = "text/html; charset=utf-8";
+    r.response.body = dashboard_html();
+    return r;
+  }
+  static const std::string kPlots = "/dashboard/plots/";
+  if (path.compare(0, kPlots.size(), kPlots) == 0) {
+    const std::string name = path.substr(kPlots.size());
+    static const std::regex kName("[A-Za-z0-9][A-Za-z0-9._-]*\\.svg");
+    const auto& plots = dash_->options().plots;
+    if (!std::regex_match(name, kName) || std::find(plots.begin(), plots.end(), name) == plots.end()) {
+      r.response = error_response(make_error(404, "not_found_error", "not_found", "no such plot"));
+      return r;
+    }
+    std::ifstream f(std::filesystem::path(opts_.plots_dir) / name, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    r.response.content_type = "image/svg+xml";
+    r.response.body = ss.str();
+    return r;
+  }
+  if (tenants_.auth_required()) {
+    auto caller = tenants_.authenticate(req.authorization);
+    if (!caller) {
+      r.response = error_response(unauthorized());
+      return r;
+    }
+    if (!caller->policy.admin) {
+      r.response = error_response(make_error(403, "permission_error", "not_admin", "the dashboard needs an admin key"));
+      return r;
+    }
+  }
+  if (path == "/dashboard/events") {
+    r.stream = hub_->subscribe(std::move(wake));
+    return r;
+  }
+  if (path == "/dashboard/snapshot") {
+    r.response.body = hub_->latest();
+    if (r.response.body.empty())
+      r.response = error_response(make_error(503, "service_unavailable", "loading", "no snapshot yet"));
+    return r;
+  }
+  r.response = error_response(make_error(404, "not_found_error", "not_found", "no route for GET " + path));
+  return r;
 }
 
 void ApiService::log(const std::string& line) const {
@@ -103,6 +181,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     if (opts_.extra_metrics) r.response.body += opts_.extra_metrics();
     return r;
   }
+  if (hub_ && (path == "/dashboard" || path.compare(0, 11, "/dashboard/") == 0)) return dashboard(req, path, std::move(wake));
   if ((path == "/v1/models" || path == "/models") && req.method == "GET") {
     r.response = models(req);
     return r;
@@ -170,8 +249,12 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     return out;
   }
   Prepared pr;
+  std::optional<HandoverQuery> hq;
   try {
     pr = prepare(ep, req);
+    hq = handover_query(req.target);
+    if ((hq || opts_.hand_off_sink) && (pr.prompts.size() != 1 || pr.p.n != 1))
+      throw bad_request("a request served by a prefill and a decode worker must have one prompt and n = 1", "n");
   } catch (const ApiError& e) {
     out.response = fail(e, caller->tenant_hash);
     return out;
@@ -189,7 +272,30 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     }
     reserved = pr.need_blocks;
   }
-  return submit(ep, std::move(pr), *caller, reserved, std::move(wake));
+  return submit(ep, std::move(pr), *caller, reserved, std::move(wake), hq);
+}
+
+// ?kv_handover=HANDLE.TOKEN.DRAWS.SEED, as the router passes on what the
+// prefill worker answered.
+std::optional<ApiService::HandoverQuery> ApiService::handover_query(const std::string& target) const {
+  static const std::string kKey = "kv_handover=";
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  const size_t at = target.find(kKey, q);
+  if (at == std::string::npos) return std::nullopt;
+  if (!opts_.accept_handover)
+    throw bad_request("kv_handover is only accepted by a decode worker (kvserve serve --role decode)", "kv_handover");
+  const std::string v = target.substr(at + kKey.size(), target.find('&', at) - at - kKey.size());
+  unsigned long long handle = 0, draws = 0, seed = 0;
+  long long token = -1;
+  int used = 0;
+  if (std::sscanf(v.c_str(), "%llu.%lld.%llu.%llu%n", &handle, &token, &draws, &seed, &used) != 4 ||
+      size_t(used) != v.size() || token < 0 || token > INT32_MAX)
+    throw bad_request("kv_handover must be HANDLE.TOKEN.DRAWS.SEED (unsigned integers)", "kv_handover");
+  HandoverQuery h;
+  h.h = sched::Handover{handle, int32_t(token), draws};
+  h.seed = seed;
+  return h;
 }
 
 ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) const {
@@ -210,8 +316,8 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   }
   for (const PromptInput& in : p.prompts) {
     if (in.ids) {
-      for (int32_t t : *in.ids)
-        if (t >= tok_.n_vocab()) throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
+      if (first_token_outside_vocab(*in.ids, tok_.n_vocab()) >= 0)
+        throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
       pr.prompts.push_back(*in.ids);
     } else {
       const std::vector<int> ids = tok_.encode(in.text, add_bos, false);
@@ -244,7 +350,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
 }
 
 Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved,
-                          std::function<void()> wake) {
+                          std::function<void()> wake, const std::optional<HandoverQuery>& hq) {
   Routed out;
   const ParsedRequest& p = pr.p;
   // Service class: the key's class is the ceiling; a request may ask for
@@ -263,7 +369,8 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.tenants = &tenants_;
   s.counters = &counters_;
   s.endpoint = ep;
-  s.stream = p.stream;
+  s.hand_off = bool(opts_.hand_off_sink);
+  s.stream = p.stream && !s.hand_off;  // the prefill worker's answer is the hand-over
   s.include_usage = p.include_usage;
   s.logprobs = p.logprobs;
   s.n = p.n;
@@ -281,13 +388,14 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.quota_blocks = reserved;
   s.log_prefix = std::string("id=") + idbuf + " tenant=" + caller.tenant_hash + " prefix=" + prefix_hash +
                  " class=" + sched::to_string(slo) + (s.prompts > 1 ? " prompts=" + std::to_string(s.prompts) : "") +
-                 (p.stream ? " stream" : "");
+                 (p.stream ? " stream" : "") + (hq ? " handover=" + std::to_string(hq->h.handle) : "");
   s.queue_events = opts_.stream_queue_events;
   s.log = opts_.log;
+  const uint64_t seed = hq ? hq->seed : p.seeded ? p.sampling.seed : std::random_device{}();
+  s.seed = seed;
   auto ex = std::make_shared<Exchange>(std::move(s));
   ex->queue()->set_wake(std::move(wake));
 
-  const uint64_t seed = p.seeded ? p.sampling.seed : std::random_device{}();
   for (size_t i = 0; i < pr.prompts.size(); ++i) {
     sched::Request r;
     r.prompt = std::move(pr.prompts[i]);
@@ -304,6 +412,11 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.logprobs = p.logprobs;
     r.top_logprobs = p.top_logprobs;
     r.sink = ex->sink_for(int(i));
+    if (opts_.hand_off_sink) {
+      r.hand_off = true;
+      r.sink = opts_.hand_off_sink(std::move(r.sink), scope);
+    }
+    if (hq) r.handover = hq->h;
     const sched::SubmitResult res = loop_.submit(std::move(r));
     if (!res.accepted) {
       // The exchange's destructor cancels the prompts already submitted,

@@ -14,6 +14,8 @@
 
 #include "sched/engine_loop.h"
 #include "server/chat_template.h"
+#include "server/dashboard.h"
+#include "server/dashboard_hub.h"
 #include "server/exchange.h"
 #include "server/metrics_text.h"
 #include "server/tenants.h"
@@ -40,6 +42,19 @@ struct ApiOptions {
   // Request log lines (accepted and rejected; hashes and counts, never
   // text). Default: stderr.
   std::function<void(const std::string&)> log;
+  // GET /dashboard and its event stream (admin key only with --api-keys).
+  bool dashboard = true;
+  double dashboard_period_s = 1.0;
+  DashboardOptions dashboard_opts;
+  std::string plots_dir;  // SVG plots linked from the dashboard; empty = none
+  // Disaggregated serving (docs/DISAGG.md). Prefill worker: every
+  // completion runs to its first token, is submitted with the sink this
+  // returns (which ships its K/V to the decode worker) and is answered with
+  // the hand-over as JSON instead of text.
+  std::function<sched::EventSink(sched::EventSink, const Scope&)> hand_off_sink;
+  // Decode worker: a completion posted with ?kv_handover=HANDLE.TOKEN.DRAWS.SEED
+  // continues the handed-over request instead of prefilling.
+  bool accept_handover = false;
 };
 
 struct HttpRequest {
@@ -52,6 +67,7 @@ struct HttpRequest {
 struct Routed {
   HttpResponse response;               // used when exchange is null
   std::shared_ptr<Exchange> exchange;  // an accepted completion request
+  std::shared_ptr<ResponseStream> stream;  // another long response (the dashboard's events)
 };
 
 class ApiService {
@@ -63,7 +79,9 @@ class ApiService {
   Routed handle(const HttpRequest& req, std::function<void()> wake);
 
   void set_ready(bool on) { ready_ = on; }
-  void set_draining(bool on) { draining_ = on; }
+  // Draining also ends the dashboard's event streams (they never end by
+  // themselves).
+  void set_draining(bool on);
   bool draining() const { return draining_; }
   ServerCounters& counters() { return counters_; }
   const ApiOptions& options() const { return opts_; }
@@ -80,9 +98,18 @@ class ApiService {
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
   Prepared prepare(Endpoint ep, const HttpRequest& req) const;  // throws ApiError
-  Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake);
+  // A hand-over named by the request target (decode worker), its seed.
+  struct HandoverQuery {
+    sched::Handover h;
+    uint64_t seed = 0;
+  };
+  std::optional<HandoverQuery> handover_query(const std::string& target) const;  // throws ApiError
+  Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake,
+                const std::optional<HandoverQuery>& hq);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
   HttpResponse models(const HttpRequest& req) const;
+  // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*
+  Routed dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake);
   // Counts and logs a request the server turned away itself.
   HttpResponse fail(const ApiError& e, const std::string& tenant_hash);
   void log(const std::string& line) const;
@@ -96,6 +123,8 @@ class ApiService {
   std::atomic<uint64_t> next_id_{1};
   std::string id_salt_;
   std::string fingerprint_;  // system_fingerprint: the model identity, shortened
+  std::unique_ptr<ServeDashboard> dash_;
+  std::unique_ptr<DashboardHub> hub_;  // after dash_: stops before it goes
 };
 
 }  // namespace kvs::server

@@ -101,6 +101,8 @@ sched::Usage Exchange::total_usage() const {
     u.prompt_tokens += p.usage.prompt_tokens;
     u.completion_tokens += p.usage.completion_tokens;
     u.cached_tokens += p.usage.cached_tokens;
+    u.tier_tokens += p.usage.tier_tokens;
+    u.tier_load_ms = std::max(u.tier_load_ms, p.usage.tier_load_ms);
   }
   return u;
 }
@@ -113,13 +115,21 @@ void Exchange::log_line() {
   int completion = 0;
   for (const Prompt& p : prompts_) completion += std::max(p.usage.completion_tokens, p.tokens_seen);
   const double t = sched::steady_now();
-  char buf[512];
+  char tier[64] = "";
+  if (u.tier_load_ms >= 0)
+    std::snprintf(tier, sizeof tier, " tier_tokens=%d tier_load_ms=%.1f", u.tier_tokens, u.tier_load_ms);
+  char handover[128] = "";
+  if (handed_)
+    std::snprintf(handover, sizeof handover, " handover_ms=%.1f kv_blocks_sent=%lld kv_blocks_skipped=%lld",
+                  handed_->seconds * 1e3, static_cast<long long>(handed_->blocks),
+                  static_cast<long long>(handed_->skipped_blocks));
+  char buf[640];
   std::snprintf(buf, sizeof buf,
-                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d ttft_ms=%.1f "
-                "e2e_ms=%.1f%s",
+                "kvserve: request %s status=%d prompt_tokens=%d cached_tokens=%d%s completion_tokens=%d ttft_ms=%.1f "
+                "e2e_ms=%.1f%s%s",
                 s_.log_prefix.c_str(), final_status_, std::max(u.prompt_tokens, s_.prompt_tokens), u.cached_tokens,
-                completion, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
-                gone_ ? " client_gone" : "");
+                tier, completion, t_first_ >= 0 ? (t_first_ - t0_) * 1e3 : -1.0, (t - t0_) * 1e3,
+                handover, gone_ ? " client_gone" : "");
   if (s_.log) {
     s_.log(buf);
   } else {
@@ -141,6 +151,7 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
   if (c.done) return true;
   const bool final = e.finish != FinishReason::None;
   if (final) p.usage = e.usage;
+  if (e.finish == FinishReason::HandedOff) handed_ = e.hand_off;
   if (e.token >= 0) ++p.tokens_seen;
   // Turned away before anything was sent (queue timeout, shutdown): the
   // client gets a proper 429/503 instead of an empty 200 stream; the other
@@ -200,6 +211,24 @@ void Exchange::finish(Output& out) {
     // finish_reason "error"; the error object says why before [DONE].
     if (!engine_error_.empty()) out.data += sse_data(error_body(engine_failure(engine_error_)));
     out.data += sse_done();
+    return;
+  }
+  if (handed_) {
+    // What the router passes to the decode worker (?kv_handover=...).
+    HttpResponse r;
+    r.body = dump(nlohmann::json{{"object", "kv.handover"},
+                                 {"id", s_.meta.id},
+                                 {"handle", handed_->handle},
+                                 {"first_token", handed_->first_token},
+                                 {"draws", handed_->draws},
+                                 {"seed", s_.seed},
+                                 {"blocks", handed_->blocks},
+                                 {"skipped_blocks", handed_->skipped_blocks},
+                                 {"bytes", handed_->bytes},
+                                 {"seconds", handed_->seconds},
+                                 {"usage", {{"prompt_tokens", usage.prompt_tokens}, {"cached_tokens", usage.cached_tokens}}}});
+    out.full = std::move(r);
+    final_status_ = 200;
     return;
   }
   std::vector<ChoiceResult> res;

@@ -17,6 +17,7 @@
 
 #include "sched/engine_loop.h"
 #include "server/openai_codec.h"
+#include "server/response_stream.h"
 #include "server/sse_stream.h"
 
 namespace kvs {
@@ -28,12 +29,6 @@ namespace kvs::server {
 class TenantRegistry;
 class ServerCounters;
 
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // extra (Retry-After, ...)
-};
 // An OpenAI error object as a response (Retry-After when e.retry_after_s > 0).
 HttpResponse error_response(const ApiError& e);
 // 500 for a request the engine failed while running it (FinishReason::Error).
@@ -41,7 +36,7 @@ ApiError engine_failure(const std::string& message);
 // The error for a request the engine loop rejected.
 ApiError reject_error(sched::RejectReason r, const std::string& message, double retry_after_s);
 
-class Exchange {
+class Exchange final : public ResponseStream {
  public:
   struct Setup {
     sched::EngineLoop* loop = nullptr;
@@ -60,6 +55,8 @@ class Exchange {
     std::string log_prefix;    // "id=... tenant=<hash> prefix=<hash>" (no text)
     size_t queue_events = 4096;
     std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
+    bool hand_off = false;     // prefill worker: answered with the hand-over, not text
+    uint64_t seed = 0;         // the sampling seed (a hand-over passes it on)
   };
   explicit Exchange(Setup s);
   ~Exchange();
@@ -73,17 +70,11 @@ class Exchange {
   sched::EventSink sink_for(int prompt) const;
   bool streaming() const { return s_.stream; }
 
-  struct Output {
-    std::optional<HttpResponse> full;  // a whole response (non-streaming result, or an error before streaming)
-    bool start_stream = false;         // send the SSE response head now (first time only)
-    std::string data;                  // SSE bytes to send (after the head)
-    bool done = false;                 // nothing more will come
-    bool cut_off = false;              // the client could not keep up: close the connection
-  };
+  using Output = StreamOutput;
   // On the session's strand, after a wake-up: drains the queue.
-  Output poll();
+  Output poll() override;
   // The client went away (read EOF/reset or write failure): cancel now.
-  void client_gone();
+  void client_gone() override;
   // For the access log: the HTTP status that was sent.
   void set_final_status(int status) { final_status_ = status; }
 
@@ -114,6 +105,7 @@ class Exchange {
   std::string engine_error_;  // set when a choice ended with FinishReason::Error
   int final_status_ = 0;
   double t0_, t_first_ = -1;
+  std::optional<sched::HandOff> handed_;  // the prefill worker's hand-over
 };
 
 }  // namespace kvs::server

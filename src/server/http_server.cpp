@@ -91,7 +91,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
 
-  std::shared_ptr<Exchange> ex_;
+  std::shared_ptr<ResponseStream> ex_;  // a completion's Exchange or another stream
   bool in_request_ = false;
   bool keep_alive_ = true, chunked_ = true;
   std::string pending_, writing_;  // bytes to write next / in flight
@@ -193,8 +193,8 @@ class Session : public std::enable_shared_from_this<Session> {
       err.message = "internal error";
       r.response = error_response(err);
     }
-    if (r.exchange) {
-      ex_ = std::move(r.exchange);
+    if (r.exchange || r.stream) {
+      ex_ = r.exchange ? std::shared_ptr<ResponseStream>(std::move(r.exchange)) : std::move(r.stream);
       start_watch();
       pump();  // events may already be queued
       return;
@@ -235,7 +235,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // Do not format further ahead of a slow socket: the engine-side queue
     // fills instead, and its overflow cuts the client off.
     if (writing_now_ && pending_.size() > srv_->opts.max_pending_bytes) return;
-    Exchange::Output out = ex_->poll();
+    StreamOutput out = ex_->poll();
     if (out.cut_off) {
       ex_->client_gone();
       return close();

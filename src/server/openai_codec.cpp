@@ -277,6 +277,7 @@ const char* finish_reason_name(FinishReason f) {
     case FinishReason::Rejected: return "abort";
     case FinishReason::Error: return "error";
     case FinishReason::None: break;
+    case FinishReason::HandedOff: break;  // answered with the hand-over, never as a choice
   }
   return "stop";
 }

@@ -261,4 +261,13 @@ int64_t TenantRegistry::reserved(const std::string& tenant) const {
   return it == tenants_.end() ? 0 : it->second.reserved_blocks;
 }
 
+std::vector<TenantUsage> TenantRegistry::usage() const {
+  std::vector<TenantUsage> out;
+  if (keys_.empty()) return out;
+  std::lock_guard lk(mu_);
+  for (const auto& [id, st] : tenants_)
+    out.push_back({tenant_hash(id), st.policy.quota_blocks, st.reserved_blocks, st.policy.admin});
+  return out;
+}
+
 }  // namespace kvs::server

@@ -50,6 +50,14 @@ struct Caller {
   std::string tenant_hash;  // hex, first 16 chars of sha256(tenant): logs and labels only
 };
 
+// One tenant as the dashboard shows it: never the id, only its hash.
+struct TenantUsage {
+  std::string hash;             // tenant_hash(id)
+  int64_t quota_blocks = 0;     // the key file's quota_blocks (0: none)
+  int64_t reserved_blocks = 0;  // worst case of its requests in flight now
+  bool admin = false;
+};
+
 class TenantRegistry {
  public:
   // No file: one anonymous tenant ("anonymous"), no auth.
@@ -83,6 +91,8 @@ class TenantRegistry {
   bool try_reserve(const std::string& tenant, int64_t blocks);
   void release(const std::string& tenant, int64_t blocks);
   int64_t reserved(const std::string& tenant) const;
+  // Every tenant of the key file (none without one), by hash.
+  std::vector<TenantUsage> usage() const;
 
  private:
   struct State {

@@ -259,6 +259,17 @@ PlanResult make_plan(PlanInput in) {
   pf.seconds = std::max(tm, tc);
   pf.tok_s = pf.seconds > 0 ? P / pf.seconds : 0;
   pf.compute_bound = tc > tm;
+  TierReadEstimate& tr = p.tier_read;
+  tr.tokens = pf.tokens / in.block_size * in.block_size;
+  tr.bytes = double(tr.tokens) * double(p.kv_bytes_per_token);
+  tr.disk_s = in.disk_read_bps > 0 ? tr.bytes / in.disk_read_bps : 0;
+  tr.redis_s = in.redis_read_bps > 0 ? tr.bytes / in.redis_read_bps : 0;
+  TransferEstimate& xf = p.transfer;
+  xf.tokens = pf.tokens;
+  xf.formula_bytes = P * double(p.kv_bytes_per_token);
+  xf.wire_bytes = double((pf.tokens + in.block_size - 1) / in.block_size * in.block_size) * double(p.kv_bytes_per_token);
+  xf.seconds = in.link_bps > 0 ? xf.wire_bytes / in.link_bps : 0;
+  xf.breakeven_bps = pf.seconds > 0 ? xf.wire_bytes / pf.seconds : 0;
   if (p.has_roofline && !p.has_kernel_rates)
     p.notes.push_back("no measured kernel rate for the model's weight types (re-run `kvserve probe`): "
                       "expected decode = roofline terms summed");
@@ -373,6 +384,18 @@ nlohmann::json plan_to_json(const PlanResult& p) {
   j["prefill"] = {{"tokens", p.prefill.tokens},        {"ops", p.prefill.ops},
                   {"bytes", p.prefill.bytes},          {"seconds", p.prefill.seconds},
                   {"tok_s", p.prefill.tok_s},          {"bound", p.prefill.compute_bound ? "compute" : "memory"}};
+  j["tier_read"] = {{"tokens", p.tier_read.tokens},
+                    {"bytes", p.tier_read.bytes},
+                    {"disk_seconds", p.tier_read.disk_s},
+                    {"redis_seconds", p.tier_read.redis_s},
+                    {"disk_read_bytes_per_s", p.in.disk_read_bps},
+                    {"redis_read_bytes_per_s", p.in.redis_read_bps}};
+  j["transfer"] = {{"tokens", p.transfer.tokens},
+                   {"formula_bytes", p.transfer.formula_bytes},
+                   {"wire_bytes", p.transfer.wire_bytes},
+                   {"seconds", p.transfer.seconds},
+                   {"link_bytes_per_s", p.in.link_bps},
+                   {"breakeven_bytes_per_s", p.transfer.breakeven_bps}};
   j["notes"] = p.notes;
   return j;
 }

@@ -72,6 +72,10 @@ struct PlanInput {
   // Streamed weights by type (from the GGUF tensor table). Empty: the whole
   // model as the first word of model.weight_type.
   std::vector<WeightPart> weight_mix;
+  // Read rates of the KV tiers (--tier-disk-read, --tier-redis-read), bytes/s.
+  double disk_read_bps = 2e9, redis_read_bps = 1.25e9;
+  // The link between a prefill and a decode worker (--link), bytes/s.
+  double link_bps = 25e9;
 };
 
 // Activations of one 512-token step in f32 (residual, attention, FFN, logits).
@@ -113,6 +117,22 @@ struct PrefillEstimate {
   bool compute_bound = false;
 };
 
+// Loading a prompt's K/V from a lower tier instead of prefilling it: the
+// prompt's full blocks at kv_bytes_per_token, read at each tier's rate.
+struct TierReadEstimate {
+  int64_t tokens = 0;  // prompt tokens in full blocks
+  double bytes = 0, disk_s = 0, redis_s = 0;
+};
+
+// Disaggregated serving: shipping a prefilled prompt's K/V to a decode
+// worker. Every block the prompt touches travels (the tail block whole);
+// the formula's bytes are tokens x kv_bytes_per_token.
+struct TransferEstimate {
+  int64_t tokens = 0;
+  double formula_bytes = 0, wire_bytes = 0, seconds = 0;
+  double breakeven_bps = 0;  // link rate at which shipping takes as long as prefilling again
+};
+
 struct PlanResult {
   PlanInput in;  // with defaults resolved
   uint64_t kv_bytes_per_token = 0, mha_bytes_per_token = 0, mqa_bytes_per_token = 0;
@@ -133,6 +153,8 @@ struct PlanResult {
   std::vector<WeightPart> weight_mix;  // resolved
   bool has_kernel_rates = false;       // some weight type had a measured kernel
   PrefillEstimate prefill;
+  TierReadEstimate tier_read;
+  TransferEstimate transfer;
   std::vector<std::string> notes;
 };
 

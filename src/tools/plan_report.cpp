@@ -138,6 +138,20 @@ std::string format_plan(const PlanResult& p) {
     o << "  prefill of " << p.prefill.tokens << " tokens: " << format_si(p.prefill.ops, "OP") << ", ~"
       << duration(p.prefill.seconds) << " (" << rate(p.prefill.tok_s) << " tok/s, "
       << (p.prefill.compute_bound ? "compute" : "memory") << "-bound)\n";
+    const TierReadEstimate& t = p.tier_read;
+    if (t.tokens > 0 && p.prefill.seconds > 0) {
+      auto vs = [&](double s) { return s > 0 ? num(p.prefill.seconds / s, "%.3g") + "x faster" : std::string("?"); };
+      o << "  reloading its " << t.tokens << " tokens of K/V (" << format_si(t.bytes, "B") << ") from a KV tier instead: disk ~"
+        << duration(t.disk_s) << " at " << format_si(p.in.disk_read_bps, "B/s") << " (" << vs(t.disk_s) << "), Redis ~"
+        << duration(t.redis_s) << " at " << format_si(p.in.redis_read_bps, "B/s") << " (" << vs(t.redis_s) << ")\n";
+    }
+    const TransferEstimate& x = p.transfer;
+    if (x.tokens > 0 && p.prefill.seconds > 0) {
+      o << "  shipping its K/V to a decode worker: " << format_si(x.formula_bytes, "B") << " (" << x.tokens << " x "
+        << format_si(double(p.kv_bytes_per_token), "B") << "), " << format_si(x.wire_bytes, "B")
+        << " in whole blocks; ~" << duration(x.seconds) << " at " << format_si(p.in.link_bps, "B/s")
+        << "; shipping beats recomputing above " << format_si(x.breakeven_bps, "B/s") << "\n";
+    }
   }
   if (!p.notes.empty()) o << "\n";
   for (const auto& n : p.notes) o << "note: " << n << "\n";

@@ -1,0 +1,92 @@
+#include "cli/kv_tier_args.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+
+#include "crypto/kdf.h"
+#include "tiers/disk_store.h"
+#include "tiers/redis_store.h"
+#include "tools/units.h"
+
+namespace kvs::cli {
+
+void add_kv_tier_args(CLI::App* c, KvTierArgs& a) {
+  c->add_option("--kv-disk", a.disk_dir,
+                "Directory of the encrypted disk KV tier: evicted and computed prefix blocks survive here, across restarts");
+  c->add_option("--kv-disk-size", a.disk_size, "Capacity of the disk tier (e.g. 20GiB)")->capture_default_str();
+  c->add_option("--kv-redis", a.redis_url,
+                "Redis KV tier shared by replicas: redis://HOST:PORT (replicas must share --kv-key-file)");
+  c->add_option("--kv-key-file", a.key_file,
+                "Master key of the KV tiers (created 0600 on first run; default ~/.config/kvserve/kv-tier.key)");
+  c->add_option("--kv-retention", a.retention_s,
+                "Seconds a tier keeps a block of a tenant without retention_s in --api-keys")
+      ->capture_default_str()->check(CLI::Range(1.0, 1e9));
+  c->add_option("--kv-tier-queue", a.queue, "Most block bytes waiting to be written behind (more are dropped)")
+      ->capture_default_str();
+}
+
+static std::string default_key_path() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string base = xdg && *xdg ? xdg : std::string(home && *home ? home : ".") + "/.config";
+  return base + "/kvserve/kv-tier.key";
+}
+
+static uint64_t size_flag(const char* flag, const std::string& v) {
+  try {
+    return tools::parse_size(v);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(flag) + ": " + e.what());
+  }
+}
+
+std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a) {
+  if (!a.any()) return std::nullopt;
+  // Every tier flag is checked before the model loads.
+  size_flag("--kv-disk-size", a.disk_size);
+  size_flag("--kv-tier-queue", a.queue);
+  if (!a.redis_url.empty()) tiers::parse_redis_url(a.redis_url);
+  const std::string path = a.key_file.empty() ? default_key_path() : a.key_file;
+  if (a.key_file.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  }
+  bool created = false;
+  try {
+    crypto::SecretKey k = crypto::load_or_create_key_file(path, &created);
+    if (created) std::fprintf(stderr, "kvserve: created the KV tier master key %s (mode 0600); keep it, or the tier's entries are lost\n", path.c_str());
+    return k;
+  } catch (const crypto::KeyFileError& e) {
+    throw std::runtime_error(std::string("--kv-key-file: ") + e.what());
+  }
+}
+
+std::vector<uint8_t> tier_scope_secret(const crypto::SecretKey& master) {
+  const crypto::SecretKey s = crypto::derive_key(master, "prefix-cache-scope-secret");
+  return {s.span().begin(), s.span().end()};
+}
+
+std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::SecretKey& master,
+                                            const std::string& model_identity, const KvLayout& layout) {
+  auto log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
+  std::vector<std::unique_ptr<tiers::BlobStore>> stores;
+  if (!a.disk_dir.empty()) {
+    const uint64_t size = size_flag("--kv-disk-size", a.disk_size);
+    stores.push_back(std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log));
+  }
+  if (!a.redis_url.empty())
+    stores.push_back(std::make_unique<tiers::RedisStore>(tiers::parse_redis_url(a.redis_url), tiers::RedisOptions{}, log));
+  tiers::TierSetOptions o;
+  o.default_retention_s = a.retention_s;
+  o.queue_bytes = int64_t(size_flag("--kv-tier-queue", a.queue));
+  const std::string desc = layout.describe() + " block " + std::to_string(layout.block_size) + " layers " +
+                           std::to_string(layout.n_layers) + " kv heads " + std::to_string(layout.n_kv_heads) +
+                           " head dim " + std::to_string(layout.head_dim) + " bytes " +
+                           std::to_string(layout.block_bytes());
+  return std::make_unique<tiers::TierSet>(master, tiers::make_tier_identity(model_identity, desc, layout.block_bytes()),
+                                          std::move(stores), o, log);
+}
+
+}  // namespace kvs::cli

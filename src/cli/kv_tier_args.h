@@ -1,0 +1,35 @@
+// The KV tier flags of `kvserve serve` (docs/KV.md, "Tiers") and the tier set
+// they build.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "crypto/secret_key.h"
+#include "kernels/kv_layout.h"
+#include "tiers/tier_set.h"
+
+namespace kvs::cli {
+
+struct KvTierArgs {
+  std::string disk_dir, disk_size = "10GiB", redis_url, key_file;
+  double retention_s = 86400;
+  std::string queue = "256MiB";
+  bool any() const { return !disk_dir.empty() || !redis_url.empty(); }
+};
+void add_kv_tier_args(CLI::App* cmd, KvTierArgs& a);
+
+// The master key (created on first use) when a tier is on. Throws with a
+// message naming the flag for a key file that must not be used.
+std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a);
+// The prefix-cache scope secret derived from the master key: stable across
+// restarts and equal on replicas that share the key file, so their scopes
+// (and so their tier entries) match.
+std::vector<uint8_t> tier_scope_secret(const crypto::SecretKey& master);
+std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::SecretKey& master,
+                                            const std::string& model_identity, const KvLayout& layout);
+
+}  // namespace kvs::cli

@@ -1,0 +1,188 @@
+#include "tiers/disk_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+#include "tiers/sealed_block.h"
+
+namespace fs = std::filesystem;
+
+namespace kvs::tiers {
+
+static bool parse_hex(const std::string& s, ScopeFp& fp) {
+  if (s.size() != 32) return false;
+  for (size_t i = 0; i < 16; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(s.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    fp[i] = uint8_t(v);
+  }
+  return true;
+}
+
+static bool valid_id(const std::string& id) {
+  if (id.size() < 4 || id.size() > 64) return false;
+  for (char c : id)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+DiskStore::DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, Log log)
+    : dir_(std::move(dir)), capacity_(capacity_bytes), log_(std::move(log)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw std::runtime_error("--kv-disk: cannot create " + dir_ + ": " + ec.message());
+  ::chmod(dir_.c_str(), 0700);
+  if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
+    throw std::runtime_error("--kv-disk: " + dir_ + " is not a writable directory: " + std::strerror(errno));
+  load_revoked();
+  scan(now_unix);
+}
+
+std::string DiskStore::path_of(const std::string& id) const { return dir_ + "/" + id.substr(0, 2) + "/" + id + ".kvb"; }
+
+void DiskStore::load_revoked() {
+  std::ifstream in(dir_ + "/revoked");
+  std::string line;
+  ScopeFp fp;
+  while (std::getline(in, line))
+    if (parse_hex(line, fp)) revoked_.insert(fp);
+}
+
+// Rebuilds the index from the files' headers: stray temporaries, unreadable
+// or foreign files, expired and revoked entries are deleted.
+void DiskStore::scan(int64_t now_unix) {
+  struct Found {
+    std::string id;
+    Entry e;
+    fs::file_time_type mtime;
+  };
+  std::vector<Found> found;
+  std::error_code ec;
+  int64_t dropped = 0;
+  for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file() || it.depth() != 1) continue;
+    const fs::path p = it->path();
+    const std::string id = p.stem().string();
+    EntryHeader h;
+    std::vector<uint8_t> head(kHeaderBytes);
+    std::ifstream f(p, std::ios::binary);
+    const bool ok = p.extension() == ".kvb" && valid_id(id) &&
+                    f.read(reinterpret_cast<char*>(head.data()), std::streamsize(head.size())) && parse_header(head, h) &&
+                    h.expires_unix > now_unix && !revoked_.count(h.scope);
+    if (!ok) {
+      fs::remove(p, ec);
+      ++dropped;
+      continue;
+    }
+    Found fnd{id, {}, it->last_write_time(ec)};
+    fnd.e.bytes = int64_t(it->file_size(ec));
+    fnd.e.scope = h.scope;
+    fnd.e.expires = h.expires_unix;
+    found.push_back(std::move(fnd));
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  for (Found& f : found) {
+    lru_.push_back(f.id);
+    f.e.lru = std::prev(lru_.end());
+    bytes_ += f.e.bytes;
+    index_.emplace(f.id, f.e);
+  }
+  while (bytes_ > capacity_ && !lru_.empty()) remove(lru_.front());
+  if (!index_.empty() || dropped)
+    log("kv tier disk: " + std::to_string(index_.size()) + " entries (" + std::to_string(bytes_.load()) +
+        " bytes) from a previous run in " + dir_ + (dropped ? ", " + std::to_string(dropped) + " expired, revoked or unreadable files deleted" : ""));
+}
+
+void DiskStore::remove(const std::string& id) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return;
+  ::unlink(path_of(id).c_str());
+  bytes_ -= it->second.bytes;
+  lru_.erase(it->second.lru);
+  index_.erase(it);
+}
+
+PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) {
+  if (!valid_id(id)) throw std::invalid_argument("disk tier: bad entry id");
+  if (revoked_.count(meta.scope)) return PutStatus::Failed;
+  if (auto it = index_.find(id); it != index_.end()) {
+    lru_.splice(lru_.end(), lru_, it->second.lru);
+    return PutStatus::Exists;
+  }
+  const int64_t size = int64_t(blob.size());
+  if (size > capacity_) return PutStatus::NoRoom;
+  while (bytes_ + size > capacity_ && !lru_.empty()) {
+    remove(lru_.front());
+    ++evictions_;
+  }
+  const std::string path = path_of(id), tmp = path + ".tmp";
+  ::mkdir((dir_ + "/" + id.substr(0, 2)).c_str(), 0700);  // EEXIST is fine
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < blob.size();) {
+    const ssize_t w = ::write(fd, blob.data() + done, blob.size() - done);
+    if (w <= 0) ok = false;
+    else done += size_t(w);
+  }
+  const int err = ok ? 0 : errno;
+  if (fd >= 0) ok = (::close(fd) == 0) && ok;
+  if (ok) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    log("kv tier disk: cannot write entry " + id.substr(0, 8) + "…: " + std::strerror(err ? err : errno) +
+        " (the block stays in RAM only)");
+    return PutStatus::Failed;
+  }
+  lru_.push_back(id);
+  index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, std::prev(lru_.end())});
+  bytes_ += size;
+  return PutStatus::Stored;
+}
+
+GetStatus DiskStore::get(const std::string& id, std::vector<uint8_t>& out) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return GetStatus::Miss;
+  out.resize(size_t(it->second.bytes));
+  std::ifstream f(path_of(id), std::ios::binary);
+  if (!f.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size())) || f.peek() != EOF) {
+    log("kv tier disk: entry " + id.substr(0, 8) + "… is unreadable or changed size; deleted");
+    remove(id);
+    return GetStatus::Failed;
+  }
+  lru_.splice(lru_.end(), lru_, it->second.lru);
+  return GetStatus::Hit;
+}
+
+void DiskStore::erase(const std::string& id) { remove(id); }
+
+int64_t DiskStore::erase_scope(const ScopeFp& scope) {
+  if (revoked_.insert(scope).second) {
+    std::ofstream(dir_ + "/revoked", std::ios::app) << hex(scope) << "\n";
+  }
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : index_)
+    if (e.scope == scope) ids.push_back(id);
+  for (const auto& id : ids) remove(id);
+  return int64_t(ids.size());
+}
+
+int64_t DiskStore::sweep_expired(int64_t now_unix) {
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : index_)
+    if (e.expires <= now_unix) ids.push_back(id);
+  for (const auto& id : ids) remove(id);
+  return int64_t(ids.size());
+}
+
+}  // namespace kvs::tiers

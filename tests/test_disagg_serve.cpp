@@ -1,0 +1,319 @@
+// Disaggregated serving with real processes on 127.0.0.1 (stories260K):
+// `kvserve serve --role prefill` and `--role decode` behind `kvserve router
+// --prefill-worker --decode-worker`, next to a `--role both` server. Greedy
+// and seeded outputs equal the `both` server's; the transfer counters and
+// the request log show the hand-over; a handshake with another kv type is
+// refused with the field named; a full decode pool answers 429 with
+// Retry-After; the prefill worker killed mid-request and the decode worker
+// killed mid-stream leave no blocks held on the survivor, which keeps
+// serving; a client leaving mid-stream cancels the request on the decode
+// worker. (Separate network namespaces are not used: loopback only.)
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvs_process.h"
+#include "test_util.h"
+
+using namespace kvs;
+using nlohmann::json;
+using test::KvsProcess;
+
+namespace {
+
+std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
+
+std::string secret_file() {
+  const std::string p = test::temp_dir() + "/pd.secret";
+  std::ofstream(p) << "0123456789abcdef0123456789abcdef";
+  return p;
+}
+
+int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
+
+std::vector<std::string> serve_args(int http_port, std::vector<std::string> extra) {
+  std::vector<std::string> a = {"serve", "-m", stories(), "--port", std::to_string(http_port), "--threads", "1",
+                                "--cache-secret-file", secret_file()};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// A decode worker on a fixed UCX port (so a restarted one is found again).
+struct Decode {
+  int http = test::free_port(), ucx = test::free_port();
+  std::vector<std::string> extra;
+  std::unique_ptr<KvsProcess> p;
+  void start() {
+    std::vector<std::string> e = {"--role", "decode", "--kv-listen", "127.0.0.1:" + std::to_string(ucx)};
+    e.insert(e.end(), extra.begin(), extra.end());
+    p = std::make_unique<KvsProcess>(serve_args(http, e), "kvserve: role decode");
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
+};
+
+struct Prefill {
+  int http = test::free_port();
+  std::unique_ptr<KvsProcess> p;
+  void start(const Decode& d, std::vector<std::string> extra = {}) {
+    std::vector<std::string> e = {"--role", "prefill", "--decode-peer", "127.0.0.1:" + std::to_string(d.ucx)};
+    e.insert(e.end(), extra.begin(), extra.end());
+    p = std::make_unique<KvsProcess>(serve_args(http, e), "kvserve: role prefill");
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
+};
+
+std::unique_ptr<KvsProcess> start_router(const Prefill& pf, const Decode& d) {
+  return std::make_unique<KvsProcess>(
+      std::vector<std::string>{"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(),
+                               "--health-interval", "0.2", "--startup-timeout", "20", "--prefill-worker", pf.url(),
+                               "--decode-worker", d.url()},
+      "kvserve router: listening on");
+}
+
+std::string story(int sentences) {
+  std::string s;
+  for (int i = 0; i < sentences; ++i) s += "Once upon a time there was a little girl who liked to play in the park. ";
+  return s;
+}
+
+test::HttpReply complete(int port, const json& body, size_t stop_after = 0) {
+  return test::http_request(port, "POST", "/v1/completions", body.dump(), {}, 60, stop_after);
+}
+
+json request(const std::string& prompt, int max_tokens, double temperature = 0, bool stream = false) {
+  json b = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", temperature}, {"stream", stream}};
+  if (temperature > 0) b["seed"] = 42;
+  return b;
+}
+
+std::string text_of(const test::HttpReply& r) {
+  const json j = json::parse(r.body, nullptr, false);
+  if (!j.is_object() || !j.contains("choices")) return "<" + std::to_string(r.status) + " " + r.body + ">";
+  return j["choices"][0]["text"].get<std::string>();
+}
+
+// The text of an SSE stream's chunks.
+std::string stream_text(const std::string& body) {
+  std::string t;
+  size_t at = 0;
+  while ((at = body.find("data: {", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const json j = json::parse(body.substr(at + 6, end - at - 6), nullptr, false);
+    if (j.is_object() && j.contains("choices") && !j["choices"].empty()) t += j["choices"][0].value("text", "");
+    at = end;
+  }
+  return t;
+}
+
+template <class F>
+bool eventually(F pred, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+// POSTs `body` on a raw connection, calls `on_first` once the first SSE
+// event arrived, and returns everything read until the server closes.
+std::string stream_with(int port, const json& body, const std::function<void()>& on_first) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return {};
+  }
+  const std::string b = body.dump();
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
+    ::close(fd);
+    return {};
+  }
+  std::string got;
+  bool fired = false;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+    got.append(buf, size_t(n));
+    if (!fired && got.find("data: {") != std::string::npos) {
+      fired = true;
+      on_first();
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
+// No blocks used, and on a decode worker no transfer or unclaimed adoption
+// (adoptions happen between engine steps, so the gauge is the live figure).
+bool idle(int port) {
+  const double holding = test::metric_value(port, "kvserve_kv_transfer_holding{role=\"decode\"}");
+  return test::metric_value(port, "kvserve_kv_blocks_used") == 0 && holding <= 0;
+}
+
+#define REQUIRE_SHARED() \
+  if (!test::shared_available()) GTEST_SKIP() << "needs ../shared"
+
+}  // namespace
+
+TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  KvsProcess both(serve_args(0, {}), "listening on");
+  auto router = start_router(pf, d);
+  const int rp = port_of(*router), bp = port_of(both);
+  for (double temp : {0.0, 0.8}) {
+    const json b = request(story(4), 24, temp);
+    const test::HttpReply ref = complete(bp, b), got = complete(rp, b);
+    ASSERT_EQ(ref.status, 200) << ref.body;
+    ASSERT_EQ(got.status, 200) << got.body << router->log() << pf.p->log() << d.p->log();
+    EXPECT_EQ(text_of(got), text_of(ref)) << "temperature " << temp;
+  }
+  // Streamed through the router from the decode worker.
+  const json s = request(story(3), 16, 0, true);
+  const test::HttpReply st = complete(rp, s);
+  ASSERT_EQ(st.status, 200);
+  EXPECT_EQ(stream_text(st.body), text_of(complete(bp, request(story(3), 16))));
+  EXPECT_NE(st.body.find("data: [DONE]"), std::string::npos);
+
+  const double sent = test::metric_value(pf.http, "kvserve_kv_transfer_blocks_total{role=\"prefill\"}");
+  EXPECT_GT(sent, 0);
+  EXPECT_EQ(sent, test::metric_value(d.http, "kvserve_kv_transfer_blocks_total{role=\"decode\"}"));
+  EXPECT_GT(test::metric_value(d.http, "kvserve_kv_transfer_bytes_total{role=\"decode\"}"), 0);
+  // The prompts share their first sentences: some blocks did not travel again.
+  EXPECT_GT(test::metric_value(pf.http, "kvserve_kv_transfer_skipped_blocks_total{role=\"prefill\"}"), 0);
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+  EXPECT_NE(pf.p->log().find("handover_ms="), std::string::npos);
+  EXPECT_NE(d.p->log().find("handover="), std::string::npos);
+}
+
+TEST(DisaggServe, HandshakeWithAnotherKvTypeIsRefusedWithTheFieldNamed) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.extra = {"--kv-type", "f16"};
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  const test::HttpReply r = complete(pf.http, request(story(2), 4));
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("kv type"), std::string::npos) << r.body;
+  EXPECT_NE(d.p->log().find("kv type"), std::string::npos) << d.p->log();
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+}
+
+TEST(DisaggServe, FullDecodePoolIs429WithRetryAfter) {
+  REQUIRE_SHARED();
+  Decode d;
+  // One 256-token context of stories260K's f32 K/V: sixteen blocks.
+  d.extra = {"--ctx", "256", "--kv-memory", "320KiB", "--max-request-share", "1", "--kv-headroom", "0",
+             "--kv-claim-timeout", "1"};
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  // Handed over straight from the prefill worker and never claimed: ten
+  // blocks held on the decode worker until the claim timeout.
+  const test::HttpReply held = complete(pf.http, request(story(6), 4));
+  ASSERT_EQ(held.status, 200) << held.body;
+  EXPECT_NE(held.body.find("kv.handover"), std::string::npos);
+  EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_holding{role=\"decode\"}"), 1);
+  std::string other;
+  for (int i = 0; i < 5; ++i) other += "The dog ran fast in the green field and barked at the birds. ";
+  const test::HttpReply r = complete(port_of(*router), request(other, 4));
+  EXPECT_EQ(r.status, 429) << r.body;
+  ASSERT_TRUE(r.headers.count("retry-after"));
+  EXPECT_FALSE(r.headers.at("retry-after").empty());
+  EXPECT_NE(r.body.find("decode worker has no free KV blocks"), std::string::npos) << r.body;
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+  // The unclaimed blocks are back: the same request goes through.
+  EXPECT_EQ(complete(port_of(*router), request(other, 4)).status, 200);
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+}
+
+TEST(DisaggServe, PrefillKilledMidRequestLeavesTheDecodeWorkerIdleAndServing) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.extra = {"--kv-transfer-timeout", "2", "--kv-claim-timeout", "2"};
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  const int rp = port_of(*router);
+  // A prompt near the context: the kill lands while it is prefilled or shipped.
+  auto pending = std::async(std::launch::async, [&] { return complete(rp, request(story(19), 8)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  pf.p->kill9();
+  const test::HttpReply r = pending.get();
+  if (r.status == 200) GTEST_LOG_(INFO) << "the request finished before the kill landed; checking the survivor only";
+  else EXPECT_EQ(r.status, 502) << r.body;
+  // Whatever the decode side reserved or adopted is freed (disconnect,
+  // transfer or claim timeout).
+  EXPECT_TRUE(eventually([&] { return idle(d.http); }, 10));
+  Prefill again;
+  again.http = pf.http;
+  again.start(d);
+  EXPECT_TRUE(eventually([&] { return complete(rp, request("Once upon a time", 4)).status == 200; }, 15));
+}
+
+TEST(DisaggServe, DecodeKilledMidStreamEndsTheStreamWithAnErrorAndThePrefillWorkerRecovers) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  const int rp = port_of(*router);
+  json b = request(story(2), 400, 0, true);
+  b["ignore_eos"] = true;
+  const std::string body = stream_with(rp, b, [&] { d.p->kill9(); });
+  ASSERT_FALSE(body.empty());
+  if (body.find("worker_failed") == std::string::npos)
+    GTEST_LOG_(INFO) << "the stream ended before the kill landed; checking the survivor only";
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos) << body;
+  EXPECT_TRUE(eventually([&] { return idle(pf.http); }, 10));
+  // With the decode worker gone the prefill worker answers with a clear
+  // error and holds nothing; once it is back, requests flow again.
+  const test::HttpReply lost = complete(pf.http, request("Once upon a time", 4));
+  EXPECT_EQ(lost.status, 500);
+  EXPECT_NE(lost.body.find("decode worker"), std::string::npos) << lost.body;
+  EXPECT_TRUE(eventually([&] { return idle(pf.http); }, 10));
+  d.start();
+  EXPECT_TRUE(eventually([&] { return complete(rp, request("Once upon a time", 4)).status == 200; }, 20));
+}
+
+TEST(DisaggServe, ClientLeavingMidStreamCancelsOnTheDecodeWorker) {
+  REQUIRE_SHARED();
+  Decode d;
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  json b = request("Once upon a time", 450, 0, true);
+  b["ignore_eos"] = true;
+  const test::HttpReply r = complete(port_of(*router), b, 300);  // hangs up after a few chunks
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.find("data: [DONE]"), std::string::npos);
+  // The router hangs up on the decode worker, which cancels the request.
+  EXPECT_TRUE(eventually([&] { return test::metric_value(d.http, "kvserve_client_disconnects_total") >= 1; }, 10));
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+  EXPECT_EQ(complete(port_of(*router), request("Once upon a time", 4)).status, 200);
+}

@@ -1,0 +1,480 @@
+// KV transfers between a prefill and a decode engine over UCX loopback, in
+// one process (stories260K): greedy output after a transfer is token- and
+// logit-identical to one engine doing both, for f32, f16 and int8 caches;
+// shared prefixes travel once; and every failure (no room, a handshake with
+// another model or kv type, a garbled, truncated or abandoned transfer)
+// frees what the decode side reserved.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <thread>
+
+#include "disagg/decode_endpoint.h"
+#include "disagg/prefill_endpoint.h"
+#include "disagg/ucx_link.h"
+#include "disagg/wire.h"
+#include "model/model.h"
+#include "test_util.h"
+
+using namespace kvs;
+using namespace kvs::disagg;
+
+namespace {
+
+int argmax(const float* p, int n) { return int(std::max_element(p, p + n) - p); }
+
+struct Gen {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // the row each token was drawn from
+};
+
+// Greedy decode from a sequence that holds the prompt's K/V, `first` drawn.
+Gen decode_from(PagedEngine& pe, SeqId seq, int32_t first, int n, std::mutex* mu = nullptr) {
+  Gen g;
+  int32_t t = first;
+  for (int i = 0; i < n; ++i) {
+    g.tokens.push_back(t);
+    const std::vector<int32_t> one{t};
+    std::unique_lock<std::mutex> lk;
+    if (mu) lk = std::unique_lock(*mu);
+    StepResult s = pe.step({{seq, one}});
+    EXPECT_TRUE(s.ok);
+    g.logits.emplace_back(s.logits_of(0), s.logits_of(0) + s.n_vocab);
+    t = argmax(s.logits_of(0), s.n_vocab);
+  }
+  return g;
+}
+
+// Prefills `prompt`; returns the sequence and its first greedy token.
+std::pair<SeqId, int32_t> prefill(PagedEngine& pe, const std::vector<int32_t>& prompt, const Scope& scope) {
+  const SeqAdmission a = pe.add(prompt, scope);
+  StepResult s = pe.step({{a.seq, uncached_tail(prompt, a)}});
+  EXPECT_TRUE(s.ok);
+  return {a.seq, argmax(s.logits_of(0), s.n_vocab)};
+}
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = int32_t(3 + rng() % 500);
+  return p;
+}
+
+int32_t used(PagedEngine& pe, std::mutex& mu) {
+  std::lock_guard lk(mu);
+  return pe.kv().used_blocks();
+}
+
+// Waits (bounded) until `f` holds.
+template <class F>
+bool eventually(F f, double seconds = 10) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return f();
+}
+
+struct Engines {
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<Engine> engine;
+  PagedEngineOptions o;
+  explicit Engines(KvType type, int64_t n_blocks = 64) {
+    model = Model::load(test::shared("models/stories260K/stories260K.gguf"));
+    engine = std::make_unique<Engine>(model, EngineOptions{1});
+    o.block_size = 16;
+    o.n_blocks = n_blocks;
+    o.max_ctx = 256;
+    o.cache.type = type;
+  }
+  std::unique_ptr<PagedEngine> paged(int64_t n_blocks = 0) {
+    PagedEngineOptions p = o;
+    if (n_blocks) p.n_blocks = n_blocks;
+    return std::make_unique<PagedEngine>(*engine, p);
+  }
+};
+
+class DisaggExact : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(DisaggExact, DecodeAfterTransferEqualsOneEngineDoingBoth) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(GetParam());
+  auto both = e.paged(), pre = e.paged(), dec = e.paged();
+  std::mutex dec_mu;
+  PagedAdoptionPool pool(*dec, dec_mu);
+  DecodeEndpoint decode(pool, {});
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const Scope scope = make_scope("test", "tenant");
+  const int32_t idle = used(*dec, dec_mu);
+
+  // 101 tokens: six full blocks and a tail; int8 keeps the open group in the residual.
+  const std::vector<int32_t> prompt = random_prompt(101, 7);
+  auto [ref_seq, ref_first] = prefill(*both, prompt, scope);
+  const Gen ref = decode_from(*both, ref_seq, ref_first, 16);
+
+  auto [seq, first] = prefill(*pre, prompt, scope);
+  EXPECT_EQ(first, ref_first);
+  const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+  pre->release(seq);
+  ASSERT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+  EXPECT_EQ(r.blocks_sent, 7);
+  EXPECT_EQ(r.blocks_skipped, 0);
+  EXPECT_EQ(r.bytes, 7 * int64_t(pre->layout().block_bytes()));
+  const auto adopted = decode.claim(r.handle);
+  ASSERT_TRUE(adopted);
+  EXPECT_FALSE(decode.claim(r.handle)) << "a handle is claimed once";
+  EXPECT_EQ(adopted->prompt, prompt);
+  EXPECT_EQ(adopted->first_token, first);
+  const Gen got = decode_from(*dec, adopted->seq, adopted->first_token, 16, &dec_mu);
+  EXPECT_EQ(got.tokens, ref.tokens);
+  for (size_t i = 0; i < ref.logits.size(); ++i)
+    EXPECT_EQ(std::memcmp(got.logits[i].data(), ref.logits[i].data(), ref.logits[i].size() * sizeof(float)), 0)
+        << "logits differ at step " << i;
+  {
+    std::lock_guard lk(dec_mu);
+    dec->kv().check_invariants(true);
+    // The adopted full blocks are in the decode side's prefix index.
+    EXPECT_EQ(dec->kv().cached_prefix_blocks(prompt, dec->kv_scope(scope)), 6);
+    dec->release(adopted->seq);
+  }
+  EXPECT_EQ(used(*dec, dec_mu), idle);
+
+  // A prompt sharing the first 64 tokens: their four blocks are not sent again.
+  std::vector<int32_t> second = random_prompt(90, 8);
+  std::copy(prompt.begin(), prompt.begin() + 64, second.begin());
+  auto [seq2, first2] = prefill(*pre, second, scope);
+  const ShipResult r2 = link.ship(shipment_of(*pre, seq2, scope, first2));
+  pre->release(seq2);
+  ASSERT_EQ(r2.status, ShipResult::Status::Ok) << r2.reason;
+  EXPECT_EQ(r2.blocks_skipped, 4);
+  EXPECT_EQ(r2.blocks_sent, 2);
+  const auto ad2 = decode.claim(r2.handle);
+  ASSERT_TRUE(ad2);
+  auto [ref2, ref2_first] = prefill(*both, second, scope);
+  EXPECT_EQ(decode_from(*dec, ad2->seq, first2, 8, &dec_mu).tokens, decode_from(*both, ref2, ref2_first, 8).tokens);
+  {
+    std::lock_guard lk(dec_mu);
+    dec->release(ad2->seq);
+  }
+  EXPECT_EQ(used(*dec, dec_mu), idle);
+  const TransferStats ps = link.stats(), ds = decode.stats();
+  EXPECT_EQ(ps.transfers, 2);
+  EXPECT_EQ(ds.blocks, 9);
+  EXPECT_EQ(ds.skipped_blocks, 4);
+  EXPECT_EQ(ds.bytes, ps.bytes);
+  EXPECT_EQ(decode.holding(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, DisaggExact, ::testing::Values(KvType::F32, KvType::F16, KvType::Int8),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(DisaggTransfer, BytesPerPromptTokenEqualTheFormula) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F32);
+  auto pre = e.paged(), dec = e.paged();
+  std::mutex dec_mu;
+  PagedAdoptionPool pool(*dec, dec_mu);
+  DecodeEndpoint decode(pool, {});
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const ModelConfig& c = e.model->config();
+  const std::vector<int32_t> prompt = random_prompt(128, 3);  // whole blocks: no tail slots
+  const Scope scope = make_scope("test", "t");
+  auto [seq, first] = prefill(*pre, prompt, scope);
+  const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+  ASSERT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+  // 2 (K and V) x layers x KV heads x head dim x bytes per element, per token.
+  const int64_t per_token = 2LL * c.n_layers * c.n_kv_heads * c.head_dim * 4;
+  EXPECT_EQ(r.bytes, per_token * int64_t(prompt.size()));
+  auto ad = decode.claim(r.handle);
+  ASSERT_TRUE(ad);
+  std::lock_guard lk(dec_mu);
+  dec->release(ad->seq);
+}
+
+TEST(DisaggFaults, FullDecodePoolAnswersNoRoomAndKeepsNothing) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F32);
+  auto pre = e.paged(), dec = e.paged(16);
+  std::mutex dec_mu;
+  PagedAdoptionPool pool(*dec, dec_mu);
+  DecodeEndpoint decode(pool, {});
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const Scope scope = make_scope("test", "t");
+  // A running sequence on the decode side holds 14 of 16 blocks.
+  const std::vector<int32_t> big = random_prompt(220, 1);
+  SeqId hold;
+  {
+    std::lock_guard lk(dec_mu);
+    hold = dec->add(big, scope).seq;
+    ASSERT_TRUE(dec->step({{hold, big}}).ok);
+  }
+  const int32_t before = used(*dec, dec_mu);
+  const std::vector<int32_t> prompt = random_prompt(60, 2);  // 4 blocks
+  auto [seq, first] = prefill(*pre, prompt, scope);
+  const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+  EXPECT_EQ(r.status, ShipResult::Status::NoRoom) << r.reason;
+  EXPECT_GT(r.retry_after_s, 0);
+  EXPECT_NE(r.reason.find("no free KV blocks"), std::string::npos) << r.reason;
+  EXPECT_EQ(used(*dec, dec_mu), before);
+  EXPECT_EQ(decode.holding(), 0);
+  // Room again: the same shipment goes through.
+  {
+    std::lock_guard lk(dec_mu);
+    dec->release(hold);
+  }
+  const ShipResult ok = link.ship(shipment_of(*pre, seq, scope, first));
+  ASSERT_EQ(ok.status, ShipResult::Status::Ok) << ok.reason;
+  auto ad = decode.claim(ok.handle);
+  ASSERT_TRUE(ad);
+  std::lock_guard lk(dec_mu);
+  dec->release(ad->seq);
+  EXPECT_EQ(dec->kv().used_blocks(), 0);
+}
+
+TEST(DisaggFaults, HandshakeWithAnotherModelOrKvTypeIsRefusedOnBothSides) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F16);
+  auto dec = e.paged();
+  std::mutex dec_mu;
+  PagedAdoptionPool pool(*dec, dec_mu);
+  std::mutex log_mu;
+  std::vector<std::string> decode_log;
+  DecodeEndpoint decode(pool, {}, [&](const std::string& s) {
+    std::lock_guard lk(log_mu);
+    decode_log.push_back(s);
+  });
+  Engines f32(KvType::F32);
+  auto pre = f32.paged();
+  try {
+    PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+    FAIL() << "an f32 prefill worker was accepted by an f16 decode worker";
+  } catch (const HandshakeError& err) {
+    EXPECT_NE(std::string(err.what()).find("kv type: f16 here, f32 there"), std::string::npos) << err.what();
+  }
+  KvIdentity other = identity_of(*dec);
+  other.model = "another-model";
+  EXPECT_THROW(PrefillEndpoint(other, {"127.0.0.1", decode.port()}), HandshakeError);
+  {
+    std::lock_guard lk(log_mu);
+    auto logged = [&](const std::string& what) {
+      return std::any_of(decode_log.begin(), decode_log.end(),
+                         [&](const std::string& l) { return l.find("refuses") != std::string::npos &&
+                                                            l.find(what) != std::string::npos; });
+    };
+    EXPECT_TRUE(logged("kv type: f16 here, f32 there"));
+    EXPECT_TRUE(logged("model: different weights"));
+  }
+  // The decode worker still serves a matching prefill worker.
+  PrefillEndpoint good(identity_of(*dec), {"127.0.0.1", decode.port()});
+  EXPECT_TRUE(good.connected());
+}
+
+TEST(DisaggFaults, UnreachableDecodeWorkerIsAClearError) {
+  uint16_t port;
+  {
+    // A port that was free a moment ago: nobody listens there now.
+    Engines e(KvType::F32);
+    auto dec = e.paged();
+    std::mutex mu;
+    PagedAdoptionPool pool(*dec, mu);
+    DecodeEndpoint gone(pool, {});
+    port = gone.port();
+  }
+  KvIdentity id;
+  try {
+    PrefillEndpoint link(id, {"127.0.0.1", port, 3});
+    FAIL() << "connected to nobody";
+  } catch (const HandshakeError&) {
+    FAIL() << "an unreachable worker is not a refusal";
+  } catch (const std::runtime_error& err) {
+    EXPECT_NE(std::string(err.what()).find("decode worker"), std::string::npos) << err.what();
+  }
+}
+
+// A hand-driven prefill peer over a real UCX connection, for the transfers a
+// well-behaved PrefillEndpoint never sends.
+class RawPeer {
+ public:
+  explicit RawPeer(uint16_t port) {
+    UcxLink::Handlers h;
+    h.on_message = [this](ConnId, std::span<const uint8_t> hd, Incoming&) {
+      std::lock_guard lk(mu_);
+      inbox_.emplace_back(hd.begin(), hd.end());
+      cv_.notify_all();
+    };
+    h.on_disconnect = [this](ConnId, const std::string&) {
+      std::lock_guard lk(mu_);
+      gone_ = true;
+      cv_.notify_all();
+    };
+    link_ = std::make_unique<UcxLink>(std::move(h));
+    conn_ = link_->connect("127.0.0.1", port);
+  }
+  void send(std::vector<uint8_t> hdr, std::span<const uint8_t> data = {}) { link_->send(conn_, std::move(hdr), data); }
+  std::optional<std::vector<uint8_t>> next(double seconds = 5) {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return !inbox_.empty(); })) return std::nullopt;
+    auto m = std::move(inbox_.front());
+    inbox_.pop_front();
+    return m;
+  }
+  void kill() { link_.reset(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<uint8_t>> inbox_;
+  bool gone_ = false;
+  std::unique_ptr<UcxLink> link_;
+  ConnId conn_ = 0;
+};
+
+struct FaultRig {
+  Engines e{KvType::Int8};
+  std::unique_ptr<PagedEngine> pre = e.paged(), dec = e.paged();
+  std::mutex dec_mu;
+  PagedAdoptionPool pool{*dec, dec_mu};
+  std::vector<std::string> log;
+  std::mutex log_mu;
+  DecodeEndpoint decode{pool, {}, [this](const std::string& s) {
+                          std::lock_guard lk(log_mu);
+                          log.push_back(s);
+                        }};
+  Scope scope = make_scope("test", "t");
+  std::vector<int32_t> prompt = random_prompt(70, 5);  // 5 blocks
+  SeqId seq = -1;
+  Shipment ship;
+  FaultRig() {
+    auto [s, first] = prefill(*pre, prompt, scope);
+    seq = s;
+    ship = shipment_of(*pre, seq, scope, first);
+  }
+  // Handshake and offer: returns the decode side's answer.
+  Answer open(RawPeer& p, uint64_t xfer) {
+    p.send(encode_hello(identity_of(*pre)));
+    auto hr = p.next();
+    EXPECT_TRUE(hr && decode_hello_reply(*hr) && decode_hello_reply(*hr)->ok);
+    p.send(encode(Offer{xfer, scope, ship.first_token, ship.prompt, ship.keys}));
+    auto a = p.next();
+    EXPECT_TRUE(a && decode_answer(*a));
+    return a && decode_answer(*a) ? *decode_answer(*a) : Answer{};
+  }
+  bool idle() { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }
+  bool logged(const std::string& what) {
+    std::lock_guard lk(log_mu);
+    for (const auto& l : log)
+      if (l.find(what) != std::string::npos) return true;
+    return false;
+  }
+};
+
+TEST(DisaggFaults, TruncatedTransferFreesTheReservedBlocks) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  FaultRig rig;
+  RawPeer p(rig.decode.port());
+  const Answer a = rig.open(p, 1);
+  ASSERT_EQ(a.kind, AnswerKind::Send);
+  EXPECT_EQ(a.to - a.from, 5u);
+  EXPECT_EQ(used(*rig.dec, rig.dec_mu), 5) << "reserved before any block moves";
+  p.send(encode(BlockHeader{1, 0}), rig.ship.blocks[0]);
+  p.send(encode(BlockHeader{1, 1}), rig.ship.blocks[1]);
+  const auto* res = reinterpret_cast<const uint8_t*>(rig.ship.residual.data());
+  p.send(encode(DoneHeader{1, 2}), {res, rig.ship.residual.size() * sizeof(float)});
+  auto r = p.next();
+  ASSERT_TRUE(r && decode_result(*r));
+  EXPECT_FALSE(decode_result(*r)->ok);
+  EXPECT_NE(decode_result(*r)->reason.find("truncated"), std::string::npos) << decode_result(*r)->reason;
+  EXPECT_TRUE(eventually([&] { return rig.idle(); }));
+  // A block of the wrong size fails its transfer the same way.
+  const Answer b = rig.open(p, 2);
+  ASSERT_EQ(b.kind, AnswerKind::Send);
+  p.send(encode(BlockHeader{2, 0}), rig.ship.blocks[0].subspan(1));
+  r = p.next();
+  ASSERT_TRUE(r && decode_result(*r));
+  EXPECT_NE(decode_result(*r)->reason.find("bytes, expected"), std::string::npos) << decode_result(*r)->reason;
+  EXPECT_TRUE(eventually([&] { return rig.idle(); }));
+}
+
+TEST(DisaggFaults, GarbledMessageDropsTheConnectionAndItsBlocks) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  FaultRig rig;
+  RawPeer p(rig.decode.port());
+  ASSERT_EQ(rig.open(p, 1).kind, AnswerKind::Send);
+  p.send(encode(BlockHeader{1, 0}), rig.ship.blocks[0]);
+  std::vector<uint8_t> junk = encode(BlockHeader{1, 1});
+  junk.resize(5);  // cut inside the transfer id
+  p.send(junk, rig.ship.blocks[1]);
+  EXPECT_TRUE(eventually([&] { return rig.idle(); }));
+  EXPECT_TRUE(rig.logged("garbled block header"));
+  // Chain keys that do not match the tokens are refused before reserving.
+  RawPeer q(rig.decode.port());
+  q.send(encode_hello(identity_of(*rig.pre)));
+  ASSERT_TRUE(q.next());
+  Offer bad{3, rig.scope, rig.ship.first_token, rig.ship.prompt, rig.ship.keys};
+  bad.keys[2][0] ^= 1;
+  q.send(encode(bad));
+  auto a = q.next();
+  ASSERT_TRUE(a && decode_answer(*a));
+  EXPECT_EQ(decode_answer(*a)->kind, AnswerKind::Refused);
+  EXPECT_TRUE(rig.idle());
+  // The decode worker keeps serving well-formed transfers.
+  PrefillEndpoint good(identity_of(*rig.pre), {"127.0.0.1", rig.decode.port()});
+  const ShipResult ok = good.ship(rig.ship);
+  ASSERT_EQ(ok.status, ShipResult::Status::Ok) << ok.reason;
+  auto ad = rig.decode.claim(ok.handle);
+  ASSERT_TRUE(ad);
+  std::lock_guard lk(rig.dec_mu);
+  rig.dec->release(ad->seq);
+}
+
+TEST(DisaggFaults, PrefillGoneMidTransferFreesTheReservedBlocks) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  FaultRig rig;
+  {
+    RawPeer p(rig.decode.port());
+    ASSERT_EQ(rig.open(p, 1).kind, AnswerKind::Send);
+    p.send(encode(BlockHeader{1, 0}), rig.ship.blocks[0]);
+    EXPECT_TRUE(eventually([&] { return rig.decode.stats().blocks == 0 && used(*rig.dec, rig.dec_mu) == 5; }, 2));
+    p.kill();
+  }
+  EXPECT_TRUE(eventually([&] { return rig.idle(); })) << "holding " << rig.decode.holding() << ", used "
+                                                     << used(*rig.dec, rig.dec_mu);
+}
+
+TEST(DisaggFaults, StalledOrUnclaimedTransfersTimeOut) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F32);
+  auto pre = e.paged(), dec = e.paged();
+  std::mutex dec_mu;
+  PagedAdoptionPool pool(*dec, dec_mu);
+  DecodeOptions o;
+  o.transfer_timeout_s = 0.3;
+  o.claim_timeout_s = 0.3;
+  DecodeEndpoint decode(pool, o);
+  const Scope scope = make_scope("test", "t");
+  const std::vector<int32_t> prompt = random_prompt(40, 9);
+  auto [seq, first] = prefill(*pre, prompt, scope);
+  const Shipment ship = shipment_of(*pre, seq, scope, first);
+  RawPeer p(decode.port());
+  p.send(encode_hello(identity_of(*pre)));
+  ASSERT_TRUE(p.next());
+  p.send(encode(Offer{1, scope, first, ship.prompt, ship.keys}));
+  ASSERT_TRUE(p.next());
+  EXPECT_EQ(used(*dec, dec_mu), 3);
+  auto r = p.next(3);  // nothing more sent: the decode side gives up
+  ASSERT_TRUE(r && decode_result(*r));
+  EXPECT_NE(decode_result(*r)->reason.find("timed out"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }));
+  // Adopted but never claimed.
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  ASSERT_EQ(link.ship(ship).status, ShipResult::Status::Ok);
+  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }));
+}
+
+}  // namespace

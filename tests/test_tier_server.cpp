@@ -1,0 +1,316 @@
+// The KV tiers in `kvserve serve` processes: the disk tier serves a restarted
+// server's prefix with identical output; a loose key file stops the start
+// with the fix; a disk tier smaller than one block stores nothing and says
+// so, and serving goes on; a revoke deletes the tenant's files; two replicas
+// share blocks through a redis-server the test starts; and redis killed
+// mid-run costs no request.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvs_process.h"
+#include "server/tenants.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace kvs;
+using test::KvsProcess;
+
+namespace {
+
+std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
+
+// A prompt of several full blocks (block size 16) for the stories model.
+const std::string kPrompt =
+    "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends. "
+    "One day she saw a big dog near the tree and she was very happy. The dog wanted to play with the ball.";
+
+std::string fresh(const std::string& name) {
+  const std::string d = test::temp_dir() + "/" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
+
+std::unique_ptr<KvsProcess> serve(std::vector<std::string> extra, const std::string& ready = "kvserve: kv tiers") {
+  std::vector<std::string> a = {"serve", "-m", stories(), "--port", "0", "--threads", "1", "--kv-memory", "2MiB"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return std::make_unique<KvsProcess>(a, ready, 60);
+}
+
+json complete(int port, const std::string& key = "", int max_tokens = 24) {
+  std::map<std::string, std::string> h;
+  if (!key.empty()) h["authorization"] = "Bearer " + key;
+  const test::HttpReply r = test::http_request(
+      port, "POST", "/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump(),
+      h, 60);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? json::parse(r.body) : json();
+}
+
+int cached(const json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); }
+
+// Waits until a metric reaches `at_least` (write-behind is asynchronous).
+double wait_metric(int port, const std::string& name, double at_least, double timeout_s = 10) {
+  double v = -1;
+  for (int i = 0; i < int(timeout_s * 50); ++i) {
+    v = test::metric_value(port, name);
+    if (v >= at_least) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return v;
+}
+
+// Waits until a metric equals `want`.
+double wait_metric_eq(int port, const std::string& name, double want, double timeout_s = 10) {
+  double v = -1;
+  for (int i = 0; i < int(timeout_s * 50); ++i) {
+    if ((v = test::metric_value(port, name)) == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return v;
+}
+
+int count_entries(const std::string& dir) {
+  int n = 0;
+  for (auto& e : fs::recursive_directory_iterator(dir)) n += e.path().extension() == ".kvb";
+  return n;
+}
+
+TEST(TierServer, DiskTierSurvivesARestartWithIdenticalOutput) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  const std::string d = fresh("restart");
+  const std::vector<std::string> flags = {"--kv-disk", d + "/tier", "--kv-key-file", d + "/master.key"};
+  std::string first_text;
+  {
+    auto s = serve(flags);
+    const json r = complete(port_of(*s));
+    EXPECT_EQ(cached(r), 0);
+    first_text = r["choices"][0]["text"];
+    ASSERT_EQ(wait_metric_eq(port_of(*s), "kvserve_kv_tier_queue_bytes", 0), 0);
+    EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_stores_total{tier=\"disk\"}"), 3);
+    EXPECT_EQ(s->stop(), 0);
+  }
+  struct stat st{};
+  ASSERT_EQ(::stat((d + "/master.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_GE(count_entries(d + "/tier"), 3);
+  auto s = serve(flags);
+  const json r = complete(port_of(*s));
+  EXPECT_GE(cached(r), 32) << "the restarted server must load the prefix from disk";
+  EXPECT_EQ(r["choices"][0]["text"], first_text);
+  EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}"), 2);
+  EXPECT_EQ(test::metric_value(port_of(*s), "kvserve_kv_tier_errors_total{tier=\"disk\"}"), 0);
+  // The dashboard shows the same tier counters (its snapshot is sampled once a second).
+  const double hits = test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}");
+  json tiers;
+  for (int i = 0; i < 40; ++i) {
+    const test::HttpReply snap = test::http_request(port_of(*s), "GET", "/dashboard/snapshot", "", {}, 30);
+    ASSERT_EQ(snap.status, 200) << snap.body;
+    tiers = json::parse(snap.body)["tiers"];
+    if (tiers.size() == 1 && tiers[0]["hits"].get<double>() == hits) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(tiers.size(), 1u);
+  EXPECT_EQ(tiers[0]["tier"], "disk");
+  EXPECT_EQ(tiers[0]["hits"].get<double>(), hits);
+  s->stop();
+  EXPECT_NE(s->log().find("tier_tokens="), std::string::npos);
+}
+
+TEST(TierServer, LooseKeyFileRefusesToStart) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  const std::string d = fresh("loose");
+  std::ofstream(d + "/k.key") << std::string(64, 'a') << "\n";
+  ::chmod((d + "/k.key").c_str(), 0644);
+  std::string out, err;
+  const int rc = test::run_kvserve({"serve", "-m", stories(), "--port", "0", "--kv-disk", d + "/tier", "--kv-key-file",
+                                    d + "/k.key"},
+                                   &out, &err);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("chmod 600"), std::string::npos) << err;
+  EXPECT_NE(err.find("--kv-key-file"), std::string::npos) << err;
+}
+
+TEST(TierServer, DiskSmallerThanABlockStoresNothingAndServes) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  const std::string d = fresh("tiny");
+  auto s = serve({"--kv-disk", d + "/tier", "--kv-disk-size", "1KiB", "--kv-key-file", d + "/k.key"});
+  const int port = port_of(*s);
+  const json a = complete(port), b = complete(port);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_GE(wait_metric(port, "kvserve_kv_tier_errors_total{tier=\"disk\"}", 1), 1);
+  EXPECT_EQ(test::metric_value(port, "kvserve_kv_tier_stores_total{tier=\"disk\"}"), 0);
+  EXPECT_EQ(count_entries(d + "/tier"), 0);
+  s->stop();
+  EXPECT_NE(s->log().find("larger than the tier's capacity"), std::string::npos) << s->log();
+}
+
+TEST(TierServer, RevokeDeletesTheTenantsFiles) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  const std::string d = fresh("revoke");
+  std::ofstream(d + "/keys.json")
+      << json{{"keys",
+               {{{"key_sha256", server::sha256_hex("key-a")}, {"tenant", "a"}},
+                {{"key_sha256", server::sha256_hex("key-b")}, {"tenant", "b"}},
+                {{"key_sha256", server::sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
+             .dump();
+  auto s = serve({"--kv-disk", d + "/tier", "--kv-key-file", d + "/k.key", "--api-keys", d + "/keys.json"});
+  const int port = port_of(*s);
+  // A request's blocks are all queued when its response is complete; the
+  // queue empties only after each one is written.
+  const std::string stores = "kvserve_kv_tier_stores_total{tier=\"disk\"}", queue = "kvserve_kv_tier_queue_bytes";
+  complete(port, "key-a");
+  ASSERT_EQ(wait_metric_eq(port, queue, 0), 0);
+  const double after_a = test::metric_value(port, stores);
+  complete(port, "key-b");
+  ASSERT_EQ(wait_metric_eq(port, queue, 0), 0);
+  const double after_b = test::metric_value(port, stores);
+  ASSERT_GE(after_a, 3);
+  ASSERT_GE(after_b - after_a, 3);
+  ASSERT_EQ(count_entries(d + "/tier"), int(after_b));
+  const test::HttpReply rv = test::http_request(port, "POST", "/admin/tenants/a/revoke", "{}",
+                                                {{"authorization", "Bearer key-admin"}}, 30);
+  ASSERT_EQ(rv.status, 200) << rv.body;
+  int left = -1;
+  for (int i = 0; i < 250 && (left = count_entries(d + "/tier")) != int(after_b - after_a); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(left, int(after_b - after_a)) << "a's files must be gone, b's must stay";
+  const json again = complete(port, "key-a");  // new version: recomputed, never the old entries
+  EXPECT_EQ(cached(again), 0);
+  s->stop();
+}
+
+// redis-server on a free loopback port, no persistence; killed by the destructor.
+struct Redis {
+  int port = test::free_port();
+  pid_t pid = -1;
+  bool start() {
+    pid = fork();
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      const std::string p = std::to_string(port);
+      execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no", nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 250; ++i) {  // ready when it answers a TCP connect
+      if (connectable()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  bool connectable() const {
+    const std::string cmd = "redis-cli -p " + std::to_string(port) + " ping >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0;
+  }
+  void kill9() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port); }
+  ~Redis() { kill9(); }
+};
+
+bool have_redis() { return std::system("command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1") == 0; }
+
+TEST(TierServer, ReplicaBHitsBlocksReplicaAComputedThroughRedis) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  Redis redis;
+  ASSERT_TRUE(redis.start());
+  const std::string d = fresh("replicas");
+  const std::vector<std::string> flags = {"--kv-redis", redis.url(), "--kv-key-file", d + "/shared.key"};
+  auto a = serve(flags);
+  auto b = serve(flags);
+  const json ra = complete(port_of(*a));
+  ASSERT_EQ(wait_metric_eq(port_of(*a), "kvserve_kv_tier_queue_bytes", 0), 0);
+  EXPECT_GE(test::metric_value(port_of(*a), "kvserve_kv_tier_stores_total{tier=\"redis\"}"), 3);
+  const json rb = complete(port_of(*b));
+  EXPECT_GE(cached(rb), 32) << "B must load A's prefix from redis";
+  EXPECT_EQ(rb["choices"][0]["text"], ra["choices"][0]["text"]);
+  EXPECT_GE(test::metric_value(port_of(*b), "kvserve_kv_tier_hits_total{tier=\"redis\"}"), 2);
+  EXPECT_EQ(test::metric_value(port_of(*b), "kvserve_kv_tier_available{tier=\"redis\"}"), 1);
+}
+
+TEST(TierServer, RedisKilledMidRunFailsNoRequest) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  Redis redis;
+  ASSERT_TRUE(redis.start());
+  const std::string d = fresh("redis-dies");
+  auto s = serve({"--kv-redis", redis.url(), "--kv-key-file", d + "/k.key"});
+  const int port = port_of(*s);
+  int ok = 0;
+  const int n = 12;
+  for (int i = 0; i < n; ++i) {
+    if (i == 4) redis.kill9();
+    const test::HttpReply r = test::http_request(
+        port, "POST", "/v1/completions",
+        json{{"prompt", kPrompt + " number " + std::to_string(i)}, {"max_tokens", 8}, {"temperature", 0}}.dump(), {}, 60);
+    ok += r.status == 200;
+  }
+  EXPECT_EQ(ok, n) << s->log();
+  EXPECT_EQ(wait_metric_eq(port, "kvserve_kv_tier_available{tier=\"redis\"}", 0), 0);
+  EXPECT_GE(test::metric_value(port, "kvserve_kv_tier_errors_total{tier=\"redis\"}"), 1);
+  // Back on the same port: the tier reconnects by itself.
+  Redis again;
+  again.port = redis.port;
+  ASSERT_TRUE(again.start());
+  complete(port);
+  double avail = 0;
+  for (int i = 0; i < 150 && avail < 1; ++i) {
+    complete(port, "", 1);
+    avail = test::metric_value(port, "kvserve_kv_tier_available{tier=\"redis\"}");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(avail, 1);
+  s->stop();
+  const std::string log = s->log();
+  size_t lines = 0;
+  for (size_t at = log.find("kv tier redis: unavailable"); at != std::string::npos; at = log.find("kv tier redis: unavailable", at + 1)) ++lines;
+  EXPECT_EQ(lines, 1u) << "one line per outage, not one per request:\n" << log;
+}
+
+TEST(TierServer, FrozenRedisIsMarkedUnavailableAndRequestsGoOn) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  Redis redis;
+  ASSERT_TRUE(redis.start());
+  const std::string d = fresh("redis-frozen");
+  auto s = serve({"--kv-redis", redis.url(), "--kv-key-file", d + "/k.key"});
+  const int port = port_of(*s);
+  complete(port);
+  ::kill(redis.pid, SIGSTOP);  // slow rather than dead: connections hang
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const test::HttpReply r = test::http_request(
+        port, "POST", "/v1/completions",
+        json{{"prompt", kPrompt + " frozen " + std::to_string(i)}, {"max_tokens", 4}, {"temperature", 0}}.dump(), {}, 60);
+    EXPECT_EQ(r.status, 200);
+    // Bounded by the tier's command timeout and the queue head's tier wait.
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  }
+  EXPECT_EQ(wait_metric_eq(port, "kvserve_kv_tier_available{tier=\"redis\"}", 0), 0);
+  ::kill(redis.pid, SIGCONT);
+  s->stop();
+}
+
+}  // namespace
