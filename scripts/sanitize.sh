@@ -19,6 +19,9 @@
 #   test_server_stress  64 streams, hang-ups, a revoke and /metrics at once
 #   test_kv_tier        the tier set's worker against offer/prefetch/take/revoke
 #   test_tier_server    servers with disk and Redis tiers, Redis killed and frozen
+#   test_serve_device   the serve loop polling the device monitor and handing
+#                       shed limits to the engine thread
+#   test_chat_store     session files from disk: truncated, tampered, foreign
 # Kernel, model, tokenizer and golden tests are single-threaded numerics that
 # the normal Release run covers; under a sanitizer they would cost most of
 # the time budget for little.
@@ -34,7 +37,8 @@ case "$mode" in
   *) echo "usage: $0 thread|address" >&2; exit 2 ;;
 esac
 read -r -a tests <<< "${KVS_SANITIZE_TESTS:-test_threadpool test_block_pool test_prefix_hash test_kv_window \
-test_scheduler test_engine_loop test_api_service test_server test_server_stress test_kv_tier test_tier_server}"
+test_scheduler test_engine_loop test_api_service test_server test_server_stress test_kv_tier test_tier_server \
+test_serve_device test_chat_store}"
 
 launcher=()
 if command -v ccache >/dev/null; then

@@ -36,6 +36,11 @@ class FakeExecutor final : public StepExecutor {
   int max_ctx() const override { return o_.max_ctx; }
   void set_tick(int64_t tick) override { kv_.set_tick(tick); }
   int32_t drop_cached_scope(const Scope& caller) override { return kv_.drop_cached_scope(caller); }
+  int32_t drop_all_cached() override {
+    const auto n = int32_t(kv_.stats().cached_blocks);
+    kv_.drop_cached();
+    return n;
+  }
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
     return kv_.drop_cached_older_than(caller, cutoff);
   }

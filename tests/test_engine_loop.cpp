@@ -345,3 +345,36 @@ TEST(EngineLoop, AFailingStepFailsItsRequestsAndServingGoesOn) {
   EXPECT_EQ(m.requests_failed, 1);
   EXPECT_EQ(m.kv_blocks_used, 0);
 }
+
+// Device shedding through the engine loop: drop_prefix_cache turning on
+// empties the prefix cache before the next step (counted in the metrics),
+// and stop_admissions turns new requests away as DeviceBusy.
+TEST(EngineLoop, ShedLimitsDropThePrefixCacheAndStopAdmissions) {
+  FakeExecutorOptions fo;
+  fo.n_blocks = 64;
+  auto fake = std::make_unique<FakeExecutor>(fo);
+  const FakeExecutor* ex = fake.get();
+  EngineLoop loop(std::move(fake), nullptr, loop_opts(64, 16, 512, 4, true));
+  Collected c;
+  std::vector<int32_t> prompt(40, 5);
+  ASSERT_TRUE(loop.submit(make_request({prompt, 4}, c)).accepted);
+  loop.wait_idle();
+  ASSERT_GT(ex->kv().stats().cached_blocks, 0);
+  ShedLimits hot;
+  hot.level = 2;
+  hot.drop_prefix_cache = true;
+  loop.set_shed_limits(hot);
+  for (int i = 0; i < 500 && loop.metrics().prefix_dropped_device == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(loop.metrics().prefix_dropped_device, 2);
+  EXPECT_EQ(loop.shed_limits(), hot);
+  ShedLimits critical = hot;
+  critical.stop_admissions = true;
+  loop.set_shed_limits(critical);
+  const SubmitResult r = loop.submit(make_request({prompt, 4}, c));
+  EXPECT_FALSE(r.accepted);
+  EXPECT_EQ(r.reason, RejectReason::DeviceBusy);
+  loop.set_shed_limits({});
+  EXPECT_TRUE(loop.submit(make_request({prompt, 4}, c)).accepted);
+  loop.wait_idle();
+}

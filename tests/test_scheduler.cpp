@@ -503,3 +503,48 @@ TEST(Scheduler, OptimisticReservationPreemptsOnGrowthAndRecomputes) {
   EXPECT_GT(h.sched.stats(h.now).preemptions, 0);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(h.tk(RequestId(i + 1), 0), h.expected(20, 40, i)) << i;
 }
+
+// Device shedding (shed_limits.h): new requests get a shorter max_tokens, the
+// step's token budget and new admissions shrink, and at the critical level
+// submit() answers DeviceBusy (HTTP 429, retryable). Running requests keep
+// their promise; lifting the limits restores everything.
+TEST(Scheduler, ShedLimitsShortenBatchAndStopAdmissions) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 32;
+  c.max_seqs = 4;
+  ShedLimits warm;
+  warm.max_tokens_scale = 0.25;
+  warm.batch_scale = 0.5;
+  {
+    Harness h(pool(200), c);
+    h.sched.set_shed(warm);
+    const SubmitResult a = h.submit(100, 40, SloClass::Interactive, "a", 1, 1);
+    ASSERT_TRUE(a.accepted);
+    EXPECT_EQ(h.step().prefill_tokens, 16);  // half the token budget
+    h.run();
+    EXPECT_EQ(h.tk(a.id, 0), h.expected(100, 10, 1));  // a quarter of max_tokens
+  }
+  {
+    // Two new sequences at most (half of four) while shedding.
+    Harness h(pool(200), c);
+    h.sched.set_shed(warm);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(h.submit(4, 8, SloClass::Interactive, "b", 1, 2 + i).accepted);
+    h.step();
+    EXPECT_EQ(h.sched.stats(h.now).running_seqs, 2);
+    ShedLimits critical = warm;
+    critical.stop_admissions = true;
+    critical.retry_after_s = 12;
+    h.sched.set_shed(critical);
+    const SubmitResult busy = h.submit(4, 8, SloClass::Interactive, "d", 1, 9);
+    EXPECT_FALSE(busy.accepted);
+    EXPECT_EQ(busy.retry_after_s, 12);
+    EXPECT_EQ(busy.reason, RejectReason::DeviceBusy);
+    EXPECT_TRUE(retryable(busy.reason));
+    EXPECT_STREQ(to_string(busy.reason), "device_busy");
+    h.sched.set_shed({});
+    const SubmitResult e = h.submit(4, 8, SloClass::Interactive, "e", 1, 10);
+    ASSERT_TRUE(e.accepted);
+    h.run();
+    EXPECT_EQ(h.tk(e.id, 0), h.expected(4, 8, 10));  // after the limits were lifted
+  }
+}

@@ -121,6 +121,47 @@ TEST(ThreadPool, WakesAfterParking) {
   }
 }
 
+// Device shedding lowers the threads that take tasks; raising them again
+// brings the parked helpers back.
+TEST(ThreadPool, ActiveThreadsLimitWhoTakesTasks) {
+  ThreadPool pool(4);
+  EXPECT_EQ(pool.active_threads(), 4);
+  pool.set_active_threads(2);
+  EXPECT_EQ(pool.active_threads(), 2);
+  for (int call = 0; call < 20; ++call) {
+    std::atomic<int> bad{0}, done{0};
+    pool.parallel_for(40, [&](int64_t, int th) {
+      if (th >= 2) bad.fetch_add(1);
+      done.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    });
+    ASSERT_EQ(bad.load(), 0);
+    ASSERT_EQ(done.load(), 40);
+  }
+  std::vector<std::atomic<int>> seen(4);
+  for (auto& s : seen) s = 0;
+  pool.run_on_all([&](int th) { seen[size_t(th)].fetch_add(1); });
+  EXPECT_EQ(seen[0].load() + seen[1].load(), 2);
+  EXPECT_EQ(seen[2].load() + seen[3].load(), 0);
+  pool.set_active_threads(0);  // clamped
+  EXPECT_EQ(pool.active_threads(), 1);
+  pool.set_active_threads(99);
+  EXPECT_EQ(pool.active_threads(), 4);
+  std::vector<std::atomic<int>> per(4);
+  for (auto& p : per) p = 0;
+  pool.parallel_for(200, [&](int64_t, int th) {
+    per[size_t(th)].fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  int total = 0, used = 0;
+  for (auto& p : per) {
+    total += p.load();
+    used += p.load() > 0;
+  }
+  EXPECT_EQ(total, 200);
+  EXPECT_GE(used, 2);
+}
+
 TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "engine/local_sequence.h"
 #include "tools/bench_roofline.h"
 #include "tools/plot_svg.h"
+#include "tools/throttle_bench.h"
 
 namespace kvs::cli {
 
@@ -29,7 +30,7 @@ std::string fmt_str(const char* f, A... args) {
 struct BenchArgs {
   ModelArgs m;
   int p = 128, n = 64, reps = 5, depth = 0;
-  bool json = false;
+  bool json = false, throttle = false;
   std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
   std::string svg;             // tok/s vs context depth plot
@@ -58,6 +59,27 @@ Stat stat(const std::vector<double>& v) {
   for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
   s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0;
   return s;
+}
+
+// --throttle: decode under a real throttle, without and with device shedding.
+int run_throttle(const BenchArgs& a) {
+  Loaded l = load_all(a.m);
+  tools::ThrottleBenchOptions o;
+  o.n_tokens = a.n;
+  o.max_tokens = a.n;
+  o.cache = a.kv.options();
+  const tools::ThrottleReport r = tools::run_throttle_bench(*l.engine, o);
+  if (a.json) {
+    nlohmann::json j{{"model", l.model->path()}, {"throttle", r.throttle}, {"device", r.plan}};
+    for (const tools::ThrottleRun* x : {&r.without, &r.with})
+      j[x == &r.with ? "shedding" : "no_shedding"] = {{"threads", x->threads}, {"max_tokens", x->max_tokens},
+                                                       {"tokens", x->tokens}, {"tpot_p50_ms", 1e3 * x->p50_s},
+                                                       {"tpot_p99_ms", 1e3 * x->p99_s}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s", tools::format_throttle_report(r, l.model->config().name).c_str());
+  }
+  return 0;
 }
 
 // Decode tokens per second after `depth` tokens of context (prefilled once,
@@ -112,6 +134,7 @@ void write_depth_plot(const BenchArgs& a, Loaded& l) {
 
 int run_bench(const BenchArgs& a) {
   using clock = std::chrono::steady_clock;
+  if (a.throttle) return run_throttle(a);
   Loaded l = load_all(a.m);
   const ModelConfig& c = l.model->config();
   LocalSequence seq(*l.engine, std::max(a.p, a.depth + a.n) + 1, 16, a.kv.options());
@@ -228,6 +251,9 @@ void add_bench(CLI::App& app, Runner& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object");
+  c->add_flag("--throttle", a->throttle,
+              "Decode -n tokens under a throttle (cgroup cpu.max or a busy process on CPU 0, plus a fake hot "
+              "thermal zone): TPOT p50/p99 without and with the device shedding policy (docs/ON-DEVICE.md)");
   c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
   c->add_option("--svg-depths", a->svg_depths, "Context depths of the --svg plot (default: 0, 64, 128, ... up to the context)")
       ->delimiter(',');

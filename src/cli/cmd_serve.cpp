@@ -13,12 +13,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/on_device.h"
+#include "kernels/threadpool.h"
+#include "tools/default_model.h"
 #include "cli/disagg_args.h"
 #include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
@@ -26,6 +30,7 @@
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
+#include "sched/clock.h"
 #include "sched/engine_loop.h"
 #include "server/api_service.h"
 #include "server/chat_template.h"
@@ -61,9 +66,82 @@ struct ServeArgs {
   // KV-cache events (docs/SCALE-OUT.md)
   std::string kv_events, kv_events_replay, kv_events_topic, kv_events_curve;
   bool kv_events_tokens = false;
+  std::string ram_budget;  // docs/ON-DEVICE.md
+  DeviceArgs dev;
   KvTierArgs tiers;  // disk / Redis KV tiers (docs/KV.md)
   DisaggArgs disagg;  // --role and the KV transfer addresses (docs/DISAGG.md)
 };
+
+// --ram-budget: the pool, KV type, context, batch and reply length it chose.
+void apply_ram_budget(const tools::RamBudgetChoice& c, sched::EngineLoopOptions& lo, int& ctx) {
+  lo.cache = {};
+  lo.cache.type = c.kv_type;
+  lo.cache.key_scale = KeyScale::Channel;
+  lo.kv_blocks = c.kv_blocks;
+  lo.kv_memory_bytes = 0;
+  lo.sched.max_seqs = c.batch;
+  lo.sched.max_batch_tokens = c.max_batch_tokens;
+  lo.sched.default_max_tokens = c.max_tokens;
+  ctx = c.hard_cap;
+  lo.max_ctx = ctx;
+}
+
+// --ram-budget's choice for this server's flags (nullopt without the flag);
+// reads the GGUF header only, so an impossible budget fails before loading.
+std::optional<tools::RamBudgetChoice> ram_budget_for(const ServeArgs& a, const std::string& model_path) {
+  if (!a.ram_budget.empty() && !a.kv_memory.empty())
+    throw std::runtime_error("--ram-budget sizes the KV pool itself; drop --kv-memory");
+  tools::RamBudgetInput rin;
+  rin.block_size = a.block_size;
+  rin.want_ctx = a.ctx;
+  rin.want_batch = a.max_seqs;
+  rin.max_batch_tokens = a.max_batch_tokens;
+  rin.max_tokens = a.default_max_tokens;
+  return ram_budget_choice(a.ram_budget, model_path, rin);
+}
+
+// The KV pool: from --ram-budget, --kv-memory, or by default enough for
+// --max-seqs full contexts within a share of the memory available now.
+void size_kv_pool(const ServeArgs& a, const Engine& engine, const std::optional<tools::RamBudgetChoice>& budget,
+                  sched::EngineLoopOptions& lo, int& ctx) {
+  if (budget) {
+    apply_ram_budget(*budget, lo, ctx);
+  } else if (!a.kv_memory.empty()) {
+    lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
+  } else {
+    // Default: enough for --max-seqs full contexts, at most 20% of the
+    // memory available now.
+    // A bounding window caps what one sequence holds (KvManager::live_cap).
+    const WindowPolicy w = lo.window.resolve(engine.model().config().sliding_window);
+    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
+                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
+    const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
+    const int64_t fit = kv_blocks_for_budget(engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
+    lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
+  }
+}
+
+// Waits for SIGTERM/SIGINT; meanwhile polls the device monitor (if any) and
+// hands its plan to the engine loop and the compute pool. Returns the signal.
+int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, double hold_s, sched::EngineLoop& loop,
+                    Engine& engine) {
+  const int all = engine.n_threads();
+  for (;;) {
+    if (!monitor) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      return sig;
+    }
+    const timespec tick{0, 250'000'000};
+    const int sig = sigtimedwait(&sigs, nullptr, &tick);
+    if (sig > 0) return sig;
+    const device::DeviceState st = monitor->poll(sched::steady_now());
+    const sched::ShedLimits want = shed_limits_for(st.plan, all, hold_s);
+    if (want == loop.shed_limits()) continue;
+    loop.set_shed_limits(want);
+    engine.pool().set_active_threads(want.threads > 0 ? want.threads : all);
+  }
+}
 
 // The replay endpoint next to the PUB one: the next port (or any port when
 // the PUB port is a wildcard).
@@ -155,12 +233,15 @@ int run_serve(const ServeArgs& a) {
   check_disagg_args(a.disagg, !a.cache_secret_file.empty() || tier_key.has_value());
   set_ucx_defaults(a.disagg);
 
-  Loaded l = load_all(a.m);
+  ModelArgs margs = a.m;
+  margs.model = resolve_model_path(a.m.model);
+  const std::optional<tools::RamBudgetChoice> budget = ram_budget_for(a, margs.model);
+  Loaded l = load_all(margs);
   std::string note;
   const server::ChatFamily chat = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
   const int n_ctx_model = l.model->config().n_ctx_train;
-  const int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
+  int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
   if (ctx <= 1) throw std::runtime_error("the context size is unknown; pass --ctx");
 
   sched::EngineLoopOptions lo;
@@ -179,19 +260,7 @@ int run_serve(const ServeArgs& a) {
   lo.prefix_caching = !a.no_prefix_cache;
   lo.cache = a.kv.options();
   lo.window = a.window.policy();
-  if (!a.kv_memory.empty()) {
-    lo.kv_memory_bytes = tools::parse_kv_memory(a.kv_memory);
-  } else {
-    // Default: enough for --max-seqs full contexts, at most 20% of the
-    // memory available now.
-    // A bounding window caps what one sequence holds (KvManager::live_cap).
-    const WindowPolicy w = lo.window.resolve(l.model->config().sliding_window);
-    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
-                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
-    const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
-    const int64_t fit = kv_blocks_for_budget(*l.engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
-    lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));
-  }
+  size_kv_pool(a, *l.engine, budget, lo, ctx);
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
   const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
@@ -212,14 +281,15 @@ int run_serve(const ServeArgs& a) {
   ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string(), "default"};
   ao.model_identity = l.model->identity();
   ao.ctx = ctx;
-  ao.default_max_tokens = a.default_max_tokens;
+  ao.default_max_tokens = lo.sched.default_max_tokens;
   ao.chat = chat;
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(l.model->path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
-  ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles] {
+  const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
+  ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles, d = monitor.get()] {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
-           roles.metrics_text();
+           roles.metrics_text() + (d ? d->metrics_text() : std::string());
   };
   if (roles.prefill)
     ao.hand_off_sink = [pr = roles.prefill.get()](sched::EventSink next, const Scope& scope) {
@@ -264,8 +334,7 @@ int run_serve(const ServeArgs& a) {
                 a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  const int sig = wait_for_signal(sigs, monitor.get(), a.dev.hold_s, loop, *l.engine);
   std::fprintf(stderr, "kvserve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_timeout_s);
   api.set_draining(true);
@@ -346,6 +415,10 @@ void add_serve(CLI::App& app, Runner& run) {
               "Include each stored block's token ids (prompt content) in the events");
   c->add_option("--kv-events-curve", a->kv_events_curve,
                 "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
+  c->add_option("--ram-budget", a->ram_budget,
+                "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
+  // Off by default: a shared server's shedding is an operator's choice.
+  add_device_args(c, a->dev, false);
   add_kv_tier_args(c, a->tiers);
   add_disagg_args(c, a->disagg);
   c->add_option("--dashboard-plots", a->dashboard_plots,

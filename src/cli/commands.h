@@ -22,5 +22,7 @@ void add_kv(CLI::App& app, Runner& run);  // kv-sim, kv-bench
 void add_batched_bench(CLI::App& app, Runner& run);  // engine-loop throughput, long bursts
 void add_serve(CLI::App& app, Runner& run);  // OpenAI-compatible HTTP server
 void add_router(CLI::App& app, Runner& run);  // cache-aware router over serve workers
+void add_chat(CLI::App& app, Runner& run);    // interactive terminal chat
+void add_wipe(CLI::App& app, Runner& run);    // crypto-shred saved chat sessions
 
 }  // namespace kvs::cli

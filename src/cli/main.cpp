@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   kvs::cli::add_batched_bench(app, run);
   kvs::cli::add_serve(app, run);
   kvs::cli::add_router(app, run);
+  kvs::cli::add_chat(app, run);
+  kvs::cli::add_wipe(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,7 @@
 #include "engine/local_sequence.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -90,6 +91,88 @@ const std::vector<float>& LocalSequence::eval(const int32_t* tokens, int n, bool
     if (!all_logits && done == n) logits_.assign(part_.end() - nv, part_.end());
   }
   return logits_;
+}
+
+namespace {
+void put(std::vector<uint8_t>& out, const void* p, size_t n) {
+  if (n == 0) return;  // p may be null (an empty residual)
+  const auto* b = static_cast<const uint8_t*>(p);
+  out.insert(out.end(), b, b + n);
+}
+template <class T>
+void put_pod(std::vector<uint8_t>& out, T v) {
+  put(out, &v, sizeof v);
+}
+struct Reader {
+  const std::vector<uint8_t>& in;
+  size_t at = 0;
+  void get(void* p, size_t n) {
+    if (n > in.size() - at) throw std::invalid_argument("saved sequence state is truncated");
+    if (n == 0) return;  // p may be null (an empty residual)
+    std::memcpy(p, in.data() + at, n);
+    at += n;
+  }
+  template <class T>
+  T pod() {
+    T v;
+    get(&v, sizeof v);
+    return v;
+  }
+};
+constexpr uint32_t kStateMagic = 0x4b565351;  // "QSVK"
+}  // namespace
+
+std::vector<uint8_t> LocalSequence::save_state() const {
+  const KvLayout& l = storage_.view().layout;
+  std::vector<uint8_t> out;
+  const std::string desc = l.describe() + " bs" + std::to_string(l.block_size) + " L" + std::to_string(l.n_layers) +
+                           " kv" + std::to_string(l.kvdim());
+  put_pod(out, kStateMagic);
+  put_pod(out, uint32_t(desc.size()));
+  put(out, desc.data(), desc.size());
+  put_pod(out, int32_t(n_past_));
+  put_pod(out, uint32_t(table_.size()));
+  for (int32_t b : table_) put_pod(out, uint8_t(b >= 0));
+  put_pod(out, uint64_t(residual_.size()));
+  put(out, residual_.data(), residual_.size() * sizeof(float));
+  for (int32_t b : table_)
+    if (b >= 0) put(out, storage_.view().base + size_t(b) * l.block_bytes(), l.block_bytes());
+  return out;
+}
+
+void LocalSequence::load_state(const std::vector<uint8_t>& bytes) {
+  const KvLayout& l = storage_.view().layout;
+  Reader r{bytes};
+  if (r.pod<uint32_t>() != kStateMagic) throw std::invalid_argument("not a saved sequence state");
+  const uint32_t dn = r.pod<uint32_t>();
+  if (dn > 4096) throw std::invalid_argument("saved sequence state is malformed");
+  std::string desc(dn, '\0');
+  r.get(desc.data(), dn);
+  const std::string mine = l.describe() + " bs" + std::to_string(l.block_size) + " L" + std::to_string(l.n_layers) +
+                           " kv" + std::to_string(l.kvdim());
+  if (desc != mine) throw std::invalid_argument("saved KV layout '" + desc + "' differs from this one '" + mine + "'");
+  const int32_t n = r.pod<int32_t>();
+  const uint32_t tn = r.pod<uint32_t>();
+  if (n < 0 || n > max_ctx_ || int64_t(tn) * l.block_size < n || tn > uint32_t(1) << 26)
+    throw std::invalid_argument("saved sequence state does not fit this sequence");
+  std::vector<uint8_t> live(tn);
+  r.get(live.data(), tn);
+  if (r.pod<uint64_t>() != residual_.size()) throw std::invalid_argument("saved residual size differs");
+  reset();
+  r.get(residual_.data(), residual_.size() * sizeof(float));
+  for (uint32_t i = 0; i < tn; ++i) {
+    if (!live[i]) {
+      table_.push_back(-1);
+      continue;
+    }
+    if (free_.empty()) throw std::invalid_argument("saved sequence holds more blocks than this one has");
+    table_.push_back(free_.back());
+    free_.pop_back();
+    r.get(storage_.view().base + size_t(table_.back()) * l.block_bytes(), l.block_bytes());
+  }
+  if (r.at != bytes.size()) throw std::invalid_argument("saved sequence state has trailing bytes");
+  n_past_ = n;
+  peak_blocks_ = std::max(peak_blocks_, live_blocks());
 }
 
 }  // namespace kvs

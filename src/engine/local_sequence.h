@@ -42,7 +42,14 @@ class LocalSequence {
   // Blocks holding K/V now, and the most ever held (memory stays bounded).
   int live_blocks() const { return int(storage_.n_blocks()) - int(free_.size()); }
   int peak_blocks() const { return peak_blocks_; }
+  int capacity_blocks() const { return int(storage_.n_blocks()); }  // allocated once, never grows
   int64_t block_bytes() const { return int64_t(storage_.view().layout.block_bytes()); }
+  // The sequence as bytes (length, which blocks of its table are live, their
+  // K/V, the quantized residual) and back: a saved chat resumes without
+  // recomputing its context. load_state throws std::invalid_argument when
+  // the bytes come from another layout, do not fit, or are malformed.
+  std::vector<uint8_t> save_state() const;
+  void load_state(const std::vector<uint8_t>& bytes);
 
   static constexpr int kMaxWindowChunk = 64;
 

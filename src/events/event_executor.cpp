@@ -46,6 +46,12 @@ int32_t EventingExecutor::drop_cached_scope(const Scope& caller) {
   return n;
 }
 
+int32_t EventingExecutor::drop_all_cached() {
+  const int32_t n = inner_->drop_all_cached();
+  flush();
+  return n;
+}
+
 int32_t EventingExecutor::drop_cached_older_than(const Scope& caller, int64_t cutoff) {
   const int32_t n = inner_->drop_cached_older_than(caller, cutoff);
   flush();

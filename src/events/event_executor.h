@@ -29,6 +29,7 @@ class EventingExecutor final : public sched::StepExecutor {
   void set_tick(int64_t tick) override { inner_->set_tick(tick); }
   int32_t drop_cached_scope(const Scope& caller) override;
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override;
+  int32_t drop_all_cached() override;
   bool has_tier() const override { return inner_->has_tier(); }
   uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {
     return inner_->prefetch(prompt, caller, retention_s);

@@ -25,6 +25,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -68,6 +69,7 @@ struct ThreadPool::Impl {
   alignas(64) std::atomic<int> finished{0};
   alignas(64) std::atomic<uint64_t> generation{0};
   alignas(64) std::atomic<int> sleepers{0};
+  std::atomic<int> active{0};  // threads [0, active) take tasks
   std::atomic<bool> stop{false};
   std::atomic<bool> busy{false};  // a call is in progress (reentrancy guard)
 
@@ -123,6 +125,15 @@ struct ThreadPool::Impl {
     else std::this_thread::yield();
   }
 
+  // Not counted in `sleepers`: callers never wake a thread that may not work;
+  // set_active_threads does.
+  void park_inactive(int thread) {
+    std::unique_lock<std::mutex> lk(m);
+    cv.wait(lk, [&] {
+      return stop.load(std::memory_order_seq_cst) || thread < active.load(std::memory_order_seq_cst);
+    });
+  }
+
   void worker_main(int thread, const void* owner) {
     uint64_t seen = 0;
     for (;;) {
@@ -149,6 +160,11 @@ struct ThreadPool::Impl {
       }
       if (stop.load(std::memory_order_acquire)) return;
       seen = g;
+      if (thread >= active.load(std::memory_order_acquire)) {
+        park_inactive(thread);
+        seen = generation.load(std::memory_order_acquire);
+        continue;
+      }
       if (try_join(g)) {
         work(thread, owner);
         finished.fetch_add(1, std::memory_order_acq_rel);
@@ -178,7 +194,8 @@ struct ThreadPool::Impl {
     }
     work(0, owner);
     if (af) {  // every thread must run fn once: wait for all to join
-      for (int i = 0; int(join.load(std::memory_order_acquire) & kCountMask) < n_threads - 1; ++i)
+      const int helpers = active.load(std::memory_order_acquire) - 1;
+      for (int i = 0; int(join.load(std::memory_order_acquire) & kCountMask) < helpers; ++i)
         backoff(i);
     }
     // The barrier: close the job, then wait for the workers that joined.
@@ -196,6 +213,7 @@ struct ThreadPool::Impl {
 ThreadPool::ThreadPool(int n_threads) : impl_(nullptr), n_threads_(n_threads) {
   if (n_threads < 1) throw std::invalid_argument("ThreadPool: n_threads must be >= 1");
   impl_ = new Impl(n_threads);
+  impl_->active.store(n_threads);
   impl_->threads.reserve(n_threads - 1);
   for (int t = 1; t < n_threads; ++t)
     impl_->threads.emplace_back([this, t] { impl_->worker_main(t, this); });
@@ -214,7 +232,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::parallel_for(int64_t n_tasks,
                               const std::function<void(int64_t task, int thread)>& fn) {
   if (n_tasks <= 0) return;
-  if (n_threads_ == 1 || n_tasks == 1) {
+  if (n_threads_ == 1 || n_tasks == 1 || impl_->active.load(std::memory_order_acquire) == 1) {
     // No helpers needed: run inline but keep the nesting check.
     if (t_running_pool == this)
       throw std::logic_error("ThreadPool: parallel_for called from inside one of its own tasks");
@@ -231,6 +249,17 @@ void ThreadPool::parallel_for(int64_t n_tasks,
   }
   impl_->run(this, &fn, nullptr, n_tasks);
 }
+
+void ThreadPool::set_active_threads(int n) {
+  n = std::max(1, std::min(n, n_threads_));
+  {
+    std::lock_guard<std::mutex> lk(impl_->m);
+    impl_->active.store(n, std::memory_order_seq_cst);
+  }
+  impl_->cv.notify_all();
+}
+
+int ThreadPool::active_threads() const { return impl_->active.load(std::memory_order_relaxed); }
 
 void ThreadPool::run_on_all(const std::function<void(int thread)>& fn) {
   impl_->run(this, nullptr, &fn, 0);

@@ -18,8 +18,13 @@ class ThreadPool {
   // Runs fn(task, thread) for task in [0, n_tasks), tasks handed out
   // dynamically in order; returns when all are done. Not reentrant.
   void parallel_for(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
-  // Runs fn(thread) once on every thread.
+  // Runs fn(thread) once on every active thread.
   void run_on_all(const std::function<void(int thread)>& fn);
+  // Thread-safe. Only threads 0 .. n-1 take tasks from the next call on (n
+  // clamped to [1, size()]); the others park without spinning until raised
+  // again. Device shedding uses it to cool a throttled machine.
+  void set_active_threads(int n);
+  int active_threads() const;
 
  private:
   struct Impl;

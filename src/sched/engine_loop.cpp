@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 
 #include "engine/generate.h"
@@ -93,7 +94,8 @@ struct EngineLoop::Impl {
   };
   std::vector<Retained> retained;
   double next_sweep = 0;
-  int64_t dropped_revoke = 0, dropped_retention = 0;  // engine thread; published
+  int64_t dropped_revoke = 0, dropped_retention = 0, dropped_device = 0;  // engine thread; published
+  bool drop_all_pending = false;  // under mu: device shedding asked for a cold prefix cache
 
   std::mutex live_mu;  // live requests' sinks and text state (submit inserts, engine thread serves)
   std::unordered_map<RequestId, Live> live;
@@ -259,6 +261,7 @@ void EngineLoop::Impl::publish(double t) {
   m.prefix_hit_tokens = kv.prefix_hit_tokens;
   m.prefix_dropped_revoke = dropped_revoke;
   m.prefix_dropped_retention = dropped_retention;
+  m.prefix_dropped_device = dropped_device;
   m.preemptions = s.preemptions;
   m.prefix_waits = s.prefix_waits;
   m.rejections = s.rejections;
@@ -309,22 +312,32 @@ void EngineLoop::Impl::take_pool_view(double t) {
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
   std::vector<std::unique_ptr<PendingDrop>> drops;
+  bool drop_all = false;
   std::vector<int64_t> releases;
   const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
   while (true) {
     {
       std::unique_lock lk(mu);
       cv.wait_for(lk, sweep_period, [&] {
-        return stop || sched->has_work() || !pending_drops.empty() || !pending_releases.empty() || pool_want.load() > 0;
+        return stop || sched->has_work() || !pending_drops.empty() || !pending_releases.empty() ||
+               pool_want.load() > 0 || drop_all_pending;
       });
       if (stop) break;
       drops.swap(pending_drops);
       releases.swap(pending_releases);
+      drop_all = std::exchange(drop_all_pending, false);
     }
     std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
     for (int64_t seq : releases) exec->release(seq);
     releases.clear();
     double t = now();
+    if (drop_all) {
+      try {
+        dropped_device += exec->drop_all_cached();
+      } catch (const std::exception& ex) {
+        if (opts.log) opts.log(std::string("prefix cache drop failed: ") + ex.what());
+      }
+    }
     if (!upkeep(t, drops) && !sched->has_work()) publish(t);
     if (!sched->has_work()) continue;
     events.clear();
@@ -450,6 +463,21 @@ SubmitResult EngineLoop::submit(Request req) {
   if (res.accepted) m.cv.notify_one();
   return res;
 }
+
+void EngineLoop::set_shed_limits(const ShedLimits& s) {
+  Impl& m = *impl_;
+  const ShedLimits before = m.sched->shed();
+  m.sched->set_shed(s);
+  if (s.drop_prefix_cache && !before.drop_prefix_cache) {
+    {
+      std::lock_guard lk(m.mu);
+      m.drop_all_pending = true;
+    }
+    m.cv.notify_one();
+  }
+}
+
+ShedLimits EngineLoop::shed_limits() const { return impl_->sched->shed(); }
 
 int64_t EngineLoop::drop_scope(const Scope& scope) {
   Impl& m = *impl_;

@@ -29,6 +29,7 @@
 #include "kv/window_policy.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
+#include "sched/shed_limits.h"
 
 namespace kvs {
 class Engine;
@@ -83,6 +84,7 @@ struct MetricsSnapshot {
   int block_size = 0;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_dropped_revoke = 0, prefix_dropped_retention = 0;  // cached blocks dropped
+  int64_t prefix_dropped_device = 0;  // cached blocks dropped by device shedding
   int64_t preemptions = 0;
   int64_t prefix_waits = 0;  // admissions deferred for a prefix in flight
   std::array<int64_t, kNumRejectReasons> rejections{};  // by RejectReason
@@ -149,6 +151,11 @@ class EngineLoop {
   // (0 once the loop has shut down).
   int64_t drop_scope(const Scope& scope);
 
+  // Thread-safe. Device shedding (shed_limits.h) from now on; when
+  // drop_prefix_cache turns on, the engine thread drops every cached block
+  // before its next step. Compute threads are the caller's to limit.
+  void set_shed_limits(const ShedLimits& s);
+  ShedLimits shed_limits() const;
   // Thread-safe. Releases a sequence a hand-off event gave away
   // (TokenEvent::hand_off) before the next step.
   void release_held(int64_t seq);

@@ -35,6 +35,8 @@ class StepExecutor {
   virtual void set_tick(int64_t tick) = 0;
   virtual int32_t drop_cached_scope(const Scope& caller) = 0;
   virtual int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) = 0;
+  // Every cached block of every scope (memory pressure sheds the prefix cache).
+  virtual int32_t drop_all_cached() = 0;
   // Lower KV tiers (PagedEngine::prefetch). Any thread. No tier: nothing to wait for.
   virtual bool has_tier() const { return false; }
   virtual uint64_t prefetch(std::span<const int32_t> /*prompt*/, const Scope& /*caller*/, double /*retention_s*/) const {
@@ -66,6 +68,11 @@ class PagedExecutor final : public StepExecutor {
   int32_t drop_cached_scope(const Scope& caller) override { return pe_.drop_cached_scope(caller); }
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {
     return pe_.drop_cached_older_than(caller, cutoff);
+  }
+  int32_t drop_all_cached() override {
+    const auto n = int32_t(pe_.kv().stats().cached_blocks);
+    pe_.drop_cached();
+    return n;
   }
   bool has_tier() const override { return pe_.has_tier(); }
   uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {

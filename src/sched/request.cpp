@@ -21,13 +21,14 @@ const char* to_string(RejectReason r) {
     case RejectReason::QueueTimeout: return "queue_timeout";
     case RejectReason::ShuttingDown: return "shutting_down";
     case RejectReason::DecodeNoRoom: return "decode_no_room";
+    case RejectReason::DeviceBusy: return "device_busy";
   }
   return "?";
 }
 
 bool retryable(RejectReason r) {
   return r == RejectReason::TenantQuota || r == RejectReason::QueueFull || r == RejectReason::QueueTimeout ||
-         r == RejectReason::ShuttingDown || r == RejectReason::DecodeNoRoom;
+         r == RejectReason::ShuttingDown || r == RejectReason::DecodeNoRoom || r == RejectReason::DeviceBusy;
 }
 
 const char* to_string(FinishReason f) {

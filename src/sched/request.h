@@ -81,8 +81,9 @@ enum class RejectReason : uint8_t {
   QueueTimeout,    // not admitted within its class's wait limit
   ShuttingDown,    // drain()/shutdown() in progress
   DecodeNoRoom,    // prefill worker: the decode worker had no free KV blocks for the hand-over
+  DeviceBusy,      // the device is critical (memory, heat): no new admissions (ShedLimits)
 };
-inline constexpr int kNumRejectReasons = 9;
+inline constexpr int kNumRejectReasons = 10;
 const char* to_string(RejectReason r);  // "invalid", "context_length", "request_share", ...
 // True for reasons that a retry later may cure (HTTP 429 with Retry-After);
 // false for Invalid/ContextLength/RequestShare (HTTP 400: the request itself is too big).

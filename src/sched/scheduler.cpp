@@ -90,6 +90,12 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return c;
   };
   if (!accepting_) return reject(RejectReason::ShuttingDown, "the server is shutting down");
+  if (shed_.stop_admissions) {
+    reject(RejectReason::DeviceBusy, "the device is under memory or thermal strain; no new requests for now");
+    // The device, not the pool, decides when this can succeed.
+    if (shed_.retry_after_s > 0) c.res.retry_after_s = shed_.retry_after_s;
+    return c;
+  }
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
   if (const int64_t bad = first_token_outside_vocab(req.prompt, exec_.n_vocab()); bad >= 0)
     return reject(RejectReason::Invalid,
@@ -110,7 +116,9 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
                                                    " tokens leaves no room in the context of " +
                                                    std::to_string(max_ctx));
   // max_tokens is a hard stop; it is also clamped to the context window.
-  c.max_tokens = int(std::min<int64_t>(req.max_tokens.value_or(cfg_.default_max_tokens), max_ctx - P));
+  const int asked = req.max_tokens.value_or(cfg_.default_max_tokens);
+  const int shed = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
+  c.max_tokens = int(std::min<int64_t>(shed, max_ctx - P));
   // Under a bounding window policy no choice ever holds more than live_cap.
   const int64_t cap = exec_.kv().live_cap();
   c.need = std::min(request_footprint(P, c.max_tokens, req.n, bs_), cap == INT64_MAX ? INT64_MAX : cap * req.n);
@@ -237,6 +245,26 @@ bool Scheduler::cancel(RequestId id) {
 void Scheduler::set_accepting(bool on) {
   std::lock_guard lk(mu_);
   accepting_ = on;
+}
+
+void Scheduler::set_shed(const ShedLimits& s) {
+  std::lock_guard lk(mu_);
+  shed_ = s;
+}
+
+ShedLimits Scheduler::shed() const {
+  std::lock_guard lk(mu_);
+  return shed_;
+}
+
+int Scheduler::batch_tokens() const {
+  if (shed_.batch_scale >= 1) return cfg_.max_batch_tokens;
+  return std::max(1, int(double(cfg_.max_batch_tokens) * shed_.batch_scale));
+}
+
+int Scheduler::admit_seqs() const {
+  if (shed_.batch_scale >= 1) return cfg_.max_seqs;
+  return std::max(1, int(double(cfg_.max_seqs) * shed_.batch_scale));
 }
 
 bool Scheduler::has_work() const {

@@ -61,6 +61,7 @@
 #include "sched/executor.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
+#include "sched/shed_limits.h"
 
 namespace kvs::sched {
 
@@ -112,6 +113,12 @@ class Scheduler {
   // Thread-safe. Marks the request; step() frees it before planning.
   bool cancel(RequestId id);
   void set_accepting(bool on);
+  // Thread-safe. Device shedding on top of the configuration (shed_limits.h):
+  // new requests' max_tokens, the step's token budget and the sequences
+  // admitted shrink; with stop_admissions submit() answers DeviceBusy.
+  // Running requests keep what they were promised.
+  void set_shed(const ShedLimits& s);
+  ShedLimits shed() const;
   bool has_work() const;  // anything queued, running or to cancel
 
   // Engine thread. One iteration at time `now`; events (text left empty)
@@ -152,6 +159,7 @@ class Scheduler {
 
   mutable std::mutex mu_;  // guards everything submit()/cancel() touch
   bool accepting_ = true;
+  ShedLimits shed_;
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, std::unique_ptr<Req>> reqs_;
   std::array<std::deque<Req*>, kNumSloClasses> queue_;  // each in arrival order
@@ -186,6 +194,8 @@ class Scheduler {
   int64_t outstanding(const Req& r) const;
   int64_t admission_cost(const Req& r) const;
   int running_seqs() const;
+  int batch_tokens() const;  // --max-batch-tokens under the shed limits
+  int admit_seqs() const;    // --max-seqs for admissions under the shed limits
   Req* queue_head(double now);
   void remove_queued(Req* r);
   void requeue(Req* r);

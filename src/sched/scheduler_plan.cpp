@@ -281,14 +281,14 @@ void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vecto
     if (!h) break;
     int new_seqs = 0;
     for (const Choice& c : h->ch) new_seqs += !c.done;
-    if (running_seqs() + new_seqs > cfg_.max_seqs) break;
+    if (running_seqs() + new_seqs > admit_seqs()) break;
     const SloClass eff = effective(*h, now);
     const int64_t cost = admission_cost(*h);
     const int64_t limit = lim_.limit(eff);
     if (promised_blocks() + cost > limit) {
       if (eff != SloClass::Interactive || !make_room(cost, limit, plan, now)) break;
       // Preempted requests were re-queued: re-plan the budget they held.
-      budget = cfg_.max_batch_tokens;
+      budget = batch_tokens();
       for (const StepPlan::Slice& s : plan.slices) budget -= s.n;
       if (budget <= 0) break;
     }
@@ -334,7 +334,7 @@ StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
   ledger_.expire(now);
   take_cancels(out);
   expire_queued(now, out);
-  int budget = cfg_.max_batch_tokens;
+  int budget = batch_tokens();
   plan_running(plan, budget, now);
   admit_queued(plan, budget, now, out);
   trim_queue(now, out);

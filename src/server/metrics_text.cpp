@@ -146,9 +146,10 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
   o.counter("prefix_cache_hits_tokens_total", "Prompt tokens whose K/V came from the prefix cache.",
             double(m.prefix_hit_tokens));
   o.head("prefix_cache_dropped_blocks_total", "counter",
-         "Cached KV blocks dropped before eviction: a tenant revoke, or its retention TTL.");
+         "Cached KV blocks dropped before eviction: a tenant revoke, its retention TTL, or device shedding.");
   o.val("prefix_cache_dropped_blocks_total{reason=\"revoke\"}", double(m.prefix_dropped_revoke));
   o.val("prefix_cache_dropped_blocks_total{reason=\"retention\"}", double(m.prefix_dropped_retention));
+  o.val("prefix_cache_dropped_blocks_total{reason=\"device\"}", double(m.prefix_dropped_device));
   o.counter("preemptions_total", "Requests preempted to free KV blocks.", double(m.preemptions));
   o.counter("requests_failed_total", "Requests ended by an engine error (finish_reason error).",
             double(m.requests_failed));

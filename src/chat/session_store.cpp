@@ -1,0 +1,196 @@
+#include "chat/session_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "crypto/aead.h"
+#include "crypto/kdf.h"
+#include "crypto/secret_key.h"
+
+namespace kvs::chat {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'K', 'V', 'S', 'S', 'E', 'S', 'S', '1'};
+constexpr uint8_t kModeKeyFile = 1, kModePassphrase = 2;
+constexpr size_t kHeaderBytes = sizeof kMagic + 1 + crypto::kSaltBytes + 16;
+
+struct Header {
+  uint8_t mode = 0;
+  std::array<uint8_t, crypto::kSaltBytes> salt{};
+  uint64_t ops = 0, mem = 0;
+};
+
+void put_u64(std::vector<uint8_t>& o, uint64_t v) {
+  for (int i = 0; i < 8; ++i) o.push_back(uint8_t(v >> (8 * i)));
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+std::vector<uint8_t> encode_header(const Header& h) {
+  std::vector<uint8_t> o(kMagic, kMagic + sizeof kMagic);
+  o.push_back(h.mode);
+  o.insert(o.end(), h.salt.begin(), h.salt.end());
+  put_u64(o, h.ops);
+  put_u64(o, h.mem);
+  return o;
+}
+
+// Header bytes ‖ model identity ‖ session name, each length-prefixed.
+std::vector<uint8_t> associated(const std::vector<uint8_t>& header, const std::string& model, const std::string& name) {
+  std::vector<uint8_t> ad = header;
+  for (const std::string* s : {&model, &name}) {
+    put_u64(ad, s->size());
+    ad.insert(ad.end(), s->begin(), s->end());
+  }
+  return ad;
+}
+
+// Overwrites a file's bytes before it is unlinked (best effort).
+void shred(const fs::path& p) {
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  if (!ec) {
+    std::ofstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    const std::vector<char> zeros(4096, 0);
+    for (uintmax_t done = 0; f && done < size; done += zeros.size())
+      f.write(zeros.data(), std::streamsize(std::min<uintmax_t>(zeros.size(), size - done)));
+    f.flush();
+  }
+  fs::remove(p, ec);
+}
+
+std::string quoted(const std::string& name) { return "session '" + name + "'"; }
+
+// A file this store wrote: a fingerprint in hex, ".kvs", maybe ".tmp".
+bool ours(const fs::path& p) {
+  std::string n = p.filename().string();
+  if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) n.resize(n.size() - 4);
+  if (n.size() != 32 + 4 || n.compare(32, 4, ".kvs") != 0) return false;
+  return std::all_of(n.begin(), n.begin() + 32, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+}  // namespace
+
+std::string default_session_dir() {
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/kvserve/sessions";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.local/share/kvserve/sessions";
+}
+
+SessionStore::SessionStore(std::string dir, SessionKeying keying, std::string model_identity)
+    : dir_(std::move(dir)), model_(std::move(model_identity)), k_(std::move(keying)) {
+  if (k_.key_file.empty()) k_.key_file = (fs::path(dir_) / "session.key").string();
+}
+
+std::string SessionStore::path_of(const std::string& name) const {
+  std::array<uint8_t, 16> fp{};
+  crypto::fingerprint({reinterpret_cast<const uint8_t*>(name.data()), name.size()}, fp, "kvserve-session-name");
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : fp) s += {hex[b >> 4], hex[b & 15]};
+  return (fs::path(dir_) / (s + ".kvs")).string();
+}
+
+void SessionStore::save(const std::string& name, const std::vector<uint8_t>& snapshot) {
+  // Only a folder made here is narrowed to its owner: --session-dir may name
+  // an existing folder whose mode is not ours to change.
+  if (fs::create_directories(dir_)) fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace);
+  Header h;
+  h.salt = crypto::random_salt();
+  crypto::SecretKey key;
+  if (k_.passphrase.empty()) {
+    h.mode = kModeKeyFile;
+    key = crypto::derive_key(crypto::load_or_create_key_file(k_.key_file), "chat-session", h.salt);
+  } else {
+    h.mode = kModePassphrase;
+    h.ops = k_.pwhash.opslimit;
+    h.mem = k_.pwhash.memlimit;
+    key = crypto::key_from_passphrase(k_.passphrase, h.salt, k_.pwhash);
+  }
+  std::vector<uint8_t> out = encode_header(h);
+  crypto::seal(key, snapshot, associated(out, model_, name), out);
+  const std::string path = path_of(name), tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw SessionError("cannot write " + quoted(name) + " in " + dir_ + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t w = ::write(fd, out.data() + done, out.size() - done);
+    if (w <= 0) break;
+    done += size_t(w);
+  }
+  const bool ok = done == out.size() && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw SessionError("cannot write " + quoted(name) + " in " + dir_);
+  }
+}
+
+std::vector<uint8_t> SessionStore::load(const std::string& name) const {
+  const std::string path = path_of(name);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw SessionError("no saved " + quoted(name) + " in " + dir_);
+  const std::vector<uint8_t> in((std::istreambuf_iterator<char>(f)), {});
+  if (in.size() < kHeaderBytes + crypto::kSealOverhead)
+    throw SessionError(quoted(name) + " is truncated (" + std::to_string(in.size()) + " bytes)");
+  if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) throw SessionError(quoted(name) + " is not a kvserve session file");
+  Header h;
+  h.mode = in[sizeof kMagic];
+  std::memcpy(h.salt.data(), in.data() + sizeof kMagic + 1, h.salt.size());
+  h.ops = get_u64(in.data() + sizeof kMagic + 1 + h.salt.size());
+  h.mem = get_u64(in.data() + sizeof kMagic + 9 + h.salt.size());
+  crypto::SecretKey key;
+  if (h.mode == kModeKeyFile) {
+    if (!k_.passphrase.empty()) throw SessionError(quoted(name) + " was saved with the key file, not a passphrase");
+    key = crypto::derive_key(crypto::load_key_file(k_.key_file), "chat-session", h.salt);
+  } else if (h.mode == kModePassphrase) {
+    if (k_.passphrase.empty()) throw SessionError(quoted(name) + " is protected by a passphrase; give it");
+    try {
+      key = crypto::key_from_passphrase(k_.passphrase, h.salt, {h.ops, h.mem});
+    } catch (const std::invalid_argument&) {
+      throw SessionError(quoted(name) + " has a damaged header");
+    }
+  } else {
+    throw SessionError(quoted(name) + " has a damaged header");
+  }
+  const std::vector<uint8_t> header(in.begin(), in.begin() + long(kHeaderBytes));
+  const std::span<const uint8_t> sealed(in.data() + kHeaderBytes, in.size() - kHeaderBytes);
+  std::vector<uint8_t> plain(sealed.size() - crypto::kSealOverhead);
+  if (!crypto::open(key, sealed, associated(header, model_, name), plain))
+    throw SessionError("cannot decrypt " + quoted(name) +
+                       ": wrong key or passphrase, another model, or the file was changed or truncated");
+  return plain;
+}
+
+int SessionStore::wipe() {
+  int n = 0;
+  std::error_code ec;
+  std::vector<fs::path> victims;
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (ours(e.path())) victims.push_back(e.path());
+  if (fs::exists(k_.key_file, ec)) victims.push_back(k_.key_file);
+  for (const auto& p : victims) {
+    shred(p);
+    ++n;
+  }
+  fs::remove(dir_, ec);  // only when empty
+  return n;
+}
+
+}  // namespace kvs::chat

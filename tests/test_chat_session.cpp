@@ -1,0 +1,150 @@
+// ChatSession (src/chat/chat_session.h): memory stays at a fixed block count
+// over an unbounded conversation with the rolling summary, the summary is
+// produced and carried, KV reuse across turns, the sliding-window mode, and
+// device shedding hooks (reply cap, int4 at the next rebuild).
+#include <gtest/gtest.h>
+
+#include "chat/chat_session.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvs;
+
+namespace {
+
+#define SKIP_WITHOUT_SHARED() \
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present"
+
+struct Stories {
+  std::shared_ptr<const Model> model = Model::load(test::shared("models/stories260K/stories260K.gguf"));
+  std::unique_ptr<Tokenizer> tok = Tokenizer::create(model->vocab());
+  Engine engine{model, EngineOptions{1}};
+};
+
+chat::ChatOptions small_opts() {
+  chat::ChatOptions o;
+  o.system = "You tell short stories.";
+  o.hard_cap = 192;
+  o.window = 96;
+  o.max_tokens = 24;
+  o.summary_tokens = 16;
+  o.sampling.temperature = 0;
+  return o;
+}
+
+TEST(ChatSession, TwoHundredTurnsStayWithinAFixedBlockCount) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  const int cap_blocks = chat.stats().capacity_blocks;
+  EXPECT_EQ(cap_blocks, 192 / 16);
+  for (int t = 0; t < 200; ++t) {
+    const chat::ReplyResult r = chat.reply("Tell me about the cat number " + std::to_string(t) + ".");
+    EXPECT_LE(r.tokens, 24);
+    const chat::ChatStats st = chat.stats();
+    ASSERT_LE(st.n_past, 192) << "turn " << t;
+    ASSERT_LE(st.peak_blocks, cap_blocks) << "turn " << t;
+    ASSERT_EQ(st.capacity_blocks, cap_blocks);
+  }
+  const chat::ChatStats st = chat.stats();
+  EXPECT_GT(st.turns_evicted, 150);
+  EXPECT_GT(st.summaries, 10);
+  EXPECT_FALSE(st.summary.empty());
+  EXPECT_LE(st.summary_tokens, 16);
+  EXPECT_LT(st.turns_kept, 10);
+  EXPECT_EQ(st.tpot_samples, size_t(st.tpot_samples));
+}
+
+TEST(ChatSession, LaterTurnsAppendToTheKvInsteadOfRecomputing) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatOptions o = small_opts();
+  o.hard_cap = 512;
+  o.window = 256;
+  for (server::ChatFamily f : {server::ChatFamily::ChatML, server::ChatFamily::Plain}) {
+    chat::ChatSession chat(s.engine, *s.tok, f, o);
+    const chat::ReplyResult a = chat.reply("Once upon a time");
+    EXPECT_TRUE(a.rebuilt);
+    for (const char* next : {"And then?", "What did the cat do?", "Tell me more."}) {
+      const int before = chat.stats().n_past;
+      const chat::ReplyResult b = chat.reply(next);
+      EXPECT_FALSE(b.rebuilt) << server::to_string(f) << ": " << next;
+      // Only the new turn was prefilled: the KV grew by it and the reply.
+      EXPECT_LT(b.prompt_tokens, before);
+      EXPECT_EQ(chat.stats().n_past, before + b.prompt_tokens + b.tokens);
+    }
+  }
+}
+
+TEST(ChatSession, SummaryFollowsTheSystemPromptAfterAnEviction) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  while (chat.stats().summaries == 0) chat.reply("Lily had a red ball and a small dog.");
+  const std::string text = chat.conversation().render("next");
+  const size_t sys = text.find("You tell short stories."), sum = text.find("Summary of the earlier conversation");
+  ASSERT_NE(sys, std::string::npos);
+  ASSERT_NE(sum, std::string::npos);
+  EXPECT_LT(sys, sum);
+  EXPECT_LT(sum, text.find("user:"));
+}
+
+TEST(ChatSession, WithoutSummaryTheWindowSlides) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatOptions o = small_opts();
+  o.summary = false;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  const int cap = chat.stats().capacity_blocks;
+  for (int t = 0; t < 30; ++t) chat.reply("Tell me more about the dog.");
+  const chat::ChatStats st = chat.stats();
+  EXPECT_GT(st.n_past, 192);  // the text ran past the cap, the memory did not
+  EXPECT_LE(st.peak_blocks, cap);
+  EXPECT_EQ(st.summaries, 0);
+  EXPECT_EQ(st.turns_evicted, 0);
+  EXPECT_NE(st.window_desc.find("sinks"), std::string::npos) << st.window_desc;
+}
+
+TEST(ChatSession, DeviceCapsAndInt4AtTheNextRebuild) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatOptions o = small_opts();
+  o.sampling.temperature = 0;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  chat.set_max_tokens_cap(3);
+  chat::ChatOptions o2 = o;
+  const chat::ReplyResult r = chat.reply("Once upon a time");
+  EXPECT_LE(r.tokens, 3);
+  KvCacheOptions int4;
+  int4.type = KvType::Int4;
+  chat.set_rebuild_cache(int4);
+  EXPECT_NE(chat.stats().kv_desc.find("f32"), std::string::npos);  // not before a rebuild
+  chat.reset();
+  EXPECT_NE(chat.stats().kv_desc.find("int4"), std::string::npos) << chat.stats().kv_desc;
+  chat.reply("Once upon a time");
+}
+
+TEST(ChatSession, AMessageLongerThanTheCapIsRefusedClearly) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  std::string huge;
+  for (int i = 0; i < 200; ++i) huge += "the cat sat on the mat ";
+  EXPECT_THROW(chat.reply(huge), std::length_error);
+  // The session still works afterwards.
+  EXPECT_GE(chat.reply("Hello").tokens, 0);
+}
+
+TEST(ChatSession, InconsistentOptionsAreRejected) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatOptions o = small_opts();
+  o.window = o.hard_cap;
+  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatFamily::Plain, o), std::invalid_argument);
+  o = small_opts();
+  o.max_tokens = o.window;
+  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatFamily::Plain, o), std::invalid_argument);
+}
+
+}  // namespace
