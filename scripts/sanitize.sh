@@ -19,6 +19,8 @@
 #   test_server_stress  64 streams, hang-ups, a revoke and /metrics at once
 #   test_kv_tier        the tier set's worker against offer/prefetch/take/revoke
 #   test_tier_server    servers with disk and Redis tiers, Redis killed and frozen
+#   test_disagg_transfer, test_disagg_handover
+#                       the UCX progress thread against shippers and the engine loop
 #   test_serve_device   the serve loop polling the device monitor and handing
 #                       shed limits to the engine thread
 #   test_chat_store     session files from disk: truncated, tampered, foreign
@@ -38,7 +40,7 @@ case "$mode" in
 esac
 read -r -a tests <<< "${KVS_SANITIZE_TESTS:-test_threadpool test_block_pool test_prefix_hash test_kv_window \
 test_scheduler test_engine_loop test_api_service test_server test_server_stress test_kv_tier test_tier_server \
-test_serve_device test_chat_store}"
+test_serve_device test_chat_store test_disagg_transfer test_disagg_handover}"
 
 launcher=()
 if command -v ccache >/dev/null; then
@@ -56,6 +58,10 @@ export TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 history
 export ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 detect_stack_use_after_return=1 check_initialization_order=1 \
 strict_init_order=1"
 export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1"
+# UCX (linked for disaggregated serving) patches malloc/mmap at load time to
+# track memory registrations; those hooks and the sanitizers' own
+# interceptors crash each other. Registration tracking only matters for RDMA.
+export UCX_MEM_EVENTS=no
 # Left to the normal run: the npm SDK test (API shape, not threading) and
 # the 256-stream test (minutes under TSan; test_server_stress covers the
 # concurrency with 64 streams plus hang-ups and a revoke).
