@@ -58,6 +58,15 @@ TEST(ServeDevice, CriticalDeviceAnswers429ThenRecovers) {
   EXPECT_NE(r.body.find("device_busy"), std::string::npos) << r.body;
   EXPECT_EQ(r.headers["retry-after"], "1");  // the level's hold (none here), at least a second
   EXPECT_EQ(kvs::test::metric_value(port, "kvserve_device_actions_total{action=\"stop_admissions\"}"), 1);
+  // The dashboard shows the level (its snapshot is sampled once a second).
+  bool shown = false;
+  for (int i = 0; i < 40 && !shown; ++i) {
+    const kvs::test::HttpReply d = kvs::test::http_request(port, "GET", "/dashboard/snapshot", "");
+    shown = d.status == 200 && d.body.find("\"device\":{") != std::string::npos &&
+            d.body.find("\"level\":\"critical\"") != std::string::npos;
+    if (!shown) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(shown) << "the dashboard snapshot must carry the device level";
   zone(root / "sys", 40);
   ASSERT_TRUE(wait_metric(port, "kvserve_device_level", 0, 20)) << p.log();
   r = kvs::test::http_request(port, "POST", "/v1/completions", kBody);

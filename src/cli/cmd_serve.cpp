@@ -297,6 +297,13 @@ int run_serve(const ServeArgs& a) {
     };
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
+  if (monitor)
+    ao.dashboard_opts.device_json = [d = monitor.get()] {
+      const device::DeviceState st = d->state();
+      return nlohmann::json{{"level", device::to_string(st.level)}, {"causes", device::causes_to_string(st.causes)},
+                            {"state", st.describe()}, {"transitions", st.transitions}}
+          .dump();
+    };
   if (tierset)
     ao.dashboard_opts.tiers_json = [t = tierset.get()] {
       nlohmann::json arr = nlohmann::json::array();

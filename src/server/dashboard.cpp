@@ -164,6 +164,7 @@ std::string ServeDashboard::sample() {
             {"tenants", tenants_json(v.get(), m, tenants_)},
             {"plots", opts_.plots}};
   if (opts_.tiers_json) j["tiers"] = json::parse(opts_.tiers_json());
+  if (opts_.device_json) j["device"] = json::parse(opts_.device_json());
   std::string s = j.dump();
   if (v) {
     // The map is spliced in as text: it is most of the bytes and needs no

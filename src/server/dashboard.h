@@ -28,6 +28,9 @@ struct DashboardOptions {
   // KV tiers below RAM (disk, Redis), when configured: a JSON array text of
   // {tier, hits, misses, stores, evictions, errors, bytes, available}.
   std::function<std::string()> tiers_json;
+  // On-device mode (--device-monitor): a JSON object text of
+  // {level, causes, state, transitions}.
+  std::function<std::string()> device_json;
 };
 
 // The "pool" member: counts and one entry per cell in parallel arrays

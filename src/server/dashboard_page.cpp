@@ -66,6 +66,9 @@ svg.chart{width:100%;height:170px;display:block}.chart text{font-size:10px;fill:
 <th>quota</th><th></th></tr></thead><tbody></tbody></table></section>
 <section id="workers-section" class="wide" style="display:none"><h2>Workers</h2><table id="workers"><thead><tr><th>worker</th><th>state</th>
 <th>load</th><th>in flight</th><th>KV free</th><th>KV used</th><th>KV cached</th><th>waiting</th><th>running</th><th>reason</th></tr></thead><tbody></tbody></table></section>
+<section id="device-section" style="display:none"><h2>Device</h2><div class="kpis">
+<div class="kpi"><b id="device-level">–</b><span>level</span></div><div class="kpi"><b id="device-transitions">–</b><span>transitions</span></div></div>
+<p id="device-state" class="mono"></p></section>
 <section id="tiers-section" style="display:none"><h2>KV tiers below RAM</h2><table id="tiers"><thead><tr><th>tier</th><th>state</th>
 <th>hits</th><th>misses</th><th>stored</th><th>evicted</th><th>errors</th><th>bytes</th></tr></thead><tbody></tbody></table></section>
 <section id="plots-section" style="display:none"><h2>Plots</h2><ul id="plots"></ul></section>
@@ -160,6 +163,11 @@ function renderServe(d) {
            `<td>${fmt(t.cached_blocks)}</td><td>${fmt(w)}</td><td>${q ? fmt(q) : "none"}</td>` +
            `<td><div class="bar"><i class="${pct >= 100 ? "over" : ""}" style="width:${pct}%"></i></div></td></tr>`;
   }));
+  $("device-section").style.display = d.device ? "" : "none";
+  if (d.device) {
+    $("device-level").textContent = d.device.level; setNum("device-transitions", d.device.transitions);
+    $("device-state").textContent = d.device.state;
+  }
   const tr = d.tiers || [];
   $("tiers-section").style.display = tr.length ? "" : "none";
   rows("tiers", tr.map(t => `<tr id="tier-${esc(t.tier)}"><td>${esc(t.tier)}</td><td class="${t.available ? "up" : "down"}">${t.available ? "up" : "down"}</td>` +
