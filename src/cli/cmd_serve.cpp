@@ -211,15 +211,110 @@ size_t parse_body_limit(const std::string& s) {
   return size_t(v * mul);
 }
 
-int run_serve(const ServeArgs& a) {
-  // Signals go to the main thread only (sigwait below): block them before
-  // any thread (compute pool, engine, HTTP) exists so that all inherit it.
+sched::EngineLoopOptions loop_options(const ServeArgs& a, int ctx) {
+  sched::EngineLoopOptions lo;
+  lo.sched.max_batch_tokens = a.max_batch_tokens;
+  lo.sched.max_seqs = a.max_seqs;
+  lo.sched.max_queue = a.max_queue;
+  lo.sched.max_request_share = a.max_request_share;
+  // Without keys every request is the one anonymous tenant: a per-tenant cap
+  // would only leave part of the pool unused.
+  lo.sched.tenant_quota_share = a.tenant_share >= 0 ? a.tenant_share : (a.api_keys.empty() ? 1.0 : 0.5);
+  lo.sched.kv_headroom = a.kv_headroom;
+  lo.sched.default_max_tokens = a.default_max_tokens;
+  lo.sched.wait_limit_s = {a.interactive_wait_s, a.batch_wait_s};
+  lo.block_size = a.block_size;
+  lo.max_ctx = ctx;
+  lo.prefix_caching = !a.no_prefix_cache;
+  lo.cache = a.kv.options();
+  lo.window = a.window.policy();
+  return lo;
+}
+
+// The dashboard's tier and device panels, from the same objects /metrics reads.
+void add_dashboard_panels(server::DashboardOptions& d, tiers::TierSet* tierset, device::DeviceMonitor* monitor) {
+  if (monitor)
+    d.device_json = [monitor] {
+      const device::DeviceState st = monitor->state();
+      return nlohmann::json{{"level", device::to_string(st.level)}, {"causes", device::causes_to_string(st.causes)},
+                            {"state", st.describe()}, {"transitions", st.transitions}}
+          .dump();
+    };
+  if (tierset)
+    d.tiers_json = [tierset] {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const tiers::TierCounters& c : tierset->stats().tiers)
+        arr.push_back({{"tier", c.tier}, {"hits", c.hits}, {"misses", c.misses}, {"stores", c.stores},
+                       {"evictions", c.evictions}, {"errors", c.errors}, {"bytes", c.bytes}, {"available", c.available}});
+      return arr.dump();
+    };
+}
+
+// The lines after "listening on" for the features that are on.
+void print_features(const ServeArgs& a, const DisaggRoles& roles, const events::EventPublisher* publisher, bool tiers) {
+  if (a.disagg.role != "both") std::printf("kvserve: %s\n", roles.describe().c_str());
+  if (publisher)
+    std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
+                publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
+                a.kv_events_curve.empty() ? "" : ", CURVE");
+  if (tiers)
+    std::printf("kvserve: kv tiers:%s%s (retention %.0f s, encrypted)\n",
+                a.tiers.disk_dir.empty() ? "" : (" disk " + a.tiers.disk_dir + " (" + a.tiers.disk_size + ")").c_str(),
+                a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
+  std::fflush(stdout);
+}
+
+// Stop accepting, let in-flight requests finish within the timeout, abort
+// the rest (their streams still get their final chunk), stop the HTTP threads.
+void drain_and_stop(double timeout_s, server::ApiService& api, server::HttpServer& http, sched::EngineLoop& loop) {
+  api.set_draining(true);
+  http.stop_accepting();
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
+  while (clock::now() < deadline) {
+    const sched::MetricsSnapshot m = loop.metrics();
+    if (m.running_requests == 0 && m.queued[0] + m.queued[1] == 0 && http.active_requests() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  loop.shutdown();
+  const auto flush_deadline = clock::now() + std::chrono::seconds(2);
+  while (http.active_requests() > 0 && clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http.stop();
+  std::fprintf(stderr, "kvserve: stopped\n");
+}
+
+// Signals go to the main thread only (sigwait): blocked before any thread
+// (compute pool, engine, HTTP) exists so that all inherit it.
+sigset_t block_signals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a vanished client is a write error, not a dead server
+  return sigs;
+}
+
+server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, int default_max_tokens,
+                               server::ChatFamily chat) {
+  server::ApiOptions ao;
+  const std::filesystem::path mp(model.path());
+  ao.model_id = a.served_model_name.empty() ? mp.stem().string() : a.served_model_name;
+  // "default": what loadgen.py and some clients send when no model is named.
+  ao.model_aliases = {mp.filename().string(), model.path(), mp.stem().string(), "default"};
+  ao.model_identity = model.identity();
+  ao.ctx = ctx;
+  ao.default_max_tokens = default_max_tokens;
+  ao.chat = chat;
+  ao.stream_queue_events = a.stream_queue;
+  ao.model_created = model_created(model.path());
+  ao.metrics_vllm = a.metrics_compat == "vllm";
+  return ao;
+}
+
+int run_serve(const ServeArgs& a) {
+  const sigset_t sigs = block_signals();
 
   // Everything that can be wrong with the flags fails before the model loads.
   std::unique_ptr<server::TenantRegistry> tenants =
@@ -244,22 +339,7 @@ int run_serve(const ServeArgs& a) {
   int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
   if (ctx <= 1) throw std::runtime_error("the context size is unknown; pass --ctx");
 
-  sched::EngineLoopOptions lo;
-  lo.sched.max_batch_tokens = a.max_batch_tokens;
-  lo.sched.max_seqs = a.max_seqs;
-  lo.sched.max_queue = a.max_queue;
-  lo.sched.max_request_share = a.max_request_share;
-  // Without keys every request is the one anonymous tenant: a per-tenant cap
-  // would only leave part of the pool unused.
-  lo.sched.tenant_quota_share = a.tenant_share >= 0 ? a.tenant_share : (a.api_keys.empty() ? 1.0 : 0.5);
-  lo.sched.kv_headroom = a.kv_headroom;
-  lo.sched.default_max_tokens = a.default_max_tokens;
-  lo.sched.wait_limit_s = {a.interactive_wait_s, a.batch_wait_s};
-  lo.block_size = a.block_size;
-  lo.max_ctx = ctx;
-  lo.prefix_caching = !a.no_prefix_cache;
-  lo.cache = a.kv.options();
-  lo.window = a.window.policy();
+  sched::EngineLoopOptions lo = loop_options(a, ctx);
   size_kv_pool(a, *l.engine, budget, lo, ctx);
   // The publisher binds before the model serves, so a taken port fails now.
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
@@ -274,18 +354,7 @@ int run_serve(const ServeArgs& a) {
   sched::EngineLoop& loop = *loop_ptr;
   const DisaggRoles roles = start_roles(a.disagg, *paged, loop, pool_mu);
 
-  server::ApiOptions ao;
-  const std::filesystem::path mp(l.model->path());
-  ao.model_id = a.served_model_name.empty() ? mp.stem().string() : a.served_model_name;
-  // "default": what loadgen.py and some clients send when no model is named.
-  ao.model_aliases = {mp.filename().string(), l.model->path(), mp.stem().string(), "default"};
-  ao.model_identity = l.model->identity();
-  ao.ctx = ctx;
-  ao.default_max_tokens = lo.sched.default_max_tokens;
-  ao.chat = chat;
-  ao.stream_queue_events = a.stream_queue;
-  ao.model_created = model_created(l.model->path());
-  ao.metrics_vllm = a.metrics_compat == "vllm";
+  server::ApiOptions ao = api_options(a, *l.model, ctx, lo.sched.default_max_tokens, chat);
   const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
   ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles, d = monitor.get()] {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
@@ -297,21 +366,7 @@ int run_serve(const ServeArgs& a) {
     };
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
-  if (monitor)
-    ao.dashboard_opts.device_json = [d = monitor.get()] {
-      const device::DeviceState st = d->state();
-      return nlohmann::json{{"level", device::to_string(st.level)}, {"causes", device::causes_to_string(st.causes)},
-                            {"state", st.describe()}, {"transitions", st.transitions}}
-          .dump();
-    };
-  if (tierset)
-    ao.dashboard_opts.tiers_json = [t = tierset.get()] {
-      nlohmann::json arr = nlohmann::json::array();
-      for (const tiers::TierCounters& c : t->stats().tiers)
-        arr.push_back({{"tier", c.tier}, {"hits", c.hits}, {"misses", c.misses}, {"stores", c.stores},
-                       {"evictions", c.evictions}, {"errors", c.errors}, {"bytes", c.bytes}, {"available", c.available}});
-      return arr.dump();
-    };
+  add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
   server::HttpOptions ho;
@@ -330,36 +385,12 @@ int run_serve(const ServeArgs& a) {
               loop.block_size(), layout.describe().c_str(),
               lo.window.resolve(l.model->config().sliding_window).describe().c_str(),
               tenants->auth_required() ? "API keys required" : "no auth");
-  if (a.disagg.role != "both") std::printf("kvserve: %s\n", roles.describe().c_str());
-  if (publisher)
-    std::printf("kvserve: kv events on %s (replay %s, topic '%s', token ids %s%s)\n", publisher->endpoint().c_str(),
-                publisher->replay_endpoint().c_str(), a.kv_events_topic.c_str(), a.kv_events_tokens ? "on" : "off",
-                a.kv_events_curve.empty() ? "" : ", CURVE");
-  if (tierset)
-    std::printf("kvserve: kv tiers:%s%s (retention %.0f s, encrypted)\n",
-                a.tiers.disk_dir.empty() ? "" : (" disk " + a.tiers.disk_dir + " (" + a.tiers.disk_size + ")").c_str(),
-                a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
-  std::fflush(stdout);
+  print_features(a, roles, publisher.get(), tierset != nullptr);
 
   const int sig = wait_for_signal(sigs, monitor.get(), a.dev.hold_s, loop, *l.engine);
   std::fprintf(stderr, "kvserve: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                a.shutdown_timeout_s);
-  api.set_draining(true);
-  http.stop_accepting();
-  using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000));
-  while (clock::now() < deadline) {
-    const sched::MetricsSnapshot m = loop.metrics();
-    if (m.running_requests == 0 && m.queued[0] + m.queued[1] == 0 && http.active_requests() == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  // Whatever still runs is aborted; its streams still get their final chunk.
-  loop.shutdown();
-  const auto flush_deadline = clock::now() + std::chrono::seconds(2);
-  while (http.active_requests() > 0 && clock::now() < flush_deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  http.stop();
-  std::fprintf(stderr, "kvserve: stopped\n");
+  drain_and_stop(a.shutdown_timeout_s, api, http, loop);
   return 0;
 }
 
