@@ -61,7 +61,10 @@ export UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1"
 # UCX (linked for disaggregated serving) patches malloc/mmap at load time to
 # track memory registrations; those hooks and the sanitizers' own
 # interceptors crash each other. Registration tracking only matters for RDMA.
-export UCX_MEM_EVENTS=no
+export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+# Nor may UCX install its own handlers for fatal signals: TSan then takes
+# ordinary frees for calls inside a signal handler.
+export UCX_ERROR_SIGNALS=""
 # Left to the normal run: the npm SDK test (API shape, not threading) and
 # the 256-stream test (minutes under TSan; test_server_stress covers the
 # concurrency with 64 streams plus hang-ups and a revoke).
