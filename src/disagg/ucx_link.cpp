@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -330,29 +331,32 @@ ConnId UcxLink::connect(const std::string& host, uint16_t port) {
 
 void UcxLink::send(ConnId c, std::vector<uint8_t> header, std::span<const uint8_t> payload,
                    std::function<void(bool)> done) {
-  auto* op = new SendOp{std::move(header), std::move(done)};
+  // Shared, so that a task dropped unrun (the link closing first) frees it;
+  // a request in flight holds its own reference until its callback.
+  auto op = std::make_shared<SendOp>(SendOp{std::move(header), std::move(done)});
   post([this, c, op, payload] {
     Impl& m = *impl_;
-    auto finish = [op](bool ok) {
+    auto finish = [&op](bool ok) {
       if (op->done) op->done(ok);
-      delete op;
     };
     auto it = m.eps.find(c);
     if (it == m.eps.end()) return finish(false);
+    auto* held = new std::shared_ptr<SendOp>(op);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.user_data = op;
+    p.user_data = held;
     p.cb.send = [](void* req, ucs_status_t s, void* user) {
-      auto* o = static_cast<SendOp*>(user);
-      if (o->done) o->done(s == UCS_OK);
-      delete o;
+      auto* h = static_cast<std::shared_ptr<SendOp>*>(user);
+      if ((*h)->done) (*h)->done(s == UCS_OK);
+      delete h;
       ucp_request_free(req);
     };
     ucs_status_ptr_t r = ucp_am_send_nbx(it->second, kAmId, op->header.data(), op->header.size(), payload.data(),
                                          payload.size(), &p);
-    if (r == nullptr) finish(true);
-    else if (UCS_PTR_IS_ERR(r)) finish(false);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) return;  // the callback finishes it
+    delete held;
+    finish(r == nullptr);
   });
 }
 
