@@ -11,7 +11,7 @@
 // speed when it has a core; DRAM contention from other processes remains).
 // Run: build-kern/bench_matmul --benchmark_filter='Q4_0/2048x2048'
 // ISA: KVS_ISA=scalar|avx2|avx512 (default: best available).
-// Q8_0/Q4_0 run on Panel16 copies (load-time repack, as Model::load does)
+// Quantized weights run on Panel16 copies (Panel8 under AVX2; load-time repack, as Model::load does)
 // unless KVS_REPACK=0: run both to compare file layout and packed layout.
 #include <benchmark/benchmark.h>
 
@@ -101,7 +101,7 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
       arenas.push_back(kvs::pack_weights({{&wi, false}}));
       packed.push_back(wi.packed);
     }
-    w.pack = kvs::PackLayout::Panel16;
+    w.pack = kvs::pack_layout_for(kvs::active_isa());
   }
   int idx = 0;
   const double cpu0 = thread_cpu_seconds();

@@ -16,6 +16,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quant.h"
+#include "kernels/quant_internal.h"
 #include "kernels/threadpool.h"
 #include "kernels/weight_pack.h"
 
@@ -158,14 +159,15 @@ void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, Thre
       ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + i * ldy, size_t(rows) * 4)) << "row " << i;
     }
   }
-  if (isa != Isa::Avx512) return;
-  // The load-time Panel16 copy (AVX-512). Quantized: the same bits as the
-  // file layout. Float: the k-chain order, bit-exact with its scalar
-  // definition, within the error bound, and independent of n.
+  if (isa == Isa::Scalar) return;
+  // The load-time copy: Panel16 on AVX-512, Panel8 on AVX2. Quantized: the
+  // same bits as the file layout. Float (Panel16 only): the k-chain order,
+  // bit-exact with its scalar definition, within the error bound, and
+  // independent of n.
   IsaGuard g(isa);
   if (!packable(W.view)) return;
   PackedArena arena = pack_weights({{&W.view, false}});
-  ASSERT_EQ(W.view.pack, PackLayout::Panel16);
+  ASSERT_EQ(W.view.pack, pack_layout_for(isa));
   std::vector<float> yp(size_t(n * ldy), -1.0f);
   matmul(W.view, x.data(), ldx, n, yp.data(), ldy, pool);
   if (!is_float(t)) {
@@ -282,12 +284,12 @@ TEST(Matmul, PackedPanel16Layout) {
   const int64_t rows = 17, cols = 96;  // 2 panels, 3 blocks = 2 pair units (the last half empty)
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
     Weights W = make_weights(t, rows, cols, 5);
-    std::vector<uint8_t> p(packed_size(W.view) + 64);
+    std::vector<uint8_t> p(packed_size(W.view, PackLayout::Panel16) + 64);
     uint8_t* dst = p.data() + (64 - reinterpret_cast<uintptr_t>(p.data()) % 64) % 64;
     pack_panel16(W.view, dst);
     const bool q8 = t == GgmlType::Q8_0;
     const int64_t lb = q8 ? 512 : 256, ub = 2 * lb + 64, pbytes = 2 * ub;
-    ASSERT_EQ(packed_size(W.view), size_t(2 * pbytes));
+    ASSERT_EQ(packed_size(W.view, PackLayout::Panel16), size_t(2 * pbytes));
     auto blk = [&](int64_t r, int64_t b) { return W.view.row(r) + b * (q8 ? 34 : 18); };
     // Panel 0, block 1 (second half of unit 0), row 5, vector 3.
     for (int j = 0; j < 4; ++j) {
@@ -304,14 +306,82 @@ TEST(Matmul, PackedPanel16Layout) {
   }
 }
 
+// Panel8 copies (load-time repack, AVX2): the shapes of PackedPanel16BitExact
+// for the quantized types, bit-exact with the scalar reference (hence with
+// the file layout) at every thread count and batch size.
+TEST(Matmul, PackedPanel8BitExact) {
+  if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "AVX2 not available: Panel8 is not used here";
+  IsaGuard g(Isa::Avx2);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
+                                                : std::vector<int64_t>{4608, 4096 + 96, 32};
+    for (int64_t cols : widths) {
+      const int64_t rows = 301;
+      Weights W = make_weights(t, rows, cols, 13 + uint32_t(cols));
+      std::vector<float> x = make_x(64, cols, 17);
+      std::vector<float> ref(size_t(64 * rows));
+      matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);
+      ASSERT_TRUE(packable(W.view));
+      PackedArena arena = pack_weights({{&W.view, false}});
+      ASSERT_EQ(W.view.pack, PackLayout::Panel8);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(64)}) {
+          std::vector<float> y(size_t(nn * rows));
+          matmul(W.view, x.data(), cols, nn, y.data(), rows, pool);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << type_name(t) << " cols=" << cols << " threads=" << threads << " n=" << nn;
+        }
+      }
+    }
+  }
+  // Float views keep the file layout on AVX2 (their packed order differs).
+  Weights F = make_weights(GgmlType::F16, 16, 64, 3);
+  EXPECT_FALSE(packable(F.view, PackLayout::Panel8));
+}
+
+// The documented Panel8 byte layout (weight_pack.h), at named offsets.
+TEST(Matmul, PackedPanel8Layout) {
+  const int64_t rows = 9, cols = 96;  // 2 panels, 3 blocks = 2 pair units (the last half empty)
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    Weights W = make_weights(t, rows, cols, 5);
+    const bool q8 = t == GgmlType::Q8_0;
+    const int64_t lb = q8 ? 256 : 128, ub = 2 * lb + 32, pbytes = 2 * ub;
+    ASSERT_EQ(packed_size(W.view, PackLayout::Panel8), size_t(2 * pbytes));
+    std::vector<uint8_t> dst(packed_size(W.view, PackLayout::Panel8));
+    pack_panels_into(W.view, PackLayout::Panel8, dst.data());
+    auto blk = [&](int64_t r, int64_t b) { return W.view.row(r) + b * (q8 ? 34 : 18); };
+    // Panel 0, block 1 (second half of unit 0), row 5, vector 3: signed Q8_0 levels, no offset.
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(dst[lb + 32 * 3 + 4 * 5 + j], blk(5, 1)[2 + 12 + j]) << type_name(t);
+    // Its fp16 scale: after both level blocks, second group of 8.
+    EXPECT_EQ(0, std::memcmp(dst.data() + 2 * lb + 16 + 2 * 5, blk(5, 1), 2));
+    // Panel 1 holds row 8 in lane 0 and repeats it in lanes 1..7.
+    for (int lane : {0, 1, 7}) EXPECT_EQ(0, std::memcmp(dst.data() + pbytes + 2 * lb + 2 * lane, blk(8, 0), 2));
+    // Block 2 lives in unit 1; the unit's second half is zero.
+    EXPECT_EQ(dst[size_t(ub + 4 * 2)], blk(2, 2)[2]);
+    for (int64_t o = ub + lb; o < ub + 2 * lb; ++o) ASSERT_EQ(dst[size_t(o)], 0) << o;
+  }
+  // Q4_K: the decoded scale j = 3 of row 6 at 132L + L*j + lane, d at 128L.
+  Weights K = make_weights(GgmlType::Q4_K, 8, 256, 9);
+  std::vector<uint8_t> dk(packed_size(K.view, PackLayout::Panel8));
+  ASSERT_EQ(dk.size(), size_t(148 * 8));
+  pack_panels_into(K.view, PackLayout::Panel8, dk.data());
+  const auto* b6 = reinterpret_cast<const BlockQ4_K*>(K.view.row(6));
+  uint8_t sc, mn;
+  detail::get_scale_min_k4(3, b6->scales, &sc, &mn);
+  EXPECT_EQ(dk[132 * 8 + 8 * 3 + 6], sc);
+  EXPECT_EQ(dk[140 * 8 + 8 * 3 + 6], mn);
+  EXPECT_EQ(0, std::memcmp(dk.data() + 128 * 8 + 2 * 6, &b6->d, 2));
+}
+
 // The float Panel16 layout: element k of panel p's 16 rows at [16k, 16k + 16).
 TEST(Matmul, PackedPanel16FloatLayout) {
   const int64_t rows = 17, cols = 5;  // 2 panels, the second holds row 16 and repeats it
   for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
     Weights W = make_weights(t, rows, cols, 3);
     const int64_t es = t == GgmlType::F32 ? 4 : 2;
-    ASSERT_EQ(packed_size(W.view), size_t(2 * cols * 16 * es));
-    std::vector<uint8_t> dst(packed_size(W.view));
+    ASSERT_EQ(packed_size(W.view, PackLayout::Panel16), size_t(2 * cols * 16 * es));
+    std::vector<uint8_t> dst(packed_size(W.view, PackLayout::Panel16));
     pack_panel16(W.view, dst.data());
     for (int64_t k : {0, 3, 4})
       for (int64_t lane : {0, 5, 15}) {

@@ -15,8 +15,9 @@ namespace kvs {
 
 class ThreadPool;
 
-// How `WeightView::packed` is laid out (kernels/weight_pack.h).
-enum class PackLayout : uint8_t { None = 0, Panel16 = 1 };
+// How `WeightView::packed` is laid out (kernels/weight_pack.h): 16-row
+// panels for the AVX-512 kernels, 8-row panels for the AVX2 ones.
+enum class PackLayout : uint8_t { None = 0, Panel16 = 1, Panel8 = 2 };
 
 struct WeightView {
   GgmlType type = GgmlType::F32;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/matmul_avx2_block.h"
 #include "kernels/matmul_avx2_unpack.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
@@ -24,10 +25,6 @@ KVS_TARGET_BEGIN("avx2,fma,f16c,bmi,bmi2,popcnt")
 namespace {
 
 using namespace avx2_detail;
-constexpr int KB = 32;  // 32-element blocks per scratch panel slice
-constexpr int R = 4;    // activation rows per GEMM register tile
-// Scratch layout of one unpacked block: W[8] then ws0, ws1, wm (8 floats each).
-constexpr size_t kPanelBlockBytes = 8 * 32 + 3 * 32;  // 352
 
 // ---------------------------------------------------------------- activations
 
@@ -84,57 +81,6 @@ void quantize_x_avx2(const float* x, int64_t cols, QFormat f, XBlock* out) {
   }
 }
 
-// ------------------------------------------------------------ block kernel
-
-inline __m256i bcast4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return _mm256_set1_epi32(v);
-}
-
-// Exact int32 dot of groups [k0, k0 + 4) (16 elements) for every lane.
-template <bool SIGNED>
-inline __m256i dot16(const __m256i* W, const int8_t* xq, int k0, __m256i acc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if (SIGNED) {
-    for (int k = k0; k < k0 + 4; ++k) {
-      const __m256i x = bcast4(xq + 4 * k);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(W[k]), _mm256_sign_epi8(x, W[k]));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
-    }
-  } else {
-    for (int k = k0; k < k0 + 4; k += 2) {
-      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(W[k], bcast4(xq + 4 * k)),
-                                         _mm256_maddubs_epi16(W[k + 1], bcast4(xq + 4 * k + 4)));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
-    }
-  }
-  return acc;
-}
-
-// The float chain step of matmul_internal.h for all 8 lanes.
-template <bool SUB16, bool MIN, bool SIGNED>
-inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb,
-                         __m256 acc) {
-  const __m256 xd = _mm256_set1_ps(xb.d);
-  if (SUB16) {
-    const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
-    const __m256i hi = dot16<SIGNED>(W, xb.q, 4, _mm256_set1_epi32(xb.corr[1]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws0, xd), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws1, xd), acc);
-  } else {
-    const __m256i s0 = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
-    const __m256i s1 = dot16<SIGNED>(W, xb.q, 4, _mm256_setzero_si256());
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_mul_ps(ws0, xd), acc);
-  }
-  if (MIN) acc = _mm256_fmadd_ps(wm, _mm256_set1_ps(xb.s), acc);
-  return acc;
-}
-
-inline __m256i lane_mask(int nvalid) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // ------------------------------------------------------------ drivers
 
 template <class U>
@@ -152,36 +98,6 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
     }
     _mm256_maskstore_ps(y + p0, lane_mask(p.nvalid), acc);
   }
-}
-
-template <class U>
-inline void unpack_to_scratch(const Panel& p, int64_t u, uint8_t* dst) {
-  U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-    uint8_t* o = dst + j * kPanelBlockBytes;
-    for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(o + 32 * k), W[k]);
-    _mm256_store_ps(reinterpret_cast<float*>(o + 256), ws0);
-    _mm256_store_ps(reinterpret_cast<float*>(o + 288), ws1);
-    _mm256_store_ps(reinterpret_cast<float*>(o + 320), wm);
-  });
-}
-
-template <int RT, class U>
-void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
-                       int64_t i0, float* y, int64_t ldy, int64_t p0, __m256i mask) {
-  __m256 acc[RT];
-  for (int i = 0; i < RT; ++i)
-    acc[i] = kb0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(y + (i0 + i) * ldy + p0, mask);
-  for (int64_t bb = 0; bb < kb; ++bb) {
-    const uint8_t* s = slice + bb * kPanelBlockBytes;
-    __m256i W[8];
-    for (int k = 0; k < 8; ++k) W[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32 * k));
-    const __m256 ws0 = _mm256_load_ps(reinterpret_cast<const float*>(s + 256));
-    const __m256 ws1 = _mm256_load_ps(reinterpret_cast<const float*>(s + 288));
-    const __m256 wm = _mm256_load_ps(reinterpret_cast<const float*>(s + 320));
-    for (int i = 0; i < RT; ++i)
-      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], acc[i]);
-  }
-  for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
 }
 
 template <class U>
@@ -213,6 +129,7 @@ void run_fast(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int
 
 void quant_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                      float* y, int64_t ldy, Scratch s) {
+  if (w.pack == PackLayout::Panel8) return quant_rows_avx2_packed(w, r0, r1, xq, n, y, ldy, s);
   switch (w.type) {  // the driver only sends is_quant_type() formats
     case GgmlType::Q4_0: return run_fast<UnpackQ4_0>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q8_0: return run_fast<UnpackQ8_0>(w, r0, r1, xq, n, y, ldy, s);

@@ -128,6 +128,11 @@ void float_rows_chain_scalar(const WeightView& w, int64_t r0, int64_t r1, const 
 void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
                               int64_t n, float* y, int64_t ldy);
 
+// AVX2 kernels for PackLayout::Panel8 weights (matmul_avx2_packed.cpp);
+// reached from avx2_kernels().quant_rows when w.pack says so. r0 % 8 == 0.
+void quant_rows_avx2_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                            float* y, int64_t ldy, Scratch scratch);
+
 // Scalar activation quantizer (the definition the SIMD ones must match).
 void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out);
 

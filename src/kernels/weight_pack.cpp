@@ -21,19 +21,21 @@
 namespace kvs {
 namespace {
 
-constexpr int64_t kLanes = 16;
+// Rows per panel: one per lane of the layout's vectors.
+int64_t lanes_of(PackLayout l) { return l == PackLayout::Panel8 ? 8 : 16; }
 
-constexpr int64_t kQ4KUnit = 2368;  // one Q4_K super-block of 16 rows (weight_pack.h)
-constexpr int64_t kQ6KUnit = 3392;  // one Q6_K super-block of 16 rows
+// Unit sizes in bytes per lane (weight_pack.h): Q4_K 148, Q6_K 212.
+int64_t q4k_unit(int64_t lanes) { return 148 * lanes; }
+int64_t q6k_unit(int64_t lanes) { return 212 * lanes; }
 
-int64_t level_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 512 : 256; }
-int64_t unit_bytes(GgmlType t) { return 2 * level_bytes(t) + 64; }
-int64_t panel_bytes(const WeightView& w) {
-  if (mm::is_float_type(w.type)) return w.cols * kLanes * (w.type == GgmlType::F32 ? 4 : 2);
-  if (w.type == GgmlType::Q4_K) return w.cols / QK_K * kQ4KUnit;
-  if (w.type == GgmlType::Q6_K) return w.cols / QK_K * kQ6KUnit;
+int64_t level_bytes(GgmlType t, int64_t lanes) { return lanes * (t == GgmlType::Q8_0 ? 32 : 16); }
+int64_t unit_bytes(GgmlType t, int64_t lanes) { return 2 * level_bytes(t, lanes) + 4 * lanes; }
+int64_t panel_bytes(const WeightView& w, int64_t lanes) {
+  if (mm::is_float_type(w.type)) return w.cols * lanes * (w.type == GgmlType::F32 ? 4 : 2);
+  if (w.type == GgmlType::Q4_K) return w.cols / QK_K * q4k_unit(lanes);
+  if (w.type == GgmlType::Q6_K) return w.cols / QK_K * q6k_unit(lanes);
   const int64_t nb = w.cols / mm::kQBlock;
-  return (nb + 1) / 2 * unit_bytes(w.type);
+  return (nb + 1) / 2 * unit_bytes(w.type, lanes);
 }
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -45,42 +47,57 @@ bool repack_enabled() {
   return !(v && std::string(v) == "0");
 }
 
-bool packable(const WeightView& w) {
-  if (w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_0 && w.type != GgmlType::Q4_K &&
-      w.type != GgmlType::Q6_K && !mm::is_float_type(w.type))
-    return false;
-  if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
-  return active_isa() == Isa::Avx512;
+PackLayout pack_layout_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return PackLayout::Panel16;
+    case Isa::Avx2: return PackLayout::Panel8;
+    default: return PackLayout::None;
+  }
 }
 
-size_t packed_size(const WeightView& w) {
-  return size_t((w.rows + kLanes - 1) / kLanes) * size_t(panel_bytes(w));
+bool packable(const WeightView& w, PackLayout layout) {
+  const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
+                     w.type == GgmlType::Q6_K;
+  if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
+  // Panel8 has AVX2 kernels for the quantized types only; float views keep
+  // the file layout's order there (a packed float view changes it).
+  if (layout == PackLayout::Panel8) return quant;
+  return layout == PackLayout::Panel16 && (quant || mm::is_float_type(w.type));
 }
+
+bool packable(const WeightView& w) { return packable(w, pack_layout_for(active_isa())); }
+
+size_t packed_size(const WeightView& w, PackLayout layout) {
+  const int64_t lanes = lanes_of(layout);
+  return size_t((w.rows + lanes - 1) / lanes) * size_t(panel_bytes(w, lanes));
+}
+
+size_t packed_size(const WeightView& w) { return packed_size(w, pack_layout_for(active_isa())); }
 
 namespace {
 
 // Q4_K panels [p_begin, p_end): per super-block, the nibble bytes as 4
-// pairs x 8 vectors, then d[16], dmin[16] (fp16), then the decoded 6-bit
-// scales [8][16] and mins [8][16] as bytes.
-void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
-  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w);
+// pairs x 8 vectors, then d[L], dmin[L] (fp16), then the decoded 6-bit
+// scales [8][L] and mins [8][L] as bytes (L = lanes).
+void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L), vb = 4 * L;
   for (int64_t p = p_begin; p < p_end; ++p) {
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const int64_t r = std::min(p * kLanes + lane, w.rows - 1);
+    for (int64_t lane = 0; lane < L; ++lane) {
+      const int64_t r = std::min(p * L + lane, w.rows - 1);
       const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.row(r));
       for (int64_t u = 0; u < nsb; ++u) {
         const BlockQ4_K& b = blocks[u];
-        uint8_t* unit = dst + p * pb + u * kQ4KUnit;
+        uint8_t* unit = dst + p * pb + u * q4k_unit(L);
         for (int c = 0; c < 4; ++c)
           for (int k = 0; k < 8; ++k)
-            std::memcpy(unit + (8 * c + k) * 64 + 4 * lane, b.qs + 32 * c + 4 * k, 4);
-        std::memcpy(unit + 2048 + 2 * lane, &b.d, 2);
-        std::memcpy(unit + 2048 + 32 + 2 * lane, &b.dmin, 2);
+            std::memcpy(unit + (8 * c + k) * vb + 4 * lane, b.qs + 32 * c + 4 * k, 4);
+        std::memcpy(unit + 32 * vb + 2 * lane, &b.d, 2);
+        std::memcpy(unit + 32 * vb + 2 * L + 2 * lane, &b.dmin, 2);
         for (int j = 0; j < 8; ++j) {
           uint8_t sc, m;
           detail::get_scale_min_k4(j, b.scales, &sc, &m);
-          unit[2112 + 16 * j + lane] = sc;
-          unit[2240 + 16 * j + lane] = m;
+          unit[132 * L + L * j + lane] = sc;
+          unit[140 * L + L * j + lane] = m;
         }
       }
     }
@@ -89,20 +106,20 @@ void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t
 
 // Q6_K panels [p_begin, p_end): per super-block, ql as 2 halves x 16
 // vectors, qh as 2 halves x 8 vectors, the 16 int8 scales per lane, d.
-void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
-  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w);
+void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L), vb = 4 * L;
   for (int64_t p = p_begin; p < p_end; ++p) {
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const int64_t r = std::min(p * kLanes + lane, w.rows - 1);
+    for (int64_t lane = 0; lane < L; ++lane) {
+      const int64_t r = std::min(p * L + lane, w.rows - 1);
       const auto* blocks = reinterpret_cast<const BlockQ6_K*>(w.row(r));
       for (int64_t u = 0; u < nsb; ++u) {
         const BlockQ6_K& b = blocks[u];
-        uint8_t* unit = dst + p * pb + u * kQ6KUnit;
-        for (int v = 0; v < 32; ++v) std::memcpy(unit + v * 64 + 4 * lane, b.ql + 4 * v, 4);
-        for (int v = 0; v < 16; ++v) std::memcpy(unit + 2048 + v * 64 + 4 * lane, b.qh + 4 * v, 4);
-        for (int i = 0; i < 16; ++i) unit[3072 + 16 * i + lane] = uint8_t(b.scales[i]);
-        std::memcpy(unit + 3328 + 2 * lane, &b.d, 2);
-        if (lane == 0) std::memset(unit + 3360, 0, 32);  // padding to a whole cache line
+        uint8_t* unit = dst + p * pb + u * q6k_unit(L);
+        for (int v = 0; v < 32; ++v) std::memcpy(unit + v * vb + 4 * lane, b.ql + 4 * v, 4);
+        for (int v = 0; v < 16; ++v) std::memcpy(unit + 32 * vb + v * vb + 4 * lane, b.qh + 4 * v, 4);
+        for (int i = 0; i < 16; ++i) unit[192 * L + L * i + lane] = uint8_t(b.scales[i]);
+        std::memcpy(unit + 208 * L + 2 * lane, &b.d, 2);
+        if (lane == 0) std::memset(unit + 210 * L, 0, size_t(2 * L));  // padding to whole vectors
       }
     }
   }
@@ -112,7 +129,8 @@ void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t
 // in the file's type, lane order. A panel (16 rows x cols) is at most a few
 // hundred KB, so the strided writes stay in cache.
 void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
-  const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w);
+  constexpr int64_t kLanes = 16;
+  const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w, kLanes);
   for (int64_t p = p_begin; p < p_end; ++p) {
     uint8_t* pan = dst + p * pb;
     for (int64_t lane = 0; lane < kLanes; ++lane) {
@@ -127,36 +145,38 @@ void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64
   }
 }
 
-// Panels [p_begin, p_end) of the Panel16 copy.
-void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+// Panels [p_begin, p_end) of the copy in `layout`.
+void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  const int64_t L = lanes_of(layout), vb = 4 * L;
   if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end);
-  if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end);
-  if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end);
-  const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type), ub = unit_bytes(w.type);
-  const int64_t pb = panel_bytes(w);
+  if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
+  if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
+  const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type, L), ub = unit_bytes(w.type, L);
+  const int64_t pb = panel_bytes(w, L);
   const bool q8 = w.type == GgmlType::Q8_0;
+  // VNNI takes u8 levels (u = q + 128); AVX2 keeps Q8_0 signed (sign trick).
+  const uint8_t flip = q8 && layout == PackLayout::Panel16 ? 0x80 : 0;
   for (int64_t p = p_begin; p < p_end; ++p) {
     if (nb % 2) std::memset(dst + p * pb + (nb / 2) * ub + lb, 0, size_t(lb));  // the empty half unit
     uint8_t* pan = dst + p * pb;
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const int64_t r = std::min(p * kLanes + lane, w.rows - 1);  // tail lanes repeat the last row
+    for (int64_t lane = 0; lane < L; ++lane) {
+      const int64_t r = std::min(p * L + lane, w.rows - 1);  // tail lanes repeat the last row
       const uint8_t* row = w.row(r);
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* unit = pan + (b / 2) * ub;
-        uint8_t* lev = unit + (b % 2) * lb;       // [LB] levels of block b
-        uint8_t* sc = unit + 2 * lb + (b % 2) * 32;  // [16] fp16 scales
+        uint8_t* lev = unit + (b % 2) * lb;              // [LB] levels of block b
+        uint8_t* sc = unit + 2 * lb + (b % 2) * 2 * L;  // [L] fp16 scales
         uint16_t d;
         if (q8) {
           const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
           std::memcpy(&d, &blk->d, 2);
           for (int k = 0; k < 8; ++k)
-            for (int j = 0; j < 4; ++j)
-              lev[64 * k + 4 * lane + j] = uint8_t(blk->qs[4 * k + j]) ^ 0x80;  // u = q + 128
+            for (int j = 0; j < 4; ++j) lev[vb * k + 4 * lane + j] = uint8_t(blk->qs[4 * k + j]) ^ flip;
         } else {
           const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
           std::memcpy(&d, &blk->d, 2);
           for (int k = 0; k < 4; ++k)
-            for (int j = 0; j < 4; ++j) lev[64 * k + 4 * lane + j] = blk->qs[4 * k + j];
+            for (int j = 0; j < 4; ++j) lev[vb * k + 4 * lane + j] = blk->qs[4 * k + j];
         }
         std::memcpy(sc + 2 * lane, &d, 2);
       }
@@ -166,12 +186,14 @@ void pack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_e
 
 }  // namespace
 
-void pack_panel16(const WeightView& w, uint8_t* dst) {
-  if (!(w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
-        w.type == GgmlType::Q6_K || mm::is_float_type(w.type)))
-    throw std::invalid_argument("pack_panel16: unsupported type " + type_name(w.type));
-  pack_panels(w, dst, 0, (w.rows + kLanes - 1) / kLanes);
+void pack_panels_into(const WeightView& w, PackLayout layout, uint8_t* dst) {
+  if (!packable(w, layout))
+    throw std::invalid_argument("pack: type " + type_name(w.type) + " has no kernels in this layout");
+  const int64_t L = lanes_of(layout);
+  pack_panels(w, layout, dst, 0, (w.rows + L - 1) / L);
 }
+
+void pack_panel16(const WeightView& w, uint8_t* dst) { pack_panels_into(w, PackLayout::Panel16, dst); }
 
 PackedArena::PackedArena(size_t bytes) {
   if (bytes == 0) return;
@@ -213,6 +235,8 @@ void release_mapped_pages(const void* p, size_t n) {
 
 PackedArena pack_weights(const std::vector<PackItem>& items,
                          const std::function<void(int64_t done, int64_t total)>& on_matrix) {
+  const PackLayout layout = pack_layout_for(active_isa());
+  const int64_t kLanes = lanes_of(layout);
   size_t total = 0;
   for (const PackItem& it : items)
     if (packable(*it.w)) total += round_up(packed_size(*it.w), 64);
@@ -245,7 +269,7 @@ PackedArena pack_weights(const std::vector<PackItem>& items,
     for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       const Job& job = jobs[j];
       const PackItem& it = items[job.item];
-      pack_panels(*it.w, dst[job.item], job.p0, job.p1);
+      pack_panels(*it.w, layout, dst[job.item], job.p0, job.p1);
       // The last job of a matrix drops its file pages at once, so resident
       // memory peaks near one copy of the weights, not two.
       if (left[job.item].fetch_sub(1) == 1) {
@@ -262,7 +286,7 @@ PackedArena pack_weights(const std::vector<PackItem>& items,
   for (size_t i = 0; i < items.size(); ++i) {
     if (!dst[i]) continue;
     items[i].w->packed = dst[i];
-    items[i].w->pack = PackLayout::Panel16;
+    items[i].w->pack = layout;
   }
   return arena;
 }

@@ -1,5 +1,6 @@
-// Load-time weight repacking (PackLayout::Panel16): Q8_0, Q4_0, Q4_K, Q6_K,
-// and the float types F32, F16, BF16.
+// Load-time weight repacking: PackLayout::Panel16 (AVX-512: Q8_0, Q4_0,
+// Q4_K, Q6_K and the float types F32, F16, BF16) and PackLayout::Panel8
+// (AVX2: the four quantized types).
 //
 // The file layout keeps each weight row's blocks together, so a kernel that
 // computes 16 rows per zmm (one row per lane) must gather 16 scattered rows
@@ -42,7 +43,15 @@
 //   order (matmul_internal.h): the outer-product kernels it feeds are about
 //   1.8x faster at prefill than the dot-product ones of the file layout.
 //
-// Quantized units are multiples of 64 B, so vectors load aligned. The values
+// Panel8 (AVX2) is the same layout with 8 lanes: a vector is 32 B (lane r
+//   = 4 bytes of row r), every per-lane array holds 8 entries, so with
+//   L = lanes: Q8_0 / Q4_0 pair unit = [LB = 32L or 16L][LB][4L scales];
+//   Q4_K unit 148L B (vectors [0, 128L), d at 128L, dmin at 130L, scales at
+//   132L, mins at 140L); Q6_K unit 212L B (ql [0, 128L), qh [128L, 192L),
+//   scales at 192L, d at 208L, zero to 212L). Q8_0 levels stay signed (the
+//   AVX2 kernels use the sign trick, not an offset).
+//
+// Quantized units are multiples of the vector size, so vectors load aligned. The values
 // are the file's bit for bit: for the quantized types the kernels' integer
 // dots and float chains, hence their results, are unchanged (tests compare
 // bit-exactly); float types follow their own documented order.
@@ -53,6 +62,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu.h"
 #include "kernels/matmul.h"
 
 namespace kvs {
@@ -61,11 +71,16 @@ namespace kvs {
 // KVS_REPACK=0: side-by-side benchmarks of the file layout, debugging.
 bool repack_enabled();
 
-// True when the active ISA has a kernel for `w` in Panel16 (AVX-512 VNNI,
-// Q8_0, Q4_0, Q4_K, Q6_K, F32, F16 or BF16).
+// The layout whose kernels an ISA has (None for scalar).
+PackLayout pack_layout_for(Isa isa);
+// True when `layout` has kernels for `w`'s type and shape; without a layout,
+// the active ISA's.
+bool packable(const WeightView& w, PackLayout layout);
 bool packable(const WeightView& w);
-size_t packed_size(const WeightView& w);  // bytes of the Panel16 copy
-// Writes the Panel16 copy of `w` to dst (64-byte aligned, packed_size bytes).
+size_t packed_size(const WeightView& w, PackLayout layout);  // bytes of the copy
+size_t packed_size(const WeightView& w);
+// Writes the copy of `w` in `layout` to dst (64-byte aligned, packed_size bytes).
+void pack_panels_into(const WeightView& w, PackLayout layout, uint8_t* dst);
 void pack_panel16(const WeightView& w, uint8_t* dst);
 
 // Anonymous memory holding packed copies (transparent huge pages requested:
@@ -87,8 +102,8 @@ class PackedArena {
   size_t size_ = 0;
 };
 
-// Packs every packable matrix among `items` into one arena and points their
-// views at it. Returns the arena (empty when nothing was packed). With
+// Packs every packable matrix among `items` into one arena, in the active
+// ISA's layout, and points their views at it. Returns the arena (empty when nothing was packed). With
 // `release_source`, a packed matrix's file pages are dropped from this
 // process (madvise) so resident memory is not doubled; they fault back in
 // from the page cache if a non-packed path reads them (an ISA override, an

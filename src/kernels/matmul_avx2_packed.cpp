@@ -1,0 +1,194 @@
+// AVX2 kernels for Panel8-packed Q8_0 / Q4_0 / Q4_K / Q6_K weights
+// (kernels/weight_pack.h). Same arithmetic as matmul_avx2.cpp, bit for bit
+// (the same block_step on the same levels and scales); only where the weight
+// vectors come from changes: one aligned 32-B load per vector from the
+// packed panel instead of 8 row loads, a transpose and a scale gather.
+//
+// n = 1 (decode) streams MP panels at once, front to back; n > 1 unpacks
+// K slices into the scratch layout and runs the shared GEMM tiles.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/matmul_avx2_block.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
+
+namespace kvs::mm {
+
+KVS_TARGET_BEGIN("avx2,fma,f16c,bmi,bmi2,popcnt")
+
+namespace {
+
+using namespace avx2_detail;
+constexpr int L = 8;  // rows per panel
+
+inline __m256 half8(const uint8_t* p) {  // 8 fp16 -> float
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 u8x8(const uint8_t* p) {  // 8 unsigned bytes -> float
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 s8x8(const uint8_t* p) {  // 8 signed bytes -> float
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256i ld32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Q4_0 (Q4 = true) / Q8_0 pair units; a unit here is one 32-element block.
+template <bool Q4>
+struct P8Pair {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false, kSigned = !Q4;
+  static constexpr int64_t LB = Q4 ? 16 * L : 32 * L;  // level bytes per block
+  static constexpr int64_t UB = 2 * LB + 4 * L;        // bytes per pair unit
+  static constexpr int64_t kStride = UB / 2;           // bytes per unit, on average
+  static int64_t panel_bytes(int64_t cols) { return (cols / kQBlock + 1) / 2 * UB; }
+  template <class F>
+  static inline void unit(const uint8_t* pan, int64_t b, F&& f) {
+    const uint8_t* pu = pan + (b >> 1) * UB;
+    const uint8_t* l = pu + (b & 1) * LB;
+    const __m256 ws = half8(pu + 2 * LB + (b & 1) * 2 * L);
+    __m256i W[8];
+    if (Q4) {
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i g = ld32(l + 32 * k);
+        W[k] = _mm256_and_si256(g, m4);
+        W[k + 4] = _mm256_and_si256(_mm256_srli_epi16(g, 4), m4);
+      }
+    } else {
+      for (int k = 0; k < 8; ++k) W[k] = ld32(l + 32 * k);
+    }
+    f(0, W, ws, ws, ws);
+  }
+};
+
+// One Q4_K super-block of 8 rows: the scales and mins arrive decoded, so
+// ws = d * sc and wm = -(dmin * m) are the file path's operations.
+struct P8Q4K {
+  static constexpr int kBlocks = 8;
+  static constexpr bool kSub16 = false, kMin = true, kSigned = false;
+  static constexpr int64_t UB = 148 * L, kStride = UB;
+  static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
+  template <class F>
+  static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
+    const uint8_t* p = pan + u * UB;
+    const __m256 d = half8(p + 128 * L), dmin = half8(p + 130 * L);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      __m256i g[8];
+      for (int k = 0; k < 8; ++k) g[k] = ld32(p + (8 * c + k) * 4 * L);
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        const __m256 ws = _mm256_mul_ps(d, u8x8(p + 132 * L + L * j));
+        const __m256 wm = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(p + 140 * L + L * j)), _mm256_set1_ps(-0.0f));
+        __m256i W[8];
+        for (int k = 0; k < 8; ++k) W[k] = _mm256_and_si256(h ? _mm256_srli_epi16(g[k], 4) : g[k], m4);
+        f(j, W, ws, ws, wm);
+      }
+    }
+  }
+};
+
+// One Q6_K super-block of 8 rows (two halves of 128 elements).
+struct P8Q6K {
+  static constexpr int kBlocks = 8;
+  static constexpr bool kSub16 = true, kMin = false, kSigned = false;
+  static constexpr int64_t UB = 212 * L, kStride = UB;
+  static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
+  template <class F>
+  static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
+    const uint8_t* p = pan + u * UB;
+    const __m256 d = half8(p + 208 * L);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      __m256i ql[16], qh[8];
+      for (int m = 0; m < 16; ++m) ql[m] = ld32(p + (16 * chunk + m) * 4 * L);
+      for (int m = 0; m < 8; ++m) qh[m] = ld32(p + 128 * L + (8 * chunk + m) * 4 * L);
+      for (int uu = 0; uu < 4; ++uu) {
+        const int t8 = 4 * chunk + uu;
+        const __m256i* lq = ql + 8 * (uu & 1);
+        __m256i W[8];
+        for (int k = 0; k < 8; ++k) {
+          const __m256i lo = _mm256_and_si256(uu >> 1 ? _mm256_srli_epi16(lq[k], 4) : lq[k], m4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh[k], 2 * uu), m3);
+          W[k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        }
+        const __m256 s0 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8)));
+        const __m256 s1 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8 + 1)));
+        f(t8, W, s0, s1, s0);
+      }
+    }
+  }
+};
+
+// MP panels at once: MP independent memory streams and float chains.
+template <class P, int MP>
+inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, const XBlock* xq, float* y,
+                          int nvalid_last) {
+  __m256 acc[MP];
+  for (int m = 0; m < MP; ++m) acc[m] = _mm256_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const XBlock* xb = xq + u * P::kBlocks;
+    for (int m = 0; m < MP; ++m)
+      P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
+        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned>(W, ws0, ws1, wm, xb[j], acc[m]);
+      });
+  }
+  for (int m = 0; m + 1 < MP; ++m) _mm256_storeu_ps(y + m * L, acc[m]);
+  _mm256_maskstore_ps(y + (MP - 1) * L, lane_mask(nvalid_last), acc[MP - 1]);
+}
+
+template <class P>
+void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
+  const int64_t pbytes = P::panel_bytes(w.cols), units = w.cols / kQBlock / P::kBlocks;
+  auto last = [&](int64_t p0, int mp) { return int(r1 - p0 - (mp - 1) * L < L ? r1 - p0 - (mp - 1) * L : L); };
+  int64_t p0 = r0;
+  for (; p0 + 3 * L < r1; p0 += 4 * L)
+    matvec_panels<P, 4>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 4));
+  for (; p0 + L < r1; p0 += 2 * L)
+    matvec_panels<P, 2>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 2));
+  if (p0 < r1) matvec_panels<P, 1>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 1));
+}
+
+template <class P>
+void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                 int64_t ldy, Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock, pbytes = P::panel_bytes(w.cols);
+  uint8_t* slice = scratch.buf;  // [KB blocks][352 B], 64-B aligned
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    const uint8_t* pan = w.packed + (p0 / L) * pbytes;
+    const __m256i mask = lane_mask(int(r1 - p0 < L ? r1 - p0 : L));
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+      for (int64_t bb = 0; bb < kb; bb += P::kBlocks)
+        unpack_to_scratch<P>(pan, (kb0 + bb) / P::kBlocks, slice + bb * kPanelBlockBytes);
+      int64_t i0 = 0;
+      for (; i0 + R <= n; i0 += R) tile_from_scratch<R, P>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+      for (; i0 < n; ++i0) tile_from_scratch<1, P>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+    }
+  }
+}
+
+template <class P>
+void run_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                int64_t ldy, Scratch s) {
+  if (n == 1) matvec_packed<P>(w, r0, r1, xq, y);
+  else gemm_packed<P>(w, r0, r1, xq, n, y, ldy, s);
+}
+
+}  // namespace
+
+void quant_rows_avx2_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
+                            float* y, int64_t ldy, Scratch s) {
+  switch (w.type) {  // packable() admits exactly these
+    case GgmlType::Q4_0: return run_packed<P8Pair<true>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q8_0: return run_packed<P8Pair<false>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q4_K: return run_packed<P8Q4K>(w, r0, r1, xq, n, y, ldy, s);
+    default: return run_packed<P8Q6K>(w, r0, r1, xq, n, y, ldy, s);
+  }
+}
+
+KVS_TARGET_END()
+
+}  // namespace kvs::mm
