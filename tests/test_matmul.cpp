@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu.h"
+#include "kernels/decode_variant.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quant.h"
@@ -338,6 +339,37 @@ TEST(Matmul, PackedPanel8BitExact) {
   // Float views keep the file layout on AVX2 (their packed order differs).
   Weights F = make_weights(GgmlType::F16, 16, 64, 3);
   EXPECT_FALSE(packable(F.view, PackLayout::Panel8));
+}
+
+// Every decode variant (panels per pass, prefetch distance) of both packed
+// layouts gives the reference's bits: the per-machine choice is speed only.
+TEST(Matmul, EveryDecodeVariantBitExact) {
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (!isa_available(isa)) continue;
+    IsaGuard g(isa);
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+      const int64_t rows = 8 * 16 + 24 + 5, cols = is_k(t) ? 512 : 96;  // 4-, 2- and 1-panel passes, a tail
+      Weights W = make_weights(t, rows, cols, 21);
+      std::vector<float> x = make_x(1, cols, 4);
+      std::vector<float> ref(static_cast<size_t>(rows));
+      matmul_q8_reference(W.view, x.data(), cols, 1, ref.data(), rows);
+      PackedArena arena = pack_weights({{&W.view, false}});
+      ASSERT_EQ(W.view.pack, pack_layout_for(isa));
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        for (const DecodeVariant& v : decode_variants()) {
+          set_decode_variant(t, v);
+          std::vector<float> y(size_t(rows), -1.0f);
+          matmul(W.view, x.data(), cols, 1, y.data(), rows, pool);
+          EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << isa_name(isa) << " " << type_name(t) << " " << to_string(v) << " threads=" << threads;
+        }
+      }
+    }
+  }
+  reset_decode_variants();
+  EXPECT_EQ(decode_variant(GgmlType::Q4_0), DecodeVariant{});
+  EXPECT_THROW(set_decode_variant(GgmlType::Q4_0, DecodeVariant{3, 0}), std::invalid_argument);
 }
 
 // The documented Panel8 byte layout (weight_pack.h), at named offsets.

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu.h"
+#include "kernels/decode_variant.h"
 #include "kernels/quant.h"
 #include "test_util.h"
 #include "tools/plan.h"
@@ -85,4 +87,48 @@ TEST(Probe, StagesCountTheLoggedMeasurements) {
   int64_t lines = 0;
   run_probe(o, [&](const std::string&) { ++lines; });
   EXPECT_EQ(lines, probe_stages(o));
+}
+
+// On packed weights the n = 1 measurement times every decode variant and
+// leaves the fastest set; the choice round-trips through the profile and is
+// applied only on the CPU and ISA it was measured on.
+TEST(Probe, DecodeVariantChosenStoredAndApplied) {
+  reset_decode_variants();
+  const KernelRate k = measure_kernel("q4_0", 64, 256, {1}, 1u << 20, 1, 2, 0.01);
+  if (active_isa() == Isa::Scalar) {
+    EXPECT_FALSE(k.tuned);  // nothing packed, nothing to choose
+    return;
+  }
+  ASSERT_TRUE(k.tuned);
+  EXPECT_EQ(k.decode.type, "q4_0");
+  EXPECT_TRUE(is_decode_variant(k.decode.variant));
+  EXPECT_EQ(decode_variant(GgmlType::Q4_0), k.decode.variant);
+  EXPECT_GE(k.decode.gain, 1.0);  // the default is among the candidates
+
+  HardwareProfile p;
+  p.cpu = machine_cpu_name();
+  p.mem_total_bytes = 1ull << 30;
+  p.bandwidth = 1e10;
+  p.decode.isa = isa_name(active_isa());
+  p.decode.types.push_back({"q4_0", DecodeVariant{1, 2048}, 1.3});
+  const HardwareProfile q = profile_from_json(profile_to_json(p));
+  ASSERT_EQ(q.decode.types.size(), 1u);
+  EXPECT_EQ(q.decode.types[0].variant, (DecodeVariant{1, 2048}));
+  EXPECT_EQ(q.decode.isa, p.decode.isa);
+
+  reset_decode_variants();
+  const std::string other = apply_decode_choices(q.decode, "some other CPU");
+  EXPECT_NE(other.find("some other CPU"), std::string::npos) << other;
+  EXPECT_EQ(decode_variant(GgmlType::Q4_0), DecodeVariant{});
+  DecodeChoices wrong_isa = q.decode;
+  wrong_isa.isa = "scalar";
+  EXPECT_FALSE(apply_decode_choices(wrong_isa, p.cpu).empty());
+  EXPECT_EQ(decode_variant(GgmlType::Q4_0), DecodeVariant{});
+  EXPECT_EQ(apply_decode_choices(q.decode, p.cpu), "");
+  EXPECT_EQ(decode_variant(GgmlType::Q4_0), (DecodeVariant{1, 2048}));
+  reset_decode_variants();
+
+  nlohmann::json bad = profile_to_json(p);
+  bad["decode_variants"]["types"]["q4_0"]["panels"] = 3;  // not a candidate
+  EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
 }

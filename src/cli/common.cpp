@@ -1,11 +1,13 @@
 #include "cli/common.h"
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
 
 #include "tools/default_model.h"
+#include "tools/kernel_choice.h"
 #include "tools/progress.h"
 
 namespace kvs::cli {
@@ -74,6 +76,13 @@ std::string read_text_file(const std::string& path) {
 
 Loaded load_all(const ModelArgs& a) {
   Loaded l;
+  // This machine's decode kernel variants, from its `kvserve probe` profile.
+  static const bool applied = [] {
+    const std::string note = tools::apply_default_profile_choices();
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    return true;
+  }();
+  (void)applied;
   {
     // Per matrix as the load-time copies finish (on a terminal only).
     std::mutex mu;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/decode_variant.h"
 #include "kernels/matmul_avx2_block.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
@@ -75,17 +76,19 @@ struct P8Q4K {
     const uint8_t* p = pan + u * UB;
     const __m256 d = half8(p + 128 * L), dmin = half8(p + 130 * L);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int c = 0; c < 4; ++c) {
-      __m256i g[8];
-      for (int k = 0; k < 8; ++k) g[k] = ld32(p + (8 * c + k) * 4 * L);
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * c + h;
-        const __m256 ws = _mm256_mul_ps(d, u8x8(p + 132 * L + L * j));
-        const __m256 wm = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(p + 140 * L + L * j)), _mm256_set1_ps(-0.0f));
-        __m256i W[8];
-        for (int k = 0; k < 8; ++k) W[k] = _mm256_and_si256(h ? _mm256_srli_epi16(g[k], 4) : g[k], m4);
-        f(j, W, ws, ws, wm);
+    // Levels are loaded per block, not per pair: AVX2 has 16 registers, and
+    // holding a pair's 8 vectors next to W[8] spilled.
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* v = p + (8 * (j >> 1)) * 4 * L;
+      const __m256 ws = _mm256_mul_ps(d, u8x8(p + 132 * L + L * j));
+      const __m256 wm = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(p + 140 * L + L * j)), _mm256_set1_ps(-0.0f));
+      __m256i W[8];
+      for (int k = 0; k < 8; ++k) {
+        const __m256i g = ld32(v + k * 4 * L);
+        W[k] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4);
       }
+      f(j, W, ws, ws, wm);
     }
   }
 };
@@ -101,35 +104,42 @@ struct P8Q6K {
     const uint8_t* p = pan + u * UB;
     const __m256 d = half8(p + 208 * L);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
-    for (int chunk = 0; chunk < 2; ++chunk) {
-      __m256i ql[16], qh[8];
-      for (int m = 0; m < 16; ++m) ql[m] = ld32(p + (16 * chunk + m) * 4 * L);
-      for (int m = 0; m < 8; ++m) qh[m] = ld32(p + 128 * L + (8 * chunk + m) * 4 * L);
-      for (int uu = 0; uu < 4; ++uu) {
-        const int t8 = 4 * chunk + uu;
-        const __m256i* lq = ql + 8 * (uu & 1);
-        __m256i W[8];
-        for (int k = 0; k < 8; ++k) {
-          const __m256i lo = _mm256_and_si256(uu >> 1 ? _mm256_srli_epi16(lq[k], 4) : lq[k], m4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh[k], 2 * uu), m3);
-          W[k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-        }
-        const __m256 s0 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8)));
-        const __m256 s1 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8 + 1)));
-        f(t8, W, s0, s1, s0);
+#pragma GCC unroll 8
+    for (int t8 = 0; t8 < 8; ++t8) {  // block t8: half t8 / 4, quarter uu of that half
+      const int chunk = t8 >> 2, uu = t8 & 3;
+      const uint8_t* lq = p + (16 * chunk + 8 * (uu & 1)) * 4 * L;
+      const uint8_t* hq = p + 128 * L + 8 * chunk * 4 * L;
+      __m256i W[8];
+      for (int k = 0; k < 8; ++k) {  // loaded per block for the same reason as Q4_K
+        const __m256i ql = ld32(lq + k * 4 * L);
+        const __m256i lo = _mm256_and_si256(uu >> 1 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(ld32(hq + k * 4 * L), 2 * uu), m3);
+        W[k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
       }
+      const __m256 s0 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8)));
+      const __m256 s1 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8 + 1)));
+      f(t8, W, s0, s1, s0);
     }
   }
 };
 
-// MP panels at once: MP independent memory streams and float chains.
+// MP panels at once: MP independent memory streams and float chains. Each
+// unit prefetches the cache lines that start in its stretch of the stream
+// `pf` bytes ahead, so every line is asked for once. Without software
+// prefetch the K-quant streams stalled on DRAM (perf: most samples on the
+// level loads); the best distance and MP depend on the CPU (decode_variant.h).
 template <class P, int MP>
 inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, const XBlock* xq, float* y,
-                          int nvalid_last) {
+                          int nvalid_last, int64_t pf) {
   __m256 acc[MP];
   for (int m = 0; m < MP; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     const XBlock* xb = xq + u * P::kBlocks;
+    if (pf > 0) {
+      const int64_t lo = (u * P::kStride + pf + 63) & ~int64_t(63), hi = (u + 1) * P::kStride + pf;
+      for (int64_t o = lo; o < hi && o < pbytes; o += 64)
+        for (int m = 0; m < MP; ++m) _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + o), _MM_HINT_T0);
+    }
     for (int m = 0; m < MP; ++m)
       P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
         acc[m] = block_step<P::kSub16, P::kMin, P::kSigned>(W, ws0, ws1, wm, xb[j], acc[m]);
@@ -142,13 +152,18 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, co
 template <class P>
 void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
   const int64_t pbytes = P::panel_bytes(w.cols), units = w.cols / kQBlock / P::kBlocks;
+  const DecodeVariant v = decode_variant(w.type);
+  const int64_t pf = v.prefetch;
   auto last = [&](int64_t p0, int mp) { return int(r1 - p0 - (mp - 1) * L < L ? r1 - p0 - (mp - 1) * L : L); };
   int64_t p0 = r0;
-  for (; p0 + 3 * L < r1; p0 += 4 * L)
-    matvec_panels<P, 4>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 4));
-  for (; p0 + L < r1; p0 += 2 * L)
-    matvec_panels<P, 2>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 2));
-  if (p0 < r1) matvec_panels<P, 1>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 1));
+  if (v.panels >= 4)
+    for (; p0 + 3 * L < r1; p0 += 4 * L)
+      matvec_panels<P, 4>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 4), pf);
+  if (v.panels >= 2)
+    for (; p0 + L < r1; p0 += 2 * L)
+      matvec_panels<P, 2>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 2), pf);
+  for (; p0 < r1; p0 += L)
+    matvec_panels<P, 1>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 1), pf);
 }
 
 template <class P>

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "kernels/decode_variant.h"
 #include "kernels/matmul_avx512_unpack.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
@@ -62,12 +63,15 @@ template <bool Q4>
 void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
   using P = Pk<Q4>;
   const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+  const int panels = decode_variant(w.type).panels;  // the prefetch here is fixed
   int64_t p0 = r0;
-  for (; p0 + 3 * L < r1; p0 += 4 * L)
-    matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
-  for (; p0 + L < r1; p0 += 2 * L)
-    matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
-  if (p0 < r1) matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+  if (panels >= 4)
+    for (; p0 + 3 * L < r1; p0 += 4 * L)
+      matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+  if (panels >= 2)
+    for (; p0 + L < r1; p0 += 2 * L)
+      matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+  for (; p0 < r1; p0 += L) matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
 }
 
 // K-quants (U = PkK for Q4_K, PkQ6K for Q6_K): MP panels at once, one
@@ -97,11 +101,15 @@ inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, co
 template <class U>
 void matvec_packed_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
   const int64_t nsb = w.cols / 256, pbytes = nsb * U::UB;
+  const int panels = decode_variant(w.type).panels;
   int64_t p0 = r0;
-  for (; p0 + 3 * L < r1; p0 += 4 * L)
-    matvec_panels_k<U, 4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  for (; p0 + L < r1; p0 += 2 * L) matvec_panels_k<U, 2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  if (p0 < r1) matvec_panels_k<U, 1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  if (panels >= 4)
+    for (; p0 + 3 * L < r1; p0 += 4 * L)
+      matvec_panels_k<U, 4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  if (panels >= 2)
+    for (; p0 + L < r1; p0 += 2 * L)
+      matvec_panels_k<U, 2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+  for (; p0 < r1; p0 += L) matvec_panels_k<U, 1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
 }
 
 // RT activation rows x one panel over blocks [kb0, kb0 + kb). Accumulators

@@ -325,17 +325,19 @@ std::vector<RatePoint> points_from(const nlohmann::json& a, const char* key) {
   return v;
 }
 
-std::string lower(std::string s) {
+}  // namespace
+
+std::string lower_ascii(std::string s) {
   for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
-GgmlType type_from_name(const std::string& name) {
-  const std::string l = lower(name);
+GgmlType weight_type_from_name(const std::string& name) {
+  const std::string l = lower_ascii(name);
   for (uint32_t raw = 0; raw < 64; ++raw) {
     if (!is_known_type(raw)) continue;
     const auto t = GgmlType(raw);
-    if (lower(type_name(t)) == l) {
+    if (lower_ascii(type_name(t)) == l) {
       if (!type_traits(t).supported) throw std::invalid_argument("kernel probe: type '" + name + "' is not supported");
       return t;
     }
@@ -343,6 +345,12 @@ GgmlType type_from_name(const std::string& name) {
   throw std::invalid_argument("kernel probe: unknown weight type '" + name + "'");
 }
 
+namespace {
+std::string format_ratio(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", r);
+  return b;
+}
 }  // namespace
 
 const KernelPoint* KernelRate::at(int n) const {
@@ -362,7 +370,7 @@ const KernelPoint* KernelRate::nearest(double n) const {
 }
 
 const KernelRate* HardwareProfile::kernel(const std::string& type) const {
-  const std::string l = lower(type);
+  const std::string l = lower_ascii(type);
   for (const auto& k : kernels)
     if (k.type == l) return &k;
   return nullptr;
@@ -370,7 +378,7 @@ const KernelRate* HardwareProfile::kernel(const std::string& type) const {
 
 KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
                           uint64_t buffer_bytes, int threads, int runs, double seconds) {
-  const GgmlType t = type_from_name(type);
+  const GgmlType t = weight_type_from_name(type);
   threads = resolve_threads(threads);
   if (rows < 1 || cols < 1) throw std::invalid_argument("kernel probe: empty matrix");
   if (runs < 1) throw std::invalid_argument("kernel probe: runs must be >= 1");
@@ -422,7 +430,7 @@ KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, c
     matmul(w, x.data(), cols, n, y.data(), rows, pool);
   };
   KernelRate out;
-  out.type = lower(type_name(t));
+  out.type = lower_ascii(type_name(t));
   std::vector<int> sorted = ns;
   std::sort(sorted.begin(), sorted.end());
   for (int n : sorted) {
@@ -431,10 +439,19 @@ KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, c
     double best = 0;  // products per second
     if (n == 1) {
       // Whole passes over every copy: each product reads its matrix from DRAM.
-      for (int r = 0; r < runs; ++r) {
+      const auto pass = [&] {
         const auto t0 = Clock::now();
-        for (size_t c = 0; c < copies; ++c) product(n);
-        best = std::max(best, double(copies) / std::chrono::duration<double>(Clock::now() - t0).count());
+        for (size_t c = 0; c < copies; ++c) product(1);
+        return std::chrono::duration<double>(Clock::now() - t0).count();
+      };
+      if (!views.empty() && views[0].pack != PackLayout::None) {
+        // Packed weights: every decode variant, and the rate of the fastest.
+        const DecodeTuning tu = tune_decode_variant(t, runs, pass);
+        out.tuned = true;
+        out.decode = tu.choice;
+        best = tu.passes_per_s * double(copies);
+      } else {
+        for (int r = 0; r < runs; ++r) best = std::max(best, double(copies) / pass());
       }
     } else {
       for (int r = 0; r < 2; ++r) {  // best of two: the first may pay for frequency ramp-up
@@ -561,12 +578,17 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
     for (const auto& type : opt.kernel_types) {
       KernelRate k = measure_kernel(type, opt.kernel_rows, opt.kernel_cols, opt.kernel_n, opt.buffer_bytes, n,
                                     std::max(2, std::min(opt.runs, 3)), opt.flops_seconds);
-      const size_t mat = (row_bytes(type_from_name(type), opt.kernel_cols) + 63) / 64 * 64 * size_t(opt.kernel_rows);
+      const size_t mat = (row_bytes(weight_type_from_name(type), opt.kernel_cols) + 63) / 64 * 64 * size_t(opt.kernel_rows);
       p.kernel_buffer_bytes = std::max<uint64_t>(p.kernel_buffer_bytes, std::max<size_t>(2, (opt.buffer_bytes + mat - 1) / mat) * mat);
       std::string line = "matmul " + k.type + ":";
       for (const auto& q : k.points)
         line += " n=" + std::to_string(q.n) + " " + format_si(q.ops_per_s, "OP/s") + " (" +
                 format_si(q.weight_bytes_per_s, "B/s") + " of weights)";
+      if (k.tuned) {
+        line += "; decode " + to_string(k.decode.variant) + " (" + format_ratio(k.decode.gain) + " the default)";
+        p.decode.isa = isa_name(active_isa());
+        p.decode.types.push_back(k.decode);
+      }
       say(line);
       p.kernels.push_back(std::move(k));
     }
@@ -604,6 +626,7 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                    {"buffer_bytes", p.kernel_buffer_bytes},
                    {"types", types}};
   }
+  if (!p.decode.empty()) j["decode_variants"] = decode_choices_to_json(p.decode);
   if (p.attention.ops_per_s > 0)
     j["attention"] = {{"ctx", p.attention.ctx}, {"threads", p.attention.threads}, {"ops_per_s", p.attention.ops_per_s}};
   return j;
@@ -635,6 +658,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
       if (!(p.attention.ops_per_s > 0))
         throw std::invalid_argument("malformed hardware profile: attention.ops_per_s must be positive");
     }
+    if (j.contains("decode_variants")) p.decode = decode_choices_from_json(j.at("decode_variants"));  // optional
     if (j.contains("matmul")) {  // optional: older profiles have no kernel rates
       const auto& m = j.at("matmul");
       p.kernel_threads = m.value("threads", 0);
@@ -643,7 +667,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
       p.kernel_buffer_bytes = m.value("buffer_bytes", uint64_t(0));
       for (const auto& [name, pts] : m.at("types").items()) {
         KernelRate k;
-        k.type = lower(name);
+        k.type = lower_ascii(name);
         for (const auto& e : pts) {
           KernelPoint q;
           q.n = e.at("n").get<int>();
@@ -711,6 +735,11 @@ std::string format_profile(const HardwareProfile& p) {
         o << "  n=" << q.n << " " << format_si(q.ops_per_s, "OP/s") << " / " << format_si(q.weight_bytes_per_s, "B/s");
       o << "\n";
     }
+  }
+  if (!p.decode.empty()) {
+    o << "decode kernel variants (" << p.decode.isa << ", fastest of " << decode_variants().size() << "):\n";
+    for (const DecodeChoice& d : p.decode.types)
+      o << "  " << d.type << ": " << to_string(d.variant) << ", " << format_ratio(d.gain) << " the default\n";
   }
   if (p.attention.ops_per_s > 0)
     o << "decode attention (f32 KV, ctx " << p.attention.ctx << ", " << p.attention.threads

@@ -8,6 +8,9 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "kernels/quant.h"
+#include "tools/kernel_choice.h"
+
 namespace kvs::tools {
 
 struct ProbeOptions {
@@ -51,6 +54,9 @@ struct KernelRate {
   // The point whose n is nearest `n` in log distance (ties: the smaller n);
   // nullptr when there are no points.
   const KernelPoint* nearest(double n) const;
+  // n = 1 on packed weights: the decode variant chosen (n = 1's rate is its).
+  bool tuned = false;
+  DecodeChoice decode;
 };
 
 // The engine's decode attention (attention_group, paged f32 cache, the 1.1B
@@ -78,6 +84,7 @@ struct HardwareProfile {
   std::vector<KernelRate> kernels;
   const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if not measured
   AttentionRate attention;    // absent in older profiles (ops_per_s 0)
+  DecodeChoices decode;       // the decode kernel variants chosen here (absent in older profiles)
   std::string created;        // UTC ISO-8601
 };
 
@@ -106,6 +113,11 @@ HardwareProfile load_profile(const std::string& path);                 // throws
 // $KVS_PROFILE, else $XDG_CONFIG_HOME/kvserve/profile.json, else ~/.config/kvserve/profile.json.
 std::string default_profile_path();
 std::string format_profile(const HardwareProfile& p);  // human-readable summary
+
+std::string lower_ascii(std::string s);
+// A weight type by its ggml name, any case; throws std::invalid_argument for
+// unknown or unsupported types.
+GgmlType weight_type_from_name(const std::string& name);
 
 // Physical memory of this machine (sysconf), model name and logical cores.
 uint64_t machine_memory_bytes();
