@@ -341,6 +341,41 @@ TEST(Matmul, PackedPanel8BitExact) {
   EXPECT_FALSE(packable(F.view, PackLayout::Panel8));
 }
 
+// One dispatch for several products of the same X (Q/K/V, gate/up), with
+// mixed formats (Q4_K beside Q6_K, a float matrix, a packed one): each output
+// is bit-identical to its own matmul().
+TEST(Matmul, MultiEqualsSeparateProducts) {
+  const int64_t cols = 512;
+  Weights a = make_weights(GgmlType::Q4_K, 67, cols, 1), b = make_weights(GgmlType::Q6_K, 17, cols, 2);
+  Weights c = make_weights(GgmlType::F16, 9, cols, 3), d = make_weights(GgmlType::Q8_0, 40, cols, 4);
+  PackedArena arena = pack_weights({{&d.view, false}});
+  const std::vector<Weights*> ws = {&a, &b, &c, &d};
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 64}) {
+      std::vector<float> x = make_x(n, cols, uint32_t(n));
+      std::vector<std::vector<float>> want(ws.size()), got(ws.size());
+      std::vector<MatmulOut> outs;
+      for (size_t j = 0; j < ws.size(); ++j) {
+        const int64_t rows = ws[j]->view.rows;
+        want[j].assign(size_t(n * rows), 0.0f);
+        got[j].assign(size_t(n * rows), -1.0f);
+        matmul(ws[j]->view, x.data(), cols, n, want[j].data(), rows, pool);
+        outs.push_back({&ws[j]->view, got[j].data(), rows});
+      }
+      matmul_multi(outs.data(), int(outs.size()), x.data(), cols, n, pool);
+      for (size_t j = 0; j < ws.size(); ++j)
+        ASSERT_EQ(0, std::memcmp(got[j].data(), want[j].data(), got[j].size() * 4))
+            << "output " << j << " threads=" << threads << " n=" << n;
+    }
+  }
+  ThreadPool pool(2);
+  Weights e = make_weights(GgmlType::Q4_0, 8, 256, 5);
+  std::vector<float> x(512), ya(67), ye(8);
+  MatmulOut bad[2] = {{&a.view, ya.data(), 67}, {&e.view, ye.data(), 8}};
+  EXPECT_THROW(matmul_multi(bad, 2, x.data(), cols, 1, pool), std::invalid_argument);  // widths differ
+}
+
 // Every decode variant (panels per pass, prefetch distance) of both packed
 // layouts gives the reference's bits: the per-machine choice is speed only.
 TEST(Matmul, EveryDecodeVariantBitExact) {

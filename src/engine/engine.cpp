@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <thread>
 
@@ -41,6 +42,7 @@ struct Engine::Impl {
 
   const ModelConfig& cfg() const { return model->config(); }
   void mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
+  void mm_multi(std::initializer_list<MatmulOut> outs, const float* x, int64_t ldx, int64_t n);
   // Row-wise work (norms, RoPE + K/V stores, SwiGLU, residual adds) is per
   // token, so any split gives the same bits: spread a prefill's tokens over
   // the pool. Serial, these loops left a core idle for a noticeable share of
@@ -81,6 +83,14 @@ void Engine::Impl::mm(const WeightView& w, const float* xs, int64_t ldx, int64_t
     matmul_reference(w, xs, ldx, n, y, ldy);
   else
     matmul(w, xs, ldx, n, y, ldy, *pool);
+}
+
+void Engine::Impl::mm_multi(std::initializer_list<MatmulOut> outs, const float* xs, int64_t ldx, int64_t n) {
+  if (exact) {
+    for (const MatmulOut& o : outs) mm(*o.w, xs, ldx, n, o.y, o.ldy);
+    return;
+  }
+  matmul_multi(outs.begin(), int(outs.size()), xs, ldx, n, *pool);
 }
 
 static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
@@ -197,9 +207,8 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
-  mm(L.wq, xn.data(), dim, T, q.data(), qdim);   // [T, qdim]
-  mm(L.wk, xn.data(), dim, T, k.data(), kvdim);  // [T, kvdim]
-  mm(L.wv, xn.data(), dim, T, v.data(), kvdim);  // [T, kvdim]
+  // q [T, qdim], k and v [T, kvdim]: one dispatch for the three.
+  mm_multi({{&L.wq, q.data(), qdim}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
   add_bias(q.data(), L.bq, T, qdim);
   add_bias(k.data(), L.bk, T, kvdim);
   add_bias(v.data(), L.bv, T, kvdim);
@@ -230,8 +239,7 @@ void Engine::Impl::ffn_block(int l) {
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, ffn = c.ffn_dim;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
-  mm(L.w_gate, xn.data(), dim, T, gate.data(), ffn);  // [T, ffn]
-  mm(L.w_up, xn.data(), dim, T, up.data(), ffn);      // [T, ffn]
+  mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
   per_token([&](int64_t t) { swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn); });
   mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
   per_token([&](int64_t t) { add_inplace(&x[t * dim], &proj[t * dim], dim); });

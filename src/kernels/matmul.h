@@ -36,6 +36,17 @@ struct WeightView {
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             ThreadPool& pool);
 
+// Several products of the same X, one pool dispatch: Y_j = X · W_j^T for
+// every output j (Q/K/V, gate/up). X is quantized once per weight format and
+// the rows of all matrices are split into tasks together, so threads are not
+// parked between the products. Each Y_j is bit-identical to matmul().
+struct MatmulOut {
+  const WeightView* w;
+  float* y;
+  int64_t ldy;
+};
+void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx, int64_t n, ThreadPool& pool);
+
 // Scalar reference for tests: dequantize each row exactly, float32 dot.
 void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                       int64_t ldy);
