@@ -128,7 +128,8 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
 }
 
 void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx, int64_t n, ThreadPool& pool) {
-  if (count < 0) throw std::invalid_argument("matmul_multi: negative count");
+  constexpr int kMaxOuts = 8;
+  if (count < 0 || count > kMaxOuts) throw std::invalid_argument("matmul_multi: 0 to 8 outputs");
   for (int j = 0; j < count; ++j) {
     if (!outs[j].w) throw std::invalid_argument("matmul_multi: null weights");
     check_args(*outs[j].w, x, ldx, n, outs[j].y, outs[j].ldy);
@@ -137,43 +138,40 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
   if (n == 0 || count == 0) return;
   const IsaKernels& k = kernels_for(active_isa());
   const int64_t cols = outs[0].w->cols, nb = cols / mm::kQBlock;
-  // One quantized copy of X per distinct weight format, [n, nb] each.
-  std::vector<mm::QFormat> formats;
-  std::vector<int> fmt_of(size_t(count), -1);
+  // One quantized copy of X per distinct weight format, [n, nb] each. Fixed
+  // arrays: this runs several times per token and allocates nothing.
+  mm::QFormat formats[kMaxOuts];
+  int n_formats = 0, fmt_of[kMaxOuts];
   for (int j = 0; j < count; ++j) {
+    fmt_of[j] = -1;
     if (mm::is_float_type(outs[j].w->type)) continue;
     const mm::QFormat f = mm::qformat(outs[j].w->type, k.signed_q8);
     int i = 0;
-    while (i < int(formats.size()) && !(formats[size_t(i)].off == f.off && formats[size_t(i)].sub16 == f.sub16)) ++i;
-    if (i == int(formats.size())) formats.push_back(f);
-    fmt_of[size_t(j)] = i;
+    while (i < n_formats && !(formats[i].off == f.off && formats[i].sub16 == f.sub16)) ++i;
+    if (i == n_formats) formats[n_formats++] = f;
+    fmt_of[j] = i;
   }
-  XBlock* xq = x_buffer(formats.size() * size_t(n * nb));
-  const int64_t rows_q = int64_t(formats.size()) * n;  // (format, row) pairs
-  const auto quantize = [&](int64_t i) {
-    const int64_t fi = i / n, r = i % n;
-    k.quantize_x(x + r * ldx, cols, formats[size_t(fi)], xq + i * nb);
-  };
+  XBlock* xq = x_buffer(size_t(n_formats) * size_t(n * nb));
+  const int64_t rows_q = int64_t(n_formats) * n;  // (format, row) pairs
+  const auto quantize = [&](int64_t i) { k.quantize_x(x + (i % n) * ldx, cols, formats[i / n], xq + i * nb); };
   if (n >= 8 && pool.size() > 1) pool.parallel_for(rows_q, [&](int64_t i, int) { quantize(i); });
   else for (int64_t i = 0; i < rows_q; ++i) quantize(i);
-  struct Task {
-    int j;
-    int64_t r0, r1;
-  };
-  std::vector<Task> tasks;
-  int64_t total = 0;
+  // Tasks: output j's row chunks, in order; task t belongs to the output
+  // whose first task index is the largest one <= t.
+  int64_t total = 0, first[kMaxOuts + 1];
   for (int j = 0; j < count; ++j) total += outs[j].w->rows;
   const int64_t chunk = row_chunk(total, pool.size(), k.row_align);
-  for (int j = 0; j < count; ++j)
-    for (int64_t r0 = 0; r0 < outs[j].w->rows; r0 += chunk)
-      tasks.push_back({j, r0, std::min(outs[j].w->rows, r0 + chunk)});
-  pool.parallel_for(int64_t(tasks.size()), [&](int64_t t, int) {
-    const Task& tk = tasks[size_t(t)];
-    const MatmulOut& o = outs[tk.j];
-    if (fmt_of[size_t(tk.j)] < 0)
-      k.float_rows(*o.w, tk.r0, tk.r1, x, ldx, n, o.y, o.ldy, thread_scratch());
+  first[0] = 0;
+  for (int j = 0; j < count; ++j) first[j + 1] = first[j] + (outs[j].w->rows + chunk - 1) / chunk;
+  pool.parallel_for(first[count], [&](int64_t t, int) {
+    int j = 0;
+    while (first[j + 1] <= t) ++j;
+    const MatmulOut& o = outs[j];
+    const int64_t r0 = (t - first[j]) * chunk, r1 = std::min(o.w->rows, r0 + chunk);
+    if (fmt_of[j] < 0)
+      k.float_rows(*o.w, r0, r1, x, ldx, n, o.y, o.ldy, thread_scratch());
     else
-      k.quant_rows(*o.w, tk.r0, tk.r1, xq + int64_t(fmt_of[size_t(tk.j)]) * n * nb, n, o.y, o.ldy, thread_scratch());
+      k.quant_rows(*o.w, r0, r1, xq + int64_t(fmt_of[j]) * n * nb, n, o.y, o.ldy, thread_scratch());
   });
 }
 
