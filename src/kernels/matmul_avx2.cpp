@@ -93,7 +93,7 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc = block_step<U::kSub16, U::kMin, U::kSigned>(W, ws0, ws1, wm, xb[j], acc);
+        acc = block_step<U::kSub16, U::kMin, U::kSigned, NibbleLevels<U>::value>(W, ws0, ws1, wm, xb[j], acc);
       });
     }
     _mm256_maskstore_ps(y + p0, lane_mask(p.nvalid), acc);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
@@ -48,12 +49,30 @@ inline __m256i dot16(const __m256i* W, const int8_t* xq, int k0, __m256i acc) {
   return acc;
 }
 
+// Exact int32 dot of a whole block for 4-bit levels (u <= 15): a maddubs
+// pair is at most 2 * 15 * 127, so all eight sum in int16 without overflow
+// and one widening madd replaces four (the multiply ports bound prefill).
+inline __m256i dot32_nibble(const __m256i* W, const int8_t* xq, __m256i acc) {
+  __m256i p = _mm256_maddubs_epi16(W[0], bcast4(xq));
+  for (int k = 1; k < 8; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(W[k], bcast4(xq + 4 * k)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+// Unpackers whose levels are 4-bit declare kNibble = true.
+template <class U, class = void>
+struct NibbleLevels : std::false_type {};
+template <class U>
+struct NibbleLevels<U, std::void_t<decltype(U::kNibble)>> : std::bool_constant<U::kNibble> {};
+
 // The float chain step of matmul_internal.h for all 8 lanes.
-template <bool SUB16, bool MIN, bool SIGNED>
+template <bool SUB16, bool MIN, bool SIGNED, bool NIBBLE = false>
 inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb,
                          __m256 acc) {
   const __m256 xd = _mm256_set1_ps(xb.d);
-  if (SUB16) {
+  if (NIBBLE && !SUB16 && !SIGNED) {
+    const __m256i s = dot32_nibble(W, xb.q, _mm256_set1_epi32(xb.corr[0]));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws0, xd), acc);
+  } else if (SUB16) {
     const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
     const __m256i hi = dot16<SIGNED>(W, xb.q, 4, _mm256_set1_epi32(xb.corr[1]));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws0, xd), acc);
@@ -99,7 +118,8 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     const __m256 ws1 = _mm256_load_ps(reinterpret_cast<const float*>(s + 288));
     const __m256 wm = _mm256_load_ps(reinterpret_cast<const float*>(s + 320));
     for (int i = 0; i < RT; ++i)
-      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], acc[i]);
+      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned, NibbleLevels<U>::value>(W, ws0, ws1, wm,
+                                                                                   xq[(i0 + i) * nb + kb0 + bb], acc[i]);
   }
   for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
 }

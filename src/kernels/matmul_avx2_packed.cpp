@@ -39,7 +39,7 @@ inline __m256i ld32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cas
 template <bool Q4>
 struct P8Pair {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = !Q4;
+  static constexpr bool kSub16 = false, kMin = false, kSigned = !Q4, kNibble = Q4;
   static constexpr int64_t LB = Q4 ? 16 * L : 32 * L;  // level bytes per block
   static constexpr int64_t UB = 2 * LB + 4 * L;        // bytes per pair unit
   static constexpr int64_t kStride = UB / 2;           // bytes per unit, on average
@@ -68,7 +68,7 @@ struct P8Pair {
 // ws = d * sc and wm = -(dmin * m) are the file path's operations.
 struct P8Q4K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false;
+  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = true;
   static constexpr int64_t UB = 148 * L, kStride = UB;
   static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
   template <class F>
@@ -142,7 +142,7 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, co
     }
     for (int m = 0; m < MP; ++m)
       P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned>(W, ws0, ws1, wm, xb[j], acc[m]);
+        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned, NibbleLevels<P>::value>(W, ws0, ws1, wm, xb[j], acc[m]);
       });
   }
   for (int m = 0; m + 1 < MP; ++m) _mm256_storeu_ps(y + m * L, acc[m]);

@@ -86,7 +86,7 @@ inline __m256i add_bit4(__m256i w, __m256i q, int base) {
 
 struct UnpackQ4_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = false;
+  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kNibble = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_0));
@@ -100,7 +100,7 @@ struct UnpackQ4_0 {
 
 struct UnpackQ4_1 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false;
+  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_1));
@@ -176,7 +176,7 @@ inline void k4_scales(const Panel& p, int64_t o, __m256* ws, __m256* wm) {
 template <bool FIVE>
 struct UnpackQK {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false;
+  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = !FIVE;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(FIVE ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
