@@ -74,6 +74,12 @@ def peer_batched(a, model, threads, npl):
     return {r["pl"]: r["speed_tg"] for r in (json.loads(l) for l in out.splitlines() if l.startswith("{"))}
 
 
+def cell(xs):
+    """The median, then every pair's value in run order."""
+    xs = [x for x in xs if x is not None]
+    return f"{med(xs):.1f} ({', '.join(f'{x:.1f}' for x in xs)})" if xs else "—"
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")
@@ -93,8 +99,8 @@ def main():
     ap.add_argument("--batched", action="store_true", help="also batched-bench Q8_0 at B = 1, 4, 16")
     a = ap.parse_args()
     models = make_models(a)
-    print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, medians; KV f16 on both sides\n")
-    print("| type | threads | test | kvserve tok/s | llama.cpp tok/s | ratio |")
+    print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, median (each pair); KV f16 on both sides\n")
+    print("| type | threads | test | kvserve tok/s | llama.cpp tok/s | ratio of medians |")
     print("|---|---|---|---|---|---|")
     for t in a.types.split(","):
         for th in (int(x) for x in a.threads.split(",")):
@@ -107,7 +113,7 @@ def main():
                 p_pp.append(pp)
                 p_tg.append(tg)
             for name, k, p in ((f"pp{a.pp}", k_pp, p_pp), (f"tg{a.tg}", k_tg, p_tg)):
-                print(f"| {t.upper()} | {th} | {name} | {med(k):.1f} | {med(p):.1f} | {med(k) / med(p):.2f}x |",
+                print(f"| {t.upper()} | {th} | {name} | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",
                       flush=True)
     if a.batched:
         th = max(int(x) for x in a.threads.split(","))
@@ -116,9 +122,10 @@ def main():
             k_rows.append(kvs_batched(a, models["q8_0"], th, "1,4,16"))
             p_rows.append(peer_batched(a, models["q8_0"], th, "1,4,16"))
         for b in (1, 4, 16):
-            k = med([r.get(b) for r in k_rows])
-            p = med([r.get(b) for r in p_rows])
-            print(f"| Q8_0 | {th} | batched B={b} S_TG | {k:.1f} | {p:.1f} | {k / p:.2f}x |", flush=True)
+            k = [r.get(b) for r in k_rows]
+            p = [r.get(b) for r in p_rows]
+            print(f"| Q8_0 | {th} | batched B={b} S_TG | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",
+                  flush=True)
 
 
 if __name__ == "__main__":
