@@ -1,6 +1,7 @@
 // `kvserve router` in front of two real `kvserve serve` workers (stories260K)
 // on 127.0.0.1 free ports: cache-aware placement, a worker of another model
 // refused at start, failover after kill -9 and recovery, all workers down,
+// all workers saturated (429 with Retry-After),
 // a stalled stream ended with an error event and [DONE], a client leaving
 // mid-stream, and malformed, replayed or missing KV-event streams.
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -197,6 +199,47 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
   EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
   EXPECT_TRUE(eventually([&] { return test::http_request(port, "GET", "/health").status == 503; }, 5));
+}
+
+// Both workers admit one request and let none wait (--max-queue 0). While
+// a client keeps each of them busy, a request through the router is tried
+// on one worker, then the other, and answered 429 with a Retry-After (never
+// 502/503, never a hang); once the load drains it is served.
+TEST(Router, AllWorkersSaturatedIs429WithRetryAfter) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  for (Worker* w : {&w0, &w1}) {
+    w->extra = {"--max-seqs", "1", "--max-queue", "0", "--max-request-share", "1"};
+    w->start();
+  }
+  auto r = start_router({w0.spec(), w1.spec()});
+  const int port = port_of(*r);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> fill;
+  for (const Worker* w : {&w0, &w1})
+    fill.emplace_back([&stop, w] {
+      const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"ignore_eos", true}};
+      while (!stop) test::http_request(w->http, "POST", "/v1/completions", body.dump(), {}, 60);
+    });
+  test::HttpReply busy;
+  for (int i = 0; i < 40 && busy.status != 429; ++i) {
+    const auto rep = complete(port, "The sun " + std::to_string(i), 2);
+    EXPECT_TRUE(rep.status == 200 || rep.status == 429) << rep.status << " " << rep.body;
+    if (rep.status == 429) busy = rep;
+  }
+  stop = true;
+  for (auto& t : fill) t.join();
+  ASSERT_EQ(busy.status, 429) << "both workers were never busy at once";
+  ASSERT_TRUE(busy.headers.count("retry-after"));
+  EXPECT_GE(std::stoi(busy.headers["retry-after"]), 1);
+  EXPECT_EQ(json::parse(busy.body)["error"]["type"], "rate_limit_error");
+  // Each worker was tried once for that request, and the router counted it.
+  EXPECT_GE(test::metric_value(port, routed_to(w0.url(), 429)), 1);
+  EXPECT_GE(test::metric_value(port, routed_to(w1.url(), 429)), 1);
+  EXPECT_GE(test::metric_value(port, "kvserve_router_retries_total"), 1);
+  EXPECT_GE(test::metric_value(port, "kvserve_router_saturated_total"), 1);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_no_worker_total"), 0);
+  EXPECT_EQ(complete(port, "Once upon a time", 4).status, 200);
 }
 
 TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {

@@ -118,7 +118,7 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
 
   mutable std::mutex mu;  // the counters below
   std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
-  int64_t retries = 0, midstream_errors = 0, no_worker = 0, predicted_tokens = 0, actual_tokens = 0;
+  int64_t retries = 0, midstream_errors = 0, no_worker = 0, saturated = 0, predicted_tokens = 0, actual_tokens = 0;
   int64_t rejected_connections = 0;
 
   Impl(WorkerSet& w, PrefixIndex& i, EventListener& e, const RequestHasher& h, RouterOptions o)
@@ -129,6 +129,9 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // Handles one request; false when the connection must close.
   bool handle(Conn& client, http::request<http::string_body>& req);
   bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  // 503 naming why each worker could not take the request (`reasons`: the
+  // ones tried; the untried ones are down).
+  bool answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons, bool keep_alive);
   // forward == false: the answer is read into the Relay, never sent (the
   // prefill leg of a P/D request).
   Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
@@ -283,15 +286,25 @@ bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_bo
     }
     if (r.client_gone) return false;
     if (!r.sent && r.status == 429) {
-      held = std::move(r);
+      if (!held || sooner_retry(r.retry_after, held->retry_after)) held = std::move(r);
       continue;
     }
     return r.sent ? keep_alive && r.status != 0 : false;
   }
-  if (held)
+  if (held) {
+    {
+      std::lock_guard lk(mu);
+      ++saturated;
+    }
     return write(client, full_response(429, held->content_type, held->body, keep_alive, held->retry_after));
+  }
+  return answer_no_worker(client, tried, reasons, keep_alive);
+}
+
+bool RouterServer::Impl::answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons,
+                                          bool keep_alive) {
   const std::vector<WorkerView> view = workers.snapshot();
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < int(view.size()); ++i)
     if (!tried[size_t(i)] && !view[size_t(i)].up)
       reasons += (reasons.empty() ? "" : "; ") + workers.spec(i).url + ": " + view[size_t(i)].down_reason;
   {
@@ -555,6 +568,8 @@ std::string RouterServer::Impl::metrics() const {
     counter("midstream_errors_total", "Streams ended with an error event because their worker failed.",
             midstream_errors);
     counter("no_worker_total", "Requests answered 503: no worker could take them.", no_worker);
+    counter("saturated_total",
+            "Requests answered 429: every worker tried answered 429 (the soonest Retry-After passed on).", saturated);
     counter("predicted_cached_tokens_total", "Prompt tokens the index predicted cached on the chosen worker.",
             predicted_tokens);
     counter("actual_cached_tokens_total", "Cached prompt tokens the workers reported (usage, when present).",
