@@ -1,5 +1,6 @@
 // `kvserve router` in front of two real `kvserve serve` workers (stories260K)
-// on 127.0.0.1 free ports: cache-aware placement, a worker of another model
+// on 127.0.0.1 free ports: cache-aware placement (also over CURVE, and wrong
+// CURVE keys that get no events), a worker of another model
 // refused at start, failover after kill -9 and recovery, all workers down,
 // all workers saturated (429 with Retry-After),
 // a stalled stream ended with an error event and [DONE], a client leaving
@@ -19,6 +20,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "curve_key_files.h"
 #include "events/kv_event_codec.h"
 #include "kvs_process.h"
 #include "test_util.h"
@@ -111,16 +113,13 @@ bool eventually(F pred, double timeout_s) {
 
 }  // namespace
 
-TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
-  REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+// Asks each of `prefixes` prefixes `rounds` times with another question,
+// round by round, and checks that every repeat found its prefix cached
+// (all but its last, partial block): the prefix went to one worker.
+void expect_repeats_cached(int port, int prefixes, int rounds) {
   int prompt_tokens = 0, cached = 0;
-  for (int q = 0; q < 3; ++q) {
-    for (int k = 0; k < 4; ++k) {
+  for (int q = 0; q < rounds; ++q) {
+    for (int k = 0; k < prefixes; ++k) {
       const auto rep = complete(port, prefix(k) + "Question " + std::to_string(q) + ":", 4);
       ASSERT_EQ(rep.status, 200) << rep.body;
       const json j = json::parse(rep.body);
@@ -129,15 +128,82 @@ TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the events arrive
   }
-  // Every repeat of a prefix found it cached: the prefix went to one worker.
-  const double per_prefix_blocks = std::floor(double(prompt_tokens) / 12 / 16) - 1;
-  EXPECT_GE(cached, int(8 * per_prefix_blocks * 16)) << "cached " << cached;
+  const double per_prefix_blocks = std::floor(double(prompt_tokens) / (prefixes * rounds) / 16) - 1;
+  EXPECT_GE(cached, int(prefixes * (rounds - 1) * per_prefix_blocks * 16)) << "cached " << cached;
+}
+
+TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  w1.start();
+  auto r = start_router({w0.spec(), w1.spec()});
+  const int port = port_of(*r);
+  expect_repeats_cached(port, 4, 3);
   // New prefixes were spread over both workers.
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), 0);
   EXPECT_GT(test::metric_value(port, routed_to(w1.url())), 0);
   EXPECT_EQ(test::metric_value(port, "kvserve_router_predicted_cached_tokens_total"),
             test::metric_value(port, "kvserve_router_actual_cached_tokens_total"));
   EXPECT_GT(test::metric_value(port, "kvserve_router_index_blocks"), 0);
+}
+
+// Workers publish their events with CURVE and let in only the router's
+// key: that router routes cache-aware from them. A router whose key the
+// workers do not list, and one holding another server key, get no events:
+// their failed handshakes are counted and logged, and they still route.
+TEST(Router, CurveEventsRouteCacheAwareAndWrongKeysGetNone) {
+  REQUIRE_SHARED();
+  const test::CurvePair wk = test::curve_pair(), rk = test::curve_pair(), other = test::curve_pair();
+  const std::string worker_key = test::curve_key_file("worker.key", wk, "", {rk.pub});
+  Worker w0, w1;
+  for (Worker* w : {&w0, &w1}) {
+    w->extra = {"--kv-events-curve", worker_key};
+    w->start();
+  }
+  const std::vector<std::string> specs = {w0.spec(), w1.spec()};
+  auto r = start_router(specs, {"--kv-events-curve", test::curve_key_file("router.key", rk, wk.pub)});
+  const int port = port_of(*r);
+  // Both streams joined (the router subscribes as it starts, asynchronously).
+  for (const Worker* w : {&w0, &w1})
+    ASSERT_TRUE(eventually(
+        [&] { return test::metric_value(port, "kvserve_router_events_connected{worker=\"" + w->url() + "\"}") == 1; },
+        10));
+  // A prefix cached on w1 behind the router's back is known from w1's
+  // events alone, and the router sends the next request with it there.
+  const json direct = {{"prompt", prefix(0) + "Question 0:"}, {"max_tokens", 4}, {"temperature", 0}};
+  ASSERT_EQ(test::http_request(w1.http, "POST", "/v1/completions", direct.dump()).status, 200);
+  ASSERT_TRUE(eventually([&] { return test::metric_value(port, "kvserve_router_index_blocks") > 0; }, 10));
+  const auto rep = complete(port, prefix(0) + "Question 1:", 4);
+  ASSERT_EQ(rep.status, 200) << rep.body;
+  EXPECT_EQ(test::metric_value(port, routed_to(w1.url())), 1);
+  EXPECT_GT(json::parse(rep.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  expect_repeats_cached(port, 4, 2);
+  for (const Worker* w : {&w0, &w1}) {
+    const std::string label = "{worker=\"" + w->url() + "\"}";
+    // A worker that served requests stored blocks, and their events came.
+    if (test::metric_value(port, routed_to(w->url())) > 0) {
+      EXPECT_GT(test::metric_value(port, "kvserve_router_events_batches_total" + label), 0);
+    }
+    EXPECT_EQ(test::metric_value(port, "kvserve_router_events_handshake_failures_total" + label), 0);
+  }
+  EXPECT_GT(test::metric_value(port, "kvserve_router_index_blocks"), 0);
+
+  auto refused = start_router(specs, {"--kv-events-curve", test::curve_key_file("other.key", other, wk.pub)});
+  auto mismatched = start_router(specs, {"--kv-events-curve", test::curve_key_file("mismatch.key", rk, other.pub)});
+  for (const KvsProcess* bad : {refused.get(), mismatched.get()}) {
+    const int bport = port_of(*bad);
+    const std::string label = "{worker=\"" + w0.url() + "\"}";
+    EXPECT_TRUE(eventually(
+        [&] { return test::metric_value(bport, "kvserve_router_events_handshake_failures_total" + label) >= 1; }, 10));
+    EXPECT_EQ(complete(bport, prefix(0) + "Question 9:", 4).status, 200);
+    EXPECT_EQ(test::metric_value(bport, "kvserve_router_events_batches_total" + label), 0);
+    EXPECT_EQ(test::metric_value(bport, "kvserve_router_events_connected" + label), 0);
+    EXPECT_NE(bad->log().find("KV-event handshake failed"), std::string::npos) << bad->log();
+  }
+  EXPECT_NE(refused->log().find("refused this router's CURVE key"), std::string::npos) << refused->log();
+  EXPECT_NE(mismatched->log().find("CURVE keys do not match"), std::string::npos) << mismatched->log();
+  EXPECT_GE(test::metric_value(w0.http, "kvserve_kv_events_curve_refused_total"), 1);
 }
 
 TEST(Router, RefusesAWorkerOfAnotherModel) {
