@@ -18,6 +18,7 @@
 #include "events/curve_keys.h"
 #include "events/event_publisher.h"
 #include "kv/prefix_hash.h"
+#include "http_client.h"
 #include "kvs_process.h"
 #include "test_util.h"
 

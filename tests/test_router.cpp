@@ -6,7 +6,6 @@
 // a stalled stream ended with an error event and [DONE], a client leaving
 // mid-stream, and malformed, replayed or missing KV-event streams.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,20 +21,19 @@
 
 #include "curve_key_files.h"
 #include "events/kv_event_codec.h"
+#include "http_client.h"
 #include "kvs_process.h"
+#include "sched/clock.h"
 #include "test_util.h"
 
 using namespace kvs;
 using nlohmann::json;
 using test::KvsProcess;
+using test::eventually;
 
 namespace {
 
 std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string secret_file() {
   const std::string p = test::temp_dir() + "/cluster.secret";
@@ -77,7 +75,22 @@ std::unique_ptr<KvsProcess> start_router(const std::vector<std::string>& worker_
   return std::make_unique<KvsProcess>(a, "kvserve router: listening on");
 }
 
-int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
+// Two workers, each started with `worker_extra`, and a router with
+// `router_extra` in front of them.
+struct TwoWorkers {
+  Worker w0, w1;
+  std::unique_ptr<KvsProcess> router;
+  int port = 0;
+  explicit TwoWorkers(const std::vector<std::string>& worker_extra = {},
+                      const std::vector<std::string>& router_extra = {}) {
+    for (Worker* w : {&w0, &w1}) {
+      w->extra = worker_extra;
+      w->start();
+    }
+    router = start_router({w0.spec(), w1.spec()}, router_extra);
+    port = router->port();
+  }
+};
 
 test::HttpReply complete(int port, const std::string& prompt, int max_tokens, bool stream = false,
                          size_t stop_after = 0) {
@@ -95,17 +108,6 @@ std::string prefix(int k) {
   std::string s;
   for (int i = 0; i < 6; ++i) s += "Once upon a time there was " + std::string(topics[k]) + ". ";
   return s;
-}
-
-// Waits until `pred` holds (polling), at most `timeout_s`.
-template <class F>
-bool eventually(F pred, double timeout_s) {
-  const double t0 = now_s();
-  while (now_s() - t0 < timeout_s) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
 }
 
 #define REQUIRE_SHARED() \
@@ -134,11 +136,9 @@ void expect_repeats_cached(int port, int prefixes, int rounds) {
 
 TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+  TwoWorkers c;
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
   expect_repeats_cached(port, 4, 3);
   // New prefixes were spread over both workers.
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), 0);
@@ -156,14 +156,11 @@ TEST(Router, CurveEventsRouteCacheAwareAndWrongKeysGetNone) {
   REQUIRE_SHARED();
   const test::CurvePair wk = test::curve_pair(), rk = test::curve_pair(), other = test::curve_pair();
   const std::string worker_key = test::curve_key_file("worker.key", wk, "", {rk.pub});
-  Worker w0, w1;
-  for (Worker* w : {&w0, &w1}) {
-    w->extra = {"--kv-events-curve", worker_key};
-    w->start();
-  }
+  TwoWorkers c({"--kv-events-curve", worker_key},
+               {"--kv-events-curve", test::curve_key_file("router.key", rk, wk.pub)});
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
   const std::vector<std::string> specs = {w0.spec(), w1.spec()};
-  auto r = start_router(specs, {"--kv-events-curve", test::curve_key_file("router.key", rk, wk.pub)});
-  const int port = port_of(*r);
   // Both streams joined (the router subscribes as it starts, asynchronously).
   for (const Worker* w : {&w0, &w1})
     ASSERT_TRUE(eventually(
@@ -192,7 +189,7 @@ TEST(Router, CurveEventsRouteCacheAwareAndWrongKeysGetNone) {
   auto refused = start_router(specs, {"--kv-events-curve", test::curve_key_file("other.key", other, wk.pub)});
   auto mismatched = start_router(specs, {"--kv-events-curve", test::curve_key_file("mismatch.key", rk, other.pub)});
   for (const KvsProcess* bad : {refused.get(), mismatched.get()}) {
-    const int bport = port_of(*bad);
+    const int bport = bad->port();
     const std::string label = "{worker=\"" + w0.url() + "\"}";
     EXPECT_TRUE(eventually(
         [&] { return test::metric_value(bport, "kvserve_router_events_handshake_failures_total" + label) >= 1; }, 10));
@@ -224,11 +221,9 @@ TEST(Router, RefusesAWorkerOfAnotherModel) {
 
 TEST(Router, FailoverAfterKillAndRecovery) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()}, {"--policy", "round-robin"});
-  const int port = port_of(*r);
+  TwoWorkers c({}, {"--policy", "round-robin"});
+  const int port = c.port;
+  Worker& w0 = c.w0;
   ASSERT_EQ(complete(port, "Once upon a time", 4).status, 200);
   w0.p->kill9();
   for (int i = 0; i < 6; ++i) {
@@ -240,21 +235,19 @@ TEST(Router, FailoverAfterKillAndRecovery) {
   // Restarted where it was, the worker is routable again after a health check.
   const double before = std::max(0.0, test::metric_value(port, routed_to(w0.url())));
   w0.start();
-  const double t0 = now_s();
+  const double t0 = sched::steady_now();
   ASSERT_TRUE(eventually(
       [&] { return test::metric_value(port, "kvserve_router_worker_up{worker=\"" + w0.url() + "\"}") == 1; }, 10));
-  std::printf("worker back in the rotation %.2f s after its restart printed ready\n", now_s() - t0);
+  std::printf("worker back in the rotation %.2f s after its restart printed ready\n", sched::steady_now() - t0);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(complete(port, "The sun " + std::to_string(i), 4).status, 200);
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
 }
 
 TEST(Router, AllWorkersDownIs503WithReasons) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+  TwoWorkers c;
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
   w0.p->kill9();
   w1.p->kill9();
   const auto rep = complete(port, "Once upon a time", 4);
@@ -273,13 +266,9 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
 // 502/503, never a hang); once the load drains it is served.
 TEST(Router, AllWorkersSaturatedIs429WithRetryAfter) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  for (Worker* w : {&w0, &w1}) {
-    w->extra = {"--max-seqs", "1", "--max-queue", "0", "--max-request-share", "1"};
-    w->start();
-  }
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+  TwoWorkers c({"--max-seqs", "1", "--max-queue", "0", "--max-request-share", "1"});
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
   std::atomic<bool> stop{false};
   std::vector<std::thread> fill;
   for (const Worker* w : {&w0, &w1})
@@ -313,21 +302,15 @@ TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {
   Worker w0;
   w0.start();
   auto r = start_router({w0.spec()}, {"--read-timeout", "1"});
-  const int port = port_of(*r);
+  const int port = r->port();
   // A raw client: read until the first event, then freeze the worker.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const int fd = test::connect_local(port, 30);
+  ASSERT_GE(fd, 0);
   const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
                           "application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  ASSERT_TRUE(test::send_all(fd, req));
   std::string got;
   char buf[4096];
   while (got.find("data: {") == std::string::npos) {
@@ -352,7 +335,7 @@ TEST(Router, ClientLeavingMidStreamCancelsTheWorkersRequest) {
   Worker w0;
   w0.start();
   auto r = start_router({w0.spec()});
-  const int port = port_of(*r);
+  const int port = r->port();
   const auto rep = complete(port, "Once upon a time", 480, true, 300);
   EXPECT_EQ(rep.status, 200);
   EXPECT_TRUE(eventually([&] { return test::metric_value(w0.http, "kvserve_client_disconnects_total") >= 1; }, 10));
@@ -375,7 +358,7 @@ TEST(Router, BadOrStoppedEventStreamsAreCountedAndStillRoutable) {
   pub.bind("tcp://127.0.0.1:*");
   const std::string ep = pub.get(zmq::sockopt::last_endpoint);
   auto r = start_router({w0.url() + "," + ep + "," + Worker::ep(test::free_port())}, {"--events-stale", "1"});
-  const int port = port_of(*r);
+  const int port = r->port();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the router's SUB joins
   auto send = [&](std::vector<std::string> frames) {
     std::vector<zmq::const_buffer> parts;

@@ -7,14 +7,11 @@
 #include <zmq_addon.hpp>
 
 #include "events/kv_event_codec.h"
+#include "sched/clock.h"
 
 namespace kvs::router {
 
 namespace {
-
-double mono() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string be64(int64_t v) {
   std::string s(8, '\0');
@@ -238,14 +235,14 @@ void EventListener::reset(int i) { impl_->feeds[size_t(i)]->reset = true; }
 void EventListener::routed(int i) {
   std::lock_guard lk(impl_->mu);
   double& p = impl_->feeds[size_t(i)]->pending_since;
-  if (p < 0) p = mono();
+  if (p < 0) p = sched::steady_now();
 }
 
 bool EventListener::live(int i) const {
   if (impl_->workers.spec(i).events.empty()) return true;
   std::lock_guard lk(impl_->mu);
   const double p = impl_->feeds[size_t(i)]->pending_since;
-  return p < 0 || mono() - p <= impl_->stale_s;
+  return p < 0 || sched::steady_now() - p <= impl_->stale_s;
 }
 
 bool EventListener::connected(int i) const {
