@@ -1,11 +1,15 @@
-// A kvserve child process (serve, router) for tests over real sockets, and a
-// small blocking HTTP/1.1 client for 127.0.0.1. The process's stdout is read
-// line by line until a line matches `ready` (its listening line); stderr goes
-// to a log file the test can print on failure.
+// A kvserve child process (serve, router) for tests over real sockets. Its
+// stdout is read line by line until a line matches `ready` (its listening
+// line, or a later feature line); stderr goes to a log file the test can
+// print on failure.
+//
+// The child is the KVS_BINARY of the build, so a sanitizer build tests its
+// own sanitized server: a report inside it makes it exit non-zero (TSan's
+// exitcode, ASan/UBSan abort, LSan at exit), which stop() returns and
+// prints together with the log.
 #pragma once
 #include <sys/types.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -14,17 +18,24 @@ namespace kvs::test {
 class KvsProcess {
  public:
   // Runs `KVS_BINARY args...`; throws std::runtime_error (with the log) when
-  // no stdout line matches the `ready` regex within timeout_s.
+  // no stdout line matches the `ready` regex within timeout_s, or the child
+  // ends first.
   KvsProcess(std::vector<std::string> args, const std::string& ready, double timeout_s = 120);
-  ~KvsProcess();  // SIGKILL if still running
+  virtual ~KvsProcess();  // SIGKILL if still running
   KvsProcess(const KvsProcess&) = delete;
   KvsProcess& operator=(const KvsProcess&) = delete;
 
   // Stdout lines read so far (up to and including the ready line).
   const std::vector<std::string>& lines() const { return lines_; }
+  const std::string& ready_line() const { return lines_.back(); }
   // The first capture group of `re` in the lines read so far ("" if none).
   std::string find(const std::string& re) const;
-  // SIGTERM, then wait; the exit status (-1: killed after the timeout).
+  // The port of its "listening on http://HOST:PORT" line (0: none yet).
+  int port() const;
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+  // SIGTERM, then wait; the exit status (128 + signal when a signal ended
+  // it, -1 when it had to be SIGKILLed after the timeout); once stopped,
+  // the same status again. A non-zero status prints the log on stderr.
   int stop(double timeout_s = 30);
   void kill9();  // SIGKILL and reap
   bool alive() const;
@@ -33,29 +44,18 @@ class KvsProcess {
 
  private:
   pid_t pid_ = -1;
-  int out_fd_ = -1;
+  int out_fd_ = -1, status_ = -1;
   std::vector<std::string> lines_;
   std::string log_path_;
 };
 
-struct HttpReply {
-  int status = 0;                              // 0: no response (refused, reset)
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;                            // de-chunked
+// `kvserve serve --host 127.0.0.1 --port 0 <args>`, ready once it listens.
+// Going out of scope stops it with SIGTERM and expects exit status 0 (a
+// sanitizer report or an unclean drain fails the test).
+class ServeProcess : public KvsProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& args);
+  ~ServeProcess() override;
 };
-
-// One request on a fresh connection (Connection: close). `headers`: extra
-// request headers. `stop_after_bytes` > 0: hang up once that much body has
-// arrived (a client that leaves mid-stream).
-HttpReply http_request(int port, const std::string& method, const std::string& path, const std::string& body = "",
-                       const std::map<std::string, std::string>& headers = {}, double timeout_s = 120,
-                       size_t stop_after_bytes = 0);
-
-// The value of the Prometheus sample `name_labels` (exact text before the
-// value) in /metrics; -1 when absent.
-double metric_value(int port, const std::string& name_labels);
-
-// A free TCP port on 127.0.0.1 at the time of the call.
-int free_port();
 
 }  // namespace kvs::test

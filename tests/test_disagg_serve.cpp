@@ -9,7 +9,6 @@
 // serving; a client leaving mid-stream cancels the request on the decode
 // worker. (Separate network namespaces are not used: loopback only.)
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,12 +20,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "http_client.h"
 #include "kvs_process.h"
 #include "test_util.h"
 
 using namespace kvs;
 using nlohmann::json;
 using test::KvsProcess;
+using test::eventually;
 
 namespace {
 
@@ -37,8 +38,6 @@ std::string secret_file() {
   std::ofstream(p) << "0123456789abcdef0123456789abcdef";
   return p;
 }
-
-int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
 
 std::vector<std::string> serve_args(int http_port, std::vector<std::string> extra, const std::string& model = stories()) {
   std::vector<std::string> a = {"serve", "-m", model, "--port", std::to_string(http_port), "--threads", "1",
@@ -116,34 +115,15 @@ std::string stream_text(const std::string& body) {
   return t;
 }
 
-template <class F>
-bool eventually(F pred, double timeout_s) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
-}
-
 // POSTs `body` on a raw connection, calls `on_first` once the first SSE
 // event arrived, and returns everything read until the server closes.
 std::string stream_with(int port, const json& body, const std::function<void()>& on_first) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{30, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return {};
-  }
+  const int fd = test::connect_local(port, 30);
+  if (fd < 0) return {};
   const std::string b = body.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                           "Connection: close\r\nContent-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
+  if (!test::send_all(fd, req)) {
     ::close(fd);
     return {};
   }
@@ -182,7 +162,7 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   pf.start(d);
   KvsProcess both(serve_args(0, {}), "listening on");
   auto router = start_router(pf, d);
-  const int rp = port_of(*router), bp = port_of(both);
+  const int rp = router->port(), bp = both.port();
   for (double temp : {0.0, 0.8}) {
     const json b = request(story(4), 24, temp);
     const test::HttpReply ref = complete(bp, b), got = complete(rp, b);
@@ -223,7 +203,7 @@ TEST(DisaggServe, LongPromptTravelsAndMatchesABothServer) {
   KvsProcess both(serve_args(0, {"--ctx", "4096"}, tiny), "listening on");
   auto router = start_router(pf, d);
   const json b = request(story(120), 4);
-  const test::HttpReply ref = complete(port_of(both), b), got = complete(port_of(*router), b);
+  const test::HttpReply ref = complete(both.port(), b), got = complete(router->port(), b);
   ASSERT_EQ(ref.status, 200) << ref.body;
   ASSERT_GE(json::parse(ref.body)["usage"]["prompt_tokens"].get<int>(), 1500);
   ASSERT_EQ(got.status, 200) << got.body << pf.p->log();
@@ -263,14 +243,14 @@ TEST(DisaggServe, FullDecodePoolIs429WithRetryAfter) {
   EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_holding{role=\"decode\"}"), 1);
   std::string other;
   for (int i = 0; i < 5; ++i) other += "The dog ran fast in the green field and barked at the birds. ";
-  const test::HttpReply r = complete(port_of(*router), request(other, 4));
+  const test::HttpReply r = complete(router->port(), request(other, 4));
   EXPECT_EQ(r.status, 429) << r.body;
   ASSERT_TRUE(r.headers.count("retry-after"));
   EXPECT_FALSE(r.headers.at("retry-after").empty());
   EXPECT_NE(r.body.find("decode worker has no free KV blocks"), std::string::npos) << r.body;
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
   // The unclaimed blocks are back: the same request goes through.
-  EXPECT_EQ(complete(port_of(*router), request(other, 4)).status, 200);
+  EXPECT_EQ(complete(router->port(), request(other, 4)).status, 200);
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
 }
 
@@ -282,7 +262,7 @@ TEST(DisaggServe, PrefillKilledMidRequestLeavesTheDecodeWorkerIdleAndServing) {
   Prefill pf;
   pf.start(d);
   auto router = start_router(pf, d);
-  const int rp = port_of(*router);
+  const int rp = router->port();
   // A prompt near the context: the kill lands while it is prefilled or shipped.
   auto pending = std::async(std::launch::async, [&] { return complete(rp, request(story(19), 8)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -306,7 +286,7 @@ TEST(DisaggServe, DecodeKilledMidStreamEndsTheStreamWithAnErrorAndThePrefillWork
   Prefill pf;
   pf.start(d);
   auto router = start_router(pf, d);
-  const int rp = port_of(*router);
+  const int rp = router->port();
   json b = request(story(2), 400, 0, true);
   b["ignore_eos"] = true;
   const std::string body = stream_with(rp, b, [&] { d.p->kill9(); });
@@ -334,11 +314,11 @@ TEST(DisaggServe, ClientLeavingMidStreamCancelsOnTheDecodeWorker) {
   auto router = start_router(pf, d);
   json b = request("Once upon a time", 450, 0, true);
   b["ignore_eos"] = true;
-  const test::HttpReply r = complete(port_of(*router), b, 300);  // hangs up after a few chunks
+  const test::HttpReply r = complete(router->port(), b, 300);  // hangs up after a few chunks
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body.find("data: [DONE]"), std::string::npos);
   // The router hangs up on the decode worker, which cancels the request.
   EXPECT_TRUE(eventually([&] { return test::metric_value(d.http, "kvserve_client_disconnects_total") >= 1; }, 10));
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
-  EXPECT_EQ(complete(port_of(*router), request("Once upon a time", 4)).status, 200);
+  EXPECT_EQ(complete(router->port(), request("Once upon a time", 4)).status, 200);
 }

@@ -1,10 +1,11 @@
 // KV events on the wire: kvserve's publisher read by a Python subscriber
 // (Debian python3-zmq, python3-msgpack) that checks every batch against
 // vLLM's schema field by field (tests/kv_events/check_events.py), replay of
-// batches lost in a gap, CURVE encryption, the bounded queue's drops, and a
+// batches lost in a gap, CURVE encryption and the key file, subscribers let
+// in by their client key only, the bounded queue's drops, and a
 // real `kvserve serve --kv-events` whose every event decodes.
 #include <gtest/gtest.h>
-#include <zmq.h>
+#include <zmq.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -13,8 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "curve_key_files.h"
+#include "events/curve_keys.h"
 #include "events/event_publisher.h"
 #include "kv/prefix_hash.h"
+#include "http_client.h"
 #include "kvs_process.h"
 #include "test_util.h"
 
@@ -137,12 +141,10 @@ TEST(KvEventPublisher, VllmSchemaAndReplayAfterAGap) {
 TEST(KvEventPublisher, CurveEncryptsTheChannel) {
   if (!python_available()) GTEST_SKIP() << "needs /usr/bin/python3 with zmq and msgpack (scripts/deps.sh)";
   ASSERT_TRUE(zmq_has("curve"));
-  char pk[41], sk[41];
-  ASSERT_EQ(zmq_curve_keypair(pk, sk), 0);
-  const std::string cert = test::temp_dir() + "/kv-events.cert";
-  std::ofstream(cert) << "curve\n    public-key = \"" << pk << "\"\n    secret-key = \"" << sk << "\"\n";
+  const test::CurvePair worker = test::curve_pair();
+  const std::string& pk = worker.pub;
   events::PublisherOptions o = local_options();
-  o.curve = events::read_curve_keyfile(cert);
+  o.curve = events::read_curve_keyfile(test::curve_key_file("kv-events.cert", worker), events::CurveEnd::Worker);
   events::EventPublisher pub(o);
   {
     // Without the server's key no handshake completes: nothing arrives.
@@ -163,6 +165,77 @@ TEST(KvEventPublisher, CurveEncryptsTheChannel) {
   EXPECT_EQ(s["errors"], json::array()) << s.dump();
   EXPECT_EQ(s["seqs"], json({0, 1, 2}));
   EXPECT_EQ(s["stored_blocks"], 3);
+}
+
+TEST(CurveKeyFile, OneFormatForBothEnds) {
+  const test::CurvePair w = test::curve_pair(), r = test::curve_pair(), x = test::curve_pair();
+  const auto worker = events::read_curve_keyfile(test::curve_key_file("w.key", w, "", {r.pub, x.pub}),
+                                                 events::CurveEnd::Worker);
+  EXPECT_EQ(worker.public_key, w.pub);
+  EXPECT_EQ(worker.secret_key, w.sec);
+  EXPECT_EQ(worker.client_keys, std::vector<std::string>({r.pub, x.pub}));
+  const auto router = events::read_curve_keyfile(test::curve_key_file("r.key", r, w.pub), events::CurveEnd::Subscriber);
+  EXPECT_EQ(router.server_key, w.pub);
+  EXPECT_EQ(router.public_key, r.pub);
+  // zcert metadata and comments are ignored.
+  const std::string zcert = "#   ZeroMQ CURVE **Secret** Certificate\nmetadata\n    name = \"w\"\ncurve\n"
+                            "    public-key = \"" + w.pub + "\"\n    secret-key = \"" + w.sec + "\"\n";
+  EXPECT_EQ(events::parse_curve_keys(zcert, "zcert", events::CurveEnd::Worker).public_key, w.pub);
+  auto refused = [](const std::string& text, events::CurveEnd end, const std::string& says) {
+    try {
+      events::parse_curve_keys(text, "f", end);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  const std::string pair = "public-key = \"" + r.pub + "\"\nsecret-key = \"" + r.sec + "\"\n";
+  refused(pair, events::CurveEnd::Subscriber, "no server-key");
+  refused("public-key = \"" + w.pub + "\"\n", events::CurveEnd::Worker, "needs its own key pair");
+  refused("public-key = \"" + w.pub + "\"\nsecret-key = \"" + r.sec + "\"\n", events::CurveEnd::Worker,
+          "does not belong");
+  refused(pair + "server-key = \"" + std::string(40, '~') + "\"\n", events::CurveEnd::Subscriber, "Z85");
+  refused(pair + "server-key = " + w.pub + "\n", events::CurveEnd::Subscriber, "quoted");
+  refused(pair + pair, events::CurveEnd::Worker, "twice");
+}
+
+// A worker key file with client-key lines lets in only those subscribers:
+// a listed router gets the batches, another key completes no handshake and
+// is counted.
+TEST(KvEventPublisher, ClientKeysLetInOnlyListedSubscribers) {
+  ASSERT_TRUE(zmq_has("curve"));
+  const test::CurvePair w = test::curve_pair(), listed = test::curve_pair(), other = test::curve_pair();
+  events::PublisherOptions o = local_options();
+  o.replay_endpoint.clear();
+  o.curve = events::read_curve_keyfile(test::curve_key_file("w.key", w, "", {listed.pub}), events::CurveEnd::Worker);
+  events::EventPublisher pub(o);
+  zmq::context_t ctx;
+  auto subscribe = [&](const test::CurvePair& own) {
+    zmq::socket_t s(ctx, zmq::socket_type::sub);
+    s.set(zmq::sockopt::curve_serverkey, w.pub);
+    s.set(zmq::sockopt::curve_publickey, own.pub);
+    s.set(zmq::sockopt::curve_secretkey, own.sec);
+    s.set(zmq::sockopt::subscribe, "");
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(pub.endpoint());
+    return s;
+  };
+  zmq::socket_t good = subscribe(listed), bad = subscribe(other);
+  // Offer until the listed subscriber has a batch (it joins asynchronously).
+  int got_good = 0, got_bad = 0;
+  for (int i = 0; i < 100 && got_good == 0; ++i) {
+    pub.offer(chain(1, uint8_t(i), nullptr), events::wall_seconds());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    zmq::message_t m;
+    while (good.recv(m, zmq::recv_flags::dontwait)) ++got_good;
+    while (bad.recv(m, zmq::recv_flags::dontwait)) ++got_bad;
+  }
+  EXPECT_GT(got_good, 0);
+  EXPECT_EQ(got_bad, 0);
+  for (int i = 0; i < 100 && pub.stats().curve_refused == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(pub.stats().curve_refused, 1);
+  EXPECT_NE(pub.metrics_text().find("kvserve_kv_events_curve_refused_total"), std::string::npos);
 }
 
 TEST(KvEventPublisher, FullQueueDropsAndCounts) {

@@ -1,14 +1,16 @@
 // `kvserve router` in front of two real `kvserve serve` workers (stories260K)
-// on 127.0.0.1 free ports: cache-aware placement, a worker of another model
+// on 127.0.0.1 free ports: cache-aware placement (also over CURVE, and wrong
+// CURVE keys that get no events), a worker of another model
 // refused at start, failover after kill -9 and recovery, all workers down,
+// all workers saturated (429 with Retry-After),
 // a stalled stream ended with an error event and [DONE], a client leaving
 // mid-stream, and malformed, replayed or missing KV-event streams.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -17,21 +19,21 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "curve_key_files.h"
 #include "events/kv_event_codec.h"
+#include "http_client.h"
 #include "kvs_process.h"
+#include "sched/clock.h"
 #include "test_util.h"
 
 using namespace kvs;
 using nlohmann::json;
 using test::KvsProcess;
+using test::eventually;
 
 namespace {
 
 std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string secret_file() {
   const std::string p = test::temp_dir() + "/cluster.secret";
@@ -73,7 +75,22 @@ std::unique_ptr<KvsProcess> start_router(const std::vector<std::string>& worker_
   return std::make_unique<KvsProcess>(a, "kvserve router: listening on");
 }
 
-int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
+// Two workers, each started with `worker_extra`, and a router with
+// `router_extra` in front of them.
+struct TwoWorkers {
+  Worker w0, w1;
+  std::unique_ptr<KvsProcess> router;
+  int port = 0;
+  explicit TwoWorkers(const std::vector<std::string>& worker_extra = {},
+                      const std::vector<std::string>& router_extra = {}) {
+    for (Worker* w : {&w0, &w1}) {
+      w->extra = worker_extra;
+      w->start();
+    }
+    router = start_router({w0.spec(), w1.spec()}, router_extra);
+    port = router->port();
+  }
+};
 
 test::HttpReply complete(int port, const std::string& prompt, int max_tokens, bool stream = false,
                          size_t stop_after = 0) {
@@ -93,32 +110,18 @@ std::string prefix(int k) {
   return s;
 }
 
-// Waits until `pred` holds (polling), at most `timeout_s`.
-template <class F>
-bool eventually(F pred, double timeout_s) {
-  const double t0 = now_s();
-  while (now_s() - t0 < timeout_s) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return pred();
-}
-
 #define REQUIRE_SHARED() \
   if (!test::shared_available()) GTEST_SKIP() << "needs ../shared"
 
 }  // namespace
 
-TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
-  REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+// Asks each of `prefixes` prefixes `rounds` times with another question,
+// round by round, and checks that every repeat found its prefix cached
+// (all but its last, partial block): the prefix went to one worker.
+void expect_repeats_cached(int port, int prefixes, int rounds) {
   int prompt_tokens = 0, cached = 0;
-  for (int q = 0; q < 3; ++q) {
-    for (int k = 0; k < 4; ++k) {
+  for (int q = 0; q < rounds; ++q) {
+    for (int k = 0; k < prefixes; ++k) {
       const auto rep = complete(port, prefix(k) + "Question " + std::to_string(q) + ":", 4);
       ASSERT_EQ(rep.status, 200) << rep.body;
       const json j = json::parse(rep.body);
@@ -127,15 +130,77 @@ TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the events arrive
   }
-  // Every repeat of a prefix found it cached: the prefix went to one worker.
-  const double per_prefix_blocks = std::floor(double(prompt_tokens) / 12 / 16) - 1;
-  EXPECT_GE(cached, int(8 * per_prefix_blocks * 16)) << "cached " << cached;
+  const double per_prefix_blocks = std::floor(double(prompt_tokens) / (prefixes * rounds) / 16) - 1;
+  EXPECT_GE(cached, int(prefixes * (rounds - 1) * per_prefix_blocks * 16)) << "cached " << cached;
+}
+
+TEST(Router, CacheAwareKeepsEachPrefixOnOneWorker) {
+  REQUIRE_SHARED();
+  TwoWorkers c;
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
+  expect_repeats_cached(port, 4, 3);
   // New prefixes were spread over both workers.
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), 0);
   EXPECT_GT(test::metric_value(port, routed_to(w1.url())), 0);
   EXPECT_EQ(test::metric_value(port, "kvserve_router_predicted_cached_tokens_total"),
             test::metric_value(port, "kvserve_router_actual_cached_tokens_total"));
   EXPECT_GT(test::metric_value(port, "kvserve_router_index_blocks"), 0);
+}
+
+// Workers publish their events with CURVE and let in only the router's
+// key: that router routes cache-aware from them. A router whose key the
+// workers do not list, and one holding another server key, get no events:
+// their failed handshakes are counted and logged, and they still route.
+TEST(Router, CurveEventsRouteCacheAwareAndWrongKeysGetNone) {
+  REQUIRE_SHARED();
+  const test::CurvePair wk = test::curve_pair(), rk = test::curve_pair(), other = test::curve_pair();
+  const std::string worker_key = test::curve_key_file("worker.key", wk, "", {rk.pub});
+  TwoWorkers c({"--kv-events-curve", worker_key},
+               {"--kv-events-curve", test::curve_key_file("router.key", rk, wk.pub)});
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
+  const std::vector<std::string> specs = {w0.spec(), w1.spec()};
+  // Both streams joined (the router subscribes as it starts, asynchronously).
+  for (const Worker* w : {&w0, &w1})
+    ASSERT_TRUE(eventually(
+        [&] { return test::metric_value(port, "kvserve_router_events_connected{worker=\"" + w->url() + "\"}") == 1; },
+        10));
+  // A prefix cached on w1 behind the router's back is known from w1's
+  // events alone, and the router sends the next request with it there.
+  const json direct = {{"prompt", prefix(0) + "Question 0:"}, {"max_tokens", 4}, {"temperature", 0}};
+  ASSERT_EQ(test::http_request(w1.http, "POST", "/v1/completions", direct.dump()).status, 200);
+  ASSERT_TRUE(eventually([&] { return test::metric_value(port, "kvserve_router_index_blocks") > 0; }, 10));
+  const auto rep = complete(port, prefix(0) + "Question 1:", 4);
+  ASSERT_EQ(rep.status, 200) << rep.body;
+  EXPECT_EQ(test::metric_value(port, routed_to(w1.url())), 1);
+  EXPECT_GT(json::parse(rep.body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  expect_repeats_cached(port, 4, 2);
+  for (const Worker* w : {&w0, &w1}) {
+    const std::string label = "{worker=\"" + w->url() + "\"}";
+    // A worker that served requests stored blocks, and their events came.
+    if (test::metric_value(port, routed_to(w->url())) > 0) {
+      EXPECT_GT(test::metric_value(port, "kvserve_router_events_batches_total" + label), 0);
+    }
+    EXPECT_EQ(test::metric_value(port, "kvserve_router_events_handshake_failures_total" + label), 0);
+  }
+  EXPECT_GT(test::metric_value(port, "kvserve_router_index_blocks"), 0);
+
+  auto refused = start_router(specs, {"--kv-events-curve", test::curve_key_file("other.key", other, wk.pub)});
+  auto mismatched = start_router(specs, {"--kv-events-curve", test::curve_key_file("mismatch.key", rk, other.pub)});
+  for (const KvsProcess* bad : {refused.get(), mismatched.get()}) {
+    const int bport = bad->port();
+    const std::string label = "{worker=\"" + w0.url() + "\"}";
+    EXPECT_TRUE(eventually(
+        [&] { return test::metric_value(bport, "kvserve_router_events_handshake_failures_total" + label) >= 1; }, 10));
+    EXPECT_EQ(complete(bport, prefix(0) + "Question 9:", 4).status, 200);
+    EXPECT_EQ(test::metric_value(bport, "kvserve_router_events_batches_total" + label), 0);
+    EXPECT_EQ(test::metric_value(bport, "kvserve_router_events_connected" + label), 0);
+    EXPECT_NE(bad->log().find("KV-event handshake failed"), std::string::npos) << bad->log();
+  }
+  EXPECT_NE(refused->log().find("refused this router's CURVE key"), std::string::npos) << refused->log();
+  EXPECT_NE(mismatched->log().find("CURVE keys do not match"), std::string::npos) << mismatched->log();
+  EXPECT_GE(test::metric_value(w0.http, "kvserve_kv_events_curve_refused_total"), 1);
 }
 
 TEST(Router, RefusesAWorkerOfAnotherModel) {
@@ -156,11 +221,9 @@ TEST(Router, RefusesAWorkerOfAnotherModel) {
 
 TEST(Router, FailoverAfterKillAndRecovery) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()}, {"--policy", "round-robin"});
-  const int port = port_of(*r);
+  TwoWorkers c({}, {"--policy", "round-robin"});
+  const int port = c.port;
+  Worker& w0 = c.w0;
   ASSERT_EQ(complete(port, "Once upon a time", 4).status, 200);
   w0.p->kill9();
   for (int i = 0; i < 6; ++i) {
@@ -172,21 +235,19 @@ TEST(Router, FailoverAfterKillAndRecovery) {
   // Restarted where it was, the worker is routable again after a health check.
   const double before = std::max(0.0, test::metric_value(port, routed_to(w0.url())));
   w0.start();
-  const double t0 = now_s();
+  const double t0 = sched::steady_now();
   ASSERT_TRUE(eventually(
       [&] { return test::metric_value(port, "kvserve_router_worker_up{worker=\"" + w0.url() + "\"}") == 1; }, 10));
-  std::printf("worker back in the rotation %.2f s after its restart printed ready\n", now_s() - t0);
+  std::printf("worker back in the rotation %.2f s after its restart printed ready\n", sched::steady_now() - t0);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(complete(port, "The sun " + std::to_string(i), 4).status, 200);
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
 }
 
 TEST(Router, AllWorkersDownIs503WithReasons) {
   REQUIRE_SHARED();
-  Worker w0, w1;
-  w0.start();
-  w1.start();
-  auto r = start_router({w0.spec(), w1.spec()});
-  const int port = port_of(*r);
+  TwoWorkers c;
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
   w0.p->kill9();
   w1.p->kill9();
   const auto rep = complete(port, "Once upon a time", 4);
@@ -199,26 +260,57 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   EXPECT_TRUE(eventually([&] { return test::http_request(port, "GET", "/health").status == 503; }, 5));
 }
 
+// Both workers admit one request and let none wait (--max-queue 0). While
+// a client keeps each of them busy, a request through the router is tried
+// on one worker, then the other, and answered 429 with a Retry-After (never
+// 502/503, never a hang); once the load drains it is served.
+TEST(Router, AllWorkersSaturatedIs429WithRetryAfter) {
+  REQUIRE_SHARED();
+  TwoWorkers c({"--max-seqs", "1", "--max-queue", "0", "--max-request-share", "1"});
+  const int port = c.port;
+  Worker &w0 = c.w0, &w1 = c.w1;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> fill;
+  for (const Worker* w : {&w0, &w1})
+    fill.emplace_back([&stop, w] {
+      const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"ignore_eos", true}};
+      while (!stop) test::http_request(w->http, "POST", "/v1/completions", body.dump(), {}, 60);
+    });
+  test::HttpReply busy;
+  for (int i = 0; i < 40 && busy.status != 429; ++i) {
+    const auto rep = complete(port, "The sun " + std::to_string(i), 2);
+    EXPECT_TRUE(rep.status == 200 || rep.status == 429) << rep.status << " " << rep.body;
+    if (rep.status == 429) busy = rep;
+  }
+  stop = true;
+  for (auto& t : fill) t.join();
+  ASSERT_EQ(busy.status, 429) << "both workers were never busy at once";
+  ASSERT_TRUE(busy.headers.count("retry-after"));
+  EXPECT_GE(std::stoi(busy.headers["retry-after"]), 1);
+  EXPECT_EQ(json::parse(busy.body)["error"]["type"], "rate_limit_error");
+  // Each worker was tried once for that request, and the router counted it.
+  EXPECT_GE(test::metric_value(port, routed_to(w0.url(), 429)), 1);
+  EXPECT_GE(test::metric_value(port, routed_to(w1.url(), 429)), 1);
+  EXPECT_GE(test::metric_value(port, "kvserve_router_retries_total"), 1);
+  EXPECT_GE(test::metric_value(port, "kvserve_router_saturated_total"), 1);
+  EXPECT_EQ(test::metric_value(port, "kvserve_router_no_worker_total"), 0);
+  EXPECT_EQ(complete(port, "Once upon a time", 4).status, 200);
+}
+
 TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {
   REQUIRE_SHARED();
   Worker w0;
   w0.start();
   auto r = start_router({w0.spec()}, {"--read-timeout", "1"});
-  const int port = port_of(*r);
+  const int port = r->port();
   // A raw client: read until the first event, then freeze the worker.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  timeval tv{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const int fd = test::connect_local(port, 30);
+  ASSERT_GE(fd, 0);
   const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
                           "application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  ASSERT_TRUE(test::send_all(fd, req));
   std::string got;
   char buf[4096];
   while (got.find("data: {") == std::string::npos) {
@@ -243,7 +335,7 @@ TEST(Router, ClientLeavingMidStreamCancelsTheWorkersRequest) {
   Worker w0;
   w0.start();
   auto r = start_router({w0.spec()});
-  const int port = port_of(*r);
+  const int port = r->port();
   const auto rep = complete(port, "Once upon a time", 480, true, 300);
   EXPECT_EQ(rep.status, 200);
   EXPECT_TRUE(eventually([&] { return test::metric_value(w0.http, "kvserve_client_disconnects_total") >= 1; }, 10));
@@ -266,7 +358,7 @@ TEST(Router, BadOrStoppedEventStreamsAreCountedAndStillRoutable) {
   pub.bind("tcp://127.0.0.1:*");
   const std::string ep = pub.get(zmq::sockopt::last_endpoint);
   auto r = start_router({w0.url() + "," + ep + "," + Worker::ep(test::free_port())}, {"--events-stale", "1"});
-  const int port = port_of(*r);
+  const int port = r->port();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the router's SUB joins
   auto send = [&](std::vector<std::string> frames) {
     std::vector<zmq::const_buffer> parts;

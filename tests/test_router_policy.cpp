@@ -69,6 +69,18 @@ TEST(RouterPolicy, CacheRoundRobinLeastLoad) {
   EXPECT_NE(choose(Policy::Cache, idle, 4, 0.1, 0), choose(Policy::Cache, idle, 4, 0.1, 1));
 }
 
+
+TEST(RouterPolicy, TheSoonerRetryAfterWins) {
+  EXPECT_TRUE(sooner_retry("1", "3"));
+  EXPECT_FALSE(sooner_retry("3", "1"));
+  EXPECT_FALSE(sooner_retry("2", "2"));
+  // A readable value beats a missing or unreadable one, never the reverse.
+  EXPECT_TRUE(sooner_retry("30", ""));
+  EXPECT_TRUE(sooner_retry("30", "Wed, 21 Oct 2015 07:28:00 GMT"));
+  EXPECT_FALSE(sooner_retry("", "30"));
+  EXPECT_FALSE(sooner_retry("-1", "30"));
+  EXPECT_FALSE(sooner_retry("1x", "30"));
+}
 TEST(RouterHasher, HashesEqualTheWorkersBlockKeys) {
   Vocab v = builtin_byte_vocab(300);
   v.add_bos = true;

@@ -11,6 +11,7 @@
 #include <regex>
 #include <thread>
 
+#include "http_client.h"
 #include "kvs_process.h"
 #include "test_util.h"
 
@@ -29,15 +30,8 @@ void zone(const fs::path& sys, double temp_c) {
   std::ofstream(z / "trip_point_1_temp") << "100000\n";
 }
 
-int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
-
 bool wait_metric(int port, const std::string& sample, double want, double timeout_s) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    if (kvs::test::metric_value(port, sample) == want) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return false;
+  return kvs::test::eventually([&] { return kvs::test::metric_value(port, sample) == want; }, timeout_s);
 }
 
 const char* kBody = R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
@@ -51,7 +45,7 @@ TEST(ServeDevice, CriticalDeviceAnswers429ThenRecovers) {
                 "--sysfs-root", (root / "sys").string(), "--procfs-root", (root / "proc").string(), "--cgroup-root",
                 (root / "cg").string(), "--device-hold", "0", "--device-monitor"},
                "listening on");
-  const int port = port_of(p);
+  const int port = p.port();
   ASSERT_TRUE(wait_metric(port, "kvserve_device_level", 3, 20)) << p.log();
   kvs::test::HttpReply r = kvs::test::http_request(port, "POST", "/v1/completions", kBody);
   EXPECT_EQ(r.status, 429) << r.body;

@@ -2,15 +2,7 @@
 // malformed input), curl (SSE), the official OpenAI Node SDK, tenant
 // isolation of the prefix cache, 429 backpressure, disconnects, 256
 // concurrent streams and graceful SIGTERM.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/sha.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,6 +16,10 @@
 #include <regex>
 #include <thread>
 
+#include "http_client.h"
+#include "kvs_process.h"
+#include "sched/clock.h"
+#include "server/tenants.h"
 #include "test_util.h"
 
 using nlohmann::json;
@@ -31,250 +27,59 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using kvs::sched::steady_now;
+using kvs::server::sha256_hex;
+using kvs::test::connect_local;
+using kvs::test::send_all;
 
 std::string stories() { return kvs::test::shared("models/stories260K/stories260K.gguf"); }
 std::string tiny_llama() { return kvs::test::shared("models/tiny-random/tiny-llama-f16.gguf"); }
 
-// ---- a kvserve serve child process ----
-class Server {
- public:
-  explicit Server(std::vector<std::string> args) {
-    log_ = kvs::test::temp_dir() + "/serve-" + std::to_string(counter_++) + ".log";
-    int out[2];
-    if (pipe(out) != 0) throw std::runtime_error("pipe");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      const int err = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(err, 2);
-      close(out[0]);
-      std::vector<std::string> full = {KVS_BINARY, "serve", "--port", "0", "--threads", "2"};
-      full.insert(full.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& s : full) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    // The ready line names the port.
-    std::string line;
-    char c;
-    const double t0 = now_s();
-    while (now_s() - t0 < 120) {
-      pollfd p{out[0], POLLIN, 0};
-      if (poll(&p, 1, 200) <= 0) continue;
-      if (read(out[0], &c, 1) != 1) break;
-      if (c == '\n') {
-        std::smatch m;
-        if (std::regex_search(line, m, std::regex("listening on http://[0-9.]+:([0-9]+)"))) {
-          port_ = std::stoi(m[1]);
-          ready_ = line;
-          break;
-        }
-        line.clear();
-      } else {
-        line += c;
-      }
-    }
-    stdout_fd_ = out[0];
-    if (port_ == 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      throw std::runtime_error("kvserve serve did not start; log:\n" + kvs::test::read_file(log_));
-    }
+// A kvserve serve child with two compute threads.
+struct Server : kvs::test::ServeProcess {
+  explicit Server(std::vector<std::string> args) : ServeProcess(with_threads(std::move(args))) {}
+  static std::vector<std::string> with_threads(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--threads", "2"});
+    return args;
   }
-  ~Server() {
-    // A sanitizer report in the server (sanitizer builds) is a non-zero exit.
-    if (pid_ > 0) {
-      EXPECT_EQ(stop(), 0);
-    }
-    if (stdout_fd_ >= 0) close(stdout_fd_);
-  }
-  // SIGTERM and wait; returns the exit status (-1 when it had to be killed).
-  // A non-zero status prints the server's log (where a sanitizer report is).
-  int stop(double timeout_s = 30) {
-    if (pid_ <= 0) return status_;
-    kill(pid_, SIGTERM);
-    const double t0 = now_s();
-    int st = 0;
-    status_ = -1;
-    while (now_s() - t0 < timeout_s) {
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (status_ == -1) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &st, 0);
-    }
-    pid_ = 0;
-    if (status_ != 0) std::fprintf(stderr, "kvserve serve exited with status %d; its log:\n%s\n", status_, log().c_str());
-    return status_;
-  }
-  bool alive() const { return pid_ > 0 && kill(pid_, 0) == 0; }
-  int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string log() const { return kvs::test::read_file(log_); }
-  const std::string& ready_line() const { return ready_; }
-
- private:
-  static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  int port_ = 0, stdout_fd_ = -1, status_ = 0;
-  std::string ready_;
-  std::string log_;
 };
 
-// ---- a small blocking HTTP/1.1 client ----
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{120, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-bool send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    off += size_t(n);
-  }
-  return true;
-}
-
-struct Reply {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;                            // de-chunked
-  std::vector<double> chunk_times;             // arrival time of each HTTP chunk (streams)
+// A reply with its body read as JSON.
+struct Reply : kvs::test::HttpReply {
+  Reply() = default;
+  Reply(kvs::test::HttpReply r) : HttpReply(std::move(r)) {}
   json js() const { return json::parse(body); }
   std::vector<json> events() const {  // SSE data objects; "[DONE]" -> null
     std::vector<json> v;
-    size_t p = 0;
-    while (true) {
-      const size_t e = body.find("\n\n", p);
-      if (e == std::string::npos) break;
-      const std::string ev = body.substr(p, e - p);
-      p = e + 2;
-      if (ev.rfind("data: ", 0) != 0) continue;
-      const std::string d = ev.substr(6);
+    for (const std::string& d : kvs::test::sse_payloads(body))
       v.push_back(d == "[DONE]" ? json(nullptr) : json::parse(d));
-    }
     return v;
   }
 };
 
-// Reads one response from fd. `stop_after_chunks` > 0: return after that many
-// body chunks (the caller then closes: a client that goes away).
-Reply read_reply(int fd, int stop_after_chunks = 0) {
-  Reply r;
-  std::string buf;
-  auto fill = [&]() {
-    char tmp[16384];
-    const ssize_t n = recv(fd, tmp, sizeof tmp, 0);
-    if (n <= 0) return false;
-    buf.append(tmp, size_t(n));
-    return true;
-  };
-  size_t he;
-  while ((he = buf.find("\r\n\r\n")) == std::string::npos)
-    if (!fill()) return r;
-  std::istringstream hs(buf.substr(0, he));
-  std::string line;
-  std::getline(hs, line);
-  r.status = std::stoi(line.substr(9, 3));
-  while (std::getline(hs, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const size_t c = line.find(':');
-    if (c == std::string::npos) continue;
-    std::string k = line.substr(0, c), v = line.substr(c + 1);
-    for (auto& ch : k) ch = char(std::tolower(ch));
-    while (!v.empty() && v[0] == ' ') v.erase(0, 1);
-    r.headers[k] = v;
-  }
-  buf.erase(0, he + 4);
-  if (r.headers.count("content-length")) {
-    const size_t len = std::stoul(r.headers["content-length"]);
-    while (buf.size() < len)
-      if (!fill()) break;
-    r.body = buf.substr(0, len);
-  } else if (r.headers["transfer-encoding"] == "chunked") {
-    while (true) {
-      size_t le;
-      while ((le = buf.find("\r\n")) == std::string::npos)
-        if (!fill()) return r;
-      const size_t len = std::stoul(buf.substr(0, le), nullptr, 16);
-      while (buf.size() < le + 2 + len + 2)
-        if (!fill()) return r;
-      if (len == 0) break;
-      r.body += buf.substr(le + 2, len);
-      r.chunk_times.push_back(now_s());
-      buf.erase(0, le + 2 + len + 2);
-      if (stop_after_chunks > 0 && int(r.chunk_times.size()) >= stop_after_chunks) return r;
-    }
-  } else {
-    while (fill()) {
-    }
-    r.body = buf;
-  }
-  return r;
-}
-
 // `authorization`: the header's whole value ("" = none).
 Reply request_auth(int port, const std::string& method, const std::string& path, const std::string& body,
-                   const std::string& authorization, int stop_after_chunks = 0) {
-  const int fd = connect_to(port);
-  if (fd < 0) return Reply{};
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-  if (!authorization.empty()) req += "Authorization: " + authorization + "\r\n";
-  req += "\r\n" + body;
-  send_all(fd, req);
-  Reply r = read_reply(fd, stop_after_chunks);
-  close(fd);
-  return r;
+                   const std::string& authorization) {
+  std::map<std::string, std::string> h;
+  if (!authorization.empty()) h["Authorization"] = authorization;
+  return kvs::test::http_request(port, method, path, body, h);
 }
 
+// `stop_after_chunks` > 0: hang up after that many chunks (a client that
+// goes away).
 Reply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
               const std::string& key = "", int stop_after_chunks = 0) {
-  return request_auth(port, method, path, body, key.empty() ? "" : "Bearer " + key, stop_after_chunks);
+  int seen = 0;
+  const kvs::test::ChunkFn stop = [&](const std::string&) { return ++seen < stop_after_chunks; };
+  return kvs::test::http_request(port, method, path, body, kvs::test::bearer(key), 120, 0,
+                                 stop_after_chunks > 0 ? stop : nullptr);
 }
 
 Reply post(int port, const std::string& path, const json& body, const std::string& key = "") {
   return request(port, "POST", path, body.dump(), key);
 }
 
-double metric(int port, const std::string& name) {
-  const Reply r = request(port, "GET", "/metrics");
-  std::istringstream is(r.body);
-  std::string line;
-  while (std::getline(is, line))
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  return -1;
-}
-
-std::string sha256_hex(const std::string& s) {
-  unsigned char h[32];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), h);
-  char out[65];
-  for (int i = 0; i < 32; ++i) std::snprintf(out + 2 * i, 3, "%02x", h[i]);
-  return out;
-}
+double metric(int port, const std::string& name) { return kvs::test::metric_value(port, name); }
 
 // Text of roughly n tokens for stories260K (each word ~1-2 tokens).
 std::string words(int n, int salt = 0) {
@@ -550,18 +355,16 @@ TEST(Server, MalformedInputCorpus) {
        {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/1.1\r\nX: ") + std::string(100000, 'x') + "\r\n\r\n",
         std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len"),
         std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")}) {
-    const int fd = connect_to(port);
+    const int fd = connect_local(port, 10);
     ASSERT_GE(fd, 0);
-    timeval tv{10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     send_all(fd, raw);
-    const double t0 = now_s();
+    const double t0 = steady_now();
     char buf[4096];
     std::string got;
     ssize_t n;
     while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
     close(fd);
-    EXPECT_LT(now_s() - t0, 8.0) << "the server must cut slow or broken requests off";
+    EXPECT_LT(steady_now() - t0, 8.0) << "the server must cut slow or broken requests off";
     if (!got.empty()) {
       EXPECT_EQ(got.substr(0, 9), "HTTP/1.1 ");
       EXPECT_EQ(got[9], '4') << got.substr(0, 40);
@@ -570,7 +373,7 @@ TEST(Server, MalformedInputCorpus) {
   // Many slowloris connections at once do not block a normal request.
   std::vector<int> slow;
   for (int i = 0; i < 50; ++i) {
-    const int fd = connect_to(port);
+    const int fd = connect_local(port);
     send_all(fd, "POST /v1/completions HTTP/1.1\r\n");
     slow.push_back(fd);
   }
@@ -611,7 +414,7 @@ TEST(Server, TenantIsolationOfThePrefixCache) {
     P = r.js()["usage"]["prompt_tokens"];
   }
   auto run = [&](const std::string& key, double* ttft) {
-    const double t0 = now_s();
+    const double t0 = steady_now();
     const Reply r = request(port, "POST", "/v1/completions",
                             json{{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"stream", true},
                                  {"stream_options", {{"include_usage", true}}}}
@@ -686,9 +489,10 @@ TEST(Server, RetentionDropsATenantsCachedBlocks) {
   EXPECT_EQ(metric(port, dropped), 0);
   // Unused for longer than retention_s (1 s): the sweep (every second) drops
   // r's blocks, and only r's.
-  const double t0 = now_s();
-  while (metric(port, dropped) <= 0 && now_s() - t0 < 6) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_GE(now_s() - t0, 0.8);
+  const double t0 = steady_now();
+  while (metric(port, dropped) <= 0 && steady_now() - t0 < 6)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(steady_now() - t0, 0.8);
   EXPECT_EQ(metric(port, dropped), cached_k);
   EXPECT_EQ(metric(port, "kvserve_kv_blocks_cached"), cached_k);
   const json r3 = run("key-r");
@@ -772,9 +576,9 @@ TEST(Server, DisconnectMidStreamFreesBlocks) {
                           "", 5);
   ASSERT_EQ(r.status, 200);
   // The client is gone (request() closed the socket after 5 chunks).
-  const double t0 = now_s();
+  const double t0 = steady_now();
   double used = -1;
-  while (now_s() - t0 < 5) {
+  while (steady_now() - t0 < 5) {
     used = metric(port, "kvserve_kv_blocks_used");
     if (used == 0 && metric(port, "kvserve_running_requests") == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -811,7 +615,7 @@ TEST(Server, ManyConcurrentStreams) {
   });
   for (int i = 0; i < N; ++i)
     th.emplace_back([&, i] {
-      t0[size_t(i)] = now_s();
+      t0[size_t(i)] = steady_now();
       res[size_t(i)] = request(port, "POST", "/v1/completions",
                                json{{"prompt", words(8, i)}, {"max_tokens", 300}, {"ignore_eos", true}, {"stream", true},
                                     {"temperature", 0.8}, {"seed", i}}
@@ -851,8 +655,8 @@ TEST(Server, SigtermDrainsStreamsAndExitsZero) {
   });
   // Wait until it streams, then SIGTERM: within the timeout the stream is
   // ended (finish_reason abort, [DONE]) and the process exits 0.
-  const double t0 = now_s();
-  while (metric(port, "kvserve_running_requests") < 1 && now_s() - t0 < 10)
+  const double t0 = steady_now();
+  while (metric(port, "kvserve_running_requests") < 1 && steady_now() - t0 < 10)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(s.stop(20), 0);
   t.join();

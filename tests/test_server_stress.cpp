@@ -17,11 +17,16 @@
 #include <random>
 #include <thread>
 
-#include "server_harness.h"
+#include "http_client.h"
+#include "kvs_process.h"
+#include "sched/clock.h"
+#include "server/tenants.h"
 #include "test_util.h"
 
 using nlohmann::json;
 using namespace kvs::test;
+using kvs::sched::steady_now;
+using kvs::server::sha256_hex;
 
 namespace {
 
@@ -120,8 +125,8 @@ struct Load {
       int chunks = 0;
       bool hung_up = false;
       const HttpReply r =
-          http_request(port, "POST", p.chat ? "/v1/chat/completions" : "/v1/completions", p.body, p.key,
-                       [&](const std::string& chunk) {
+          http_request(port, "POST", p.chat ? "/v1/chat/completions" : "/v1/completions", p.body, bearer(p.key), 60,
+                       0, [&](const std::string& chunk) {
                          if (chunks++ == 0) ++first_chunks;
                          hung_up = p.hang_up && chunks >= p.hang_up_after && chunk.find("[DONE]") == std::string::npos;
                          return !hung_up;
@@ -152,10 +157,10 @@ struct Load {
   // requests are being submitted (admission reads the prefix index that the
   // revoke drops from).
   void revoke() {
-    const double t0 = monotonic_s();
-    while (first_chunks < kClients + kClients / 8 && finished_clients < kClients && monotonic_s() - t0 < 60)
+    const double t0 = steady_now();
+    while (first_chunks < kClients + kClients / 8 && finished_clients < kClients && steady_now() - t0 < 60)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const HttpReply r = http_request(port, "POST", "/admin/tenants/a/revoke", "{}", "key-admin");
+    const HttpReply r = http_request(port, "POST", "/admin/tenants/a/revoke", "{}", bearer("key-admin"));
     if (r.status != 200) fail("revoke: status " + std::to_string(r.status) + " " + r.body);
     revoke_reply = json::parse(r.body, nullptr, false);
   }
@@ -165,8 +170,8 @@ struct Load {
 // cancelled and their blocks freed), or the last one read.
 std::string metrics_when_idle(int port) {
   std::string m;
-  const double t0 = monotonic_s();
-  while (monotonic_s() - t0 < 20) {
+  const double t0 = steady_now();
+  while (steady_now() - t0 < 20) {
     m = http_request(port, "GET", "/metrics").body;
     if (metric_value(m, "kvserve_kv_blocks_used") == 0 && metric_value(m, "kvserve_running_requests") == 0 &&
         metric_value(m, "kvserve_open_streams") == 0)
@@ -191,7 +196,7 @@ std::string write_keys() {
 
 TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
   if (!shared_available()) GTEST_SKIP() << "../shared is not available";
-  const double t_start = monotonic_s();
+  const double t_start = steady_now();
   ServeProcess s({"-m", shared("models/stories260K/stories260K.gguf"), "--api-keys", write_keys(), "--http-threads",
                   "4", "--threads", "2", "--max-seqs", "64", "--max-batch-tokens", "256", "--tenant-share", "1"});
   Load load;
@@ -222,7 +227,7 @@ TEST(ServerStress, ConcurrentStreamsHangUpsRevokeAndMetrics) {
   EXPECT_LE(metric_value(m, "kvserve_client_disconnects_total"), hung_up);
   EXPECT_EQ(s.stop(), 0) << "a sanitizer report or a crash in the server";
   EXPECT_EQ(s.log().find("internal error"), std::string::npos);
-  const double took = monotonic_s() - t_start;
+  const double took = steady_now() - t_start;
   std::printf("stress: %d clients x %d rounds, %d checked, %d hung up mid-stream, %.1f s\n", kClients, kRounds,
               load.checked.load(), hung_up, took);
   EXPECT_LT(took, 120.0);
@@ -244,13 +249,13 @@ TEST(ServerStress, StopAcceptingWhileClientsConnect) {
       clients.emplace_back([&] {
         // Until the listener is gone (connect refused) or the test is over.
         while (!stop) {
-          const HttpReply r = http_request(port, "GET", "/health", "", "", nullptr, 10);
+          const HttpReply r = http_request(port, "GET", "/health", "", {}, 10);
           if (r.status == 200) ++ok;
           if (r.status == 0 && ok > 0) break;
         }
       });
-    const double t0 = monotonic_s();
-    while (ok < 8 && monotonic_s() - t0 < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const double t0 = steady_now();
+    while (ok < 8 && steady_now() - t0 < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(s.stop(), 0) << "cycle " << cycle;
     stop = true;
     for (auto& t : clients) t.join();

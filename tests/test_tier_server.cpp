@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "http_client.h"
 #include "kvs_process.h"
 #include "server/tenants.h"
 #include "test_util.h"
@@ -41,8 +42,6 @@ std::string fresh(const std::string& name) {
   fs::create_directories(d);
   return d;
 }
-
-int port_of(const KvsProcess& p) { return std::stoi(p.find("listening on http://[0-9.]+:([0-9]+)")); }
 
 std::unique_ptr<KvsProcess> serve(std::vector<std::string> extra, const std::string& ready = "kvserve: kv tiers") {
   std::vector<std::string> a = {"serve", "-m", stories(), "--port", "0", "--threads", "1", "--kv-memory", "2MiB"};
@@ -96,11 +95,11 @@ TEST(TierServer, DiskTierSurvivesARestartWithIdenticalOutput) {
   std::string first_text;
   {
     auto s = serve(flags);
-    const json r = complete(port_of(*s));
+    const json r = complete(s->port());
     EXPECT_EQ(cached(r), 0);
     first_text = r["choices"][0]["text"];
-    ASSERT_EQ(wait_metric_eq(port_of(*s), "kvserve_kv_tier_queue_bytes", 0), 0);
-    EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_stores_total{tier=\"disk\"}"), 3);
+    ASSERT_EQ(wait_metric_eq(s->port(), "kvserve_kv_tier_queue_bytes", 0), 0);
+    EXPECT_GE(test::metric_value(s->port(), "kvserve_kv_tier_stores_total{tier=\"disk\"}"), 3);
     EXPECT_EQ(s->stop(), 0);
   }
   struct stat st{};
@@ -108,16 +107,16 @@ TEST(TierServer, DiskTierSurvivesARestartWithIdenticalOutput) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_GE(count_entries(d + "/tier"), 3);
   auto s = serve(flags);
-  const json r = complete(port_of(*s));
+  const json r = complete(s->port());
   EXPECT_GE(cached(r), 32) << "the restarted server must load the prefix from disk";
   EXPECT_EQ(r["choices"][0]["text"], first_text);
-  EXPECT_GE(test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}"), 2);
-  EXPECT_EQ(test::metric_value(port_of(*s), "kvserve_kv_tier_errors_total{tier=\"disk\"}"), 0);
+  EXPECT_GE(test::metric_value(s->port(), "kvserve_kv_tier_hits_total{tier=\"disk\"}"), 2);
+  EXPECT_EQ(test::metric_value(s->port(), "kvserve_kv_tier_errors_total{tier=\"disk\"}"), 0);
   // The dashboard shows the same tier counters (its snapshot is sampled once a second).
-  const double hits = test::metric_value(port_of(*s), "kvserve_kv_tier_hits_total{tier=\"disk\"}");
+  const double hits = test::metric_value(s->port(), "kvserve_kv_tier_hits_total{tier=\"disk\"}");
   json tiers;
   for (int i = 0; i < 40; ++i) {
-    const test::HttpReply snap = test::http_request(port_of(*s), "GET", "/dashboard/snapshot", "", {}, 30);
+    const test::HttpReply snap = test::http_request(s->port(), "GET", "/dashboard/snapshot", "", {}, 30);
     ASSERT_EQ(snap.status, 200) << snap.body;
     tiers = json::parse(snap.body)["tiers"];
     if (tiers.size() == 1 && tiers[0]["hits"].get<double>() == hits) break;
@@ -148,7 +147,7 @@ TEST(TierServer, DiskSmallerThanABlockStoresNothingAndServes) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   const std::string d = fresh("tiny");
   auto s = serve({"--kv-disk", d + "/tier", "--kv-disk-size", "1KiB", "--kv-key-file", d + "/k.key"});
-  const int port = port_of(*s);
+  const int port = s->port();
   const json a = complete(port), b = complete(port);
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
   EXPECT_GE(wait_metric(port, "kvserve_kv_tier_errors_total{tier=\"disk\"}", 1), 1);
@@ -168,7 +167,7 @@ TEST(TierServer, RevokeDeletesTheTenantsFiles) {
                 {{"key_sha256", server::sha256_hex("key-admin")}, {"tenant", "ops"}, {"admin", true}}}}}
              .dump();
   auto s = serve({"--kv-disk", d + "/tier", "--kv-key-file", d + "/k.key", "--api-keys", d + "/keys.json"});
-  const int port = port_of(*s);
+  const int port = s->port();
   // A request's blocks are all queued when its response is complete; the
   // queue empties only after each one is written.
   const std::string stores = "kvserve_kv_tier_stores_total{tier=\"disk\"}", queue = "kvserve_kv_tier_queue_bytes";
@@ -240,14 +239,14 @@ TEST(TierServer, ReplicaBHitsBlocksReplicaAComputedThroughRedis) {
   const std::vector<std::string> flags = {"--kv-redis", redis.url(), "--kv-key-file", d + "/shared.key"};
   auto a = serve(flags);
   auto b = serve(flags);
-  const json ra = complete(port_of(*a));
-  ASSERT_EQ(wait_metric_eq(port_of(*a), "kvserve_kv_tier_queue_bytes", 0), 0);
-  EXPECT_GE(test::metric_value(port_of(*a), "kvserve_kv_tier_stores_total{tier=\"redis\"}"), 3);
-  const json rb = complete(port_of(*b));
+  const json ra = complete(a->port());
+  ASSERT_EQ(wait_metric_eq(a->port(), "kvserve_kv_tier_queue_bytes", 0), 0);
+  EXPECT_GE(test::metric_value(a->port(), "kvserve_kv_tier_stores_total{tier=\"redis\"}"), 3);
+  const json rb = complete(b->port());
   EXPECT_GE(cached(rb), 32) << "B must load A's prefix from redis";
   EXPECT_EQ(rb["choices"][0]["text"], ra["choices"][0]["text"]);
-  EXPECT_GE(test::metric_value(port_of(*b), "kvserve_kv_tier_hits_total{tier=\"redis\"}"), 2);
-  EXPECT_EQ(test::metric_value(port_of(*b), "kvserve_kv_tier_available{tier=\"redis\"}"), 1);
+  EXPECT_GE(test::metric_value(b->port(), "kvserve_kv_tier_hits_total{tier=\"redis\"}"), 2);
+  EXPECT_EQ(test::metric_value(b->port(), "kvserve_kv_tier_available{tier=\"redis\"}"), 1);
 }
 
 TEST(TierServer, RedisKilledMidRunFailsNoRequest) {
@@ -257,7 +256,7 @@ TEST(TierServer, RedisKilledMidRunFailsNoRequest) {
   ASSERT_TRUE(redis.start());
   const std::string d = fresh("redis-dies");
   auto s = serve({"--kv-redis", redis.url(), "--kv-key-file", d + "/k.key"});
-  const int port = port_of(*s);
+  const int port = s->port();
   int ok = 0;
   const int n = 12;
   for (int i = 0; i < n; ++i) {
@@ -296,7 +295,7 @@ TEST(TierServer, FrozenRedisIsMarkedUnavailableAndRequestsGoOn) {
   ASSERT_TRUE(redis.start());
   const std::string d = fresh("redis-frozen");
   auto s = serve({"--kv-redis", redis.url(), "--kv-key-file", d + "/k.key"});
-  const int port = port_of(*s);
+  const int port = s->port();
   complete(port);
   ::kill(redis.pid, SIGSTOP);  // slow rather than dead: connections hang
   for (int i = 0; i < 4; ++i) {

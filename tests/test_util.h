@@ -1,6 +1,8 @@
 // Helpers shared by the test executables.
 #pragma once
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace kvs::test {
@@ -16,5 +18,17 @@ int run_kvserve(const std::vector<std::string>& args, std::string* out, std::str
 std::string temp_dir();
 // Little-endian float16 file -> floats.
 std::vector<float> read_f16_file(const std::string& path);
+
+// Polls `pred` every 50 ms until it holds, for at most `timeout_s`; its
+// last value.
+template <class F>
+bool eventually(F pred, double timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
 
 }  // namespace kvs::test

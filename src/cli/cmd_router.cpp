@@ -85,7 +85,7 @@ int run_router(const RouterArgs& a) {
   hasher.set_model(model.identity, model.block_size);
   router::PrefixIndex index;
   std::optional<events::CurveKeys> curve;
-  if (!a.curve.empty()) curve = events::read_curve_keyfile(a.curve);
+  if (!a.curve.empty()) curve = events::read_curve_keyfile(a.curve, events::CurveEnd::Subscriber);
   router::EventListener listener(workers, index, curve, a.events_stale_s);
   listener.start();
   workers.start(a.health_interval_s, [&](int i) { listener.reset(i); }, [&](int i) { listener.reset(i); });
@@ -143,7 +143,9 @@ void add_router(CLI::App& app, Runner& run) {
   c->add_option("--events-stale", a->events_stale_s,
                 "Seconds of event silence while requests are sent before a worker counts as holding nothing")
       ->capture_default_str();
-  c->add_option("--kv-events-curve", a->curve, "The workers' ZeroMQ certificate (its public key is enough)");
+  c->add_option("--kv-events-curve", a->curve,
+                "CURVE key file: the router's own public-key/secret-key and the workers' server-key "
+                "(docs/SCALE-OUT.md)");
   c->add_option("--read-timeout", a->read_timeout_s, "Seconds a worker may stay silent mid-request")
       ->capture_default_str();
   c->callback([a, &run] { run = [a] { return run_router(*a); }; });

@@ -181,7 +181,7 @@ std::unique_ptr<events::EventPublisher> start_publisher(const ServeArgs& a) {
   po.replay_endpoint = a.kv_events_replay.empty() ? default_replay_endpoint(a.kv_events) : a.kv_events_replay;
   po.topic = a.kv_events_topic;
   po.block_size = a.block_size;
-  if (!a.kv_events_curve.empty()) po.curve = events::read_curve_keyfile(a.kv_events_curve);
+  if (!a.kv_events_curve.empty()) po.curve = events::read_curve_keyfile(a.kv_events_curve, events::CurveEnd::Worker);
   return std::make_unique<events::EventPublisher>(po);
 }
 
@@ -452,7 +452,8 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_flag("--kv-events-tokens", a->kv_events_tokens,
               "Include each stored block's token ids (prompt content) in the events");
   c->add_option("--kv-events-curve", a->kv_events_curve,
-                "ZeroMQ certificate (public-key/secret-key) to encrypt the event sockets with CURVE");
+                "CURVE key file (public-key/secret-key; client-key lines: the only routers let in) to encrypt "
+                "the event sockets (docs/SCALE-OUT.md)");
   c->add_option("--ram-budget", a->ram_budget,
                 "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
   // Off by default: a shared server's shedding is an operator's choice.

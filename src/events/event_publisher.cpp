@@ -8,6 +8,7 @@
 #include <zmq_addon.hpp>
 
 #include "events/kv_event_codec.h"
+#include "events/zap_handler.h"
 
 namespace kvs::events {
 
@@ -31,6 +32,7 @@ void apply_curve(zmq::socket_t& s, const std::optional<CurveKeys>& curve) {
   if (curve->secret_key.empty())
     throw std::runtime_error("--kv-events-curve: the key file has no secret-key (the worker needs it)");
   s.set(zmq::sockopt::curve_server, 1);
+  s.set(zmq::sockopt::zap_domain, "kvserve-kv-events");
   s.set(zmq::sockopt::curve_secretkey, curve->secret_key);
 }
 
@@ -59,6 +61,7 @@ struct EventPublisher::Impl {
   zmq::context_t ctx{1};
   zmq::socket_t pub{ctx, zmq::socket_type::pub};
   std::optional<zmq::socket_t> replay;
+  std::optional<ZapHandler> zap;  // with client-key lines: who may subscribe
   std::thread thread;
   std::atomic<bool> stop{false};
 
@@ -118,14 +121,24 @@ struct EventPublisher::Impl {
       }
       for (const Pending& p : take) send(encode_batch(p.ts, p.events, opts.block_size));
       if (take.empty() && stop.load()) return;
-      // The replay socket, or a short nap that bounds a batch's delay.
-      if (replay) {
-        zmq::pollitem_t item{replay->handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::chrono::milliseconds(take.empty() ? 5 : 0));
-        if (item.revents & ZMQ_POLLIN) serve_replay();
-      } else if (take.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      poll_sockets(take.empty() ? 5 : 0);
+    }
+  }
+
+  // The replay and ZAP sockets, or a short nap: either bounds a batch's delay.
+  void poll_sockets(int wait_ms) {
+    std::vector<zmq::pollitem_t> items;
+    if (replay) items.push_back({replay->handle(), 0, ZMQ_POLLIN, 0});
+    if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+    if (items.empty()) {
+      if (wait_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      return;
+    }
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
+    if (replay && (items[0].revents & ZMQ_POLLIN)) serve_replay();
+    if (zap && (items.back().revents & ZMQ_POLLIN) && !zap->answer()) {
+      std::lock_guard lk(mu);
+      ++stats.curve_refused;
     }
   }
 };
@@ -135,6 +148,8 @@ EventPublisher::EventPublisher(PublisherOptions opts) : impl_(std::make_unique<I
   m.opts = std::move(opts);
   m.pub.set(zmq::sockopt::sndhwm, m.opts.hwm);
   m.pub.set(zmq::sockopt::linger, 0);
+  // Bound before the sockets, so that no handshake gets past it.
+  if (m.opts.curve && !m.opts.curve->client_keys.empty()) m.zap.emplace(m.ctx, m.opts.curve->client_keys);
   apply_curve(m.pub, m.opts.curve);
   bound_pub_ = bind_socket(m.pub, m.opts.endpoint, "--kv-events");
   if (!m.opts.replay_endpoint.empty()) {
@@ -188,6 +203,8 @@ std::string EventPublisher::metrics_text() const {
   counter("events_dropped_total", "Block events inside dropped batches.", s.events_dropped);
   counter("replay_requests_total", "Replay requests answered.", s.replay_requests);
   counter("replay_bad_requests_total", "Malformed replay requests ignored.", s.replay_bad_requests);
+  counter("curve_refused_total", "Subscriber handshakes refused: a CURVE key not among the client-key lines.",
+          s.curve_refused);
   return o;
 }
 

@@ -41,7 +41,7 @@ struct PublisherOptions {
   size_t queue_batches = 4096;    // engine -> publisher bound
   size_t replay_batches = 10000;  // batches kept for replay (vLLM's buffer_steps)
   int hwm = 100000;               // PUB high-water mark
-  std::optional<CurveKeys> curve; // encrypt both sockets (server keys)
+  std::optional<CurveKeys> curve; // encrypt both sockets; client_keys: who may subscribe
 };
 
 class EventPublisher {
@@ -65,6 +65,7 @@ class EventPublisher {
     int64_t batches_published = 0, events_offered = 0;
     int64_t batches_dropped = 0, events_dropped = 0;
     int64_t replay_requests = 0, replay_bad_requests = 0;
+    int64_t curve_refused = 0;  // handshakes of subscribers whose key is not a client-key
   };
   Stats stats() const;
   // Prometheus text of stats(), names prefixed kvserve_kv_events_.

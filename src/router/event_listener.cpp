@@ -2,18 +2,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "events/kv_event_codec.h"
+#include "sched/clock.h"
 
 namespace kvs::router {
 
 namespace {
-
-double mono() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string be64(int64_t v) {
   std::string s(8, '\0');
@@ -37,14 +35,16 @@ struct EventListener::Impl {
   double stale_s;
   zmq::context_t ctx{1};
   struct Feed {
-    std::optional<zmq::socket_t> sub, dealer;
+    std::optional<zmq::socket_t> sub, dealer, monitor;
     int64_t last = -1;
+    bool failing = false;  // a handshake failed since the last one that succeeded (logged once)
     std::atomic<bool> reset{false};
     double pending_since = -1;  // first request routed since the last batch
+    bool connected = false;     // the stream's handshake succeeded, no disconnect since
     Stats stats;
   };
   std::vector<std::unique_ptr<Feed>> feeds;
-  mutable std::mutex mu;  // pending_since and stats
+  mutable std::mutex mu;  // pending_since, connected and stats
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -53,11 +53,9 @@ struct EventListener::Impl {
 
   void secure(zmq::socket_t& s) {
     if (!curve) return;
-    char pub[41], sec[41];
-    if (zmq_curve_keypair(pub, sec) != 0) throw std::runtime_error("zmq_curve_keypair failed (libzmq without CURVE?)");
-    s.set(zmq::sockopt::curve_serverkey, curve->public_key);
-    s.set(zmq::sockopt::curve_publickey, std::string(pub, 40));
-    s.set(zmq::sockopt::curve_secretkey, std::string(sec, 40));
+    s.set(zmq::sockopt::curve_serverkey, curve->server_key);
+    s.set(zmq::sockopt::curve_publickey, curve->public_key);
+    s.set(zmq::sockopt::curve_secretkey, curve->secret_key);
   }
 
   void open(int i) {
@@ -67,6 +65,17 @@ struct EventListener::Impl {
     f.sub->set(zmq::sockopt::linger, 0);
     secure(*f.sub);
     f.sub->set(zmq::sockopt::subscribe, "");
+    // Handshake outcomes of the stream: a failure is the only sign of
+    // mismatched keys (the socket itself just stays silent).
+    const std::string mon = "inproc://kv-events-monitor-" + std::to_string(i);
+    if (zmq_socket_monitor(f.sub->handle(), mon.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+      throw std::runtime_error("cannot monitor the KV-event socket of " + w.url);
+    f.monitor.emplace(ctx, zmq::socket_type::pair);
+    f.monitor->set(zmq::sockopt::linger, 0);
+    f.monitor->connect(mon);
     f.sub->connect(w.events);
     f.dealer.emplace(ctx, zmq::socket_type::dealer);
     f.dealer->set(zmq::sockopt::linger, 0);
@@ -132,6 +141,40 @@ struct EventListener::Impl {
     f.last = seq;
   }
 
+  // One event of worker i's stream monitor: handshake failures are counted
+  // and the first of a run is logged with its likely cause.
+  void on_monitor(int i) {
+    Feed& f = *feeds[size_t(i)];
+    std::vector<zmq::message_t> m;
+    if (!zmq::recv_multipart(*f.monitor, std::back_inserter(m), zmq::recv_flags::dontwait) || m.empty() ||
+        m[0].size() < 6)
+      return;
+    uint16_t event = 0;  // the frame: event (16 bits), value (32 bits)
+    std::memcpy(&event, m[0].data(), 2);
+    {
+      std::lock_guard lk(mu);
+      f.connected = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED) return;
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      if (f.failing) std::fprintf(stderr, "kvserve router: worker %s: KV-event handshake succeeded\n",
+                                  workers.spec(i).url.c_str());
+      f.failing = false;
+      return;
+    }
+    count(i, &Stats::handshake_failures);
+    if (f.failing) return;
+    f.failing = true;
+    const char* why = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                          ? "the worker refused this router's CURVE key (not among its client-key lines)"
+                          : curve ? "CURVE keys do not match (the server-key is not the worker's public key, or "
+                                    "the worker does not use --kv-events-curve)"
+                                  : "the worker uses CURVE and this router has no --kv-events-curve";
+    std::fprintf(stderr, "kvserve router: worker %s: KV-event handshake failed: %s; no events from it until this "
+                 "is fixed (it is still routed, scored from this router's placements)\n",
+                 workers.spec(i).url.c_str(), why);
+  }
+
   void run() {
     while (!stop) {
       std::vector<zmq::pollitem_t> items;
@@ -144,6 +187,7 @@ struct EventListener::Impl {
         }
         if (!f.sub) continue;
         items.push_back({f.sub->handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({f.monitor->handle(), 0, ZMQ_POLLIN, 0});
         who.push_back(i);
       }
       if (items.empty()) {
@@ -151,8 +195,9 @@ struct EventListener::Impl {
         continue;
       }
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
-      for (size_t k = 0; k < items.size(); ++k) {
-        if (!(items[k].revents & ZMQ_POLLIN)) continue;
+      for (size_t k = 0; k < who.size(); ++k) {
+        if (items[2 * k + 1].revents & ZMQ_POLLIN) on_monitor(who[k]);
+        if (!(items[2 * k].revents & ZMQ_POLLIN)) continue;
         std::vector<zmq::message_t> m;
         if (zmq::recv_multipart(*feeds[size_t(who[k])]->sub, std::back_inserter(m), zmq::recv_flags::dontwait))
           on_message(who[k], m);
@@ -190,14 +235,19 @@ void EventListener::reset(int i) { impl_->feeds[size_t(i)]->reset = true; }
 void EventListener::routed(int i) {
   std::lock_guard lk(impl_->mu);
   double& p = impl_->feeds[size_t(i)]->pending_since;
-  if (p < 0) p = mono();
+  if (p < 0) p = sched::steady_now();
 }
 
 bool EventListener::live(int i) const {
   if (impl_->workers.spec(i).events.empty()) return true;
   std::lock_guard lk(impl_->mu);
   const double p = impl_->feeds[size_t(i)]->pending_since;
-  return p < 0 || mono() - p <= impl_->stale_s;
+  return p < 0 || sched::steady_now() - p <= impl_->stale_s;
+}
+
+bool EventListener::connected(int i) const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->feeds[size_t(i)]->connected;
 }
 
 EventListener::Stats EventListener::stats(int i) const {
@@ -216,7 +266,9 @@ std::string EventListener::metrics_text() const {
               {"duplicates_total", &Stats::duplicates, "Batches ignored: sequence already seen."},
               {"malformed_total", &Stats::malformed, "Messages ignored: not a well-formed event batch."},
               {"restarts_total", &Stats::restarts, "Worker restarts seen in the stream (sequence 0 again)."},
-              {"gaps_unfilled_total", &Stats::gaps_unfilled, "Missed batches the replay could not supply."}};
+              {"gaps_unfilled_total", &Stats::gaps_unfilled, "Missed batches the replay could not supply."},
+              {"handshake_failures_total", &Stats::handshake_failures,
+               "Failed handshakes of the event stream (CURVE keys that do not match, or refused)."}};
   for (const auto& r : rows) {
     o += std::string("# HELP kvserve_router_events_") + r.name + " " + r.help + "\n# TYPE kvserve_router_events_" +
          r.name + " counter\n";
@@ -228,6 +280,11 @@ std::string EventListener::metrics_text() const {
        "# TYPE kvserve_router_events_live gauge\n";
   for (int i = 0; i < impl_->workers.size(); ++i)
     o += "kvserve_router_events_live{worker=\"" + impl_->workers.spec(i).url + "\"} " + (live(i) ? "1" : "0") + "\n";
+  o += "# HELP kvserve_router_events_connected 1 while a worker's event stream is connected (handshake done).\n"
+       "# TYPE kvserve_router_events_connected gauge\n";
+  for (int i = 0; i < impl_->workers.size(); ++i)
+    o += "kvserve_router_events_connected{worker=\"" + impl_->workers.spec(i).url + "\"} " +
+         (connected(i) ? "1" : "0") + "\n";
   return o;
 }
 

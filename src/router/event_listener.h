@@ -9,6 +9,10 @@
 //     and counted, except sequence 0 starting with AllBlocksCleared, which is
 //     a restarted worker: its entries are dropped;
 //   - malformed messages are ignored and counted;
+//   - each stream's handshakes are watched (a ZeroMQ socket monitor): a
+//     failed one (CURVE keys that do not match, a key the worker refuses)
+//     is counted and logged once per run of failures, since the stream
+//     itself just stays silent;
 //   - a stream that stays silent while the router sends the worker requests
 //     (--events-stale) is treated as stopped: the worker counts as holding
 //     nothing (still routable) until its events come back.
@@ -43,9 +47,13 @@ class EventListener {
   // False while worker i's stream counts as stopped. A worker without an
   // event stream is scored from the router's own placements only: live.
   bool live(int i) const;
+  // True while worker i's event stream is connected (its handshake
+  // succeeded and it has not dropped since).
+  bool connected(int i) const;
 
   struct Stats {
     int64_t batches = 0, replayed = 0, duplicates = 0, malformed = 0, restarts = 0, gaps_unfilled = 0;
+    int64_t handshake_failures = 0;
   };
   Stats stats(int i) const;
   std::string metrics_text() const;

@@ -1,5 +1,7 @@
 #include "router/policy.h"
 
+#include <charconv>
+
 namespace kvs::router {
 
 std::optional<Policy> parse_policy(const std::string& s) {
@@ -38,6 +40,23 @@ int choose(Policy p, const std::vector<Candidate>& c, int prompt_blocks, double 
     }
   }
   return best;
+}
+
+namespace {
+
+// Retry-After as delta-seconds; nullopt when it is not a plain number.
+std::optional<int64_t> delta_seconds(const std::string& v) {
+  int64_t s = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), s);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || s < 0) return std::nullopt;
+  return s;
+}
+
+}  // namespace
+
+bool sooner_retry(const std::string& a, const std::string& b) {
+  const auto da = delta_seconds(a), db = delta_seconds(b);
+  return da && (!db || *da < *db);
 }
 
 }  // namespace kvs::router

@@ -30,4 +30,10 @@ struct Candidate {
 int choose(Policy p, const std::vector<Candidate>& c, int prompt_blocks, double load_weight, uint64_t turn,
            const std::vector<bool>& excluded = {});
 
+// When every worker tried answered 429, the client gets the answer that
+// lets it come back first. True when Retry-After `a` is sooner than `b`
+// (delta-seconds; a missing or unreadable value is never sooner, so a
+// client is not told to come back at once by accident).
+bool sooner_retry(const std::string& a, const std::string& b);
+
 }  // namespace kvs::router

@@ -14,7 +14,10 @@
 #include "sched/clock.h"
 #include "server/dashboard_hub.h"
 #include "server/dashboard_page.h"
+#include "server/http_response.h"
+#include "server/openai_codec.h"
 #include "server/sse_stream.h"
+#include "server/tcp_listen.h"
 
 namespace kvs::router {
 
@@ -25,30 +28,21 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
+constexpr std::string_view kServer = "kvserve-router";
 
-std::string status_line(int status) {
-  const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
-  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
-}
-
-std::string full_response(int status, const std::string& type, const std::string& body, bool keep_alive,
-                          const std::string& retry_after = "") {
-  std::string s = status_line(status) + "Server: kvserve-router\r\nContent-Type: " + type + "\r\n";
-  if (!retry_after.empty()) s += "Retry-After: " + retry_after + "\r\n";
-  s += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-  s += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  return s + body;
+std::string respond(int status, const std::string& type, const std::string& body, bool keep_alive,
+                    const std::string& retry_after = "") {
+  server::HttpResponse r{status, type, body, {}};
+  if (!retry_after.empty()) r.headers.emplace_back("Retry-After", retry_after);
+  return server::full_response(r, kServer, keep_alive);
 }
 
 std::string error_json(const std::string& type, const std::string& code, const std::string& msg) {
-  return nlohmann::json{{"error", {{"message", msg}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump();
-}
-
-std::string chunk(const std::string& data) {
-  char len[20];
-  std::snprintf(len, sizeof len, "%zx\r\n", data.size());
-  return len + data + "\r\n";
+  server::ApiError e;
+  e.type = type;
+  e.code = code;
+  e.message = msg;
+  return server::error_body(e);
 }
 
 // What one forwarding attempt came to.
@@ -93,6 +87,13 @@ struct Conn {
   beast::tcp_stream stream{ioc};
 };
 
+// 502 for a prefill/decode leg whose worker failed before answering.
+std::string leg_failed(const std::string& which, const Relay& r, bool keep_alive) {
+  return respond(502, "application/json",
+                 error_json("server_error", "worker_failed", "the " + which + " worker failed (" + r.error + ")"),
+                 keep_alive);
+}
+
 bool is_completion(const std::string& path) {
   return path == "/v1/completions" || path == "/completions" || path == "/v1/chat/completions" ||
          path == "/chat/completions";
@@ -118,7 +119,7 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
 
   mutable std::mutex mu;  // the counters below
   std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
-  int64_t retries = 0, midstream_errors = 0, no_worker = 0, predicted_tokens = 0, actual_tokens = 0;
+  int64_t retries = 0, midstream_errors = 0, no_worker = 0, saturated = 0, predicted_tokens = 0, actual_tokens = 0;
   int64_t rejected_connections = 0;
 
   Impl(WorkerSet& w, PrefixIndex& i, EventListener& e, const RequestHasher& h, RouterOptions o)
@@ -129,21 +130,38 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // Handles one request; false when the connection must close.
   bool handle(Conn& client, http::request<http::string_body>& req);
   bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  // 503 naming why each worker could not take the request (`reasons`: the
+  // ones tried; the untried ones are down).
+  bool answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons, bool keep_alive);
   // forward == false: the answer is read into the Relay, never sent (the
   // prefill leg of a P/D request).
   Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
+  // relay() counted: in flight on worker w meanwhile, then in the totals by
+  // status; a worker that failed before its first byte is marked down.
+  Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
   bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
   int choose_pair();
   // Connects to worker w and sends the request; false (r.failover set) on failure.
   bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
   void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                    http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
+  // The next piece of a relayed body into tmp (at most n bytes, under the
+  // read deadline); how many bytes came. `ec` is set when the read failed.
+  size_t read_piece(Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
+                    http::response_parser<http::buffer_body>& p, char* tmp, size_t n, beast::error_code& ec) {
+    p.get().body().data = tmp;
+    p.get().body().size = n;
+    up.expires_after(sched::seconds_ms(opts.read_timeout_s));
+    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
+    if (ec == http::error::need_buffer) ec = {};
+    return n - p.get().body().size;
+  }
   std::string metrics() const;
   // GET /dashboard/events: the latest snapshot, then one per second, until
   // the client or the router goes away.
   bool dashboard_events(Conn& client);
   bool write(Conn& client, const std::string& bytes) {
-    client.stream.expires_after(ms(opts.client_timeout_s));
+    client.stream.expires_after(sched::seconds_ms(opts.client_timeout_s));
     return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
   }
 };
@@ -159,10 +177,10 @@ void RouterServer::Impl::accept_loop() {
       continue;
     }
     if (connections.load() >= opts.max_connections) {
-      const std::string r = full_response(503, "application/json",
-                                          error_json("service_unavailable", "too_many_connections",
-                                                     "the router has too many open connections"),
-                                          false);
+      const std::string r = respond(503, "application/json",
+                                    error_json("service_unavailable", "too_many_connections",
+                                               "the router has too many open connections"),
+                                    false);
       net::write(s, net::buffer(r), ec);
       std::lock_guard lk(mu);
       ++rejected_connections;
@@ -189,12 +207,12 @@ void RouterServer::Impl::serve(tcp::socket sock) {
   while (!stopping) {
     http::request_parser<http::string_body> p;
     p.body_limit(opts.body_limit);
-    client.stream.expires_after(ms(opts.client_timeout_s));
+    client.stream.expires_after(sched::seconds_ms(opts.client_timeout_s));
     const beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read(client.stream, buf, p, h); });
     if (ec == http::error::body_limit) {
-      write(client, full_response(413, "application/json",
-                                  error_json("invalid_request_error", "request_too_large", "the body exceeds the limit"),
-                                  false));
+      write(client, respond(413, "application/json",
+                            error_json("invalid_request_error", "request_too_large", "the body exceeds the limit"),
+                            false));
       break;
     }
     if (ec) break;
@@ -213,26 +231,26 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
     int up = 0;
     for (const WorkerView& v : workers.snapshot()) up += v.up;
     const nlohmann::json j = {{"status", up > 0 ? "ok" : "no_worker"}, {"workers_up", up}, {"workers", workers.size()}};
-    return write(client, full_response(up > 0 ? 200 : 503, "application/json", j.dump(), keep));
+    return write(client, respond(up > 0 ? 200 : 503, "application/json", j.dump(), keep));
   }
   if (path == "/metrics" && req.method() == http::verb::get) {
-    return write(client, full_response(200, "text/plain; version=0.0.4; charset=utf-8", metrics(), keep));
+    return write(client, respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics(), keep));
   }
   if (is_completion(path)) {
     if (req.method() != http::verb::post)
-      return write(client, full_response(405, "application/json",
-                                         error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
+      return write(client, respond(405, "application/json",
+                                   error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
     if (!opts.pd_pairs.empty()) return proxy_pd(client, req, keep);
     return proxy(client, req, keep);
   }
   if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
   if (path == "/dashboard" && req.method() == http::verb::get)
-    return write(client, full_response(200, "text/html; charset=utf-8", server::dashboard_html(), keep));
+    return write(client, respond(200, "text/html; charset=utf-8", server::dashboard_html(), keep));
   if (path == "/dashboard/snapshot" && req.method() == http::verb::get)
-    return write(client, full_response(200, "application/json", hub.latest(), keep));
+    return write(client, respond(200, "application/json", hub.latest(), keep));
   if (path == "/dashboard/events" && req.method() == http::verb::get) return dashboard_events(client);
-  return write(client, full_response(404, "application/json",
-                                     error_json("not_found_error", "not_found", "no route for " + path), keep));
+  return write(client, respond(404, "application/json",
+                               error_json("not_found_error", "not_found", "no route for " + path), keep));
 }
 
 bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req,
@@ -262,48 +280,52 @@ bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_bo
       std::lock_guard lk(mu);
       ++retries;
     }
-    workers.begin_request(w);
     events.routed(w);
     index.predict(w, ph.hashes);
-    Relay r = relay(w, req, client, keep_alive);
-    workers.end_request(w);
-    {
+    Relay r = leg(w, req, client, keep_alive);
+    if (completion && !r.failover && r.status == 200) {
       std::lock_guard lk(mu);
-      ++routed[{w, r.failover ? 0 : r.status}];
-      if (completion && !r.failover && r.status == 200) {
-        predicted_tokens += int64_t(c[size_t(w)].hits) * hasher.block_size();
-        if (r.cached_tokens >= 0) actual_tokens += r.cached_tokens;
-      }
+      predicted_tokens += int64_t(c[size_t(w)].hits) * hasher.block_size();
+      if (r.cached_tokens >= 0) actual_tokens += r.cached_tokens;
     }
     if (r.failover) {
-      workers.mark_down(w, r.error);
       events.reset(w);
       reasons += (reasons.empty() ? "" : "; ") + workers.spec(w).url + ": " + r.error;
       continue;
     }
     if (r.client_gone) return false;
     if (!r.sent && r.status == 429) {
-      held = std::move(r);
+      if (!held || sooner_retry(r.retry_after, held->retry_after)) held = std::move(r);
       continue;
     }
     return r.sent ? keep_alive && r.status != 0 : false;
   }
-  if (held)
-    return write(client, full_response(429, held->content_type, held->body, keep_alive, held->retry_after));
+  if (held) {
+    {
+      std::lock_guard lk(mu);
+      ++saturated;
+    }
+    return write(client, respond(429, held->content_type, held->body, keep_alive, held->retry_after));
+  }
+  return answer_no_worker(client, tried, reasons, keep_alive);
+}
+
+bool RouterServer::Impl::answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons,
+                                          bool keep_alive) {
   const std::vector<WorkerView> view = workers.snapshot();
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < int(view.size()); ++i)
     if (!tried[size_t(i)] && !view[size_t(i)].up)
       reasons += (reasons.empty() ? "" : "; ") + workers.spec(i).url + ": " + view[size_t(i)].down_reason;
   {
     std::lock_guard lk(mu);
     ++no_worker;
   }
-  return write(client, full_response(503, "application/json",
-                                     error_json("service_unavailable", "no_worker",
-                                                "no worker can take the request (" +
-                                                    (reasons.empty() ? std::string("none configured") : reasons) +
-                                                    ")"),
-                                     keep_alive));
+  return write(client, respond(503, "application/json",
+                               error_json("service_unavailable", "no_worker",
+                                          "no worker can take the request (" +
+                                              (reasons.empty() ? std::string("none configured") : reasons) +
+                                              ")"),
+                               keep_alive));
 }
 
 // The prefill/decode pair with both workers up and the least load, ties
@@ -340,29 +362,17 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
     ++no_worker;
   }
   if (pair < 0)
-    return write(client, full_response(503, "application/json",
-                                       error_json("service_unavailable", "no_worker",
-                                                  "no prefill/decode worker pair is up"),
-                                       keep_alive));
+    return write(client, respond(503, "application/json",
+                                 error_json("service_unavailable", "no_worker",
+                                            "no prefill/decode worker pair is up"),
+                                 keep_alive));
   const auto [p, d] = opts.pd_pairs[size_t(pair)];
-  workers.begin_request(p);
-  Relay pre = relay(p, req, client, keep_alive, false);
-  workers.end_request(p);
-  {
-    std::lock_guard lk(mu);
-    ++routed[{p, pre.failover ? 0 : pre.status}];
-  }
-  if (pre.failover) {
-    workers.mark_down(p, pre.error);
-    return write(client, full_response(502, "application/json",
-                                       error_json("server_error", "worker_failed",
-                                                  "the prefill worker failed (" + pre.error + ")"),
-                                       keep_alive));
-  }
+  Relay pre = leg(p, req, client, keep_alive, false);
+  if (pre.failover) return write(client, leg_failed("prefill", pre, keep_alive));
   nlohmann::json h = nlohmann::json::parse(pre.body, nullptr, false);
   if (pre.status != 200 || !h.is_object() || h.value("object", "") != "kv.handover")
-    return write(client, full_response(pre.status == 200 ? 502 : pre.status, pre.content_type, pre.body, keep_alive,
-                                       pre.retry_after));
+    return write(client, respond(pre.status == 200 ? 502 : pre.status, pre.content_type, pre.body, keep_alive,
+                                 pre.retry_after));
   http::request<http::string_body> dreq = req;
   std::string target(req.target());
   target += target.find('?') == std::string::npos ? "?" : "&";
@@ -370,30 +380,31 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
             std::to_string(h.value("first_token", int64_t(-1))) + "." + std::to_string(h.value("draws", uint64_t(0))) +
             "." + std::to_string(h.value("seed", uint64_t(0)));
   dreq.target(target);
-  workers.begin_request(d);
-  Relay r = relay(d, dreq, client, keep_alive);
-  workers.end_request(d);
+  Relay r = leg(d, dreq, client, keep_alive);
+  if (r.failover) return write(client, leg_failed("decode", r, keep_alive));
+  if (r.client_gone) return false;
+  if (!r.sent) return write(client, respond(r.status, r.content_type, r.body, keep_alive, r.retry_after));
+  return keep_alive && r.status != 0;
+}
+
+Relay RouterServer::Impl::leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
+                              bool forward) {
+  workers.begin_request(w);
+  Relay r = relay(w, in, client, keep_alive, forward);
+  workers.end_request(w);
   {
     std::lock_guard lk(mu);
-    ++routed[{d, r.failover ? 0 : r.status}];
+    ++routed[{w, r.failover ? 0 : r.status}];
   }
-  if (r.failover) {
-    workers.mark_down(d, r.error);
-    return write(client, full_response(502, "application/json",
-                                       error_json("server_error", "worker_failed",
-                                                  "the decode worker failed (" + r.error + ")"),
-                                       keep_alive));
-  }
-  if (r.client_gone) return false;
-  if (!r.sent) return write(client, full_response(r.status, r.content_type, r.body, keep_alive, r.retry_after));
-  return keep_alive && r.status != 0;
+  if (r.failover) workers.mark_down(w, r.error);
+  return r;
 }
 
 bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
                                        beast::tcp_stream& up, Relay& r) {
   const HostPort& hp = workers.spec(w).http;
   beast::error_code ec;
-  up.expires_after(ms(opts.connect_timeout_s));
+  up.expires_after(sched::seconds_ms(opts.connect_timeout_s));
   // An address literal needs no resolver (getaddrinfo costs time per request).
   const auto addr = net::ip::make_address(hp.host, ec);
   if (!ec) {
@@ -417,7 +428,7 @@ bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_b
   if (!in[http::field::content_type].empty()) out.set(http::field::content_type, in[http::field::content_type]);
   out.body() = in.body();
   out.prepare_payload();
-  up.expires_after(ms(opts.read_timeout_s));
+  up.expires_after(sched::seconds_ms(opts.read_timeout_s));
   ec = await(c.ioc, [&](auto h) { http::async_write(up, out, h); });
   if (ec) {
     r.failover = true;
@@ -451,14 +462,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
     return r;
   }
   char tmp[16384];
-  while (!ec && !p.is_done()) {
-    p.get().body().data = tmp;
-    p.get().body().size = sizeof tmp;
-    up.expires_after(ms(opts.read_timeout_s));
-    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
-    if (ec == http::error::need_buffer) ec = {};
-    r.body.append(tmp, sizeof tmp - p.get().body().size);
-  }
+  while (!ec && !p.is_done()) r.body.append(tmp, read_piece(client, up, buf, p, tmp, sizeof tmp, ec));
   if (ec) {
     // A plain answer cut short: nothing was sent yet, so it is a clear 502.
     r.status = 502;
@@ -468,8 +472,8 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   r.cached_tokens = scan_cached(r.body);
   if (r.status == 429 || !forward) return r;  // held: the caller may try another worker, or reads it
   r.sent = true;
-  if (!write(client, full_response(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
-                                   keep_alive, r.retry_after)))
+  if (!write(client, respond(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
+                             keep_alive, r.retry_after)))
     r.client_gone = true;
   return r;
 }
@@ -477,9 +481,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
 void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                                      http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r) {
   r.sent = true;
-  if (!write(client, status_line(r.status) + "Server: kvserve-router\r\nContent-Type: " + r.content_type +
-                         "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n" +
-                         (keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"))) {
+  if (!write(client, server::stream_head(r.status, kServer, r.content_type, true, keep_alive))) {
     r.client_gone = true;
     return;
   }
@@ -487,18 +489,13 @@ void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up,
   char tmp[16384];
   beast::error_code ec;
   while (!ec && !p.is_done()) {
-    p.get().body().data = tmp;
-    p.get().body().size = sizeof tmp;
-    up.expires_after(ms(opts.read_timeout_s));
-    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
-    if (ec == http::error::need_buffer) ec = {};
-    const size_t got = sizeof tmp - p.get().body().size;
+    const size_t got = read_piece(client, up, buf, p, tmp, sizeof tmp, ec);
     if (got == 0) continue;
     const std::string piece(tmp, got);
     tail = tail.size() > 256 ? tail.substr(tail.size() - 256) + piece : tail + piece;
     // A client that is gone: returning closes `up`, which hangs up on the
     // worker, and the worker cancels the request.
-    if (!write(client, chunk(piece))) {
+    if (!write(client, server::http_chunk(piece))) {
       r.client_gone = true;
       return;
     }
@@ -517,14 +514,13 @@ void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up,
                             "\n\ndata: [DONE]\n\n";
     workers.mark_down(w, r.error);
     events.reset(w);
-    if (!write(client, chunk(err))) r.client_gone = true;
+    if (!write(client, server::http_chunk(err))) r.client_gone = true;
   }
-  if (!r.client_gone && !write(client, "0\r\n\r\n")) r.client_gone = true;
+  if (!r.client_gone && !write(client, server::http_chunk(""))) r.client_gone = true;
 }
 
 bool RouterServer::Impl::dashboard_events(Conn& client) {
-  if (!write(client, "HTTP/1.1 200 OK\r\nServer: kvserve\r\nContent-Type: text/event-stream\r\n"
-                     "Cache-Control: no-cache\r\nConnection: close\r\n\r\n"))
+  if (!write(client, server::stream_head(200, kServer, "text/event-stream", false, false)))
     return false;
   std::string sent;
   while (!stopping) {
@@ -555,6 +551,8 @@ std::string RouterServer::Impl::metrics() const {
     counter("midstream_errors_total", "Streams ended with an error event because their worker failed.",
             midstream_errors);
     counter("no_worker_total", "Requests answered 503: no worker could take them.", no_worker);
+    counter("saturated_total",
+            "Requests answered 429: every worker tried answered 429 (the soonest Retry-After passed on).", saturated);
     counter("predicted_cached_tokens_total", "Prompt tokens the index predicted cached on the chosen worker.",
             predicted_tokens);
     counter("actual_cached_tokens_total", "Cached prompt tokens the workers reported (usage, when present).",
@@ -575,17 +573,7 @@ RouterServer::~RouterServer() { stop(); }
 
 void RouterServer::start() {
   Impl& m = *impl_;
-  const std::string where = m.opts.host + ":" + std::to_string(m.opts.port);
-  beast::error_code ec;
-  const auto addr = net::ip::make_address(m.opts.host, ec);
-  if (ec) throw std::runtime_error("--host '" + m.opts.host + "' is not an IP address");
-  const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
-  m.acceptor.open(ep.protocol(), ec);
-  if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) m.acceptor.bind(ep, ec);
-  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
-  port_ = m.acceptor.local_endpoint().port();
+  port_ = server::listen_on(m.acceptor, m.opts.host, m.opts.port);
   m.accept_thread = std::thread([impl = impl_] { impl->accept_loop(); });
 }
 

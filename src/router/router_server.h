@@ -12,7 +12,8 @@
 //   - a stream cut after its first byte ends with an error event (type
 //     server_error, code worker_failed) and data: [DONE], never silently;
 //   - with no worker up: 503 naming each worker's reason; when every worker
-//     tried answered 429, that 429 with its Retry-After.
+//     tried answered 429, the 429 with the soonest Retry-After, counted
+//     (kvserve_router_saturated_total).
 // A client that leaves mid-stream closes the worker connection, which
 // cancels the request there (its blocks are freed).
 //

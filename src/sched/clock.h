@@ -11,4 +11,7 @@ inline double steady_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Seconds (the unit of every timeout option) as a deadline for Asio.
+inline std::chrono::milliseconds seconds_ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
+
 }  // namespace kvs::sched

@@ -9,6 +9,10 @@
 #include <optional>
 #include <stdexcept>
 
+#include "sched/clock.h"
+#include "server/http_response.h"
+#include "server/tcp_listen.h"
+
 namespace kvs::server {
 
 namespace beast = boost::beast;
@@ -18,30 +22,7 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
-
-std::string status_line(int status) {
-  const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
-  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
-}
-
-// A complete response with Content-Length (the body is already known).
-std::string full_response(const HttpResponse& r, bool keep_alive) {
-  std::string s = status_line(r.status);
-  s += "Server: kvserve\r\nContent-Type: " + r.content_type + "\r\n";
-  for (const auto& [k, v] : r.headers) s += k + ": " + v + "\r\n";
-  s += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
-  s += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  return s + r.body;
-}
-
-std::string sse_head(bool chunked) {
-  std::string s = status_line(200);
-  s += "Server: kvserve\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
-  // HTTP/1.0 clients get the stream until the connection closes.
-  s += chunked ? "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  return s;
-}
+constexpr std::string_view kServer = "kvserve";
 
 }  // namespace
 
@@ -104,7 +85,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(srv_->opts.body_limit);
     parser_->header_limit(std::uint32_t(srv_->opts.header_limit));
-    stream_.expires_after(ms(srv_->opts.header_timeout_s));
+    stream_.expires_after(sched::seconds_ms(srv_->opts.header_timeout_s));
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
@@ -125,7 +106,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_body() {
-    stream_.expires_after(ms(srv_->opts.body_timeout_s));
+    stream_.expires_after(sched::seconds_ms(srv_->opts.body_timeout_s));
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
   }
@@ -151,7 +132,7 @@ class Session : public std::enable_shared_from_this<Session> {
     srv_->api.counters().count_status(status);
     keep_alive_ = false;
     stream_.expires_never();
-    pending_ += full_response(error_response(e), false);
+    pending_ += full_response(error_response(e), kServer, false);
     response_done_ = true;
     flush();
   }
@@ -200,7 +181,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (srv_->api.draining()) keep_alive_ = false;
-    pending_ += full_response(r.response, keep_alive_);
+    pending_ += full_response(r.response, kServer, keep_alive_);
     response_done_ = true;
     flush();
   }
@@ -242,13 +223,14 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (out.full) {
       if (srv_->api.draining()) keep_alive_ = false;
-      pending_ += full_response(*out.full, keep_alive_);
+      pending_ += full_response(*out.full, kServer, keep_alive_);
       response_done_ = true;
     } else {
       if (out.start_stream) {
         srv_->api.counters().stream_opened();
         streaming_ = true;
-        pending_ += sse_head(chunked_);
+        // HTTP/1.0 clients get the stream until the connection closes.
+        pending_ += stream_head(200, kServer, "text/event-stream", chunked_, chunked_);
         if (!chunked_) keep_alive_ = false;
       }
       if (!out.data.empty()) pending_ += chunked_ ? http_chunk(out.data) : out.data;
@@ -270,7 +252,7 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_.swap(pending_);
     pending_.clear();
     writing_now_ = true;
-    write_timer_.expires_after(ms(srv_->opts.write_timeout_s));
+    write_timer_.expires_after(sched::seconds_ms(srv_->opts.write_timeout_s));
     write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       // A client that does not read for this long is cut off.
       if (!ec && self->writing_now_) {
@@ -366,17 +348,7 @@ int HttpServer::active_requests() const { return impl_->active.load(); }
 
 void HttpServer::start() {
   Impl& m = *impl_;
-  const std::string where = m.opts.host + ":" + std::to_string(m.opts.port);
-  beast::error_code ec;
-  const auto addr = net::ip::make_address(m.opts.host, ec);
-  if (ec) throw std::runtime_error("--host '" + m.opts.host + "' is not an IP address");
-  const tcp::endpoint ep(addr, static_cast<unsigned short>(m.opts.port));
-  m.acceptor.open(ep.protocol(), ec);
-  if (!ec) m.acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) m.acceptor.bind(ep, ec);
-  if (!ec) m.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) throw std::runtime_error("cannot listen on " + where + ": " + ec.message());
-  port_ = m.acceptor.local_endpoint().port();
+  port_ = server::listen_on(m.acceptor, m.opts.host, m.opts.port);
   m.guard.emplace(net::make_work_guard(m.ioc));
   m.do_accept();
   for (int i = 0; i < std::max(1, m.opts.threads); ++i)

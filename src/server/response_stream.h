@@ -5,17 +5,10 @@
 #pragma once
 #include <optional>
 #include <string>
-#include <utility>
-#include <vector>
+
+#include "server/http_response.h"
 
 namespace kvs::server {
-
-struct HttpResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // extra (Retry-After, ...)
-};
 
 struct StreamOutput {
   std::optional<HttpResponse> full;  // a whole response (non-streaming result, or an error before streaming)
