@@ -360,7 +360,10 @@ TEST(PlotSvg, PlanPlotsAreWritten) {
 namespace {
 KernelRate synthetic_q8_kernel() {
   // Seconds per weight byte: 1e-10 at n=1, 2e-10 at n=16, 1e-9 at n=128.
-  return {"q8_0", {{1, 2e9, 10e9}, {16, 16e9, 5e9}, {128, 64e9, 1e9}}};
+  KernelRate k;
+  k.type = "q8_0";
+  k.points = {{1, 2e9, 10e9}, {16, 16e9, 5e9}, {128, 64e9, 1e9}};
+  return k;
 }
 PlanInput synthetic_input() {
   PlanInput in = preset_input("llama-3-8b");

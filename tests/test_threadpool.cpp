@@ -2,6 +2,8 @@
 // propagation, nesting errors and many quick calls (lost wake-ups).
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -163,6 +165,25 @@ TEST(ThreadPool, ActiveThreadsLimitWhoTakesTasks) {
 }
 
 TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
+
+// The helpers run as compute threads (SCHED_BATCH), so a waking HTTP thread
+// preempts them; the calling thread keeps its own policy until it asks.
+TEST(ThreadPool, HelpersAreComputeThreads) {
+  ThreadPool pool(3);
+  std::atomic<int> batch{0}, other{0};
+  const int caller_policy = sched_getscheduler(0);
+  pool.run_on_all([&](int t) {
+    if (t == 0) return;
+    (sched_getscheduler(0) == SCHED_BATCH ? batch : other).fetch_add(1);
+  });
+  EXPECT_EQ(batch.load(), 2);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(sched_getscheduler(0), caller_policy);
+  std::thread([] {
+    EXPECT_TRUE(mark_compute_thread());
+    EXPECT_EQ(sched_getscheduler(0), SCHED_BATCH);
+  }).join();
+}
 
 }  // namespace
 }  // namespace kvs

@@ -171,11 +171,15 @@ void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, 
                  int64_t ldy, Scratch scratch) {
   const int64_t nb = w.cols / kQBlock, pbytes = P::panel_bytes(w.cols);
   uint8_t* slice = scratch.buf;  // [KB blocks][352 B], 64-B aligned
-  for (int64_t p0 = r0; p0 < r1; p0 += L) {
-    const uint8_t* pan = w.packed + (p0 / L) * pbytes;
-    const __m256i mask = lane_mask(int(r1 - p0 < L ? r1 - p0 : L));
-    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
-      const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+  // K slices outermost: the activations' slice stays in L2 while every
+  // panel of the task passes over it (panel-major re-read all of X per
+  // panel, from L3 for wide matrices). The accumulators wait in y between
+  // slices, an exact round trip.
+  for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+    const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
+    for (int64_t p0 = r0; p0 < r1; p0 += L) {
+      const uint8_t* pan = w.packed + (p0 / L) * pbytes;
+      const __m256i mask = lane_mask(int(r1 - p0 < L ? r1 - p0 : L));
       for (int64_t bb = 0; bb < kb; bb += P::kBlocks)
         unpack_to_scratch<P>(pan, (kb0 + bb) / P::kBlocks, slice + bb * kPanelBlockBytes);
       int64_t i0 = 0;

@@ -24,6 +24,7 @@
 #include "kernels/threadpool.h"
 
 #include <immintrin.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -135,6 +136,7 @@ struct ThreadPool::Impl {
   }
 
   void worker_main(int thread, const void* owner) {
+    mark_compute_thread();
     uint64_t seen = 0;
     for (;;) {
       // Spin, then park.
@@ -209,6 +211,16 @@ struct ThreadPool::Impl {
     if (e) std::rethrow_exception(e);
   }
 };
+
+bool mark_compute_thread() {
+#ifdef SCHED_BATCH
+  sched_param p{};
+  p.sched_priority = 0;
+  return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: the calling thread
+#else
+  return false;
+#endif
+}
 
 ThreadPool::ThreadPool(int n_threads) : impl_(nullptr), n_threads_(n_threads) {
   if (n_threads < 1) throw std::invalid_argument("ThreadPool: n_threads must be >= 1");

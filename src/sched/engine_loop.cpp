@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "engine/generate.h"
+#include "kernels/threadpool.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "sched/clock.h"
@@ -411,7 +412,10 @@ EngineLoop::EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* toke
   if (tokenizer) eog = [tokenizer](int32_t t) { return ends_generation(*tokenizer, t); };
   m.sched = std::make_unique<Scheduler>(*m.exec, m.opts.sched, eog, m.opts.log);
   m.publish(m.now());
-  m.th = std::thread([&m] { m.run(); });
+  m.th = std::thread([&m] {
+    mark_compute_thread();  // the forward runs here too (pool thread 0)
+    m.run();
+  });
 }
 
 EngineLoop::~EngineLoop() { shutdown(); }
