@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/thread_role.h"
 #include "kernels/threadpool.h"
 
 namespace kvs {

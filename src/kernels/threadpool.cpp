@@ -23,8 +23,9 @@
 // and its notify cannot slip in before the wait.
 #include "kernels/threadpool.h"
 
+#include "kernels/thread_role.h"
+
 #include <immintrin.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -211,16 +212,6 @@ struct ThreadPool::Impl {
     if (e) std::rethrow_exception(e);
   }
 };
-
-bool mark_compute_thread() {
-#ifdef SCHED_BATCH
-  sched_param p{};
-  p.sched_priority = 0;
-  return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: the calling thread
-#else
-  return false;
-#endif
-}
 
 ThreadPool::ThreadPool(int n_threads) : impl_(nullptr), n_threads_(n_threads) {
   if (n_threads < 1) throw std::invalid_argument("ThreadPool: n_threads must be >= 1");

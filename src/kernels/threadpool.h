@@ -7,14 +7,6 @@
 
 namespace kvs {
 
-// Marks the calling thread as a compute thread (Linux SCHED_BATCH, the same
-// CPU share as a normal thread): a thread that wakes up, such as an HTTP
-// handler answering /metrics or a 429, then preempts it at once instead of
-// waiting for its time slice. The pool's helpers call it themselves; the
-// engine thread that drives the pool calls it too. Returns false when the
-// system refused (nothing else changes).
-bool mark_compute_thread();
-
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);  // n_threads >= 1 (caller included)

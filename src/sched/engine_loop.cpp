@@ -15,7 +15,7 @@
 #include <unordered_map>
 
 #include "engine/generate.h"
-#include "kernels/threadpool.h"
+#include "kernels/thread_role.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "sched/clock.h"

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include "kernels/thread_role.h"
+
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -353,6 +355,7 @@ void HttpServer::start() {
   m.do_accept();
   for (int i = 0; i < std::max(1, m.opts.threads); ++i)
     threads_.emplace_back([impl = impl_.get()] {
+      mark_latency_thread();  // answers must not wait for a compute slice
       for (;;) {
         try {
           impl->ioc.run();

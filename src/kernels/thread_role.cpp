@@ -1,0 +1,40 @@
+#include "kernels/thread_role.h"
+
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace kvs {
+
+bool mark_compute_thread() {
+#ifdef SCHED_BATCH
+  sched_param p{};
+  p.sched_priority = 0;
+  return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: the calling thread
+#else
+  return false;
+#endif
+}
+
+bool mark_latency_thread() {
+#if defined(__linux__) && defined(SYS_sched_setattr)
+  // The kernel's struct sched_attr (linux/sched/types.h), first version.
+  struct Attr {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+  } a{};
+  a.size = sizeof a;
+  a.policy = SCHED_OTHER;
+  a.runtime = 100 * 1000;  // the slice in ns: the shortest the kernel accepts
+  return syscall(SYS_sched_setattr, 0, &a, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace kvs
