@@ -104,8 +104,8 @@ struct PD {
     dec_role = std::make_unique<disagg::DecodeRole>(*dec_exec, dec_mu, disagg::DecodeOptions{}, o.log);
     pre = std::make_unique<EngineLoop>(std::move(pe), nullptr, po);
     dec = std::make_unique<EngineLoop>(std::move(de), nullptr, dopt);
-    pre_role = std::make_unique<disagg::PrefillRole>(*pre_exec, *pre, disagg::PrefillOptions{"127.0.0.1", dec_role->port()},
-                                                      o.log);
+    pre_role = std::make_unique<disagg::PrefillRole>(
+        *pre_exec, *pre, std::vector<disagg::PrefillOptions>{{"127.0.0.1", dec_role->port()}}, o.log);
   }
   ~PD() {
     pre->shutdown();
@@ -245,7 +245,7 @@ TEST(HandoverFaults, UnreachableDecodeWorkerIsAnErrorAndThePrefillSequenceIsFree
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   PD pd(KvType::F32);
   disagg::PrefillOptions nowhere{"127.0.0.1", 1, 2};
-  disagg::PrefillRole lost(*pd.pre_exec, *pd.pre, nowhere, {});
+  disagg::PrefillRole lost(*pd.pre_exec, *pd.pre, {nowhere}, {});
   Events pe;
   Request rp = request(prompt_of(40, 1), 0, 4);
   rp.hand_off = true;

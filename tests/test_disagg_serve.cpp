@@ -64,21 +64,24 @@ struct Prefill {
   int http = test::free_port();
   std::string model = stories();
   std::unique_ptr<KvsProcess> p;
-  void start(const Decode& d, std::vector<std::string> extra = {}) {
-    std::vector<std::string> e = {"--role", "prefill", "--decode-peer", "127.0.0.1:" + std::to_string(d.ucx)};
+  void start(const Decode& d, std::vector<std::string> extra = {}) { start_with({&d}, std::move(extra)); }
+  void start_with(const std::vector<const Decode*>& ds, std::vector<std::string> extra = {}) {
+    std::vector<std::string> e = {"--role", "prefill"};
+    for (const Decode* d : ds) e.insert(e.end(), {"--decode-peer", "127.0.0.1:" + std::to_string(d->ucx)});
     e.insert(e.end(), extra.begin(), extra.end());
     p = std::make_unique<KvsProcess>(serve_args(http, e, model), "kvserve: role prefill");
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
 };
 
-std::unique_ptr<KvsProcess> start_router(const Prefill& pf, const Decode& d) {
-  return std::make_unique<KvsProcess>(
-      std::vector<std::string>{"router", "-m", pf.model, "--port", "0", "--cluster-secret", secret_file(),
-                               "--health-interval", "0.2", "--startup-timeout", "20", "--prefill-worker", pf.url(),
-                               "--decode-worker", d.url()},
-      "kvserve router: listening on");
+std::unique_ptr<KvsProcess> start_router(const Prefill& pf, const std::vector<const Decode*>& ds,
+                                         const std::string& health_interval = "0.2") {
+  std::vector<std::string> a = {"router", "-m", pf.model, "--port", "0", "--cluster-secret", secret_file(),
+                                "--health-interval", health_interval, "--startup-timeout", "20", "--prefill-worker", pf.url()};
+  for (const Decode* d : ds) a.insert(a.end(), {"--decode-worker", d->url()});
+  return std::make_unique<KvsProcess>(a, "kvserve router: listening on");
 }
+std::unique_ptr<KvsProcess> start_router(const Prefill& pf, const Decode& d) { return start_router(pf, {&d}); }
 
 std::string story(int sentences) {
   std::string s;
@@ -321,4 +324,55 @@ TEST(DisaggServe, ClientLeavingMidStreamCancelsOnTheDecodeWorker) {
   EXPECT_TRUE(eventually([&] { return test::metric_value(d.http, "kvserve_client_disconnects_total") >= 1; }, 10));
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
   EXPECT_EQ(complete(router->port(), request("Once upon a time", 4)).status, 200);
+}
+
+// One prefill worker, two decode workers: the router picks the decode worker
+// per request (both get some), output equals a both server's, a decode
+// address the prefill worker was not given is refused, and a decode worker
+// killed between requests costs no request (its hand-over fails, the router
+// tries the other one).
+TEST(DisaggServe, RouterChoosesTheDecodeWorkerPerRequestAndGoesAroundADeadOne) {
+  REQUIRE_SHARED();
+  Decode d1, d2;
+  d1.start();
+  d2.start();
+  Prefill pf;
+  pf.start_with({&d1, &d2}, {"--kv-transfer-timeout", "3"});
+  KvsProcess both(serve_args(0, {}), "listening on");
+  // Health checks too rare to notice the kill below: the retry must.
+  auto router = start_router(pf, {&d1, &d2}, "60");
+  const int rp = router->port(), bp = both.port();
+
+  const json h1 = json::parse(test::http_request(d1.http, "GET", "/health", "").body, nullptr, false);
+  EXPECT_EQ(h1.value("kv_listen", ""), "127.0.0.1:" + std::to_string(d1.ucx));
+  const json hp = json::parse(test::http_request(pf.http, "GET", "/health", "").body, nullptr, false);
+  ASSERT_TRUE(hp.contains("decode_peers")) << hp.dump();
+  EXPECT_EQ(hp["decode_peers"].size(), 2u);
+
+  auto prompt = [](int i) { return story(1 + i % 3) + "Her name was " + std::string(1, char('A' + i)) + "."; };
+  for (int i = 0; i < 6; ++i) {
+    const json b = request(prompt(i), 12);
+    const test::HttpReply got = complete(rp, b);
+    ASSERT_EQ(got.status, 200) << got.body << router->log();
+    EXPECT_EQ(text_of(got), text_of(complete(bp, b))) << "request " << i;
+  }
+  const std::string decoded = "kvserve_kv_transfers_total{role=\"decode\"}";
+  EXPECT_GE(test::metric_value(d1.http, decoded), 1) << "the router never chose decode worker 1";
+  EXPECT_GE(test::metric_value(d2.http, decoded), 1) << "the router never chose decode worker 2";
+
+  const test::HttpReply bad = test::http_request(pf.http, "POST", "/v1/completions?kv_decode_peer=127.0.0.1:1",
+                                                 request("Once upon a time", 4).dump());
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("kv_decode_peer"), std::string::npos) << bad.body;
+
+  // Killed between requests; the router still thinks it is up.
+  d1.p->kill9();
+  for (int i = 6; i < 10; ++i) {
+    const json b = request(prompt(i), 8);
+    const test::HttpReply got = complete(rp, b);
+    ASSERT_EQ(got.status, 200) << "request " << i << ": " << got.body << router->log();
+    EXPECT_EQ(text_of(got), text_of(complete(bp, b))) << "request " << i;
+  }
+  EXPECT_GE(test::metric_value(rp, "kvserve_router_retries_total"), 1);
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d2.http); }, 10));
 }

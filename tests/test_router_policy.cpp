@@ -4,10 +4,13 @@
 // (same tenant keys, same secret, same model identity).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "events/kv_event_codec.h"
 #include "kv/kv_manager.h"
+#include "router/pd_choice.h"
 #include "router/policy.h"
 #include "router/prefix_index.h"
 #include "router/request_hasher.h"
@@ -126,4 +129,72 @@ TEST(RouterHasher, HashesEqualTheWorkersBlockKeys) {
   // Chat goes through the template, as on the worker.
   const std::string chat = R"({"messages": [{"role": "user", "content": "hello there, how are you today?"}]})";
   EXPECT_FALSE(h.hash("/v1/chat/completions", chat, "Bearer secret-a").hashes.empty());
+}
+
+namespace {
+
+WorkerView up(double load, std::string kv = {}, std::vector<std::string> peers = {}) {
+  WorkerView v;
+  v.up = true;
+  v.load = load;
+  v.kv_listen = std::move(kv);
+  v.decode_peers = std::move(peers);
+  return v;
+}
+
+}  // namespace
+
+// Workers 0, 1 prefill; 2, 3 decode (KV at :9002, :9003).
+TEST(RouterPdChoice, LeastLoadedReachablePairAndRotationOnTies) {
+  const std::vector<std::string> both = {"127.0.0.1:9002", "127.0.0.1:9003"};
+  std::vector<WorkerView> v = {up(0, "", both), up(0, "", both), up(0, "127.0.0.1:9002"), up(0, "127.0.0.1:9003")};
+  const std::vector<int> pre = {0, 1}, dec = {2, 3};
+  // Idle: successive turns spread over every worker of each role.
+  std::set<int> seen_p, seen_d;
+  for (uint64_t t = 0; t < 4; ++t) {
+    const auto c = choose_pd(v, pre, dec, t);
+    ASSERT_TRUE(c);
+    seen_p.insert(c->prefill);
+    seen_d.insert(c->decode);
+    EXPECT_EQ(c->decode_kv, c->decode == 2 ? "127.0.0.1:9002" : "127.0.0.1:9003");
+  }
+  EXPECT_EQ(seen_p, std::set<int>({0, 1}));
+  EXPECT_EQ(seen_d, std::set<int>({2, 3}));
+  // The decode worker with streams running loses, whatever the turn.
+  v[2].load = 4;
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(choose_pd(v, pre, dec, t)->decode, 3);
+  v[1].load = 2;
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(choose_pd(v, pre, dec, t)->prefill, 0);
+  // A decode worker down is skipped.
+  v[3].up = false;
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(choose_pd(v, pre, dec, t)->decode, 2);
+}
+
+TEST(RouterPdChoice, OnlyDecodeWorkersThePrefillWorkerListsAndWhyNone) {
+  // Prefill 0 knows only :9002, prefill 1 only :9003.
+  std::vector<WorkerView> v = {up(0, "", {"127.0.0.1:9002"}), up(5, "", {"127.0.0.1:9003"}), up(3, "127.0.0.1:9002"),
+                               up(0, "127.0.0.1:9003")};
+  const std::vector<int> pre = {0, 1}, dec = {2, 3};
+  // 0 + 3 (pair 0-2) beats 5 + 0 (pair 1-3); never 0-3 or 1-2.
+  for (uint64_t t = 0; t < 4; ++t) {
+    const auto c = choose_pd(v, pre, dec, t);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->prefill, 0);
+    EXPECT_EQ(c->decode, 2);
+  }
+  v[2].up = false;
+  EXPECT_EQ(choose_pd(v, pre, dec, 0)->prefill, 1);
+  std::string why;
+  v[1].up = false;
+  EXPECT_FALSE(choose_pd(v, pre, dec, 0, &why));
+  EXPECT_NE(why.find("--decode-peer"), std::string::npos) << why;
+  v[3].up = false;
+  EXPECT_FALSE(choose_pd(v, pre, dec, 0, &why));
+  EXPECT_EQ(why, "no decode worker is up");
+  v[0].up = false;
+  EXPECT_FALSE(choose_pd(v, pre, dec, 0, &why));
+  EXPECT_EQ(why, "no prefill worker is up");
+  // A decode worker that has not said where its KV goes is not usable.
+  v = {up(0, "", {"127.0.0.1:9002"}), up(0, "", {}), up(0, "")};
+  EXPECT_FALSE(choose_pd(v, {0}, {2}, 0, &why));
 }

@@ -31,7 +31,7 @@ struct RouterArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::vector<std::string> workers;
-  std::vector<std::string> prefill_workers, decode_workers;  // paired in order (docs/DISAGG.md)
+  std::vector<std::string> prefill_workers, decode_workers;  // docs/DISAGG.md
   std::string model, api_keys, secret_file, chat_template = "auto", policy = "cache", curve;
   double load_weight = 0.2, health_interval_s = 1, startup_timeout_s = 30, events_stale_s = 10;
   double read_timeout_s = 600;
@@ -47,17 +47,20 @@ int run_router(const RouterArgs& a) {
 
   std::vector<router::WorkerSpec> specs;
   for (const auto& w : a.workers) specs.push_back(router::parse_worker_spec(w));
-  if (a.prefill_workers.size() != a.decode_workers.size())
-    throw std::runtime_error("--prefill-worker and --decode-worker pair up in order: give as many of each");
+  if (a.prefill_workers.empty() != a.decode_workers.empty())
+    throw std::runtime_error("disaggregated serving needs at least one --prefill-worker and one --decode-worker");
   if (specs.empty() && a.prefill_workers.empty())
     throw std::runtime_error("give --worker, or --prefill-worker with --decode-worker");
   if (!specs.empty() && !a.prefill_workers.empty())
     throw std::runtime_error("--worker cannot be mixed with --prefill-worker/--decode-worker");
-  std::vector<std::pair<int, int>> pd_pairs;
-  for (size_t i = 0; i < a.prefill_workers.size(); ++i) {
-    pd_pairs.push_back({int(specs.size()), int(specs.size()) + 1});
-    specs.push_back(router::parse_worker_spec(a.prefill_workers[i]));
-    specs.push_back(router::parse_worker_spec(a.decode_workers[i]));
+  std::vector<int> prefill, decode;
+  for (const std::string& w : a.prefill_workers) {
+    prefill.push_back(int(specs.size()));
+    specs.push_back(router::parse_worker_spec(w));
+  }
+  for (const std::string& w : a.decode_workers) {
+    decode.push_back(int(specs.size()));
+    specs.push_back(router::parse_worker_spec(w));
   }
   if (specs.size() > size_t(router::PrefixIndex::kMaxWorkers))
     throw std::runtime_error("at most " + std::to_string(router::PrefixIndex::kMaxWorkers) + " workers");
@@ -96,14 +99,15 @@ int run_router(const RouterArgs& a) {
   ro.policy = *policy;
   ro.load_weight = a.load_weight;
   ro.read_timeout_s = a.read_timeout_s;
-  ro.pd_pairs = pd_pairs;
+  ro.prefill_workers = prefill;
+  ro.decode_workers = decode;
   router::RouterServer srv(workers, index, listener, hasher, ro);
   srv.start();
   int up = 0;
   for (const auto& v : workers.snapshot()) up += v.up;
   std::printf("kvserve router: listening on http://%s:%d (%d workers, %d up, policy %s, model %s, block size %d, %s)\n",
               a.host.c_str(), srv.port(), workers.size(), up,
-              pd_pairs.empty() ? router::to_string(*policy) : "prefill/decode pairs", model.model.c_str(),
+              prefill.empty() ? router::to_string(*policy) : "prefill/decode, pairs chosen per request", model.model.c_str(),
               model.block_size, note.c_str());
   std::fflush(stdout);
   int sig = 0;
@@ -124,9 +128,9 @@ void add_router(CLI::App& app, Runner& run) {
                 "A worker: URL[,EVENTS[,REPLAY]] (http://HOST:PORT, its --kv-events endpoint, its replay endpoint "
                 "(default: the events port + 1)); repeat per worker");
   c->add_option("--prefill-worker", a->prefill_workers,
-                "Disaggregated serving: a `serve --role prefill` worker's URL, paired with the --decode-worker of the "
-                "same position (its --decode-peer); repeat per pair");
-  c->add_option("--decode-worker", a->decode_workers, "Disaggregated serving: a `serve --role decode` worker's URL");
+                "Disaggregated serving: a `serve --role prefill` worker's URL; repeat per worker. Each request goes to "
+                "the least loaded prefill worker and decode worker whose KV address it lists as --decode-peer");
+  c->add_option("--decode-worker", a->decode_workers, "Disaggregated serving: a `serve --role decode` worker's URL; repeat per worker");
   c->add_option("-m,--model", a->model, "The workers' model GGUF (only its vocabulary is read)")->required();
   c->add_option("--api-keys", a->api_keys, "The workers' --api-keys file (scopes are per tenant)");
   c->add_option("--cluster-secret,--cache-secret-file", a->secret_file, "The workers' --cache-secret-file");

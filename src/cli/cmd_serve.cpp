@@ -360,10 +360,13 @@ int run_serve(const ServeArgs& a) {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
            roles.metrics_text() + (d ? d->metrics_text() : std::string());
   };
-  if (roles.prefill)
-    ao.hand_off_sink = [pr = roles.prefill.get()](sched::EventSink next, const Scope& scope) {
-      return pr->wrap(std::move(next), scope);
+  if (roles.prefill) {
+    ao.hand_off_sink = [pr = roles.prefill.get()](sched::EventSink next, const Scope& scope, int peer) {
+      return pr->wrap(std::move(next), scope, peer);
     };
+    ao.decode_peer_index = [pr = roles.prefill.get()](const std::string& p) { return pr->peer_index(p); };
+  }
+  ao.health_extra = roles.health_fields();
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());

@@ -40,7 +40,9 @@ void add_disagg_args(CLI::App* c, DisaggArgs& a) {
       ->capture_default_str()->check(CLI::IsMember({"both", "prefill", "decode"}));
   c->add_option("--kv-listen", a.kv_listen, "Decode worker: UCX address prefill workers send KV blocks to (port 0: any)")
       ->capture_default_str();
-  c->add_option("--decode-peer", a.decode_peer, "Prefill worker: the decode worker's --kv-listen address (HOST:PORT)");
+  c->add_option("--decode-peer", a.decode_peers,
+                "Prefill worker: a decode worker's --kv-listen address (HOST:PORT); repeat for several. A request "
+                "goes to the one the router names (?kv_decode_peer=), else to the first");
   c->add_option("--kv-transfer-timeout", a.transfer_timeout_s, "Seconds one KV transfer may take")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   c->add_option("--kv-claim-timeout", a.claim_timeout_s,
@@ -55,8 +57,10 @@ void check_disagg_args(const DisaggArgs& a, bool has_cache_secret) {
   if (!has_cache_secret)
     throw std::runtime_error("--role " + a.role +
                              " needs --cache-secret-file (or a KV tier key), the same file on prefill and decode workers");
-  if (a.role == "prefill" && a.decode_peer.empty()) throw std::runtime_error("--role prefill needs --decode-peer HOST:PORT");
-  if (a.role == "prefill") host_port("--decode-peer", a.decode_peer);
+  if (a.role == "prefill" && a.decode_peers.empty())
+    throw std::runtime_error("--role prefill needs --decode-peer HOST:PORT");
+  if (a.role == "prefill")
+    for (const std::string& p : a.decode_peers) host_port("--decode-peer", p);
   if (a.role == "decode") host_port("--kv-listen", a.kv_listen);
 }
 
@@ -74,22 +78,37 @@ DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::
   if (a.role == "decode") {
     disagg::DecodeOptions o;
     std::tie(o.host, o.port) = host_port("--kv-listen", a.kv_listen);
+    r.kv_host = o.host;
     o.transfer_timeout_s = a.transfer_timeout_s;
     o.claim_timeout_s = a.claim_timeout_s;
     r.decode = std::make_unique<disagg::DecodeRole>(exec, pool_mu, o, log);
   } else if (a.role == "prefill") {
-    disagg::PrefillOptions o;
-    std::tie(o.host, o.port) = host_port("--decode-peer", a.decode_peer);
-    o.timeout_s = a.transfer_timeout_s;
-    r.prefill = std::make_unique<disagg::PrefillRole>(exec, loop, o, log);
+    std::vector<disagg::PrefillOptions> peers;
+    for (const std::string& p : a.decode_peers) {
+      disagg::PrefillOptions o;
+      std::tie(o.host, o.port) = host_port("--decode-peer", p);
+      o.timeout_s = a.transfer_timeout_s;
+      peers.push_back(o);
+    }
+    r.prefill = std::make_unique<disagg::PrefillRole>(exec, loop, peers, log);
   }
   return r;
 }
 
 std::string DisaggRoles::describe() const {
   if (decode) return "role decode, KV transfers received on ucx port " + std::to_string(decode->port());
-  if (prefill) return "role prefill, KV transfers sent to " + prefill->peer();
+  if (prefill) {
+    std::string s = "role prefill, KV transfers sent to ";
+    for (const std::string& p : prefill->peers()) s += (s.back() == ' ' ? "" : ", ") + p;
+    return s;
+  }
   return "role both";
+}
+
+nlohmann::json DisaggRoles::health_fields() const {
+  if (decode) return {{"role", "decode"}, {"kv_listen", kv_host + ":" + std::to_string(decode->port())}};
+  if (prefill) return {{"role", "prefill"}, {"decode_peers", prefill->peers()}};
+  return {{"role", "both"}};
 }
 
 std::string DisaggRoles::metrics_text() const {

@@ -5,8 +5,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "disagg/decode_role.h"
 #include "disagg/prefill_role.h"
@@ -16,7 +18,7 @@ namespace kvs::cli {
 struct DisaggArgs {
   std::string role = "both";
   std::string kv_listen = "127.0.0.1:0";  // decode: where prefill workers connect (UCX)
-  std::string decode_peer;                // prefill: the decode worker's --kv-listen address
+  std::vector<std::string> decode_peers;  // prefill: decode workers' --kv-listen addresses (first: the default)
   double transfer_timeout_s = 10, claim_timeout_s = 30;
 };
 void add_disagg_args(CLI::App* cmd, DisaggArgs& a);
@@ -32,6 +34,10 @@ struct DisaggRoles {
   std::unique_ptr<disagg::DecodeRole> decode;
   std::unique_ptr<disagg::PrefillRole> prefill;
   std::string describe() const;  // for the ready line
+  // What /health adds: a decode worker's KV address, a prefill worker's
+  // decode peers (the router pairs them per request from these).
+  nlohmann::json health_fields() const;
+  std::string kv_host;  // decode: the host part of --kv-listen
   std::string metrics_text() const;  // kvserve_kv_transfer_* in Prometheus text
 };
 DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "router/pd_choice.h"
 #include "router/router_dashboard.h"
 #include "sched/clock.h"
 #include "server/dashboard_hub.h"
@@ -140,7 +141,6 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // status; a worker that failed before its first byte is marked down.
   Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
   bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
-  int choose_pair();
   // Connects to worker w and sends the request; false (r.failover set) on failure.
   bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
   void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
@@ -240,7 +240,7 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
     if (req.method() != http::verb::post)
       return write(client, respond(405, "application/json",
                                    error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
-    if (!opts.pd_pairs.empty()) return proxy_pd(client, req, keep);
+    if (!opts.prefill_workers.empty()) return proxy_pd(client, req, keep);
     return proxy(client, req, keep);
   }
   if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
@@ -330,61 +330,62 @@ bool RouterServer::Impl::answer_no_worker(Conn& client, const std::vector<bool>&
 
 // The prefill/decode pair with both workers up and the least load, ties
 // in turn; -1 when none is.
-int RouterServer::Impl::choose_pair() {
-  const std::vector<WorkerView> view = workers.snapshot();
-  const size_t n = opts.pd_pairs.size();
-  const uint64_t start = turn++;
-  int best = -1;
-  double best_load = 0;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = (start + k) % n;
-    const auto [p, d] = opts.pd_pairs[i];
-    if (!view[size_t(p)].up || !view[size_t(d)].up) continue;
-    const double load = view[size_t(p)].load + view[size_t(d)].load;
-    if (best < 0 || load < best_load) {
-      best = int(i);
-      best_load = load;
-    }
-  }
-  return best;
+namespace {
+
+// `req` with `param` appended to its query string.
+http::request<http::string_body> with_query(const http::request<http::string_body>& req, const std::string& param) {
+  http::request<http::string_body> out = req;
+  std::string target(req.target());
+  target += (target.find('?') == std::string::npos ? "?" : "&") + param;
+  out.target(target);
+  return out;
 }
 
-// Disaggregated serving: the prefill worker prefills, samples the first
-// token and ships the K/V to its decode worker, answering with the
-// hand-over; the decode worker, given it, streams the whole answer, which
-// goes to the client as it comes. Anything but a hand-over from the
-// prefill worker (a 429 with Retry-After when the decode pool is full, a
-// 400, a 500) reaches the client as the prefill worker sent it.
+}  // namespace
+
+// A prefill leg that answers 429 (the decode worker had no room) or 500
+// (it could not be reached) is tried once more per other decode worker; the
+// prefill worker's prefix cache makes the repeat cheap. Nothing has reached
+// the client before the decode leg.
 bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive) {
-  const int pair = choose_pair();
-  if (pair < 0) {
-    std::lock_guard lk(mu);
-    ++no_worker;
+  std::vector<WorkerView> view = workers.snapshot();
+  std::optional<Relay> last;
+  for (size_t attempt = 0; attempt < opts.decode_workers.size(); ++attempt) {
+    std::string why;
+    const std::optional<PdChoice> pick = choose_pd(view, opts.prefill_workers, opts.decode_workers, turn++, &why);
+    if (!pick && last) break;
+    if (!pick) {
+      {
+        std::lock_guard lk(mu);
+        ++no_worker;
+      }
+      return write(client, respond(503, "application/json", error_json("service_unavailable", "no_worker", why),
+                                   keep_alive));
+    }
+    Relay pre = leg(pick->prefill, with_query(req, "kv_decode_peer=" + pick->decode_kv), client, keep_alive, false);
+    if (pre.failover) return write(client, leg_failed("prefill", pre, keep_alive));
+    if (pre.status == 429 || pre.status == 500) {
+      view[size_t(pick->decode)].up = false;
+      if (!last || pre.status == 429) last = std::move(pre);  // a 429 tells the client when to come back
+      std::lock_guard lk(mu);
+      ++retries;
+      continue;
+    }
+    const nlohmann::json h = nlohmann::json::parse(pre.body, nullptr, false);
+    if (pre.status != 200 || !h.is_object() || h.value("object", "") != "kv.handover")
+      return write(client, respond(pre.status == 200 ? 502 : pre.status, pre.content_type, pre.body, keep_alive,
+                                   pre.retry_after));
+    const std::string handover = "kv_handover=" + std::to_string(h.value("handle", uint64_t(0))) + "." +
+                                 std::to_string(h.value("first_token", int64_t(-1))) + "." +
+                                 std::to_string(h.value("draws", uint64_t(0))) + "." +
+                                 std::to_string(h.value("seed", uint64_t(0)));
+    Relay r = leg(pick->decode, with_query(req, handover), client, keep_alive);
+    if (r.failover) return write(client, leg_failed("decode", r, keep_alive));
+    if (r.client_gone) return false;
+    if (!r.sent) return write(client, respond(r.status, r.content_type, r.body, keep_alive, r.retry_after));
+    return keep_alive && r.status != 0;
   }
-  if (pair < 0)
-    return write(client, respond(503, "application/json",
-                                 error_json("service_unavailable", "no_worker",
-                                            "no prefill/decode worker pair is up"),
-                                 keep_alive));
-  const auto [p, d] = opts.pd_pairs[size_t(pair)];
-  Relay pre = leg(p, req, client, keep_alive, false);
-  if (pre.failover) return write(client, leg_failed("prefill", pre, keep_alive));
-  nlohmann::json h = nlohmann::json::parse(pre.body, nullptr, false);
-  if (pre.status != 200 || !h.is_object() || h.value("object", "") != "kv.handover")
-    return write(client, respond(pre.status == 200 ? 502 : pre.status, pre.content_type, pre.body, keep_alive,
-                                 pre.retry_after));
-  http::request<http::string_body> dreq = req;
-  std::string target(req.target());
-  target += target.find('?') == std::string::npos ? "?" : "&";
-  target += "kv_handover=" + std::to_string(h.value("handle", uint64_t(0))) + "." +
-            std::to_string(h.value("first_token", int64_t(-1))) + "." + std::to_string(h.value("draws", uint64_t(0))) +
-            "." + std::to_string(h.value("seed", uint64_t(0)));
-  dreq.target(target);
-  Relay r = leg(d, dreq, client, keep_alive);
-  if (r.failover) return write(client, leg_failed("decode", r, keep_alive));
-  if (r.client_gone) return false;
-  if (!r.sent) return write(client, respond(r.status, r.content_type, r.body, keep_alive, r.retry_after));
-  return keep_alive && r.status != 0;
+  return write(client, respond(last->status, last->content_type, last->body, keep_alive, last->retry_after));
 }
 
 Relay RouterServer::Impl::leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,

@@ -48,10 +48,10 @@ struct RouterOptions {
   double read_timeout_s = 600;     // a worker silent this long is treated as failed
   double client_timeout_s = 60;    // request head and body from the client
   int max_connections = 512;
-  // Disaggregated serving (docs/DISAGG.md): completions go to pair
-  // (prefill worker, decode worker), indices into the WorkerSet; the
-  // prefill worker must have the decode worker as its --decode-peer.
-  std::vector<std::pair<int, int>> pd_pairs;
+  // Disaggregated serving (docs/DISAGG.md): completions go to a prefill
+  // worker and a decode worker chosen per request (router/pd_choice.h);
+  // indices into the WorkerSet.
+  std::vector<int> prefill_workers, decode_workers;
 };
 
 class RouterServer {

@@ -59,6 +59,10 @@ std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
     m.model = j.value("model", "");
     m.identity = j.value("model_identity", "");
     m.block_size = j.value("block_size", 0);
+    m.kv_listen = j.value("kv_listen", "");
+    if (j.contains("decode_peers") && j["decode_peers"].is_array())
+      for (const auto& p : j["decode_peers"])
+        if (p.is_string()) m.decode_peers.push_back(p.get<std::string>());
     if (m.identity.empty() || m.block_size <= 0) {
       *why = "/health names no model_identity and block_size (not a kvserve worker?)";
       return std::nullopt;
@@ -132,6 +136,7 @@ ModelInfo WorkerSet::probe_all(double timeout_s) {
     }
     st_[i].up = true;
     st_[i].down_reason.clear();
+    set_roles(st_[i], int(i), *got[i]);
   }
   return model_;
 }
@@ -167,8 +172,22 @@ void WorkerSet::check(int i) {
       s.kv_used = sample(metrics->body, "kvserve_kv_blocks_used");
       s.kv_cached = sample(metrics->body, "kvserve_kv_blocks_cached");
     }
+    set_roles(st_[size_t(i)], i, *m);
   }
   set_up(i, true, "");
+}
+
+void WorkerSet::set_roles(State& s, int i, const ModelInfo& m) {
+  s.kv_listen = m.kv_listen;
+  s.decode_peers = m.decode_peers;
+  // A decode worker listening on every address is reached at the host its
+  // HTTP URL names.
+  const size_t colon = s.kv_listen.rfind(':');
+  if (colon != std::string::npos) {
+    const std::string host = s.kv_listen.substr(0, colon);
+    if (host == "0.0.0.0" || host == "::" || host == "[::]")
+      s.kv_listen = specs_[size_t(i)].http.host + s.kv_listen.substr(colon);
+  }
 }
 
 void WorkerSet::set_up(int i, bool up, const std::string& reason) {
@@ -194,7 +213,7 @@ std::vector<WorkerView> WorkerSet::snapshot() const {
   std::vector<WorkerView> v;
   for (const State& s : st_)
     v.push_back({s.up, s.waiting + s.running + double(s.inflight), s.inflight, s.down_reason, s.waiting, s.running,
-                 s.kv_total, s.kv_free, s.kv_used, s.kv_cached});
+                 s.kv_total, s.kv_free, s.kv_used, s.kv_cached, s.kv_listen, s.decode_peers});
   return v;
 }
 

@@ -34,6 +34,10 @@ WorkerSpec parse_worker_spec(const std::string& s);
 struct ModelInfo {
   std::string model, identity;
   int block_size = 0;
+  // Disaggregated serving: a decode worker's KV address (HOST:PORT), a
+  // prefill worker's decode peers.
+  std::string kv_listen;
+  std::vector<std::string> decode_peers;
 };
 
 struct WorkerView {
@@ -43,6 +47,8 @@ struct WorkerView {
   std::string down_reason;
   double waiting = 0, running = 0;                        // its last /metrics
   double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;  // blocks, its last /metrics
+  std::string kv_listen;                  // its last /health (decode workers)
+  std::vector<std::string> decode_peers;  // its last /health (prefill workers)
 };
 
 class WorkerSet {
@@ -75,7 +81,11 @@ class WorkerSet {
     double waiting = 0, running = 0;
     double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;
     int64_t inflight = 0;
+    std::string kv_listen;
+    std::vector<std::string> decode_peers;
   };
+  // Keeps what /health said about worker i's disaggregated role (under mu_).
+  void set_roles(State& s, int i, const ModelInfo& m);
   // One /health + /metrics round for worker i (health thread).
   void check(int i);
   void set_up(int i, bool up, const std::string& reason);

@@ -166,10 +166,12 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     if (ready_ && !draining_) {
       // What a router needs to compute the same block hashes: the model
       // identity folded into every scope, and the block size.
-      r.response = json_response(200, {{"status", "ok"},
-                                       {"model", opts_.model_id},
-                                       {"model_identity", opts_.model_identity},
-                                       {"block_size", loop_.block_size()}});
+      nlohmann::json h = {{"status", "ok"},
+                          {"model", opts_.model_id},
+                          {"model_identity", opts_.model_identity},
+                          {"block_size", loop_.block_size()}};
+      h.update(opts_.health_extra);
+      r.response = json_response(200, h);
     } else {
       r.response = json_response(503, {{"status", draining_ ? "draining" : "loading"}});
     }
@@ -253,6 +255,7 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
   try {
     pr = prepare(ep, req);
     hq = handover_query(req.target);
+    pr.decode_peer = decode_peer_query(req.target);
     if ((hq || opts_.hand_off_sink) && (pr.prompts.size() != 1 || pr.p.n != 1))
       throw bad_request("a request served by a prefill and a decode worker must have one prompt and n = 1", "n");
   } catch (const ApiError& e) {
@@ -273,6 +276,24 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     reserved = pr.need_blocks;
   }
   return submit(ep, std::move(pr), *caller, reserved, std::move(wake), hq);
+}
+
+int ApiService::decode_peer_query(const std::string& target) const {
+  static const std::string kKey = "kv_decode_peer=";
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return 0;
+  const size_t at = target.find(kKey, q);
+  if (at == std::string::npos) return 0;
+  if (!opts_.decode_peer_index)
+    throw bad_request("kv_decode_peer is only accepted by a prefill worker (kvserve serve --role prefill)",
+                      "kv_decode_peer");
+  const std::string v = target.substr(at + kKey.size(), target.find('&', at) - at - kKey.size());
+  const int i = opts_.decode_peer_index(v);
+  // Only addresses the operator listed: a client cannot make this worker
+  // send KV blocks, or open connections, anywhere else.
+  if (i < 0)
+    throw bad_request("kv_decode_peer is not one of this prefill worker's --decode-peer addresses", "kv_decode_peer");
+  return i;
 }
 
 // ?kv_handover=HANDLE.TOKEN.DRAWS.SEED, as the router passes on what the
@@ -414,7 +435,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.sink = ex->sink_for(int(i));
     if (opts_.hand_off_sink) {
       r.hand_off = true;
-      r.sink = opts_.hand_off_sink(std::move(r.sink), scope);
+      r.sink = opts_.hand_off_sink(std::move(r.sink), scope, pr.decode_peer);
     }
     if (hq) r.handover = hq->h;
     const sched::SubmitResult res = loop_.submit(std::move(r));

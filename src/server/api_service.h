@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sched/engine_loop.h"
 #include "server/chat_template.h"
 #include "server/dashboard.h"
@@ -51,7 +53,12 @@ struct ApiOptions {
   // completion runs to its first token, is submitted with the sink this
   // returns (which ships its K/V to the decode worker) and is answered with
   // the hand-over as JSON instead of text.
-  std::function<sched::EventSink(sched::EventSink, const Scope&)> hand_off_sink;
+  // The int is a decode peer's index (decode_peer_index).
+  std::function<sched::EventSink(sched::EventSink, const Scope&, int)> hand_off_sink;
+  // Prefill worker: the index of decode peer HOST:PORT, -1 if not one.
+  std::function<int(const std::string&)> decode_peer_index;
+  // Fields added to /health (the disaggregated role and its addresses).
+  nlohmann::json health_extra = nlohmann::json::object();
   // Decode worker: a completion posted with ?kv_handover=HANDLE.TOKEN.DRAWS.SEED
   // continues the handed-over request instead of prefilling.
   bool accept_handover = false;
@@ -95,6 +102,7 @@ class ApiService {
     std::vector<std::string> echo;       // per prompt, when echo
     int prompt_tokens = 0;
     int64_t need_blocks = 0;             // worst case of all prompts' choices
+    int decode_peer = 0;                 // prefill worker: ?kv_decode_peer=, as an index
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
   Prepared prepare(Endpoint ep, const HttpRequest& req) const;  // throws ApiError
@@ -104,6 +112,9 @@ class ApiService {
     uint64_t seed = 0;
   };
   std::optional<HandoverQuery> handover_query(const std::string& target) const;  // throws ApiError
+  // ?kv_decode_peer=HOST:PORT (prefill worker): which of its decode peers
+  // gets the blocks; 0 (the first) when absent. Throws ApiError.
+  int decode_peer_query(const std::string& target) const;
   Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake,
                 const std::optional<HandoverQuery>& hq);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
