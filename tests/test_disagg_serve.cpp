@@ -376,3 +376,32 @@ TEST(DisaggServe, RouterChoosesTheDecodeWorkerPerRequestAndGoesAroundADeadOne) {
   EXPECT_GE(test::metric_value(rp, "kvserve_router_retries_total"), 1);
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d2.http); }, 10));
 }
+
+// The prefill leg answers only after the whole prompt: a client that hangs
+// up meanwhile must stop the prefill too, not leave it running to a
+// hand-over nobody claims.
+TEST(DisaggServe, ClientLeavingDuringThePrefillCancelsItOnThePrefillWorker) {
+  REQUIRE_SHARED();
+  const std::string tiny = test::shared("models/tiny-random/tiny-llama-f16.gguf");
+  Decode d;
+  d.model = tiny;
+  d.extra = {"--ctx", "4096"};
+  d.start();
+  Prefill pf;
+  pf.model = tiny;
+  pf.start(d, {"--ctx", "4096"});
+  auto router = start_router(pf, d);
+  const int fd = test::connect_local(router->port(), 30);
+  ASSERT_GE(fd, 0);
+  const std::string b = request(story(250), 4).dump();
+  ASSERT_TRUE(test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return test::metric_value(pf.http, "kvserve_client_disconnects_total") >= 1; }, 10))
+      << pf.p->log();
+  EXPECT_EQ(test::metric_value(pf.http, "kvserve_kv_transfers_total{role=\"prefill\"}"), 0)
+      << "the prefill ran to its hand-over";
+  EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+  EXPECT_EQ(complete(router->port(), request("Once upon a time", 4)).status, 200);
+}

@@ -24,6 +24,7 @@ BlockPool::BlockPool(int32_t n_blocks) : n_(n_blocks) {
   keyed_.assign(n_, 0);
   keys_.resize(n_);
   scopes_.resize(n_);
+  scope_tags_.assign(n_, 0);
   last_use_.assign(n_, 0);
   prev_.assign(n_, -1);
   next_.assign(n_, -1);
@@ -155,6 +156,7 @@ bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
   }
   keys_[b] = key;
   scopes_[b] = scope;
+  scope_tags_[b] = scope_tag(scope);
   keyed_[b] = 1;
   last_use_[b] = tick_;
   return true;

@@ -37,6 +37,15 @@
 namespace kvs {
 
 enum class BlockState : uint8_t { Free, Cached, Used };
+
+// A scope's first four bytes, never 0: a compact owner fingerprint, which the
+// pool keeps per keyed block so a whole-pool snapshot reads four bytes, not
+// the scope, per cached block.
+inline uint32_t scope_tag(const Scope& s) {
+  const uint32_t t = uint32_t(s.bytes[0]) | uint32_t(s.bytes[1]) << 8 | uint32_t(s.bytes[2]) << 16 |
+                     uint32_t(s.bytes[3]) << 24;
+  return t == 0 ? 1u : t;
+}
 const char* to_string(BlockState s);
 
 class BlockPool {
@@ -97,6 +106,13 @@ class BlockPool {
   bool has_key(int32_t b) const { return keyed_[check(b)]; }
   const BlockKey& key(int32_t b) const;  // throws if !has_key(b)
 
+  // The whole pool at once, for a snapshot on the engine thread (element b
+  // is block b; a scope tag is meaningful only where the block is keyed). The
+  // per-block accessors above check the id on every call.
+  const BlockState* states() const { return state_.data(); }
+  const int32_t* refs() const { return ref_.data(); }
+  const uint32_t* scope_tags() const { return scope_tags_.data(); }  // scope_tag(scope), where keyed
+
   // Cached blocks in eviction order (next victim first); O(n), for tests/debug.
   std::vector<int32_t> lru_order() const;
   // Free blocks in allocation order (next allocated first); O(n).
@@ -127,6 +143,7 @@ class BlockPool {
   std::vector<uint8_t> keyed_;
   std::vector<BlockKey> keys_;
   std::vector<Scope> scopes_;        // scope a keyed block was keyed under
+  std::vector<uint32_t> scope_tags_;  // scope_tag(scopes_[b])
   std::vector<int64_t> last_use_;    // tick of the last set_key / share / release
   int64_t tick_ = 0;
   std::vector<int32_t> free_;          // stack; back() is allocated next

@@ -1,54 +1,28 @@
 #include "kv/pool_snapshot.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <unordered_map>
 
 namespace kvs {
 
-uint32_t owner_tag(const Scope& scope) {
-  uint32_t t;
-  std::memcpy(&t, scope.bytes.data(), sizeof t);
-  return t == 0 ? 1u : t;
-}
+uint32_t owner_tag(const Scope& scope) { return scope_tag(scope); }
 
 namespace {
 
-// Per block: state, ref count and owner tag, read in bulk. Free and cached
-// blocks come from the pool's own lists; every other block is used, its ref
-// count is the number of tables naming it (a pool invariant) and its owner
-// the scope of a sequence holding it (blocks are shared only within one
-// scope). Only cached blocks ask the pool for their scope one by one.
-struct BlockFacts {
-  std::vector<BlockState> state;
-  std::vector<int32_t> ref;
-  std::vector<uint32_t> tag;
-};
-
-// Filled into the calling thread's buffers: a fresh allocation of this size
-// per snapshot costs more in page faults than the reading itself.
-const BlockFacts& block_facts(const KvManager& kv) {
-  const BlockPool& p = kv.pool();
-  const size_t n = size_t(p.size());
-  thread_local BlockFacts f;
-  f.state.assign(n, BlockState::Used);
-  f.ref.assign(n, 0);
-  f.tag.assign(n, 0);
-  for (int32_t b : p.free_order()) f.state[size_t(b)] = BlockState::Free;
-  for (int32_t b : p.lru_order()) {
-    f.state[size_t(b)] = BlockState::Cached;
-    f.tag[size_t(b)] = owner_tag(p.scope_of(b));
-  }
+// The owner tag of every block in a table (blocks are shared only within
+// one scope, so any table names the owner), 0 elsewhere. Filled into the
+// calling thread's buffer: a fresh allocation of this size per snapshot
+// costs more in page faults than the reading itself.
+const std::vector<uint32_t>& table_tags(const KvManager& kv) {
+  thread_local std::vector<uint32_t> tag;
+  tag.assign(size_t(kv.pool().size()), 0);
   for (SeqId s : kv.sequences()) {
     const uint32_t t = owner_tag(kv.scope(s));
     for (int32_t b : kv.block_table(s))
-      if (b >= 0) {
-        ++f.ref[size_t(b)];
-        f.tag[size_t(b)] = t;
-      }
+      if (b >= 0) tag[size_t(b)] = t;
   }
-  return f;
+  return tag;
 }
 
 // Index of `tag` in out.owners, added on first sight. Neighbouring blocks
@@ -89,34 +63,58 @@ PoolCells snapshot_pool(const KvManager& kv, int32_t max_cells) {
   const int32_t cells = (out.total + out.group - 1) / out.group;
   for (auto* v : {&out.n_free, &out.n_cached, &out.n_used, &out.n_shared, &out.max_ref}) v->assign(size_t(cells), 0);
   out.owner.assign(size_t(cells), -1);
-  const BlockFacts& f = block_facts(kv);
+  const BlockState* state = p.states();
+  const int32_t* ref = p.refs();
+  const uint32_t* cached_tag = p.scope_tags();
+  const uint32_t* tag = table_tags(kv).data();
   OwnerIndex index(out);
+  // Per-owner counts of the current run of one owner, added when it ends:
+  // neighbouring blocks mostly share an owner.
+  int32_t run_owner = -1, run_used = 0, run_cached = 0;
+  auto end_run = [&] {
+    if (run_owner < 0) return;
+    out.owner_used[size_t(run_owner)] += run_used;
+    out.owner_cached[size_t(run_owner)] += run_cached;
+    run_used = run_cached = 0;
+  };
   for (int32_t c = 0; c < cells; ++c) {
     const int32_t lo = c * out.group, hi = std::min(out.total, lo + out.group);
+    int32_t n_free = 0, n_cached = 0, n_used = 0, n_shared = 0, max_ref = 0;
     // Majority vote over the cell's non-free blocks (one pass, no counts).
     int32_t cand = -1, votes = 0;
     for (int32_t b = lo; b < hi; ++b) {
-      const BlockState st = f.state[size_t(b)];
+      const BlockState st = state[b];
       if (st == BlockState::Free) {
-        ++out.n_free[size_t(c)];
+        ++n_free;
         continue;
       }
-      const int32_t o = index(f.tag[size_t(b)]);
-      if (st == BlockState::Cached) {
-        ++out.n_cached[size_t(c)];
-        ++out.owner_cached[size_t(o)];
+      const bool cached = st == BlockState::Cached;
+      const int32_t o = index(cached ? cached_tag[b] : tag[b]);
+      if (o != run_owner) {
+        end_run();
+        run_owner = o;
+      }
+      if (cached) {
+        ++n_cached;
+        ++run_cached;
       } else {
-        const int32_t r = f.ref[size_t(b)];
-        ++out.n_used[size_t(c)];
-        ++out.owner_used[size_t(o)];
-        out.n_shared[size_t(c)] += r > 1;
-        out.max_ref[size_t(c)] = std::max(out.max_ref[size_t(c)], r);
+        const int32_t r = ref[b];
+        ++n_used;
+        ++run_used;
+        n_shared += r > 1;
+        max_ref = std::max(max_ref, r);
       }
       if (votes == 0) cand = o;
       votes += cand == o ? 1 : -1;
     }
+    out.n_free[size_t(c)] = n_free;
+    out.n_cached[size_t(c)] = n_cached;
+    out.n_used[size_t(c)] = n_used;
+    out.n_shared[size_t(c)] = n_shared;
+    out.max_ref[size_t(c)] = max_ref;
     out.owner[size_t(c)] = cand;
   }
+  end_run();
   return out;
 }
 

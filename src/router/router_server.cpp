@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
+#include <cerrno>
+#include <sys/socket.h>
 
 #include "router/pd_choice.h"
 #include "router/router_dashboard.h"
@@ -363,6 +365,7 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
                                    keep_alive));
     }
     Relay pre = leg(pick->prefill, with_query(req, "kv_decode_peer=" + pick->decode_kv), client, keep_alive, false);
+    if (pre.client_gone) return false;
     if (pre.failover) return write(client, leg_failed("prefill", pre, keep_alive));
     if (pre.status == 429 || pre.status == 500) {
       view[size_t(pick->decode)].up = false;
@@ -439,6 +442,26 @@ bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_b
   return true;
 }
 
+namespace {
+
+// Until cancelled: when the client's socket turns readable, a hang-up (end
+// of stream or an error) sets `left` and closes `up`; a pipelined request
+// ends the watch and stays in the socket for the next read.
+void watch_client(Conn& client, beast::tcp_stream& up, bool& left) {
+  client.stream.socket().async_wait(tcp::socket::wait_read, [&client, &up, &left](beast::error_code ec) {
+    if (ec) return;
+    char c;
+    const ssize_t n = ::recv(client.stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client(client, up, left);
+    left = true;
+    beast::error_code ignored;
+    up.socket().close(ignored);
+  });
+}
+
+}  // namespace
+
 Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
                                 bool forward) {
   Relay r;
@@ -449,7 +472,22 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   // No limit on a relayed answer; an explicit maximum rather than none,
   // which Boost 1.74 compares wrongly with a Content-Length.
   p.body_limit(std::numeric_limits<std::uint64_t>::max());
-  beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read_header(up, buf, p, h); });
+  // The worker may not answer for long (a prefill leg answers after the
+  // whole prompt). A client that hangs up meanwhile closes the worker's
+  // connection, so the worker cancels the request too.
+  bool client_left = false;
+  watch_client(client, up, client_left);
+  beast::error_code ec = await(client.ioc, [&](auto h) {
+    http::async_read_header(up, buf, p, [&client, h](beast::error_code e, size_t n) mutable {
+      beast::error_code ignored;
+      client.stream.socket().cancel(ignored);  // ends the watch
+      h(e, n);
+    });
+  });
+  if (client_left) {
+    r.client_gone = true;
+    return r;
+  }
   if (ec) {
     r.failover = true;
     r.error = "before the first byte: " + ec.message();
