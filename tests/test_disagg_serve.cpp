@@ -393,7 +393,7 @@ TEST(DisaggServe, ClientLeavingDuringThePrefillCancelsItOnThePrefillWorker) {
   auto router = start_router(pf, d);
   const int fd = test::connect_local(router->port(), 30);
   ASSERT_GE(fd, 0);
-  const std::string b = request(story(250), 4).dump();
+  const std::string b = request(story(200), 4).dump();  // about 3,400 tokens: seconds of prefill
   ASSERT_TRUE(test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                  "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
