@@ -338,6 +338,44 @@ TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {
   EXPECT_NE(got.find("\r\n0\r\n\r\n"), std::string::npos);  // a complete chunked body
 }
 
+// Each event goes on as the worker sends it: the router once read a
+// streamed body into a 16 KiB buffer before passing any of it on, so a
+// client saw short answers arrive all at once at the end.
+TEST(Router, StreamedEventsArePassedOnAsTheyCome) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.start();
+  auto r = start_router({w0.spec()});
+  const int fd = test::connect_local(r->port(), 30);
+  ASSERT_GE(fd, 0);
+  const std::string body =
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"ignore_eos", true}, {"stream", true}}.dump();
+  ASSERT_TRUE(test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+                                 "application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                                 body));
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, size_t(n));
+  close(fd);
+  // The chunk sizes of the router's chunked body.
+  std::vector<size_t> chunks;
+  size_t at = got.find("\r\n\r\n");
+  ASSERT_NE(at, std::string::npos);
+  for (at += 4; at < got.size();) {
+    const size_t eol = got.find("\r\n", at);
+    ASSERT_NE(eol, std::string::npos);
+    const size_t len = std::stoul(got.substr(at, eol - at), nullptr, 16);
+    if (len == 0) break;
+    chunks.push_back(len);
+    at = eol + 2 + len + 2;
+  }
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos);
+  // 300 events of about 200 bytes: a buffering relay sends 16 KiB pieces.
+  EXPECT_LT(chunks.front(), 8192u) << chunks.size() << " chunks";
+  EXPECT_GE(chunks.size(), 10u);
+}
+
 TEST(Router, ClientLeavingMidStreamCancelsTheWorkersRequest) {
   REQUIRE_SHARED();
   Worker w0;

@@ -148,13 +148,15 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                    http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
   // The next piece of a relayed body into tmp (at most n bytes, under the
-  // read deadline); how many bytes came. `ec` is set when the read failed.
+  // read deadline): whatever the worker has sent so far, not a full buffer,
+  // so each SSE event goes on as it comes. How many bytes came; `ec` is set
+  // when the read failed.
   size_t read_piece(Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                     http::response_parser<http::buffer_body>& p, char* tmp, size_t n, beast::error_code& ec) {
     p.get().body().data = tmp;
     p.get().body().size = n;
     up.expires_after(sched::seconds_ms(opts.read_timeout_s));
-    ec = await(client.ioc, [&](auto h) { http::async_read(up, buf, p, h); });
+    ec = await(client.ioc, [&](auto h) { http::async_read_some(up, buf, p, h); });
     if (ec == http::error::need_buffer) ec = {};
     return n - p.get().body().size;
   }
