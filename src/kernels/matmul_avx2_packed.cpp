@@ -4,8 +4,9 @@
 // vectors come from changes: one aligned 32-B load per vector from the
 // packed panel instead of 8 row loads, a transpose and a scale gather.
 //
-// n = 1 (decode) streams MP panels at once, front to back; n > 1 unpacks
-// K slices into the scratch layout and runs the shared GEMM tiles.
+// n = 1 (decode) streams MP panels at once, front to back; a few rows
+// (batched decode) run straight from each panel too; more rows unpack K
+// slices into the scratch layout and run the shared GEMM tiles.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -23,6 +24,8 @@ namespace {
 
 using namespace avx2_detail;
 constexpr int L = 8;  // rows per panel
+// Up to this many activation rows go straight from the panels (few_rows_packed).
+constexpr int64_t kFewRows = 8;
 
 inline __m256 half8(const uint8_t* p) {  // 8 fp16 -> float
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
@@ -166,6 +169,51 @@ void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq
     matvec_panels<P, 1>(w.packed + (p0 / L) * pbytes, pbytes, units, xq, y + p0, last(p0, 1), pf);
 }
 
+// A few activation rows (a few sequences decoding together): straight from
+// the panel like the decode path, each block's weights unpacked once into
+// registers for all RT rows. The GEMM path's unpacking to scratch and
+// reloading cost more than it saved at this size.
+template <class P, int RT>
+inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const XBlock* xq, int64_t nb, float* y,
+                       int64_t ldy, __m256i mask, int64_t pf) {
+  __m256 acc[RT];
+  for (int i = 0; i < RT; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    if (pf > 0) {
+      const int64_t lo = (u * P::kStride + pf + 63) & ~int64_t(63), hi = (u + 1) * P::kStride + pf;
+      for (int64_t o = lo; o < hi && o < pbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pan + o), _MM_HINT_T0);
+    }
+    P::unit(pan, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
+      for (int i = 0; i < RT; ++i)
+        acc[i] = block_step<P::kSub16, P::kMin, P::kSigned, NibbleLevels<P>::value>(W, ws0, ws1, wm,
+                                                                                    xq[i * nb + u * P::kBlocks + j], acc[i]);
+    });
+  }
+  for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + i * ldy, mask, acc[i]);
+}
+
+template <class P>
+void few_rows_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                     int64_t ldy) {
+  const int64_t nb = w.cols / kQBlock, pbytes = P::panel_bytes(w.cols), units = nb / P::kBlocks;
+  const int64_t pf = decode_variant(w.type).prefetch;
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    const uint8_t* pan = w.packed + (p0 / L) * pbytes;
+    const __m256i mask = lane_mask(int(r1 - p0 < L ? r1 - p0 : L));
+    // The panel stays in L1/L2 while each group of rows passes over it.
+    for (int64_t i0 = 0; i0 < n; i0 += 4) {
+      const XBlock* x = xq + i0 * nb;
+      float* yo = y + i0 * ldy + p0;
+      switch (n - i0 < 4 ? n - i0 : 4) {
+        case 1: rows_panel<P, 1>(pan, pbytes, units, x, nb, yo, ldy, mask, pf); break;
+        case 2: rows_panel<P, 2>(pan, pbytes, units, x, nb, yo, ldy, mask, pf); break;
+        case 3: rows_panel<P, 3>(pan, pbytes, units, x, nb, yo, ldy, mask, pf); break;
+        default: rows_panel<P, 4>(pan, pbytes, units, x, nb, yo, ldy, mask, pf); break;
+      }
+    }
+  }
+}
+
 template <class P>
 void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
                  int64_t ldy, Scratch scratch) {
@@ -193,6 +241,7 @@ template <class P>
 void run_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
                 int64_t ldy, Scratch s) {
   if (n == 1) matvec_packed<P>(w, r0, r1, xq, y);
+  else if (n <= kFewRows) few_rows_packed<P>(w, r0, r1, xq, n, y, ldy);
   else gemm_packed<P>(w, r0, r1, xq, n, y, ldy, s);
 }
 
