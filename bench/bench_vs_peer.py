@@ -96,13 +96,14 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="repetitions inside each run")
     ap.add_argument("--pp", type=int, default=128)
     ap.add_argument("--tg", type=int, default=64)
-    ap.add_argument("--batched", action="store_true", help="also batched-bench Q8_0 at B = 1, 4, 16")
+    ap.add_argument("--batched", action="store_true", help="also batched-bench Q8_0 at --npl concurrencies")
+    ap.add_argument("--npl", default="1,4,16", help="batched: concurrent sequences, comma-separated")
     a = ap.parse_args()
     models = make_models(a)
     print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, median (each pair); KV f16 on both sides\n")
     print("| type | threads | test | kvserve tok/s | llama.cpp tok/s | ratio of medians |")
     print("|---|---|---|---|---|---|")
-    for t in a.types.split(","):
+    for t in filter(None, a.types.split(",")):  # --types "": batched only
         for th in (int(x) for x in a.threads.split(",")):
             k_pp, k_tg, p_pp, p_tg = [], [], [], []
             for _ in range(a.pairs):
@@ -119,9 +120,9 @@ def main():
         th = max(int(x) for x in a.threads.split(","))
         k_rows, p_rows = [], []
         for _ in range(a.pairs):
-            k_rows.append(kvs_batched(a, models["q8_0"], th, "1,4,16"))
-            p_rows.append(peer_batched(a, models["q8_0"], th, "1,4,16"))
-        for b in (1, 4, 16):
+            k_rows.append(kvs_batched(a, models["q8_0"], th, a.npl))
+            p_rows.append(peer_batched(a, models["q8_0"], th, a.npl))
+        for b in (int(x) for x in a.npl.split(",")):
             k = [r.get(b) for r in k_rows]
             p = [r.get(b) for r in p_rows]
             print(f"| Q8_0 | {th} | batched B={b} S_TG | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",

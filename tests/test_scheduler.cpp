@@ -353,6 +353,40 @@ TEST(Scheduler, PredictedWaitRejectsAtOnceWithStaggeredRetryAfter) {
   h.run();
 }
 
+// A running batch-class prefill is not ahead of a new interactive request:
+// the interactive prompt's chunks go first in every step (plan_running), so
+// at most the step under way delays it. Counting the whole batch prompt
+// turned interactive requests away (429) on a worker busy with one long
+// document.
+TEST(Scheduler, RunningBatchPrefillIsNotAheadOfAnInteractiveRequest) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 64;
+  c.max_request_share = 1.0;
+  c.tenant_quota_share = 1.0;
+  c.wait_limit_s = {1.0, 2.0};
+  c.ttft_margin = 0.8;
+  c.batch_age_s = 1e6;
+  Harness h(pool(400), c);
+  const SubmitResult doc = h.submit(1000, 4, SloClass::Batch, "t", 1, 1);
+  ASSERT_TRUE(doc.accepted);
+  h.step(0.1);
+  h.step(0.1);  // 640 tokens/s; 871 tokens of the batch prompt still to run
+  // Slack 0.8 - 100/640 = 0.64 s; ahead: one step of 64 tokens, 0.1 s (the
+  // whole batch prompt would be 1.36 s).
+  const SubmitResult chat = h.submit(100, 4, SloClass::Interactive, "t", 1, 2);
+  ASSERT_TRUE(chat.accepted) << chat.message;
+  for (int i = 0; i < 3; ++i) h.step(0.1);
+  EXPECT_FALSE(h.tk(chat.id, 0).empty()) << "the interactive prompt did not go first";
+  EXPECT_TRUE(h.tk(doc.id, 0).empty());
+  // A batch newcomer still counts the running batch prompt in full.
+  const SubmitResult late = h.submit(900, 4, SloClass::Batch, "t", 1, 3);
+  EXPECT_FALSE(late.accepted);
+  EXPECT_EQ(late.reason, RejectReason::QueueTimeout);
+  h.run();
+  EXPECT_EQ(h.tk(chat.id, 0), h.expected(100, 4, 2));
+  EXPECT_EQ(h.tk(doc.id, 0), h.expected(1000, 4, 1));
+}
+
 // A client that comes back after its Retry-After is recognised (same scope,
 // tenant and prompt): its own booking no longer counts against it, and
 // bookings of clients told to come back later do not either.

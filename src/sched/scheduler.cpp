@@ -158,7 +158,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   c.fingerprint = request_fingerprint(req.scope, req.tenant, req.prompt);
   ledger_.expire(now);
   const std::optional<double> told = ledger_.redeem(c.fingerprint);
-  const int64_t ahead = tokens_ahead(req.slo) + ledger_.booked_before(told ? *told : INFINITY);
+  const int64_t ahead = tokens_ahead(req.slo, now) + ledger_.booked_before(told ? *told : INFINITY);
   if (too_late(ahead, c.est_tokens, req.slo, 0)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "the engine is busy: the first token would take about %.0f s (%s requests wait at most %.0f s)",

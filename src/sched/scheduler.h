@@ -51,6 +51,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -187,8 +188,11 @@ class Scheduler {
   StepPlan schedule(double now, std::vector<TokenEvent>& out);
   void take_cancels(std::vector<TokenEvent>& out);
   void expire_queued(double now, std::vector<TokenEvent>& out);
-  void plan_running(StepPlan& plan, int& budget, double now);
-  void admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out);
+  // Decodes (cls empty) or the prefill chunks of running requests of
+  // effective class `*cls` exactly.
+  void plan_running(StepPlan& plan, int& budget, double now, std::optional<SloClass> cls);
+  // Queue heads of effective class `cls` while they fit.
+  void admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out, SloClass cls);
   void trim_queue(double now, std::vector<TokenEvent>& out);
   SloClass effective(const Req& r, double now) const;
   int64_t outstanding(const Req& r) const;
@@ -215,12 +219,12 @@ class Scheduler {
   bool awaits_tier(Req& h, double now);
   void issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id);
   int64_t estimate_tokens(const Request& req) const;
-  int64_t tokens_ahead(SloClass cls) const;
+  int64_t tokens_ahead(SloClass cls, double now) const;
   double predicted_ttft_s(int64_t ahead, int64_t own) const;
   double wait_slack_s(int64_t own, SloClass cls) const;
   bool too_late(int64_t ahead, int64_t own, SloClass cls, double waited) const;
   double time_retry_after(int64_t ahead, int64_t own, SloClass cls, uint64_t fp, double now);
-  int64_t running_prefill_tokens() const;
+  int64_t running_prefill_tokens(SloClass cls, double now) const;
   // submit and bookkeeping (scheduler.cpp)
   SubmitCheck check_submit(const Request& req, double now);
   void release_seq(Choice& c);

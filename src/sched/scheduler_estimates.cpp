@@ -54,21 +54,28 @@ int64_t Scheduler::estimate_tokens(const Request& req) const {
 }
 
 // mu_ held. Context tokens of running choices not yet in the cache (their
-// prefill still to run; a decoding choice has none). Reads the scheduler's
-// own count of cached tokens, never the KV manager: submit() calls it while
-// a forward runs.
-int64_t Scheduler::running_prefill_tokens() const {
-  int64_t n = 0;
-  for (const Req* r : running_)
+// prefill still to run; a decoding choice has none) that will run before a
+// new request of class `cls`: all of those of its class or a more urgent one.
+// A less urgent request's prefill goes after it (plan_running orders chunks
+// by class), so at most the step that may be running now counts. Reads the
+// scheduler's own count of cached tokens, never the KV manager: submit()
+// calls it while a forward runs.
+int64_t Scheduler::running_prefill_tokens(SloClass cls, double now) const {
+  int64_t n = 0, later = 0;
+  for (const Req* r : running_) {
+    int64_t t = 0;
     for (const Choice& c : r->ch)
-      if (c.seq >= 0 && !c.done) n += std::max<int64_t>(0, int64_t(c.ctx.size()) - c.have - 1);
-  return n;
+      if (c.seq >= 0 && !c.done) t += std::max<int64_t>(0, int64_t(c.ctx.size()) - c.have - 1);
+    (effective(*r, now) <= cls ? n : later) += t;
+  }
+  return n + std::min<int64_t>(later, cfg_.max_batch_tokens);
 }
 
 // mu_ held. Prompt tokens that will run before a new request of class `cls`:
-// running prefills, then queued requests of its class or a more urgent one.
-int64_t Scheduler::tokens_ahead(SloClass cls) const {
-  int64_t ahead = running_prefill_tokens();
+// running prefills ahead of it, then queued requests of its class or a more
+// urgent one.
+int64_t Scheduler::tokens_ahead(SloClass cls, double now) const {
+  int64_t ahead = running_prefill_tokens(cls, now);
   for (int k = 0; k <= int(cls); ++k)
     for (const Req* q : queue_[size_t(k)]) ahead += q->est_tokens;
   return ahead;

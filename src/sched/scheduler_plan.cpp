@@ -225,13 +225,15 @@ void Scheduler::take_cancels(std::vector<TokenEvent>& out) {
 // its 429s at once, each with a Retry-After that holds. A preempted request
 // has already streamed tokens and is never rejected.
 void Scheduler::expire_queued(double now, std::vector<TokenEvent>& out) {
-  int64_t ahead = running_prefill_tokens();
+  int64_t queued = 0;  // queued prompt tokens ahead: of more urgent classes, then earlier in this one
   for (int k = 0; k < kNumSloClasses; ++k) {
     std::vector<std::pair<Req*, double>> expired;  // with its Retry-After (< 0: from the drain rate)
     const double wait = cfg_.wait_limit_s[size_t(k)];
+    const int64_t running = running_prefill_tokens(SloClass(k), now);
     for (Req* r : queue_[size_t(k)]) {
+      const int64_t ahead = running + queued;
       if (r->started) {
-        ahead += int64_t(r->ch[0].ctx.size());
+        queued += int64_t(r->ch[0].ctx.size());
         continue;
       }
       if (too_late(ahead, r->est_tokens, SloClass(k), now - r->arrival)) {
@@ -240,7 +242,7 @@ void Scheduler::expire_queued(double now, std::vector<TokenEvent>& out) {
       } else if (now > r->arrival + wait) {
         expired.push_back({r, -1.0});
       } else {
-        ahead += r->est_tokens;
+        queued += r->est_tokens;
       }
     }
     for (auto [r, retry] : expired) {
@@ -250,35 +252,41 @@ void Scheduler::expire_queued(double now, std::vector<TokenEvent>& out) {
   }
 }
 
-// Decodes first, then prefill chunks of running choices, in priority order.
-void Scheduler::plan_running(StepPlan& plan, int& budget, double now) {
+// Decodes (cls empty), or the prefill chunks of running choices whose
+// request's effective class is `*cls`; more urgent classes first, then in
+// admission order.
+void Scheduler::plan_running(StepPlan& plan, int& budget, double now, std::optional<SloClass> cls) {
   std::vector<Req*> order = running_;
   std::stable_sort(order.begin(), order.end(), [&](const Req* a, const Req* b) {
     const SloClass ea = effective(*a, now), eb = effective(*b, now);
     return ea != eb ? ea < eb : a->admit_order < b->admit_order;
   });
-  for (int pass = 0; pass < 2; ++pass)
-    for (Req* r : order)
-      for (size_t i = 0; i < r->ch.size(); ++i) {
-        const Choice& c = r->ch[i];
-        if (c.seq < 0 || budget <= 0) continue;
-        const int rem = int(c.ctx.size()) - c.have;
-        if (pass == 0 && rem == 1) {
-          plan.slices.push_back({r, int(i), c.have, 1});
-          --budget;
-        } else if (pass == 1 && rem > 1) {
-          const int n = std::min(rem, budget);
-          plan.slices.push_back({r, int(i), c.have, n});
-          budget -= n;
-        }
+  for (Req* r : order) {
+    if (cls && effective(*r, now) != *cls) continue;
+    for (size_t i = 0; i < r->ch.size(); ++i) {
+      const Choice& c = r->ch[i];
+      if (c.seq < 0 || budget <= 0) continue;
+      const int rem = int(c.ctx.size()) - c.have;
+      if (!cls && rem == 1) {
+        plan.slices.push_back({r, int(i), c.have, 1});
+        --budget;
+      } else if (cls && rem > 1) {
+        const int n = std::min(rem, budget);
+        plan.slices.push_back({r, int(i), c.have, n});
+        budget -= n;
       }
+    }
+  }
 }
 
-// Admissions: strict priority, the head is never bypassed.
-void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out) {
+void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out,
+                             SloClass cls) {
   while (budget > 0) {
     Req* h = queue_head(now);
-    if (!h) break;
+    // A head of another class: a more urgent one was already tried this step
+    // and is held for a reason that still holds; a less urgent one waits for
+    // the next call.
+    if (!h || effective(*h, now) != cls) break;
     int new_seqs = 0;
     for (const Choice& c : h->ch) new_seqs += !c.done;
     if (running_seqs() + new_seqs > admit_seqs()) break;
@@ -334,9 +342,16 @@ StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
   ledger_.expire(now);
   take_cancels(out);
   expire_queued(now, out);
+  // Decodes first; then interactive prefill, running before newly admitted;
+  // then batch prefill. A waiting interactive request so takes the step's
+  // budget from a batch prompt being prefilled (chunked prefill resumes it
+  // the next step), not only what the batch prompt left over.
   int budget = batch_tokens();
-  plan_running(plan, budget, now);
-  admit_queued(plan, budget, now, out);
+  plan_running(plan, budget, now, std::nullopt);
+  plan_running(plan, budget, now, SloClass::Interactive);
+  admit_queued(plan, budget, now, out, SloClass::Interactive);
+  plan_running(plan, budget, now, SloClass::Batch);
+  admit_queued(plan, budget, now, out, SloClass::Batch);
   trim_queue(now, out);
   return plan;
 }
