@@ -347,10 +347,15 @@ http::request<http::string_body> with_query(const http::request<http::string_bod
 
 }  // namespace
 
-// A prefill leg that answers 429 (the decode worker had no room) or 500
-// (it could not be reached) is tried once more per other decode worker; the
-// prefill worker's prefix cache makes the repeat cheap. Nothing has reached
-// the client before the decode leg.
+// Disaggregated serving: the prefill worker prefills, samples the first
+// token and ships the K/V to the decode worker named in the request,
+// answering with the hand-over; the decode worker, given it, streams the
+// whole answer, which goes to the client as it comes. A prefill leg that
+// answers 429 (the decode worker had no room) or 500 (it could not be
+// reached) is tried once more per other decode worker; the prefill worker's
+// prefix cache makes the repeat cheap, and nothing has reached the client
+// yet. Any other answer but a hand-over (a 400, say) reaches the client as
+// the prefill worker sent it.
 bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive) {
   std::vector<WorkerView> view = workers.snapshot();
   std::optional<Relay> last;

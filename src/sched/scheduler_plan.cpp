@@ -279,6 +279,7 @@ void Scheduler::plan_running(StepPlan& plan, int& budget, double now, std::optio
   }
 }
 
+// Admissions of class `cls`: strict priority, the head is never bypassed.
 void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out,
                              SloClass cls) {
   while (budget > 0) {
