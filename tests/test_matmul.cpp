@@ -327,7 +327,7 @@ TEST(Matmul, PackedPanel8BitExact) {
       ASSERT_EQ(W.view.pack, PackLayout::Panel8);
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
-        for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(64)}) {
+        for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(17), int64_t(33), int64_t(64)}) {
           std::vector<float> y(size_t(nn * rows));
           matmul(W.view, x.data(), cols, nn, y.data(), rows, pool);
           ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))

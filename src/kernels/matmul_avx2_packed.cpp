@@ -24,8 +24,12 @@ namespace {
 
 using namespace avx2_detail;
 constexpr int L = 8;  // rows per panel
-// Up to this many activation rows go straight from the panels (few_rows_packed).
-constexpr int64_t kFewRows = 8;
+// Up to this many activation rows go straight from the panels
+// (few_rows_packed), which unpacks a block once per four rows: cheap for
+// Q4_0 / Q8_0, dearer for the K-quants with their per-block scales, so they
+// switch to the GEMM path sooner (docs/PERFORMANCE.md has the measurements).
+template <class P>
+constexpr int64_t few_rows_limit() { return P::kBlocks == 1 ? 32 : 16; }
 
 inline __m256 half8(const uint8_t* p) {  // 8 fp16 -> float
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
@@ -241,7 +245,7 @@ template <class P>
 void run_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
                 int64_t ldy, Scratch s) {
   if (n == 1) matvec_packed<P>(w, r0, r1, xq, y);
-  else if (n <= kFewRows) few_rows_packed<P>(w, r0, r1, xq, n, y, ldy);
+  else if (n <= few_rows_limit<P>()) few_rows_packed<P>(w, r0, r1, xq, n, y, ldy);
   else gemm_packed<P>(w, r0, r1, xq, n, y, ldy, s);
 }
 
