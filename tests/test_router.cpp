@@ -172,11 +172,14 @@ TEST(Router, CurveEventsRouteCacheAwareAndWrongKeysGetNone) {
   ASSERT_EQ(test::http_request(w1.http, "POST", "/v1/completions", direct.dump()).status, 200);
   // Every block of it indexed: a first event batch alone was seen to leave
   // the router without the prefix's later blocks (a flake under ctest -j2).
+  // And w1's load as the router last polled it back at 0: a poll taken
+  // while the direct request ran would weigh against w1 (seen under ctest -j2).
   ASSERT_TRUE(eventually(
       [&] {
         const double a = test::metric_value(port, "kvserve_router_index_blocks");
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        return a > 0 && test::metric_value(port, "kvserve_router_index_blocks") == a;
+        return a > 0 && test::metric_value(port, "kvserve_router_index_blocks") == a &&
+               test::metric_value(port, "kvserve_router_worker_load{worker=\"" + w1.url() + "\"}") == 0;
       },
       10));
   const auto rep = complete(port, prefix(0) + "Question 1:", 4);
