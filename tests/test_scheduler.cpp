@@ -24,8 +24,14 @@ struct Harness {
   std::map<std::pair<RequestId, int>, TokenEvent> finals;
   std::vector<std::string> logs;
 
-  Harness(FakeExecutorOptions fo, SchedulerConfig sc)
-      : exec(fo), sched(exec, sc, {}, [this](const std::string& s) { logs.push_back(s); }) {}
+  // Most tests name the admissions of a cold scheduler's first step, so the
+  // cold-start sample rule is off unless a test asks for it (`cold_rule`).
+  Harness(FakeExecutorOptions fo, SchedulerConfig sc, bool cold_rule = false)
+      : exec(fo), sched(exec, cold_off(sc, cold_rule), {}, [this](const std::string& s) { logs.push_back(s); }) {}
+  static SchedulerConfig cold_off(SchedulerConfig sc, bool cold_rule) {
+    if (!cold_rule) sc.rate_sample_tokens = 0;
+    return sc;
+  }
 
   SubmitResult submit(int prompt_len, int max_tokens, SloClass cls = SloClass::Interactive, std::string tenant = "t",
                       int n = 1, int salt = 0) {
@@ -334,12 +340,12 @@ TEST(Scheduler, PredictedWaitRejectsAtOnceWithStaggeredRetryAfter) {
   SubmitResult r = h.submit(100, 4, SloClass::Interactive, "t", 1, 2);
   ASSERT_FALSE(r.accepted);
   EXPECT_EQ(r.reason, RejectReason::QueueTimeout);
-  EXPECT_DOUBLE_EQ(r.retry_after_s, 1.0);  // ceil(1.36 - 0.64)
+  EXPECT_DOUBLE_EQ(r.retry_after_s, 1.0);  // ceil(1.36 - 0.64 + pad 0.1 x 1 s)
   EXPECT_NE(r.message.find("busy"), std::string::npos) << r.message;
-  // The next one is behind request 1 and the booked client: ceil((871 + 100) / 640 - 0.64) = 1.
+  // The next one is behind request 1 and the booked client: ceil((871 + 100) / 640 - 0.64 + 0.1) = 1.
   r = h.submit(100, 4, SloClass::Interactive, "t", 1, 3);
   EXPECT_DOUBLE_EQ(r.retry_after_s, 1.0);
-  // ... and the next behind both bookings: ceil((871 + 200) / 640 - 0.64) = 2.
+  // ... and the next behind both bookings: ceil((871 + 200) / 640 - 0.64 + 0.1) = 2.
   r = h.submit(100, 4, SloClass::Interactive, "t", 1, 4);
   EXPECT_DOUBLE_EQ(r.retry_after_s, 2.0);
   h.run();
@@ -401,7 +407,7 @@ TEST(Scheduler, ReturningClientIsNotQueuedBehindItsOwnBooking) {
   ASSERT_TRUE(h.submit(2000, 4, SloClass::Interactive, "t", 1, 1).accepted);
   h.step(0.1);
   h.step(0.1);  // 640 tokens/s; 1871 tokens still ahead
-  // slack 0.8 - 400/640 = 0.175 s; ceil(1871/640 - 0.175) = 3, ceil(2271/640 - 0.175) = 4.
+  // slack 0.8 - 400/640 = 0.175 s, pad 0.1 s; ceil(1871/640 - 0.175 + 0.1) = 3, ceil(2271/640 - 0.175 + 0.1) = 4.
   const SubmitResult a = h.submit(400, 4, SloClass::Interactive, "t", 1, 2);
   ASSERT_FALSE(a.accepted);
   EXPECT_DOUBLE_EQ(a.retry_after_s, 3.0);
@@ -449,6 +455,38 @@ TEST(Scheduler, ColdBurstRejectsQueuedOnceTheRateIsKnown) {
   EXPECT_NEAR(h.now, 0.2, 1e-9);
   h.run();
   for (RequestId id : {1, 2}) EXPECT_EQ(h.tk(id, 0).size(), 2u) << id;
+}
+
+// Cold start (no prefill rate yet): a step admits prompts only until it
+// holds enough prefill tokens to measure a rate, then the next step predicts.
+// Admitting the whole burst on a guess gave a real cold burst first tokens
+// past the class limit.
+TEST(Scheduler, ColdStartAdmitsOneRateSampleBeforeItPredicts) {
+  SchedulerConfig c;
+  c.max_batch_tokens = 512;
+  c.max_request_share = 1.0;
+  c.tenant_quota_share = 1.0;
+  c.wait_limit_s = {1.0, 300.0};
+  c.ttft_margin = 1.0;
+  c.rate_sample_tokens = 64;
+  Harness h(pool(800), c, /*cold_rule=*/true);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(h.submit(200, 2, SloClass::Interactive, "t", 1, i).accepted);
+  EXPECT_EQ(h.step(0.1).admitted, (std::vector<RequestId>{1}));  // 200 >= 64: enough for a rate
+  // 200 tokens / 0.25 s = 800 tokens/s. At t = 0.35 s: request 2 has nothing
+  // ahead; request 3 has 200 tokens (0.25 s) ahead, slack 1 - 0.25 - 0.35 =
+  // 0.4 s: in time; request 4 has 400 (0.5 s): too late, rejected now.
+  EXPECT_EQ(h.step(0.25).admitted, (std::vector<RequestId>{2, 3}));
+  EXPECT_NEAR(h.sched.stats(h.now).tokens_per_s, 800.0, 1e-6);
+  ASSERT_EQ(h.finals.count({RequestId(4), 0}), 1u);
+  EXPECT_EQ(h.fin(4, 0).reject_reason, RejectReason::QueueTimeout);
+  EXPECT_EQ(h.sched.stats(h.now).rejections[size_t(RejectReason::QueueTimeout)], 1);
+  h.run();
+  for (RequestId id : {1, 2, 3}) EXPECT_EQ(h.tk(id, 0), h.expected(200, 2, int(id) - 1)) << id;
+  // Short prompts are admitted together until their sum reaches the sample.
+  Harness s(pool(800), c, true);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.submit(30, 2, SloClass::Interactive, "t", 1, i).accepted);
+  EXPECT_EQ(s.step(0.1).admitted, (std::vector<RequestId>{1, 2, 3}));  // 30, 60, then 90 >= 64
+  s.run();
 }
 
 // --max-queue 0: no waiting. On an idle engine a request is admitted at the

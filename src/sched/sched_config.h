@@ -34,6 +34,15 @@ struct SchedulerConfig {
   double min_retry_after_s = 1.0;   // Retry-After bounds
   double max_retry_after_s = 600.0;
   double fallback_retry_after_s = 2.0;  // before any block was ever freed
+  // Added to a Retry-After computed from the prefill rate, as a share of
+  // the class's wait limit: a client that comes back a little late finds
+  // room, one that comes back at the very instant the estimate names is
+  // turned away again by any estimate error, and that costs a whole new wait.
+  double retry_pad_share = 0.1;
+  // Prefill tokens a step needs for its duration to set the first prefill
+  // rate (while none is known, admissions stop once a step holds that many;
+  // 0: no such stop, every admission of a cold start is on a guess).
+  int rate_sample_tokens = 64;
   // Longest time the queue head waits for a lower KV tier to stage its
   // prefix before it is admitted without it (and recomputes).
   double tier_wait_s = 2.0;

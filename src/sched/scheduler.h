@@ -224,6 +224,7 @@ class Scheduler {
   double wait_slack_s(int64_t own, SloClass cls) const;
   bool too_late(int64_t ahead, int64_t own, SloClass cls, double waited) const;
   double time_retry_after(int64_t ahead, int64_t own, SloClass cls, uint64_t fp, double now);
+  int cold_sample_tokens() const;
   int64_t running_prefill_tokens(SloClass cls, double now) const;
   // submit and bookkeeping (scheduler.cpp)
   SubmitCheck check_submit(const Request& req, double now);

@@ -115,10 +115,16 @@ bool Scheduler::too_late(int64_t ahead, int64_t own, SloClass cls, double waited
 double Scheduler::time_retry_after(int64_t ahead, int64_t own, SloClass cls, uint64_t fp, double now) {
   const double rate = tok_rate_.rate();
   double s = cfg_.fallback_retry_after_s;
-  if (rate > 0) s = double(ahead) / rate - wait_slack_s(own, cls);
+  const double pad = cfg_.retry_pad_share * cfg_.wait_limit_s[size_t(cls)];
+  if (rate > 0) s = double(ahead) / rate - wait_slack_s(own, cls) + pad;
   s = std::clamp(std::ceil(s), cfg_.min_retry_after_s, cfg_.max_retry_after_s);
   ledger_.book(fp, now + s, own);
   return s;
+}
+
+// Prefill tokens one step needs to set the first prefill rate.
+int Scheduler::cold_sample_tokens() const {
+  return std::max(1, std::min(cfg_.rate_sample_tokens, cfg_.max_batch_tokens / 2));
 }
 
 }  // namespace kvs::sched

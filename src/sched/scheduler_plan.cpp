@@ -279,10 +279,24 @@ void Scheduler::plan_running(StepPlan& plan, int& budget, double now, std::optio
   }
 }
 
+// Prompt tokens the plan sends through the model so far (decodes excluded,
+// by the same test update() counts them with).
+static int planned_prefill(const StepPlan& plan) {
+  int n = 0;
+  for (const StepPlan::Slice& s : plan.slices) {
+    const Choice& c = s.r->ch[size_t(s.choice)];
+    if (!(s.n == 1 && s.from + 1 == int(c.ctx.size()) && c.n_gen > 0)) n += s.n;
+  }
+  return n;
+}
+
 // Admissions of class `cls`: strict priority, the head is never bypassed.
 void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vector<TokenEvent>& out,
                              SloClass cls) {
   while (budget > 0) {
+    // No prefill rate yet: admit only until this step can measure one, so a
+    // cold burst is not admitted whole on a guess (the next step predicts).
+    if (cfg_.rate_sample_tokens > 0 && tok_rate_.rate() <= 0 && planned_prefill(plan) >= cold_sample_tokens()) break;
     Req* h = queue_head(now);
     // A head of another class: a more urgent one was already tried this step
     // and is held for a reason that still holds; a less urgent one waits for

@@ -195,10 +195,12 @@ void Scheduler::update(StepPlan& plan, const std::string& error, double now, std
   // step's start. That follows at once only while work remains (an idle
   // engine thread waits, and that wait is not step time). Decode-only steps
   // are not counted: their few tokens per weight pass would understate how
-  // fast queued prompts are served.
+  // fast queued prompts are served. The first rate may come from a smaller
+  // step (cold_sample_tokens): a cold burst must not wait for a full one.
   bool more = !running_.empty();
   for (const auto& q : queue_) more = more || !q.empty();
-  if (more && 2 * rep.prefill_tokens >= cfg_.max_batch_tokens)
+  const bool cold = cfg_.rate_sample_tokens > 0 && tok_rate_.rate() <= 0 && rep.prefill_tokens >= cold_sample_tokens();
+  if (more && (cold || 2 * rep.prefill_tokens >= cfg_.max_batch_tokens))
     last_step_tokens_ = rep.prefill_tokens + rep.decode_tokens;
 }
 
