@@ -186,5 +186,26 @@ TEST(ThreadPool, HelpersAreComputeThreads) {
   }).join();
 }
 
+// serve --compute-priority idle: the pool's helpers (and any thread marked
+// from then on) run SCHED_IDLE, so a woken HTTP thread preempts them at once.
+TEST(ThreadPool, IdleComputePriorityAppliesToNewHelpers) {
+  set_compute_priority(ComputePriority::Idle);
+  {
+    ThreadPool pool(3);
+    std::atomic<int> idle{0};
+    pool.run_on_all([&](int t) {
+      if (t > 0 && sched_getscheduler(0) == SCHED_IDLE) idle.fetch_add(1);
+    });
+    EXPECT_EQ(idle.load(), 2);
+  }
+  set_compute_priority(ComputePriority::Batch);
+  ThreadPool pool(2);
+  std::atomic<int> batch{0};
+  pool.run_on_all([&](int t) {
+    if (t > 0 && sched_getscheduler(0) == SCHED_BATCH) batch.fetch_add(1);
+  });
+  EXPECT_EQ(batch.load(), 1);
+}
+
 }  // namespace
 }  // namespace kvs

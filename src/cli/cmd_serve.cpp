@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -21,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
+#include "kernels/thread_role.h"
 #include "kernels/threadpool.h"
 #include "tools/default_model.h"
 #include "cli/disagg_args.h"
@@ -57,7 +59,10 @@ struct ServeArgs {
   KvArgs kv;
   WindowArgs window;
   std::string api_keys, cache_secret_file, chat_template = "auto", served_model_name;
-  int http_threads = 4;
+  // One I/O thread serves thousands of connections; more only help when
+  // requests' parsing and tokenizing keep one busy (big machines).
+  int http_threads = std::clamp(int(std::thread::hardware_concurrency()) / 4, 1, 4);
+  std::string compute_priority = "batch";
   double shutdown_timeout_s = 30, header_timeout_s = 30, body_timeout_s = 60, write_timeout_s = 60;
   std::string body_limit = "8MiB";
   size_t stream_queue = 4096;
@@ -315,6 +320,8 @@ server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, 
 
 int run_serve(const ServeArgs& a) {
   const sigset_t sigs = block_signals();
+  // Before the engine's pool exists: its threads take the priority at start.
+  set_compute_priority(a.compute_priority == "idle" ? ComputePriority::Idle : ComputePriority::Batch);
 
   // Everything that can be wrong with the flags fails before the model loads.
   std::unique_ptr<server::TenantRegistry> tenants =
@@ -436,7 +443,15 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--chat-template", a->chat_template, "auto, llama2, llama3, chatml, mistral or plain")
       ->capture_default_str();
   c->add_option("--served-model-name", a->served_model_name, "Model id for clients (default: the file's stem)");
-  c->add_option("--http-threads", a->http_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
+  c->add_option("--http-threads", a->http_threads, "HTTP I/O threads (default: a quarter of the CPUs, 1 to 4)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  c->add_option("--compute-priority", a->compute_priority,
+                "batch: compute threads share the CPU like any process; idle: every other thread (HTTP, "
+                "clients, scrapers on this machine) preempts them at once -- for a machine that only serves "
+                "(docs/SERVER.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"batch", "idle"}));
   c->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to finish in-flight requests on SIGTERM")
       ->capture_default_str();
   c->add_option("--header-timeout", a->header_timeout_s, "Seconds for an idle connection / request head")

@@ -4,15 +4,23 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace kvs {
+namespace {
+std::atomic<ComputePriority> g_priority{ComputePriority::Batch};
+}
+
+void set_compute_priority(ComputePriority p) { g_priority.store(p); }
+ComputePriority compute_priority() { return g_priority.load(); }
 
 bool mark_compute_thread() {
-#ifdef SCHED_BATCH
+#if defined(SCHED_BATCH) && defined(SCHED_IDLE)
   sched_param p{};
   p.sched_priority = 0;
-  return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: the calling thread
+  const int policy = compute_priority() == ComputePriority::Idle ? SCHED_IDLE : SCHED_BATCH;
+  return sched_setscheduler(0, policy, &p) == 0;  // 0: the calling thread
 #else
   return false;
 #endif

@@ -5,9 +5,26 @@
 
 namespace kvs {
 
-// A compute thread (Linux SCHED_BATCH): the same CPU share as a normal
-// thread, but it never preempts others on wakeup. The pool's helpers call
-// it themselves; the engine thread that drives the pool calls it too.
+// How compute threads yield to every other thread on the machine.
+enum class ComputePriority {
+  // SCHED_BATCH: the same CPU share as a normal thread, but it never
+  // preempts others on wakeup. A woken thread (an HTTP handler, a client
+  // on this machine) may still wait for the next scheduler tick.
+  Batch,
+  // SCHED_IDLE: any other runnable thread of the same scheduling group
+  // preempts it at once, and gets the CPU while it wants it. For a machine
+  // that serves and does nothing else: a CPU-bound neighbour process in the
+  // same group would take nearly all of the CPU from inference.
+  Idle,
+};
+
+// Process-wide: applies to compute threads marked from then on (set it
+// before the engine's pool starts). Batch until set.
+void set_compute_priority(ComputePriority p);
+ComputePriority compute_priority();
+
+// A compute thread, with the process's ComputePriority. The pool's helpers
+// call it themselves; the engine thread that drives the pool calls it too.
 // Returns false when the system refused (nothing else changes).
 bool mark_compute_thread();
 
