@@ -4,6 +4,7 @@
 // so the result is bit-identical to the AVX-512 and scalar paths.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -50,7 +51,11 @@ void tile(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t i
       __m256 wv[RW];
       for (int a = 0; a < RW; ++a) wv[a] = load_w<T>(rows[a], k + 8 * h);
       for (int b = 0; b < RX; ++b) {
-        const __m256 xv = _mm256_loadu_ps(xs[b] + k + 8 * h);
+        __m256 xv = _mm256_loadu_ps(xs[b] + k + 8 * h);
+        // One load per activation vector: left to itself the compiler folds
+        // the load into every fma that uses it, RW loads instead of one,
+        // and the load ports, not the fma units, set the pace.
+        if constexpr (RW > 1) __asm__("" : "+x"(xv));
         for (int a = 0; a < RW; ++a) acc[a][b][h] = _mm256_fmadd_ps(wv[a], xv, acc[a][b][h]);
       }
     }
@@ -82,25 +87,43 @@ void tile(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t i
     for (int b = 0; b < RX; ++b) y[(i0 + b) * ldy + r + a] = tree_sum(acc[a][b][0], acc[a][b][1]);
 }
 
-template <GgmlType T, int RW>
-void row_group(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t n, float* y,
-               int64_t ldy) {
+// Activation rows [i, i + RX) against weight rows [r0, r1), RW at a time.
+template <GgmlType T, int RX>
+void x_group(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t i,
+             float* y, int64_t ldy) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) tile<T, 2, RX>(w, r, x, ldx, i, y, ldy);  // 2 x RX pairs x 2 halves
+  for (; r < r1; ++r) tile<T, 1, RX>(w, r, x, ldx, i, y, ldy);
+}
+
+// Bytes of one weight row block: it stays in L2 while every group of three
+// activation rows (in L1) passes over it. Streaming all activation rows past
+// each weight pair instead read them from L3 once n * cols * 4 bytes
+// outgrew L2. Each output is still one tile's whole sum, so the order of
+// tiles changes no bit.
+constexpr int64_t kRowBlockBytes = 96 * 1024;
+template <GgmlType T>
+void x_groups(const WeightView& w, int64_t rb, int64_t re, const float* x, int64_t ldx, int64_t n,
+              float* y, int64_t ldy) {
   int64_t i = 0;
-  for (; i + 3 <= n; i += 3) tile<T, RW, 3>(w, r, x, ldx, i, y, ldy);
-  if (n - i == 2) tile<T, RW, 2>(w, r, x, ldx, i, y, ldy);
-  else if (n - i == 1) tile<T, RW, 1>(w, r, x, ldx, i, y, ldy);
+  for (; i + 3 <= n; i += 3) x_group<T, 3>(w, rb, re, x, ldx, i, y, ldy);
+  if (n - i == 2) x_group<T, 2>(w, rb, re, x, ldx, i, y, ldy);
+  else if (n - i == 1) x_group<T, 1>(w, rb, re, x, ldx, i, y, ldy);
 }
 
 template <GgmlType T>
 void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
             float* y, int64_t ldy) {
-  int64_t r = r0;
   if (n == 1) {
+    int64_t r = r0;
     for (; r + 4 <= r1; r += 4) tile<T, 4, 1>(w, r, x, ldx, 0, y, ldy);
-  } else {
-    for (; r + 2 <= r1; r += 2) row_group<T, 2>(w, r, x, ldx, n, y, ldy);  // 2 x 3 pairs x 2 halves
+    for (; r < r1; ++r) tile<T, 1, 1>(w, r, x, ldx, 0, y, ldy);
+    return;
   }
-  for (; r < r1; ++r) row_group<T, 1>(w, r, x, ldx, n, y, ldy);
+  const int64_t cols = std::max<int64_t>(1, w.cols);
+  constexpr int64_t kEs = T == GgmlType::F32 ? 4 : 2;
+  const int64_t block = std::max<int64_t>(2, kRowBlockBytes / (cols * kEs) / 2 * 2);
+  for (int64_t rb = r0; rb < r1; rb += block) x_groups<T>(w, rb, std::min(r1, rb + block), x, ldx, n, y, ldy);
 }
 
 }  // namespace
