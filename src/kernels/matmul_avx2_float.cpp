@@ -87,29 +87,24 @@ void tile(const WeightView& w, int64_t r, const float* x, int64_t ldx, int64_t i
     for (int b = 0; b < RX; ++b) y[(i0 + b) * ldy + r + a] = tree_sum(acc[a][b][0], acc[a][b][1]);
 }
 
-// Activation rows [i, i + RX) against weight rows [r0, r1), RW at a time.
+// Activation rows [i, i + RX) against weight rows [r0, r1), three at a time.
 template <GgmlType T, int RX>
 void x_group(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t i,
              float* y, int64_t ldy) {
   int64_t r = r0;
-  for (; r + 2 <= r1; r += 2) tile<T, 2, RX>(w, r, x, ldx, i, y, ldy);  // 2 x RX pairs x 2 halves
-  for (; r < r1; ++r) tile<T, 1, RX>(w, r, x, ldx, i, y, ldy);
+  for (; r + 3 <= r1; r += 3) tile<T, 3, RX>(w, r, x, ldx, i, y, ldy);  // 3 x RX pairs x 2 halves
+  if (r1 - r == 2) tile<T, 2, RX>(w, r, x, ldx, i, y, ldy);
+  else if (r1 - r == 1) tile<T, 1, RX>(w, r, x, ldx, i, y, ldy);
 }
 
-// Bytes of one weight row block: it stays in L2 while every group of three
+// Bytes of one weight row block: it stays in L2 while every pair of
 // activation rows (in L1) passes over it. Streaming all activation rows past
-// each weight pair instead read them from L3 once n * cols * 4 bytes
-// outgrew L2. Each output is still one tile's whole sum, so the order of
-// tiles changes no bit.
-constexpr int64_t kRowBlockBytes = 96 * 1024;
-template <GgmlType T>
-void x_groups(const WeightView& w, int64_t rb, int64_t re, const float* x, int64_t ldx, int64_t n,
-              float* y, int64_t ldy) {
-  int64_t i = 0;
-  for (; i + 3 <= n; i += 3) x_group<T, 3>(w, rb, re, x, ldx, i, y, ldy);
-  if (n - i == 2) x_group<T, 2>(w, rb, re, x, ldx, i, y, ldy);
-  else if (n - i == 1) x_group<T, 1>(w, rb, re, x, ldx, i, y, ldy);
-}
+// a few weight rows instead read them from L3 once n * cols * 4 bytes
+// outgrew L2. Tiles of 3 weight x 2 activation rows beat 2 x 3 (measured,
+// docs/PERFORMANCE.md): the activations, not the half-to-float conversions,
+// are what the L1 must hold. Each output is still one tile's whole sum, so
+// the order of tiles changes no bit.
+constexpr int64_t kRowBlockBytes = 192 * 1024;
 
 template <GgmlType T>
 void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
@@ -120,10 +115,14 @@ void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
     for (; r < r1; ++r) tile<T, 1, 1>(w, r, x, ldx, 0, y, ldy);
     return;
   }
-  const int64_t cols = std::max<int64_t>(1, w.cols);
   constexpr int64_t kEs = T == GgmlType::F32 ? 4 : 2;
-  const int64_t block = std::max<int64_t>(2, kRowBlockBytes / (cols * kEs) / 2 * 2);
-  for (int64_t rb = r0; rb < r1; rb += block) x_groups<T>(w, rb, std::min(r1, rb + block), x, ldx, n, y, ldy);
+  const int64_t block = std::max<int64_t>(3, kRowBlockBytes / (std::max<int64_t>(1, w.cols) * kEs) / 3 * 3);
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = std::min(r1, rb + block);
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) x_group<T, 2>(w, rb, re, x, ldx, i, y, ldy);
+    if (i < n) x_group<T, 1>(w, rb, re, x, ldx, i, y, ldy);
+  }
 }
 
 }  // namespace
