@@ -57,6 +57,7 @@ struct Relay {
   std::string error;          // why the worker failed
   std::string body, content_type = "application/json", retry_after;  // a held (unsent) answer
   int64_t cached_tokens = -1; // usage.prompt_tokens_details.cached_tokens seen in the answer
+  bool counted = false;       // in kvserve_router_requests_total already
 };
 
 // The last "cached_tokens": N in `text`, or -1.
@@ -139,6 +140,8 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // forward == false: the answer is read into the Relay, never sent (the
   // prefill leg of a P/D request).
   Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
+  // Once per relay, in the totals by status (0: failed over).
+  void count_routed(int w, Relay& r);
   // relay() counted: in flight on worker w meanwhile, then in the totals by
   // status; a worker that failed before its first byte is marked down.
   Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
@@ -403,12 +406,18 @@ Relay RouterServer::Impl::leg(int w, const http::request<http::string_body>& in,
   workers.begin_request(w);
   Relay r = relay(w, in, client, keep_alive, forward);
   workers.end_request(w);
-  {
-    std::lock_guard lk(mu);
-    ++routed[{w, r.failover ? 0 : r.status}];
-  }
+  count_routed(w, r);
   if (r.failover) workers.mark_down(w, r.error);
   return r;
+}
+
+// Counted before the client gets the first byte of the answer, so a client
+// that reads /metrics after its response finds it counted.
+void RouterServer::Impl::count_routed(int w, Relay& r) {
+  if (r.counted) return;
+  r.counted = true;
+  std::lock_guard lk(mu);
+  ++routed[{w, r.failover ? 0 : r.status}];
 }
 
 bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
@@ -518,6 +527,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   r.cached_tokens = scan_cached(r.body);
   if (r.status == 429 || !forward) return r;  // held: the caller may try another worker, or reads it
   r.sent = true;
+  count_routed(w, r);
   if (!write(client, respond(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
                              keep_alive, r.retry_after)))
     r.client_gone = true;
@@ -527,6 +537,7 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
 void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
                                      http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r) {
   r.sent = true;
+  count_routed(w, r);
   if (!write(client, server::stream_head(r.status, kServer, r.content_type, true, keep_alive))) {
     r.client_gone = true;
     return;
