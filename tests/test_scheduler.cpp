@@ -457,6 +457,33 @@ TEST(Scheduler, ColdBurstRejectsQueuedOnceTheRateIsKnown) {
   for (RequestId id : {1, 2}) EXPECT_EQ(h.tk(id, 0).size(), 2u) << id;
 }
 
+// Retry-After adds a tenth of the class's limit to the time the work ahead
+// drains to fit: a client told the exact instant came back to find the
+// estimate a little short and was turned away again (half of them in a real
+// long burst). With the pad off, the same client is told one second less.
+TEST(Scheduler, RetryAfterCarriesAPadOfATenthOfTheLimit) {
+  for (const double share : {0.1, 0.0}) {
+    SchedulerConfig c;
+    c.max_batch_tokens = 64;
+    c.max_request_share = 1.0;
+    c.tenant_quota_share = 1.0;
+    c.wait_limit_s = {10.0, 300.0};
+    c.ttft_margin = 0.8;
+    c.retry_pad_share = share;
+    FakeExecutorOptions o = pool(800);
+    o.max_ctx = 8192;
+    Harness h(o, c);
+    ASSERT_TRUE(h.submit(6000, 2, SloClass::Interactive, "t", 1, 1).accepted);
+    h.step(0.1);
+    h.step(0.1);  // 640 tokens/s; 5871 prompt tokens still ahead
+    // slack 8 - 100/640 = 7.84 s; 5871/640 - 7.84 = 1.33 s; + 1 s of pad.
+    const SubmitResult r = h.submit(100, 4, SloClass::Interactive, "t", 1, 2);
+    ASSERT_FALSE(r.accepted);
+    EXPECT_EQ(r.reason, RejectReason::QueueTimeout);
+    EXPECT_DOUBLE_EQ(r.retry_after_s, share > 0 ? 3.0 : 2.0) << "pad share " << share;
+  }
+}
+
 // Cold start (no prefill rate yet): a step admits prompts only until it
 // holds enough prefill tokens to measure a rate, then the next step predicts.
 // Admitting the whole burst on a guess gave a real cold burst first tokens
