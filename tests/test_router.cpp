@@ -317,7 +317,7 @@ TEST(Router, StalledStreamEndsWithAnErrorEventAndDone) {
   // A raw client: read until the first event, then freeze the worker.
   const int fd = test::connect_local(port, 30);
   ASSERT_GE(fd, 0);
-  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}}.dump();
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
   const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
                           "application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
