@@ -114,6 +114,8 @@ def main():
                 p_pp.append(pp)
                 p_tg.append(tg)
             for name, k, p in ((f"pp{a.pp}", k_pp, p_pp), (f"tg{a.tg}", k_tg, p_tg)):
+                if name in ("pp0", "tg0"):  # --pp 0 / --tg 0: that test was not run
+                    continue
                 print(f"| {t.upper()} | {th} | {name} | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",
                       flush=True)
     if a.batched:
