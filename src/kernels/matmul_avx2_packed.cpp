@@ -234,8 +234,20 @@ void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, 
       const __m256i mask = lane_mask(int(r1 - p0 < L ? r1 - p0 : L));
       for (int64_t bb = 0; bb < kb; bb += P::kBlocks)
         unpack_to_scratch<P>(pan, (kb0 + bb) / P::kBlocks, slice + bb * kPanelBlockBytes);
+      // The next panel's part of this K slice is fetched while the tiles
+      // run, a few lines per tile: its unpack would otherwise wait on
+      // memory for each line (every panel is a new stream to the hardware
+      // prefetcher), and all lines at once stall on the miss queue.
+      const uint8_t* next = p0 + L < r1 ? pan + pbytes + (kb0 / P::kBlocks) * P::kStride : nullptr;
+      const int64_t next_lines = (kb / P::kBlocks * P::kStride + 63) / 64;
+      const int64_t per_tile = next_lines / (n / R > 0 ? n / R : 1) + 1;
+      int64_t line = 0;
       int64_t i0 = 0;
-      for (; i0 + R <= n; i0 += R) tile_from_scratch<R, P>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+      for (; i0 + R <= n; i0 += R) {
+        for (int64_t e = line + per_tile; next && line < e && line < next_lines; ++line)
+          _mm_prefetch(reinterpret_cast<const char*>(next + 64 * line), _MM_HINT_T0);
+        tile_from_scratch<R, P>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
+      }
       for (; i0 < n; ++i0) tile_from_scratch<1, P>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, mask);
     }
   }
