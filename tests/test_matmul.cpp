@@ -162,7 +162,7 @@ void check_case(GgmlType t, Isa isa, int64_t rows, int64_t cols, int64_t n, Thre
   }
   if (isa == Isa::Scalar) return;
   // The load-time copy: Panel16 on AVX-512, Panel8 on AVX2. Quantized: the
-  // same bits as the file layout. Float (Panel16 only): the k-chain order,
+  // same bits as the file layout. Float: the k-chain order,
   // bit-exact with its scalar definition, within the error bound, and
   // independent of n.
   IsaGuard g(isa);
@@ -307,13 +307,17 @@ TEST(Matmul, PackedPanel16Layout) {
   }
 }
 
-// Panel8 copies (load-time repack, AVX2): the shapes of PackedPanel16BitExact
-// for the quantized types, bit-exact with the scalar reference (hence with
-// the file layout) at every thread count and batch size.
+// Panel8 copies (load-time repack, AVX2): the shapes of PackedPanel16BitExact,
+// bit-exact with the scalar reference (hence with the file layout for the
+// quantized types, with the k-chain order for the float ones) at every thread
+// count and batch size. The float batch sizes cover the small-n kernels
+// (n = 1, 2, 3) and every tile height (n % 6), and 4608 columns span
+// several k slices whose partial sums are parked in y.
 TEST(Matmul, PackedPanel8BitExact) {
   if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "AVX2 not available: Panel8 is not used here";
   IsaGuard g(Isa::Avx2);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
+                     GgmlType::BF16, GgmlType::F32}) {
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
                                                 : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
@@ -321,13 +325,13 @@ TEST(Matmul, PackedPanel8BitExact) {
       Weights W = make_weights(t, rows, cols, 13 + uint32_t(cols));
       std::vector<float> x = make_x(64, cols, 17);
       std::vector<float> ref(size_t(64 * rows));
-      matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);
       ASSERT_TRUE(packable(W.view));
       PackedArena arena = pack_weights({{&W.view, false}});
       ASSERT_EQ(W.view.pack, PackLayout::Panel8);
+      matmul_q8_reference(W.view, x.data(), cols, 64, ref.data(), rows);  // k-chain for a float copy
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
-        for (int64_t nn : {int64_t(1), int64_t(2), int64_t(7), int64_t(16), int64_t(17), int64_t(33), int64_t(64)}) {
+        for (int64_t nn : {1, 2, 3, 4, 5, 7, 11, 16, 17, 33, 64}) {
           std::vector<float> y(size_t(nn * rows));
           matmul(W.view, x.data(), cols, nn, y.data(), rows, pool);
           ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
@@ -336,9 +340,37 @@ TEST(Matmul, PackedPanel8BitExact) {
       }
     }
   }
-  // Float views keep the file layout on AVX2 (their packed order differs).
-  Weights F = make_weights(GgmlType::F16, 16, 64, 3);
-  EXPECT_FALSE(packable(F.view, PackLayout::Panel8));
+}
+
+// A float matrix packed for AVX2 (Panel8) and for AVX-512 (Panel16) runs the
+// same k-chain order, so a worker of either kind returns the same bits. Each
+// ISA path given the other's copy falls back to the plain k-chain code.
+TEST(Matmul, FloatPanel8AndPanel16GiveTheSameBits) {
+  const int64_t rows = 37, cols = 1056, n = 9;  // partial panels of both widths
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+    Weights W = make_weights(t, rows, cols, 5);
+    std::vector<float> x = make_x(n, cols, 6);
+    std::vector<float> ref(size_t(n * rows));
+    ThreadPool pool(2);
+    std::vector<std::vector<float>> got;
+    for (PackLayout layout : {PackLayout::Panel8, PackLayout::Panel16}) {
+      std::vector<uint8_t> copy(packed_size(W.view, layout) + 64);
+      uint8_t* dst = copy.data() + (64 - reinterpret_cast<uintptr_t>(copy.data()) % 64) % 64;
+      pack_panels_into(W.view, layout, dst);
+      WeightView v = W.view;
+      v.packed = dst;
+      v.pack = layout;
+      if (layout == PackLayout::Panel8) matmul_q8_reference(v, x.data(), cols, n, ref.data(), rows);
+      for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+        if (!isa_available(isa)) continue;
+        IsaGuard g(isa);
+        std::vector<float> y(size_t(n * rows));
+        matmul(v, x.data(), cols, n, y.data(), rows, pool);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+            << type_name(t) << " " << isa_name(isa) << (layout == PackLayout::Panel8 ? " panel8" : " panel16");
+      }
+    }
+  }
 }
 
 // One dispatch for several products of the same X (Q/K/V, gate/up), with
@@ -454,6 +486,24 @@ TEST(Matmul, PackedPanel16FloatLayout) {
       for (int64_t lane : {0, 5, 15}) {
         EXPECT_EQ(0, std::memcmp(dst.data() + (k * 16 + lane) * es, W.view.row(lane) + k * es, size_t(es)));
         EXPECT_EQ(0, std::memcmp(dst.data() + (cols * 16 + k * 16 + lane) * es, W.view.row(16) + k * es,
+                                 size_t(es)));
+      }
+  }
+}
+
+// The float Panel8 layout: element k of panel p's 8 rows at [8k, 8k + 8).
+TEST(Matmul, PackedPanel8FloatLayout) {
+  const int64_t rows = 9, cols = 5;  // 2 panels, the second holds row 8 and repeats it
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+    Weights W = make_weights(t, rows, cols, 3);
+    const int64_t es = t == GgmlType::F32 ? 4 : 2;
+    ASSERT_EQ(packed_size(W.view, PackLayout::Panel8), size_t(2 * cols * 8 * es));
+    std::vector<uint8_t> dst(packed_size(W.view, PackLayout::Panel8));
+    pack_panels_into(W.view, PackLayout::Panel8, dst.data());
+    for (int64_t k : {0, 3, 4})
+      for (int64_t lane : {0, 5, 7}) {
+        EXPECT_EQ(0, std::memcmp(dst.data() + (k * 8 + lane) * es, W.view.row(lane) + k * es, size_t(es)));
+        EXPECT_EQ(0, std::memcmp(dst.data() + (cols * 8 + k * 8 + lane) * es, W.view.row(8) + k * es,
                                  size_t(es)));
       }
   }

@@ -4,6 +4,7 @@
 // arch, missing or misshapen tensors) naming the file and the tensor/key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -213,6 +214,50 @@ TEST(ModelLoad, RepackedWeightsGiveIdenticalLogits) {
     const std::vector<float> c = logits(plain), d = logits(packed);
     clear_isa_override();
     EXPECT_EQ(0, std::memcmp(c.data(), d.data(), c.size() * 4)) << "released file pages read back wrong";
+  }
+}
+
+// A float model's packed copy (Panel16 on AVX-512, Panel8 on AVX2) changes
+// the summation order to the k-chain (bit-exactness of that order is
+// test_matmul's): its logits must stay within f32 rounding of the file
+// layout's, prefill and decode, and name the same greedy tokens.
+TEST(ModelLoad, PackedFloatModelMatchesTheFileLayout) {
+  if (!shared_available()) GTEST_SKIP();
+  if (active_isa() == Isa::Scalar) GTEST_SKIP() << "no packed layout without AVX2";
+  const std::string rel = "models/tiny-random/tiny-llama-f16.gguf";
+  setenv("KVS_REPACK", "0", 1);
+  auto plain = Model::load(shared(rel));
+  unsetenv("KVS_REPACK");
+  auto packed = Model::load(shared(rel));
+  ASSERT_EQ(packed->weights().layers[0].w_up.type, GgmlType::F16);
+  ASSERT_EQ(packed->weights().layers[0].w_up.pack, pack_layout_for(active_isa()));
+  ASSERT_EQ(plain->weights().layers[0].w_up.pack, PackLayout::None);
+  const std::vector<int32_t> prompt = {1, 15, 300, 7, 42, 99, 5, 250, 3, 17, 64, 128, 11, 2, 9, 77, 31};
+  auto logits = [&](const std::shared_ptr<const Model>& m) {
+    Engine e(m, EngineOptions{2});
+    LocalSequence seq(e, 64);
+    std::vector<float> all = seq.eval(prompt, /*all_logits=*/true);  // [n_prompt, n_vocab]
+    for (int i = 0; i < 4; ++i) {
+      std::vector<float> l = seq.eval({int32_t(20 + i)}, false);  // decode steps: n = 1 path
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+  };
+  const std::vector<float> a = logits(plain), b = logits(packed);
+  ASSERT_EQ(a.size(), b.size());
+  const size_t vocab = size_t(plain->config().n_vocab);
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
+    max_abs = std::max(max_abs, double(std::fabs(a[i])));
+  }
+  EXPECT_GT(max_diff, 0.0) << "the packed copy should run its own order";
+  EXPECT_LE(max_diff, 1e-4 * max_abs) << "max |diff| " << max_diff << " of max |logit| " << max_abs;
+  for (size_t row = 0; row < a.size() / vocab; ++row) {
+    auto arg = [&](const std::vector<float>& v) {
+      return std::max_element(v.begin() + long(row * vocab), v.begin() + long((row + 1) * vocab)) - v.begin();
+    };
+    EXPECT_EQ(arg(a), arg(b)) << "row " << row;
   }
 }
 

@@ -128,7 +128,8 @@ void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
 }  // namespace
 
 void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
-                     int64_t n, float* y, int64_t ldy, Scratch) {
+                     int64_t n, float* y, int64_t ldy, Scratch s) {
+  if (w.pack == PackLayout::Panel8) return float_rows_avx2_packed(w, r0, r1, x, ldx, n, y, ldy, s);
   // A Panel16 copy exists only when AVX-512 was active at load; this path is
   // then reached only through an ISA override, so plain k-chain code will do.
   if (w.pack == PackLayout::Panel16) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);

@@ -166,6 +166,9 @@ void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
 void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                        int64_t n, float* y, int64_t ldy, Scratch s) {
   if (w.pack == PackLayout::Panel16) return float_rows_avx512_packed(w, r0, r1, x, ldx, n, y, ldy, s);
+  // A Panel8 copy exists only when AVX2 was the ISA at load; this path is then
+  // reached only through an ISA override, so plain k-chain code will do.
+  if (w.pack == PackLayout::Panel8) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);
   switch (w.type) {
     case GgmlType::F32: return rows_t<GgmlType::F32>(w, r0, r1, x, ldx, n, y, ldy, s);
     case GgmlType::F16: return rows_t<GgmlType::F16>(w, r0, r1, x, ldx, n, y, ldy, s);

@@ -20,8 +20,8 @@
 // k = j (mod 16) products with fma in increasing k, then the fixed tree
 // (j, j+8) -> (j, j+4) -> (j, j+2) -> (0, 1). See float_tree_sum().
 //
-// Float weights with a Panel16 copy (w.pack == Panel16, AVX-512 at load):
-// the "k-chain" order instead, one fma chain per output over k in increasing
+// Float weights with a packed copy (w.pack == Panel16 with AVX-512 at load,
+// Panel8 with AVX2): the "k-chain" order instead, one fma chain per output over k in increasing
 // order from +0. It suits the outer-product kernels that layout feeds (16
 // rows per vector, x[k] broadcast); the order belongs to the view, so every
 // ISA path given a packed float view runs it (float_rows_chain_scalar).
@@ -118,8 +118,12 @@ void float_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const float*
 // matmul_avx512_float_packed.cpp). r0 % 16 == 0.
 void float_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const float* x,
                               int64_t ldx, int64_t n, float* y, int64_t ldy, Scratch scratch);
-// The k-chain order from the file layout, plainly (scalar and AVX2 paths
-// given a packed float view; the tests' reference).
+// AVX2 kernels for float weights with a Panel8 copy (k-chain order;
+// matmul_avx2_float_packed.cpp). r0 % 8 == 0.
+void float_rows_avx2_packed(const WeightView& w, int64_t r0, int64_t r1, const float* x,
+                            int64_t ldx, int64_t n, float* y, int64_t ldy, Scratch scratch);
+// The k-chain order from the file layout, plainly (the scalar path, and an
+// ISA path given the other ISA's packed float view; the tests' reference).
 void float_rows_chain_scalar(const WeightView& w, int64_t r0, int64_t r1, const float* x,
                              int64_t ldx, int64_t n, float* y, int64_t ldy);
 

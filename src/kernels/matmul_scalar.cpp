@@ -230,7 +230,7 @@ inline float float_weight(const WeightView& w, const uint8_t* row, int64_t k) {
 // a packed view runs the k-chain order instead.
 void float_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                        int64_t n, float* y, int64_t ldy, Scratch) {
-  if (w.pack == PackLayout::Panel16) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);
+  if (w.pack != PackLayout::None) return float_rows_chain_scalar(w, r0, r1, x, ldx, n, y, ldy);
   const int64_t cols = w.cols;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.row(r);

@@ -1,6 +1,7 @@
-// Panel16 repacking (layout in weight_pack.h) and the arena that holds it.
+// Panel16 / Panel8 repacking (layout in weight_pack.h) and the arena that holds it.
 #include "kernels/weight_pack.h"
 
+#include <emmintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -59,10 +60,7 @@ bool packable(const WeightView& w, PackLayout layout) {
   const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
                      w.type == GgmlType::Q6_K;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
-  // Panel8 has AVX2 kernels for the quantized types only; float views keep
-  // the file layout's order there (a packed float view changes it).
-  if (layout == PackLayout::Panel8) return quant;
-  return layout == PackLayout::Panel16 && (quant || mm::is_float_type(w.type));
+  return layout != PackLayout::None && (quant || mm::is_float_type(w.type));
 }
 
 bool packable(const WeightView& w) { return packable(w, pack_layout_for(active_isa())); }
@@ -125,21 +123,48 @@ void pack_panels_q6k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t
   }
 }
 
-// Float panels [p_begin, p_end): element k of the 16 rows is 16 values
-// in the file's type, lane order. A panel (16 rows x cols) is at most a few
-// hundred KB, so the strided writes stay in cache.
-void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
-  constexpr int64_t kLanes = 16;
+// 8 x 8 transpose of 16-bit values: in[r] holds elements k..k+7 of row r,
+// out[j] element k+j of the 8 rows. SSE2, so every x86-64 build has it.
+inline void transpose8x16(const __m128i in[8], __m128i out[8]) {
+  __m128i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm_unpacklo_epi16(in[2 * i], in[2 * i + 1]);      // elements 0..3 of rows 2i, 2i+1
+    t[2 * i + 1] = _mm_unpackhi_epi16(in[2 * i], in[2 * i + 1]);  // elements 4..7
+  }
+  for (int h = 0; h < 2; ++h) {  // h = 0: rows 0..3, h = 1: rows 4..7
+    u[4 * h + 0] = _mm_unpacklo_epi32(t[4 * h], t[4 * h + 2]);      // elements 0, 1
+    u[4 * h + 1] = _mm_unpackhi_epi32(t[4 * h], t[4 * h + 2]);      // 2, 3
+    u[4 * h + 2] = _mm_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);  // 4, 5
+    u[4 * h + 3] = _mm_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);  // 6, 7
+  }
+  for (int j = 0; j < 4; ++j) {
+    out[2 * j] = _mm_unpacklo_epi64(u[j], u[4 + j]);
+    out[2 * j + 1] = _mm_unpackhi_epi64(u[j], u[4 + j]);
+  }
+}
+
+// Float panels [p_begin, p_end): element k of the kLanes rows is kLanes
+// values in the file's type, lane order. A panel (kLanes rows x cols) is at
+// most a few hundred KB, so the strided writes stay in cache. 16-bit types
+// go 8 rows x 8 elements at a time through a register transpose.
+void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t kLanes) {
   const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w, kLanes);
+  const int64_t k8 = es == 2 ? w.cols / 8 * 8 : 0;  // columns the transpose covers
   for (int64_t p = p_begin; p < p_end; ++p) {
     uint8_t* pan = dst + p * pb;
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      const uint8_t* row = w.row(std::min(p * kLanes + lane, w.rows - 1));
-      uint8_t* d = pan + lane * es;
-      if (es == 2) {
-        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(d + k * kLanes * 2, row + 2 * k, 2);
-      } else {
-        for (int64_t k = 0; k < w.cols; ++k) std::memcpy(d + k * kLanes * 4, row + 4 * k, 4);
+    for (int64_t g = 0; g < kLanes; g += 8) {  // 8 lanes: one transpose's rows
+      const uint8_t* rows[8];
+      for (int r = 0; r < 8; ++r) rows[r] = w.row(std::min(p * kLanes + g + r, w.rows - 1));
+      for (int64_t k = 0; k < k8; k += 8) {
+        __m128i in[8], out[8];
+        for (int r = 0; r < 8; ++r) in[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + 2 * k));
+        transpose8x16(in, out);
+        for (int j = 0; j < 8; ++j)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(pan + ((k + j) * kLanes + g) * 2), out[j]);
+      }
+      for (int r = 0; r < 8; ++r) {
+        uint8_t* d = pan + (g + r) * es;
+        for (int64_t k = k8; k < w.cols; ++k) std::memcpy(d + k * kLanes * es, rows[r] + es * k, size_t(es));
       }
     }
   }
@@ -148,7 +173,7 @@ void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64
 // Panels [p_begin, p_end) of the copy in `layout`.
 void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p_begin, int64_t p_end) {
   const int64_t L = lanes_of(layout), vb = 4 * L;
-  if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end);
+  if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type, L), ub = unit_bytes(w.type, L);
