@@ -1,6 +1,6 @@
-// Load-time weight repacking: PackLayout::Panel16 (AVX-512: Q8_0, Q4_0,
-// Q4_K, Q6_K and the float types F32, F16, BF16) and PackLayout::Panel8
-// (AVX2: the four quantized types).
+// Load-time weight repacking: PackLayout::Panel16 (AVX-512) and
+// PackLayout::Panel8 (AVX2), each for Q8_0, Q4_0, Q4_K, Q6_K and the float
+// types F32, F16, BF16.
 //
 // The file layout keeps each weight row's blocks together, so a kernel that
 // computes 16 rows per zmm (one row per lane) must gather 16 scattered rows
@@ -40,8 +40,9 @@
 // F32 / F16 / BF16: panel p = cols x 16 values in the file's type, element
 //   k of rows 16p .. 16p+15 at [16k, 16k + 16) (lane order), so one vector
 //   is one k of 16 rows. Float matrices with this copy switch to the k-chain
-//   order (matmul_internal.h): the outer-product kernels it feeds are about
-//   1.8x faster at prefill than the dot-product ones of the file layout.
+//   order (matmul_internal.h): the outer-product kernels it feeds are faster
+//   at prefill than the dot-product ones of the file layout (figures in
+//   docs/PERFORMANCE.md).
 //
 // Panel8 (AVX2) is the same layout with 8 lanes: a vector is 32 B (lane r
 //   = 4 bytes of row r), every per-lane array holds 8 entries, so with
@@ -49,7 +50,9 @@
 //   Q4_K unit 148L B (vectors [0, 128L), d at 128L, dmin at 130L, scales at
 //   132L, mins at 140L); Q6_K unit 212L B (ql [0, 128L), qh [128L, 192L),
 //   scales at 192L, d at 208L, zero to 212L). Q8_0 levels stay signed (the
-//   AVX2 kernels use the sign trick, not an offset).
+//   AVX2 kernels use the sign trick, not an offset). A float panel is cols x 8
+//   values, element k of the 8 rows at [8k, 8k + 8); its k-chain order is the
+//   Panel16 one, so both copies give the same bits.
 //
 // Quantized units are multiples of the vector size, so vectors load aligned. The values
 // are the file's bit for bit: for the quantized types the kernels' integer
