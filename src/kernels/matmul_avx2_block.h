@@ -104,34 +104,39 @@ inline void unpack_to_scratch(const Src& p, int64_t u, uint8_t* dst) {
   });
 }
 
-// Signed 8-bit levels (Q8_0) over RT activation rows: each weight vector is
-// loaded and made absolute once for all rows, and every row keeps its block
-// sum in a register, where block_step's per-row calls re-derived |W| for
-// every row and spilled the accumulators. The integer sum is exact in any
-// order and the float step is block_step's, so the bits are the same.
+// Signed 8-bit levels (Q8_0) of one block for RT activation rows: each
+// weight vector is loaded and made absolute once for all rows, and every row
+// keeps its block sum in a register, where block_step's per-row calls
+// re-derived |W| for every row and spilled the accumulators. The integer sum
+// is exact in any order and the float step is block_step's, so the bits are
+// the same. `levels` holds the block's 8 vectors (32-byte aligned).
+template <int RT>
+inline void signed_block_rows(const uint8_t* levels, __m256 ws0, const XBlock* const (&xb)[RT],
+                              __m256 (&acc)[RT]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i sum[RT];
+  for (int i = 0; i < RT; ++i) sum[i] = _mm256_set1_epi32(xb[i]->corr[0]);
+  for (int k = 0; k < 8; ++k) {
+    const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(levels + 32 * k));
+    const __m256i a = _mm256_abs_epi8(w);
+    for (int i = 0; i < RT; ++i) {
+      const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(bcast4(xb[i]->q + 4 * k), w));
+      sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(p, ones));
+    }
+  }
+  for (int i = 0; i < RT; ++i)
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_mul_ps(ws0, _mm256_set1_ps(xb[i]->d)), acc[i]);
+}
+
+// signed_block_rows over a scratch slice of kb unpacked blocks.
 template <int RT>
 inline void signed_blocks(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
                           int64_t i0, __m256 (&acc)[RT]) {
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t bb = 0; bb < kb; ++bb) {
     const uint8_t* s = slice + bb * kPanelBlockBytes;
     const XBlock* xb[RT];
-    __m256i sum[RT];
-    for (int i = 0; i < RT; ++i) {
-      xb[i] = &xq[(i0 + i) * nb + kb0 + bb];
-      sum[i] = _mm256_set1_epi32(xb[i]->corr[0]);
-    }
-    for (int k = 0; k < 8; ++k) {
-      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(s + 32 * k));
-      const __m256i a = _mm256_abs_epi8(w);
-      for (int i = 0; i < RT; ++i) {
-        const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(bcast4(xb[i]->q + 4 * k), w));
-        sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(p, ones));
-      }
-    }
-    const __m256 ws0 = _mm256_load_ps(reinterpret_cast<const float*>(s + 256));
-    for (int i = 0; i < RT; ++i)
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_mul_ps(ws0, _mm256_set1_ps(xb[i]->d)), acc[i]);
+    for (int i = 0; i < RT; ++i) xb[i] = &xq[(i0 + i) * nb + kb0 + bb];
+    signed_block_rows<RT>(s, _mm256_load_ps(reinterpret_cast<const float*>(s + 256)), xb, acc);
   }
 }
 

@@ -51,6 +51,9 @@ struct P8Pair {
   static constexpr int64_t UB = 2 * LB + 4 * L;        // bytes per pair unit
   static constexpr int64_t kStride = UB / 2;           // bytes per unit, on average
   static int64_t panel_bytes(int64_t cols) { return (cols / kQBlock + 1) / 2 * UB; }
+  // Block b's levels (8 vectors of 32 B) and its 8 scales as floats.
+  static inline const uint8_t* levels(const uint8_t* pan, int64_t b) { return pan + (b >> 1) * UB + (b & 1) * LB; }
+  static inline __m256 scales(const uint8_t* pan, int64_t b) { return half8(pan + (b >> 1) * UB + 2 * LB + (b & 1) * 2 * L); }
   template <class F>
   static inline void unit(const uint8_t* pan, int64_t b, F&& f) {
     const uint8_t* pu = pan + (b >> 1) * UB;
@@ -186,6 +189,13 @@ inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const 
     if (pf > 0) {
       const int64_t lo = (u * P::kStride + pf + 63) & ~int64_t(63), hi = (u + 1) * P::kStride + pf;
       for (int64_t o = lo; o < hi && o < pbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pan + o), _MM_HINT_T0);
+    }
+    if constexpr (P::kSigned && !P::kSub16 && !P::kMin && !NibbleLevels<P>::value && P::kBlocks == 1) {
+      // Q8_0: |W| once per weight vector for all RT rows (signed_block_rows).
+      const XBlock* xb[RT];
+      for (int i = 0; i < RT; ++i) xb[i] = &xq[i * nb + u];
+      signed_block_rows<RT>(P::levels(pan, u), P::scales(pan, u), xb, acc);
+      continue;
     }
     P::unit(pan, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
       for (int i = 0; i < RT; ++i)
