@@ -1,7 +1,8 @@
 // AVX2 block kernel shared by the file-layout (matmul_avx2.cpp) and Panel8
 // (matmul_avx2_packed.cpp) drivers: the exact integer dot of one 32-element
 // block for 8 rows, the fixed float chain step of matmul_internal.h, and the
-// GEMM tiles over an unpacked scratch slice. Include from those files only.
+// GEMM tiles over an unpacked scratch slice. Include from those files only
+// (and bench/bench_tiles.cpp, which times the block kernels in L1).
 #pragma once
 #include <immintrin.h>
 
