@@ -6,6 +6,8 @@
 //   n1hot   the same with one copy: kernel speed when the weights are cached.
 //   n = 16  batched decode / n = 128 prefill: compute bound -> GFLOP/s
 //           (2 * rows * cols * n per call), one weight copy.
+//   n16cold n = 16 with the weights cycled through DRAM like n = 1: batched
+//           decode of a model larger than the caches.
 // On a shared machine wall time includes waiting for a core; for t1 runs the
 // *_cpu counters divide by the calling thread's CPU time instead (the kernel
 // speed when it has a core; DRAM contention from other processes remains).
@@ -130,13 +132,15 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
 int register_all() {
   for (GgmlType t : kTypes)
     for (const Shape& s : kShapes)
-      for (int64_t n : {int64_t(0), int64_t(1), int64_t(16), int64_t(128), int64_t(512)})  // 0: n = 1, cache-hot
+      // 0: n = 1, cache-hot; -16: n = 16 with the weights cycled through DRAM
+      // (batched decode of a model larger than the caches).
+      for (int64_t n : {int64_t(0), int64_t(1), int64_t(16), int64_t(-16), int64_t(128), int64_t(512)})
         for (int threads : {1, 2}) {
-          const bool cold = n == 1;
+          const bool cold = n == 1 || n < 0;
+          const std::string tag = n == 0 ? "1hot" : n < 0 ? std::to_string(-n) + "cold" : std::to_string(n);
           const std::string name = kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + "/n" + (n == 0 ? "1hot" : std::to_string(n)) +
-                                   "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n == 0 ? 1 : n, threads, cold)
+                                   std::to_string(s.cols) + "/n" + tag + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n == 0 ? 1 : n < 0 ? -n : n, threads, cold)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
