@@ -414,14 +414,15 @@ TEST(Matmul, EveryDecodeVariantBitExact) {
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_available(isa)) continue;
     IsaGuard g(isa);
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
+                       GgmlType::BF16, GgmlType::F32}) {
       const int64_t rows = 8 * 16 + 24 + 5, cols = is_k(t) ? 512 : 96;  // 4-, 2- and 1-panel passes, a tail
       Weights W = make_weights(t, rows, cols, 21);
       std::vector<float> x = make_x(1, cols, 4);
       std::vector<float> ref(static_cast<size_t>(rows));
-      matmul_q8_reference(W.view, x.data(), cols, 1, ref.data(), rows);
       PackedArena arena = pack_weights({{&W.view, false}});
       ASSERT_EQ(W.view.pack, pack_layout_for(isa));
+      matmul_q8_reference(W.view, x.data(), cols, 1, ref.data(), rows);  // k-chain for a float copy
       for (int threads : {1, 2}) {
         ThreadPool pool(threads);
         for (const DecodeVariant& v : decode_variants()) {
@@ -436,6 +437,10 @@ TEST(Matmul, EveryDecodeVariantBitExact) {
   }
   reset_decode_variants();
   EXPECT_EQ(decode_variant(GgmlType::Q4_0), DecodeVariant{});
+  EXPECT_TRUE(decode_variants_apply(GgmlType::F16, PackLayout::Panel8));
+  EXPECT_FALSE(decode_variants_apply(GgmlType::F16, PackLayout::Panel16));
+  EXPECT_TRUE(decode_variants_apply(GgmlType::Q4_K, PackLayout::Panel16));
+  EXPECT_FALSE(decode_variants_apply(GgmlType::Q4_0, PackLayout::None));
   EXPECT_THROW(set_decode_variant(GgmlType::Q4_0, DecodeVariant{3, 0}), std::invalid_argument);
 }
 

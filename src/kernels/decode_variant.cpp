@@ -37,6 +37,12 @@ const std::vector<DecodeVariant>& decode_variants() {
   return v;
 }
 
+bool decode_variants_apply(GgmlType t, PackLayout layout) {
+  if (layout == PackLayout::None) return false;
+  const bool flt = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
+  return !flt || layout == PackLayout::Panel8;
+}
+
 bool is_decode_variant(const DecodeVariant& v) {
   for (const DecodeVariant& c : decode_variants())
     if (c == v) return true;

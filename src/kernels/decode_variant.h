@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 
 namespace kvs {
@@ -20,6 +21,12 @@ struct DecodeVariant {
   int prefetch = 1024;  // software prefetch distance in bytes, 0 = none (Panel8 only)
   bool operator==(const DecodeVariant& o) const { return panels == o.panels && prefetch == o.prefetch; }
 };
+
+// Whether the decode kernel of packed weights of type t in `layout` reads the
+// variant: every packed quantized type; the float types on Panel8 only (the
+// AVX-512 Panel16 float decode has one fixed form), so `kvserve probe` does
+// not time candidates that change nothing.
+bool decode_variants_apply(GgmlType t, PackLayout layout);
 
 // The candidates the packed decode kernels accept, the default first.
 const std::vector<DecodeVariant>& decode_variants();

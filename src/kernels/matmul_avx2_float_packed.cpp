@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/decode_variant.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
 
@@ -32,7 +33,7 @@ constexpr int64_t kL = 8;     // rows per panel = lanes per ymm
 constexpr int64_t kKc = 512;  // k slice: a tile's activation rows stay in L1 across the block
 constexpr int64_t kMb = 96;   // rows per block (12 panels): its slice stays in L2
 constexpr int kNr = 6;        // activation rows per tile: 2 x 6 accumulators
-constexpr int64_t kDirectMaxN = 3;  // below this, one pass per panel group
+constexpr int64_t kDirectMaxN = 3;  // up to this, one pass per panel group
 
 template <GgmlType T>
 constexpr int64_t elem_bytes() {
@@ -108,11 +109,11 @@ void tile_n(int nr, const uint8_t* const* pan, int64_t kn, const float* x, int64
 }
 
 // Small n (decode): read the panels straight through, MR panels per pass so
-// MR * NR chains hide the fma latency; prefetch ahead of each stream.
-template <GgmlType T, int MR, int NR>
+// MR * NR chains hide the fma latency; prefetch kAhead bytes ahead of each
+// stream (0: none).
+template <GgmlType T, int MR, int NR, int kAhead>
 void direct(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, float* y,
             int64_t ldy) {
-  constexpr int kAhead = 512;
   const int64_t pb = w.cols * kL * elem_bytes<T>();
   int64_t r = r0;
   for (; r + MR * kL <= r1; r += MR * kL) {
@@ -129,6 +130,29 @@ void direct(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
     const int v[1] = {valid_lanes(r, w.rows)};
     tile<T, 1, NR, kAhead>(pan, w.cols, x, ldx, y + r, ldy, true, v);
   }
+}
+
+// Decode (n = 1) in the machine's variant (kernels/decode_variant.h):
+// `panels` 4 / 2 / 1 streams 8 / 4 / 2 panels per pass (a float panel is
+// half a quantized unit's work per byte, so twice the panels keep the same
+// chains in flight), `prefetch` the distance ahead. The chain per output is
+// the same in every variant, so the bits are.
+template <GgmlType T, int MR>
+void decode_mr(const WeightView& w, int64_t r0, int64_t r1, const float* x, float* y, int prefetch) {
+  switch (prefetch) {
+    case 0: return direct<T, MR, 1, 0>(w, r0, r1, x, 0, y, 0);
+    case 512: return direct<T, MR, 1, 512>(w, r0, r1, x, 0, y, 0);
+    case 2048: return direct<T, MR, 1, 2048>(w, r0, r1, x, 0, y, 0);
+    default: return direct<T, MR, 1, 1024>(w, r0, r1, x, 0, y, 0);
+  }
+}
+
+template <GgmlType T>
+void decode(const WeightView& w, int64_t r0, int64_t r1, const float* x, float* y) {
+  const DecodeVariant v = decode_variant(w.type);
+  if (v.panels >= 4) return decode_mr<T, 8>(w, r0, r1, x, y, v.prefetch);
+  if (v.panels == 2) return decode_mr<T, 4>(w, r0, r1, x, y, v.prefetch);
+  return decode_mr<T, 2>(w, r0, r1, x, y, v.prefetch);
 }
 
 // n > kDirectMaxN: blocks of kMb rows; per k slice every group of kNr
@@ -164,9 +188,9 @@ template <GgmlType T>
 void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
             float* y, int64_t ldy) {
   switch (n) {
-    case 1: return direct<T, 8, 1>(w, r0, r1, x, ldx, y, ldy);
-    case 2: return direct<T, 4, 2>(w, r0, r1, x, ldx, y, ldy);
-    case 3: return direct<T, 4, 3>(w, r0, r1, x, ldx, y, ldy);
+    case 1: return decode<T>(w, r0, r1, x, y);
+    case 2: return direct<T, 4, 2, 512>(w, r0, r1, x, ldx, y, ldy);
+    case 3: return direct<T, 4, 3, 512>(w, r0, r1, x, ldx, y, ldy);
     default: return gemm<T>(w, r0, r1, x, ldx, n, y, ldy);
   }
 }

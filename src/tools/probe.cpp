@@ -444,7 +444,7 @@ KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, c
         for (size_t c = 0; c < copies; ++c) product(1);
         return std::chrono::duration<double>(Clock::now() - t0).count();
       };
-      if (!views.empty() && views[0].pack != PackLayout::None) {
+      if (!views.empty() && decode_variants_apply(t, views[0].pack)) {
         // Packed weights: every decode variant, and the rate of the fastest.
         const DecodeTuning tu = tune_decode_variant(t, runs, pass);
         out.tuned = true;
