@@ -497,15 +497,16 @@ TEST(Matmul, PackedPanel16FloatLayout) {
 }
 
 // The float Panel8 layout: element k of panel p's 8 rows at [8k, 8k + 8).
+// 19 columns: two 8 x 8 register transposes and a tail of three.
 TEST(Matmul, PackedPanel8FloatLayout) {
-  const int64_t rows = 9, cols = 5;  // 2 panels, the second holds row 8 and repeats it
+  const int64_t rows = 9, cols = 19;  // 2 panels, the second holds row 8 and repeats it
   for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
     Weights W = make_weights(t, rows, cols, 3);
     const int64_t es = t == GgmlType::F32 ? 4 : 2;
     ASSERT_EQ(packed_size(W.view, PackLayout::Panel8), size_t(2 * cols * 8 * es));
     std::vector<uint8_t> dst(packed_size(W.view, PackLayout::Panel8));
     pack_panels_into(W.view, PackLayout::Panel8, dst.data());
-    for (int64_t k : {0, 3, 4})
+    for (int64_t k : {0, 3, 4, 7, 8, 15, 16, 18})
       for (int64_t lane : {0, 5, 7}) {
         EXPECT_EQ(0, std::memcmp(dst.data() + (k * 8 + lane) * es, W.view.row(lane) + k * es, size_t(es)));
         EXPECT_EQ(0, std::memcmp(dst.data() + (cols * 8 + k * 8 + lane) * es, W.view.row(8) + k * es,

@@ -10,10 +10,10 @@
 // f32) never change a bit.
 //
 // Why this form: the file layout's 16-lane order needs two ymm accumulators
-// per output, so its tile holds 6 outputs and moves ~19 bytes per fma. Here
-// one ymm holds 8 outputs: a 2-panel x 6-row tile keeps 96 outputs in 12
-// registers and moves ~5 bytes per fma, so the fma units, not L1/L2, set the
-// pace.
+// per output, so its tile holds few outputs and moves many bytes per fma.
+// Here one ymm holds 8 outputs: a 2-panel x 6-row tile fills 12 registers
+// with 8 outputs each and moves far fewer bytes per fma, so the fma units,
+// not L1/L2, set the pace (figures in docs/PERFORMANCE.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -133,10 +133,10 @@ void direct(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
 }
 
 // Decode (n = 1) in the machine's variant (kernels/decode_variant.h):
-// `panels` 4 / 2 / 1 streams 8 / 4 / 2 panels per pass (a float panel is
-// half a quantized unit's work per byte, so twice the panels keep the same
-// chains in flight), `prefetch` the distance ahead. The chain per output is
-// the same in every variant, so the bits are.
+// `panels` 4 / 2 / 1 streams 8 / 4 / 2 float panels per pass (one fma chain
+// each, so the default keeps eight chains in flight against the fma
+// latency), `prefetch` the distance ahead. The chain per output is the same
+// in every variant, so the bits are.
 template <GgmlType T, int MR>
 void decode_mr(const WeightView& w, int64_t r0, int64_t r1, const float* x, float* y, int prefetch) {
   switch (prefetch) {

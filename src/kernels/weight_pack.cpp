@@ -143,28 +143,28 @@ inline void transpose8x16(const __m128i in[8], __m128i out[8]) {
   }
 }
 
-// Float panels [p_begin, p_end): element k of the kLanes rows is kLanes
-// values in the file's type, lane order. A panel (kLanes rows x cols) is at
+// Float panels [p_begin, p_end): element k of the `lanes` rows is `lanes`
+// values in the file's type, lane order. A panel (`lanes` rows x cols) is at
 // most a few hundred KB, so the strided writes stay in cache. 16-bit types
 // go 8 rows x 8 elements at a time through a register transpose.
-void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t kLanes) {
-  const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w, kLanes);
+void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t lanes) {
+  const int64_t es = w.type == GgmlType::F32 ? 4 : 2, pb = panel_bytes(w, lanes);
   const int64_t k8 = es == 2 ? w.cols / 8 * 8 : 0;  // columns the transpose covers
   for (int64_t p = p_begin; p < p_end; ++p) {
     uint8_t* pan = dst + p * pb;
-    for (int64_t g = 0; g < kLanes; g += 8) {  // 8 lanes: one transpose's rows
+    for (int64_t g = 0; g < lanes; g += 8) {  // 8 lanes: one transpose's rows
       const uint8_t* rows[8];
-      for (int r = 0; r < 8; ++r) rows[r] = w.row(std::min(p * kLanes + g + r, w.rows - 1));
+      for (int r = 0; r < 8; ++r) rows[r] = w.row(std::min(p * lanes + g + r, w.rows - 1));
       for (int64_t k = 0; k < k8; k += 8) {
         __m128i in[8], out[8];
         for (int r = 0; r < 8; ++r) in[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + 2 * k));
         transpose8x16(in, out);
         for (int j = 0; j < 8; ++j)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(pan + ((k + j) * kLanes + g) * 2), out[j]);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(pan + ((k + j) * lanes + g) * 2), out[j]);
       }
       for (int r = 0; r < 8; ++r) {
         uint8_t* d = pan + (g + r) * es;
-        for (int64_t k = k8; k < w.cols; ++k) std::memcpy(d + k * kLanes * es, rows[r] + es * k, size_t(es));
+        for (int64_t k = k8; k < w.cols; ++k) std::memcpy(d + k * lanes * es, rows[r] + es * k, size_t(es));
       }
     }
   }
