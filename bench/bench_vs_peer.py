@@ -7,7 +7,8 @@ same bytes), then for every type and thread count runs `kvserve bench` and
 `llama-bench` one after the other, PAIRS times (A B A B ...), and prints one
 markdown table: median tok/s of each, and the ratio of the medians. With
 --batched it also runs `kvserve batched-bench` and `llama-batched-bench` on
-Q8_0 at B = 1, 4, 16. The CPU model (lscpu) heads the table.
+Q8_0 at B = 1, 4, 16. The CPU (lscpu: name, family / model, SIMD level)
+heads the table.
 
 Run through scripts/bench-vs-peer.sh PEER_BIN_DIR.
 """
@@ -22,10 +23,21 @@ def run(cmd, env=None):
 
 
 def cpu_model():
+    """lscpu's model name with family / model and the SIMD level: in these VMs
+    the name alone ("AMD EPYC") does not tell Zen 3 from Zen 5."""
+    fields = {}
     for line in run(["lscpu"]).splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = set(fields.get("Flags", "").split())
+    if {"avx512f", "avx512_vnni"} <= flags:
+        isa = "AVX-512 VNNI" + (" BF16" if "avx512_bf16" in flags else "")
+    elif "avx2" in flags:
+        isa = "AVX2, no AVX-512"
+    else:
+        isa = "no AVX2"
+    name = fields.get("Model name", "unknown CPU")
+    return f"{name} (family {fields.get('CPU family', '?')} model {fields.get('Model', '?')}, {isa})"
 
 
 def make_models(a):
