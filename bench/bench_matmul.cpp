@@ -15,9 +15,12 @@
 // ISA: KVS_ISA=scalar|avx2|avx512 (default: best available).
 // Quantized weights run on Panel16 copies (Panel8 under AVX2; load-time repack, as Model::load does)
 // unless KVS_REPACK=0: run both to compare file layout and packed layout.
+// Decode variant (kernels/decode_variant.h) for every type:
+// KVS_DECODE_VARIANT=PANELS,PREFETCH, e.g. 4,1024 (default: the built-in one).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cpu.h"
+#include "kernels/decode_variant.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
@@ -129,7 +133,20 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
   state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + (packed.empty() ? "" : " panel16"));
 }
 
+// KVS_DECODE_VARIANT=PANELS,PREFETCH for every type; exits on a bad value.
+void apply_variant_from_env() {
+  const char* e = std::getenv("KVS_DECODE_VARIANT");
+  if (!e || !*e) return;
+  kvs::DecodeVariant v;
+  if (std::sscanf(e, "%d,%d", &v.panels, &v.prefetch) != 2 || !kvs::is_decode_variant(v)) {
+    std::fprintf(stderr, "KVS_DECODE_VARIANT=%s: want PANELS,PREFETCH among the candidates (e.g. 4,1024)\n", e);
+    std::exit(2);
+  }
+  for (GgmlType t : kTypes) kvs::set_decode_variant(t, v);
+}
+
 int register_all() {
+  apply_variant_from_env();
   for (GgmlType t : kTypes)
     for (const Shape& s : kShapes)
       // 0: n = 1, cache-hot; -16: n = 16 with the weights cycled through DRAM

@@ -18,7 +18,7 @@ namespace kvs {
 
 struct DecodeVariant {
   int panels = 4;      // panels per pass (1, 2 or 4): independent memory streams
-  int prefetch = 1024;  // software prefetch distance in bytes, 0 = none (Panel8 only)
+  int prefetch = 1024;  // software prefetch distance in bytes, 0 = none (not the Panel16 float decode)
   bool operator==(const DecodeVariant& o) const { return panels == o.panels && prefetch == o.prefetch; }
 };
 

@@ -4,12 +4,14 @@
 // vectors come from changes: one aligned 64-B load per vector from the
 // packed panel instead of 16 row loads, a transpose and a scale gather.
 //
-// n = 1 (decode) streams four panels at a time, front to back, prefetching
-// whole units ahead. 1 < n < 64 (Q8_0 / Q4_0) runs register tiles directly
+// n = 1 (decode) streams several panels at a time, front to back, with
+// software prefetch ahead: how many and how far is the machine's decode
+// variant (kernels/decode_variant.h). 1 < n < 64 (Q8_0 / Q4_0) runs register tiles directly
 // on the packed panels; larger n and K-quants at any n > 1 copy K slices into
 // the scratch layout first (matmul_avx512.cpp, gemm_via_scratch).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/decode_variant.h"
@@ -28,25 +30,33 @@ constexpr int KB = 32;  // blocks per K slice (two Q8_0 panels: 34 KiB, stays in
 constexpr int R = 8;    // activation rows per one-panel register tile
 
 
+// Whole storage units of ub bytes ahead that a prefetch distance of pf
+// bytes means: the nearest count, at least one (0 when pf is 0). Whole units
+// at a time, fully unrolled, kept DRAM busier than line-by-line prefetch of
+// the same distance (bench_matmul Q4_0 n = 1, docs/PERFORMANCE.md).
+inline int64_t units_ahead(int64_t pf, int64_t ub) { return pf <= 0 ? 0 : std::max<int64_t>(1, (pf + ub / 2) / ub); }
+
+// Prefetch unit u + ahead of each of MP panels (nothing past the end).
+template <int MP, int64_t UB>
+inline void prefetch_unit(const uint8_t* pan0, int64_t pbytes, int64_t u, int64_t ahead, int64_t units) {
+  if (ahead == 0 || u + ahead >= units) return;
+  for (int m = 0; m < MP; ++m)
+    for (int64_t o = 0; o < UB; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + (u + ahead) * UB + o), _MM_HINT_T0);
+}
+
 // MP panels at once: MP independent memory streams and float chains. One
-// sequential stream per core left DRAM bandwidth unused (bench_matmul, Q4_0
-// w_down, 2 threads: 15.7 GB/s with one panel at a time, 18.8 with two,
-// 21.3 with four, 19.9 with eight; software prefetch did not help).
+// sequential stream per core left DRAM bandwidth unused; how many streams
+// and how far ahead to prefetch is the machine's decode variant.
 template <int MP, bool Q4>
 inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t nb, const XBlock* xq, float* y,
-                          int64_t avail) {
+                          int64_t avail, int64_t pf) {
   using P = Pk<Q4>;
-  constexpr int64_t PF_UNITS = Q4 ? 2 : 1;
+  const int64_t ahead = units_ahead(pf, P::UB);
   __m512 acc[MP];
   for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    // Prefetch whole pair units ~1 KiB ahead in every panel (Q4_0: two
-    // units, Q8_0: one). bench_matmul, weights from DRAM, 2 threads, GB/s:
-    // Q4_0 21-23 -> 26-27, Q8_0 25-27 -> 27-31.
-    if ((b & 1) == 0 && b / 2 + PF_UNITS < (nb + 1) / 2)
-      for (int m = 0; m < MP; ++m)
-        for (int64_t o = 0; o < P::UB; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + (b / 2 + PF_UNITS) * P::UB + o), _MM_HINT_T0);
+    if ((b & 1) == 0) prefetch_unit<MP, P::UB>(pan0, pbytes, b / 2, ahead, (nb + 1) / 2);
     for (int m = 0; m < MP; ++m) {
       const uint8_t* pan = pan0 + m * pbytes;
       const uint8_t* l = P::lev(pan, b);
@@ -63,33 +73,30 @@ template <bool Q4>
 void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
   using P = Pk<Q4>;
   const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
-  const int panels = decode_variant(w.type).panels;  // the prefetch here is fixed
+  const DecodeVariant v = decode_variant(w.type);
   int64_t p0 = r0;
-  if (panels >= 4)
+  if (v.panels >= 4)
     for (; p0 + 3 * L < r1; p0 += 4 * L)
-      matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
-  if (panels >= 2)
+      matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
+  if (v.panels >= 2)
     for (; p0 + L < r1; p0 += 2 * L)
-      matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
-  for (; p0 < r1; p0 += L) matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0);
+      matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
+  for (; p0 < r1; p0 += L)
+    matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
 }
 
 // K-quants (U = PkK for Q4_K, PkQ6K for Q6_K): MP panels at once, one
-// super-block (8 blocks) at a time.
+// super-block (8 blocks) at a time. Without software prefetch the streams
+// left DRAM idle (perf: the stalls sat on the level loads).
 template <class U, int MP>
 inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, const XBlock* xq, float* y,
-                            int64_t avail) {
+                            int64_t avail, int64_t pf) {
+  const int64_t ahead = units_ahead(pf, U::UB);
   __m512 acc[MP];
   for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t u = 0; u < nsb; ++u) {
     const XBlock* xb = xq + 8 * u;
-    // Prefetch each panel's next super-block: without it the four streams
-    // left DRAM idle (bench_matmul Q4_K 2048x8192, 2 threads: 16.4 GB/s,
-    // with it 21-23 GB/s, like the file layout's 16 row streams).
-    if (u + 1 < nsb)
-      for (int m = 0; m < MP; ++m)
-        for (int64_t o = 0; o < U::UB; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(pan0 + m * pbytes + (u + 1) * U::UB + o), _MM_HINT_T0);
+    prefetch_unit<MP, U::UB>(pan0, pbytes, u, ahead, nsb);
     for (int m = 0; m < MP; ++m)
       U::unit(pan0 + m * pbytes + u * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
         acc[m] = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], acc[m]);
@@ -101,15 +108,16 @@ inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, co
 template <class U>
 void matvec_packed_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
   const int64_t nsb = w.cols / 256, pbytes = nsb * U::UB;
-  const int panels = decode_variant(w.type).panels;
+  const DecodeVariant v = decode_variant(w.type);
   int64_t p0 = r0;
-  if (panels >= 4)
+  if (v.panels >= 4)
     for (; p0 + 3 * L < r1; p0 += 4 * L)
-      matvec_panels_k<U, 4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  if (panels >= 2)
+      matvec_panels_k<U, 4>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0, v.prefetch);
+  if (v.panels >= 2)
     for (; p0 + L < r1; p0 += 2 * L)
-      matvec_panels_k<U, 2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
-  for (; p0 < r1; p0 += L) matvec_panels_k<U, 1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0);
+      matvec_panels_k<U, 2>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0, v.prefetch);
+  for (; p0 < r1; p0 += L)
+    matvec_panels_k<U, 1>(w.packed + (p0 / L) * pbytes, pbytes, nsb, xq, y + p0, r1 - p0, v.prefetch);
 }
 
 // RT activation rows x one panel over blocks [kb0, kb0 + kb). Accumulators

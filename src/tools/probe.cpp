@@ -535,14 +535,22 @@ uint64_t machine_memory_bytes() {
 }
 
 std::string machine_cpu_name() {
+  // The first processor's model name, family and model: in VMs the name alone
+  // ("AMD EPYC") is the same for cores whose best decode kernels differ.
   std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const size_t c = line.find(':');
-      if (c != std::string::npos) return line.substr(line.find_first_not_of(" \t", c + 1));
-    }
-  return "unknown";
+  std::string line, name, family, model;
+  const auto value = [&](const std::string& l) {
+    const size_t c = l.find(':');
+    const size_t v = c == std::string::npos ? std::string::npos : l.find_first_not_of(" \t", c + 1);
+    return v == std::string::npos ? std::string() : l.substr(v);
+  };
+  while (std::getline(f, line) && !line.empty()) {
+    if (line.rfind("model name", 0) == 0) name = value(line);
+    else if (line.rfind("cpu family", 0) == 0) family = value(line);
+    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t") == 5) model = value(line);
+  }
+  if (name.empty()) return "unknown";
+  return family.empty() || model.empty() ? name : name + " (family " + family + " model " + model + ")";
 }
 
 int64_t probe_stages(const ProbeOptions& opt) {
