@@ -1,6 +1,8 @@
 // kvserve probe: quick measurements are positive and the hardware profile
 // round-trips through its JSON file.
 #include <gtest/gtest.h>
+#include <fstream>
+#include <iterator>
 
 #include <stdexcept>
 #include <string>
@@ -115,6 +117,20 @@ TEST(Probe, DecodeVariantChosenStoredAndApplied) {
   ASSERT_EQ(q.decode.types.size(), 1u);
   EXPECT_EQ(q.decode.types[0].variant, (DecodeVariant{1, 2048}));
   EXPECT_EQ(q.decode.isa, p.decode.isa);
+
+  // The bare model name of a VM ("AMD EPYC") does not tell Zen 3 from Zen 5:
+  // where /proc/cpuinfo has a family, the profile's CPU carries it and the model.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string info((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  if (info.find("\ncpu family") != std::string::npos && info.find("model name") != std::string::npos) {
+    EXPECT_NE(p.cpu.find(" (family "), std::string::npos) << p.cpu;
+    EXPECT_NE(p.cpu.find(" model "), std::string::npos) << p.cpu;
+    // A profile that named the CPU without them (made before) is not applied.
+    const std::string bare = p.cpu.substr(0, p.cpu.find(" (family "));
+    reset_decode_variants();
+    EXPECT_NE(apply_decode_choices(q.decode, bare).find("using the default variants"), std::string::npos);
+    EXPECT_EQ(decode_variant(GgmlType::Q4_0), DecodeVariant{});
+  }
 
   reset_decode_variants();
   const std::string other = apply_decode_choices(q.decode, "some other CPU");
