@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kv/kv_manager.h"
+#include "kv/prefix_chain.h"
 #include "kv/prefix_hash.h"
 
 using namespace kvs;
@@ -40,6 +41,42 @@ TEST(PrefixHash, KnownAnswers) {
   // sha256("kvserve/kv-scope/v1" ‖ u64le 5 ‖ "model" ‖ u64le 6 ‖ "tenant")
   EXPECT_EQ(to_hex(make_scope("model", "tenant").bytes),
             "d9fcf1a66b5e7bca69c89ddab2906a34fd7f55d3226d5b9c5dfc56c69a5f1a34");
+}
+
+// The one walker (kv/prefix_chain.h) against the hand-written chain above:
+// whole, limited, resumed from a parent, and stopped by its visitor.
+TEST(PrefixChain, WalkerIsTheChain) {
+  const Scope sc = make_scope("m", "t");
+  const std::vector<int32_t> toks = iota_tokens(23, 5);  // five full blocks of 4, three tokens over
+  const std::vector<BlockKey> want = chain(toks, 4, sc);
+  ASSERT_EQ(want.size(), 5u);
+  EXPECT_EQ(chain_keys(toks, 4, sc), want);
+  EXPECT_EQ(chain_keys(toks, 4, sc, 2), std::vector<BlockKey>(want.begin(), want.begin() + 2));
+  std::vector<int64_t> idx;
+  std::vector<BlockKey> tail;
+  const int64_t n = walk_chain(
+      toks, 4, sc,
+      [&](int64_t i, const BlockKey& k) {
+        idx.push_back(i);
+        tail.push_back(k);
+        return i < 3;  // stop at block 3: visited, not counted
+      },
+      2, &want[1]);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(idx, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(tail, (std::vector<BlockKey>{want[2], want[3]}));
+  EXPECT_TRUE(chain_keys(iota_tokens(3), 4, sc).empty());
+}
+
+TEST(PrefixChain, ScopeBindsTheModelIdentityAndTheProtocolHasAFingerprint) {
+  const Scope caller = make_scope("server", "tenant");
+  const std::string_view bytes(reinterpret_cast<const char*>(caller.bytes.data()), caller.bytes.size());
+  EXPECT_EQ(kv_scope("model-a", caller), make_scope("model-a", bytes));
+  EXPECT_FALSE(kv_scope("model-a", caller) == kv_scope("model-b", caller));
+  const std::string fp = prefix_key_protocol();
+  EXPECT_EQ(fp.rfind("kv-prefix-v1:", 0), 0u) << fp;
+  EXPECT_EQ(fp.size(), std::string("kv-prefix-v1:").size() + 16);
+  EXPECT_EQ(fp, prefix_key_protocol());
 }
 
 TEST(PrefixHash, ScopeIsLengthPrefixed) {

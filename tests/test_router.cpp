@@ -7,6 +7,9 @@
 // mid-stream, and malformed, replayed or missing KV-event streams.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -228,6 +231,58 @@ TEST(Router, RefusesAWorkerOfAnotherModel) {
     EXPECT_NE(msg.find("serves another model"), std::string::npos) << msg;
     EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
   }
+}
+
+// A "worker" whose /health reports another prefix-key protocol (what an
+// older or patched kvserve would report): its keys would never match the
+// router's, so the router refuses it by name instead of routing every
+// request as a miss.
+TEST(Router, RefusesAWorkerWhosePrefixKeysDiffer) {
+  REQUIRE_SHARED();
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  const int port = ntohs(a.sin_port);
+  std::atomic<bool> stop{false};
+  std::thread stub([&] {
+    const std::string body = json{{"status", "ok"}, {"model", "stories260K"}, {"model_identity", "abc123"},
+                                  {"block_size", 16}, {"prefix_key_protocol", "kv-prefix-v0:0000"}}
+                                 .dump();
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    while (!stop) {
+      timeval tv{0, 100000};
+      fd_set fds;
+      FD_ZERO(&fds);
+      FD_SET(lfd, &fds);
+      if (::select(lfd + 1, &fds, nullptr, nullptr, &tv) <= 0) continue;
+      const int c = ::accept(lfd, nullptr, nullptr);
+      if (c < 0) continue;
+      char buf[4096];
+      (void)::recv(c, buf, sizeof buf, 0);
+      (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  });
+  std::string msg;
+  try {
+    KvsProcess router({"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(), "--startup-timeout",
+                       "2", "--worker", "http://127.0.0.1:" + std::to_string(port)},
+                      "kvserve router: listening on", 30);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  stop = true;
+  stub.join();
+  ::close(lfd);
+  EXPECT_NE(msg.find("prefix keys are not this router's"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kv-prefix-v0:0000"), std::string::npos) << msg;
 }
 
 TEST(Router, FailoverAfterKillAndRecovery) {

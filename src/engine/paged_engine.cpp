@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kv/capacity.h"
+#include "kv/prefix_chain.h"
 #include "model/model.h"
 #include "tokenizer/vocab.h"
 
@@ -142,10 +143,7 @@ int32_t PagedEngine::drop_cached_scope(const Scope& caller) {
   return kv_.drop_cached_scope(scope);
 }
 
-Scope PagedEngine::kv_scope(const Scope& caller) const {
-  const std::string_view bytes(reinterpret_cast<const char*>(caller.bytes.data()), caller.bytes.size());
-  return make_scope(engine_.model().identity(), bytes);
-}
+Scope PagedEngine::kv_scope(const Scope& caller) const { return kvs::kv_scope(engine_.model().identity(), caller); }
 
 void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
   r.ok = false;

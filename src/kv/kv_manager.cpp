@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kv/block_storage.h"
+#include "kv/prefix_chain.h"
 
 namespace kvs {
 
@@ -48,28 +49,41 @@ int32_t KvManager::alloc_one() {
   return *b;
 }
 
+// The prompt's chain through the prefix index until the first miss (any
+// later block's key depends on the missing one, so it cannot be cached
+// either): on_hit(block, key) per hit, in order. Returns the hits.
+template <class OnHit>
+static int64_t match_cached(const BlockPool& pool, std::span<const int32_t> prompt, int bs, const Scope& scope,
+                            OnHit&& on_hit) {
+  return walk_chain(prompt, bs, scope, [&](int64_t, const BlockKey& k) {
+    const auto b = pool.lookup(k);
+    if (!b) return false;
+    on_hit(*b, k);
+    return true;
+  });
+}
+
+// Shares every cached block of the prompt's chain into s's table.
+void KvManager::pin_cached(Seq& s, std::span<const int32_t> prompt) {
+  match_cached(pool_, prompt, bs_, s.scope, [&](int32_t b, const BlockKey& k) {
+    pool_.share(b);
+    s.table.push_back(b);
+    s.keys.push_back(k);
+  });
+}
+
 SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer) {
   Seq s;
   s.scope = scope;
   const int64_t n = int64_t(prompt.size());
-  std::vector<int32_t> hits;  // each already shared: an import below cannot evict it
   int64_t ram_hits = 0;
   if (caching_) {
-    // Walk the chain until the first miss; any later block would have a key
-    // that depends on the missing one, so it cannot be cached either.
-    for (int64_t i = 0; (i + 1) * bs_ <= n; ++i) {
-      BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
-      auto b = pool_.lookup(k);
-      if (!b) break;
-      pool_.share(*b);
-      hits.push_back(*b);
-      s.keys.push_back(k);
-    }
-    ram_hits = int64_t(hits.size());
+    pin_cached(s, prompt);  // each hit shared: an import below cannot evict it
+    ram_hits = int64_t(s.table.size());
     if (importer && !dropped_.empty() && is_dropped(scope)) importer = nullptr;
-    if (importer) import_chain(s, prompt, hits, *importer);
+    if (importer) import_chain(s, prompt, *importer);
   }
-  int64_t cached = int64_t(hits.size()) * bs_;
+  int64_t cached = int64_t(s.table.size()) * bs_;
   if (cached == n && n > 0) {
     // Fully cached prompt: the last token is recomputed for its logits. The
     // sequence keeps the cached block but sees it one slot short, so the
@@ -81,11 +95,10 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
     // rows must be in the sequence's full-precision residual.
     cached = (n - 1) / align_ * align_;
     const size_t keep = size_t(ceil_div(cached, bs_));
-    for (size_t i = hits.size(); i-- > keep;) pool_.release(hits[i]);
-    hits.resize(keep);
+    for (size_t i = s.table.size(); i-- > keep;) pool_.release(s.table[i]);
+    s.table.resize(keep);
     s.keys.resize(size_t(cached / bs_));
   }
-  s.table = std::move(hits);
   s.residual.assign(residual_floats_, 0.0f);
   s.tokens.assign(prompt.begin(), prompt.begin() + cached);
   if (caching_) {
@@ -101,23 +114,25 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
 // Continues the chain past the RAM index with blocks a lower tier has ready:
 // each goes into a fresh block (written by the importer), is keyed like a
 // computed block would be, and joins the table as a hit.
-void KvManager::import_chain(Seq& s, std::span<const int32_t> prompt, std::vector<int32_t>& hits,
-                             BlockImporter& imp) {
-  const int64_t n = int64_t(prompt.size());
-  for (int64_t i = int64_t(hits.size()); (i + 1) * bs_ <= n; ++i) {
-    const BlockKey k = block_key(i ? &s.keys.back() : nullptr, prompt.data() + i * bs_, bs_, s.scope);
-    if (!imp.ready(k) || pool_.n_available() == 0) break;
-    const int32_t b = alloc_one();
-    if (!imp.fill(k, b) || !pool_.set_key(b, k, s.scope)) {
-      pool_.release(b);
-      break;
-    }
-    fill_[b] = bs_;
-    hits.push_back(b);
-    s.keys.push_back(k);
-    ++imported_;
-    if (events_) note_stored(b, s.keys, i, prompt.data() + i * bs_);
-  }
+void KvManager::import_chain(Seq& s, std::span<const int32_t> prompt, BlockImporter& imp) {
+  const int64_t from = int64_t(s.table.size());
+  walk_chain(
+      prompt, bs_, s.scope,
+      [&](int64_t i, const BlockKey& k) {
+        if (!imp.ready(k) || pool_.n_available() == 0) return false;
+        const int32_t b = alloc_one();
+        if (!imp.fill(k, b) || !pool_.set_key(b, k, s.scope)) {
+          pool_.release(b);
+          return false;
+        }
+        fill_[b] = bs_;
+        s.table.push_back(b);
+        s.keys.push_back(k);
+        ++imported_;
+        if (events_) note_stored(b, s.keys, i, prompt.data() + i * bs_);
+        return true;
+      },
+      from, from ? &s.keys.back() : nullptr);
 }
 
 KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt, const Scope& scope) {
@@ -125,16 +140,7 @@ KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt,
   if (n == 0) throw std::invalid_argument("kv manager: an adopted prompt needs at least one token");
   Seq s;
   s.scope = scope;
-  if (caching_) {
-    for (int64_t i = 0; (i + 1) * bs_ <= n; ++i) {
-      BlockKey k = block_key(s.keys.empty() ? nullptr : &s.keys.back(), prompt.data() + i * bs_, bs_, scope);
-      auto b = pool_.lookup(k);
-      if (!b) break;
-      pool_.share(*b);
-      s.table.push_back(*b);
-      s.keys.push_back(k);
-    }
-  }
+  if (caching_) pin_cached(s, prompt);
   const int32_t hits = int32_t(s.table.size());
   const int64_t want = ceil_div(n, bs_);
   if (want - hits > pool_.n_available()) {
@@ -163,35 +169,18 @@ void KvManager::finish_adoption(SeqId seq, std::span<const int32_t> prompt) {
 
 std::vector<BlockKey> KvManager::chain_keys(std::span<const int32_t> prompt, const Scope& scope,
                                             int64_t max_blocks) const {
-  std::vector<BlockKey> keys;
-  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(prompt.size()) && i < max_blocks; ++i)
-    keys.push_back(block_key(i ? &keys.back() : nullptr, prompt.data() + i * bs_, bs_, scope));
-  return keys;
+  return kvs::chain_keys(prompt, bs_, scope, max_blocks);
 }
 
 int32_t KvManager::cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const {
-  if (!caching_) return 0;
-  BlockKey k{};
-  int32_t hit = 0;
-  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(prompt.size()); ++i) {
-    k = block_key(i ? &k : nullptr, prompt.data() + i * bs_, bs_, scope);
-    if (!pool_.lookup(k)) break;
-    ++hit;
-  }
-  return hit;
+  return int32_t(probe_prefix(prompt, scope).hits);
 }
 
 KvManager::PrefixProbe KvManager::probe_prefix(std::span<const int32_t> tokens, const Scope& scope) const {
   PrefixProbe p;
   if (!caching_) return p;
-  BlockKey k{};
-  for (int64_t i = 0; (i + 1) * bs_ <= int64_t(tokens.size()); ++i) {
-    k = block_key(i ? &k : nullptr, tokens.data() + i * bs_, bs_, scope);
-    const auto b = pool_.lookup(k);
-    if (!b) break;
-    ++p.hits;
-    p.revived += pool_.state(*b) == BlockState::Cached;
-  }
+  p.hits = match_cached(pool_, tokens, bs_, scope,
+                        [&](int32_t b, const BlockKey&) { p.revived += pool_.state(b) == BlockState::Cached; });
   return p;
 }
 
@@ -269,7 +258,7 @@ void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
     fill_[b] = int32_t(std::min<int64_t>(bs_, len + n - i * bs_));
   }
   s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
-  if (caching_) register_keys(s, len, n);
+  if (caching_) register_keys(s);
   free_dead(s);
 }
 
@@ -283,18 +272,23 @@ void KvManager::free_dead(Seq& s) {
   }
 }
 
-void KvManager::register_keys(Seq& s, int64_t len, int64_t n) {
-  const int64_t full = (len + n) / bs_;
+void KvManager::register_keys(Seq& s) {
   const bool dropped = !dropped_.empty() && is_dropped(s.scope);
-  for (int64_t i = int64_t(s.keys.size()); i < full; ++i) {
-    s.keys.push_back(block_key(i ? &s.keys[i - 1] : nullptr, s.tokens.data() + i * bs_, bs_, s.scope));
-    // False when the same prefix was computed concurrently by another
-    // sequence: that copy stays the cached one and ours is freed on release.
-    // A dropped scope's blocks stay unkeyed (never cached).
-    if (dropped || s.table[size_t(i)] < 0 || !pool_.set_key(s.table[size_t(i)], s.keys[size_t(i)], s.scope)) continue;
-    if (events_) note_stored(s.table[size_t(i)], s.keys, i, s.tokens.data() + i * bs_);
-    if (keyed_hook_) keyed_hook_(keyed_ctx_, s.table[size_t(i)], s.keys[size_t(i)], s.scope);
-  }
+  const int64_t from = int64_t(s.keys.size());
+  walk_chain(
+      s.tokens, bs_, s.scope,
+      [&](int64_t i, const BlockKey& k) {
+        s.keys.push_back(k);
+        // False when the same prefix was computed concurrently by another
+        // sequence: that copy stays the cached one and ours is freed on
+        // release. A dropped scope's blocks stay unkeyed (never cached).
+        const int32_t b = s.table[size_t(i)];
+        if (dropped || b < 0 || !pool_.set_key(b, k, s.scope)) return true;
+        if (events_) note_stored(b, s.keys, i, s.tokens.data() + i * bs_);
+        if (keyed_hook_) keyed_hook_(keyed_ctx_, b, k, s.scope);
+        return true;
+      },
+      from, from ? &s.keys.back() : nullptr);
 }
 
 void KvManager::note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, const int32_t* tokens) {

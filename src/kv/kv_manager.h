@@ -241,7 +241,8 @@ class KvManager {
   bool must_copy(int32_t block) const { return pool_.ref_count(block) > 1 || pool_.has_key(block); }
   int32_t alloc_one();  // pool has room: checked by the caller
   void free_dead(Seq& s);  // window policy: release blocks no later token sees
-  void register_keys(Seq& s, int64_t len, int64_t n);  // chain keys of blocks now full
+  void register_keys(Seq& s);  // chain keys of blocks now full
+  void pin_cached(Seq& s, std::span<const int32_t> prompt);  // the prompt's cached chain into s's table
 
   int bs_;
   bool caching_;
@@ -257,7 +258,7 @@ class KvManager {
   int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0, imported_ = 0;
   KeyedHook keyed_hook_ = nullptr;
   void* keyed_ctx_ = nullptr;
-  void import_chain(Seq& s, std::span<const int32_t> prompt, std::vector<int32_t>& hits, BlockImporter& imp);
+  void import_chain(Seq& s, std::span<const int32_t> prompt, BlockImporter& imp);
   // Scopes dropped while sequences of them were live: their new full blocks
   // get no key. An entry leaves when the last such sequence is released.
   std::vector<Scope> dropped_;

@@ -1,7 +1,7 @@
 #include "router/request_hasher.h"
 
 #include "events/kv_event_codec.h"
-#include "kv/prefix_hash.h"
+#include "kv/prefix_chain.h"
 #include "sched/clock.h"
 #include "server/openai_codec.h"
 #include "tokenizer/tokenizer.h"
@@ -45,16 +45,11 @@ PromptHashes RequestHasher::hash(const std::string& path, const std::string& bod
     }
   }
   out.prompt_tokens = int(tokens.size());
-  // The worker's scope (TenantRegistry::scope_for), folded with the model
-  // identity once more as PagedEngine::add does.
+  // The worker's scope (TenantRegistry::scope_for), bound to the model
+  // identity as the worker's pool binds it, and the same chain walk.
   const Scope caller_scope = tenants_.scope_for(caller->policy.id, identity_, sched::steady_now());
-  const Scope kv_scope = make_scope(
-      identity_, std::string_view(reinterpret_cast<const char*>(caller_scope.bytes.data()), caller_scope.bytes.size()));
-  BlockKey prev{};
-  for (size_t i = 0; (i + 1) * size_t(block_size_) <= tokens.size(); ++i) {
-    prev = block_key(i ? &prev : nullptr, tokens.data() + i * size_t(block_size_), block_size_, kv_scope);
-    out.hashes.push_back(events::block_hash(prev));
-  }
+  for (const BlockKey& k : chain_keys(tokens, block_size_, kv_scope(identity_, caller_scope)))
+    out.hashes.push_back(events::block_hash(k));
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include "router/workers.h"
 
+#include "kv/prefix_chain.h"
+
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -59,12 +61,21 @@ std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
     m.model = j.value("model", "");
     m.identity = j.value("model_identity", "");
     m.block_size = j.value("block_size", 0);
+    m.prefix_protocol = j.value("prefix_key_protocol", "");
     m.kv_listen = j.value("kv_listen", "");
     if (j.contains("decode_peers") && j["decode_peers"].is_array())
       for (const auto& p : j["decode_peers"])
         if (p.is_string()) m.decode_peers.push_back(p.get<std::string>());
     if (m.identity.empty() || m.block_size <= 0) {
       *why = "/health names no model_identity and block_size (not a kvserve worker?)";
+      return std::nullopt;
+    }
+    if (m.prefix_protocol != prefix_key_protocol()) {
+      // Keys computed otherwise would never match this router's: every
+      // cache-aware choice would be a silent miss.
+      *why = "its prefix keys are not this router's (worker '" +
+             (m.prefix_protocol.empty() ? std::string("none reported") : m.prefix_protocol) + "', router '" +
+             prefix_key_protocol() + "'): run the same kvserve version";
       return std::nullopt;
     }
     return m;

@@ -34,6 +34,7 @@ WorkerSpec parse_worker_spec(const std::string& s);
 struct ModelInfo {
   std::string model, identity;
   int block_size = 0;
+  std::string prefix_protocol;  // kv/prefix_chain.h's fingerprint, as the worker computes it
   // Disaggregated serving: a decode worker's KV address (HOST:PORT), a
   // prefill worker's decode peers.
   std::string kv_listen;

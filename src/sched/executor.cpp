@@ -6,11 +6,7 @@
 
 namespace kvs::sched {
 
-Scope PagedExecutor::kv_scope(const Scope& caller) const {
-  // Must match PagedEngine::add, or probes would miss blocks add() finds.
-  const std::string_view bytes(reinterpret_cast<const char*>(caller.bytes.data()), caller.bytes.size());
-  return make_scope(const_cast<PagedEngine&>(pe_).engine().model().identity(), bytes);
-}
+Scope PagedExecutor::kv_scope(const Scope& caller) const { return pe_.kv_scope(caller); }
 
 int PagedExecutor::n_vocab() const { return const_cast<PagedEngine&>(pe_).engine().model().config().n_vocab; }
 

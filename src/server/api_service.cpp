@@ -11,6 +11,7 @@
 #include <sstream>
 #include <random>
 
+#include "kv/prefix_chain.h"
 #include "kv/prefix_hash.h"
 #include "server/dashboard_page.h"
 #include "tokenizer/tokenizer.h"
@@ -165,11 +166,14 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   if (path == "/health") {
     if (ready_ && !draining_) {
       // What a router needs to compute the same block hashes: the model
-      // identity folded into every scope, and the block size.
+      // identity folded into every scope, the block size, and the key
+      // protocol's fingerprint (a router that keys otherwise refuses us
+      // rather than missing every prefix silently).
       nlohmann::json h = {{"status", "ok"},
                           {"model", opts_.model_id},
                           {"model_identity", opts_.model_identity},
-                          {"block_size", loop_.block_size()}};
+                          {"block_size", loop_.block_size()},
+                          {"prefix_key_protocol", prefix_key_protocol()}};
       h.update(opts_.health_extra);
       r.response = json_response(200, h);
     } else {
