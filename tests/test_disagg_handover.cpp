@@ -74,7 +74,6 @@ struct PD {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Engine> engine;
   EngineLoopOptions o;
-  std::mutex pre_mu, dec_mu;
   PagedExecutor *pre_exec = nullptr, *dec_exec = nullptr;
   std::unique_ptr<EngineLoop> both, pre, dec;
   std::unique_ptr<disagg::DecodeRole> dec_role;
@@ -94,16 +93,15 @@ struct PD {
     o.log = [](const std::string&) {};
     both = std::make_unique<EngineLoop>(*engine, nullptr, o);
     EngineLoopOptions po = o, dopt = o;
-    po.pool_mu = &pre_mu;
-    dopt.pool_mu = &dec_mu;
     dopt.kv_blocks = dec_blocks;
     auto pe = paged_executor(*engine, po);
     auto de = paged_executor(*engine, dopt);
     pre_exec = pe.get();
     dec_exec = de.get();
-    dec_role = std::make_unique<disagg::DecodeRole>(*dec_exec, dec_mu, disagg::DecodeOptions{}, o.log);
     pre = std::make_unique<EngineLoop>(std::move(pe), nullptr, po);
     dec = std::make_unique<EngineLoop>(std::move(de), nullptr, dopt);
+    // Transfers adopt through the decode loop's inbox.
+    dec_role = std::make_unique<disagg::DecodeRole>(*dec_exec, *dec, disagg::DecodeOptions{}, o.log);
     pre_role = std::make_unique<disagg::PrefillRole>(
         *pre_exec, *pre, std::vector<disagg::PrefillOptions>{{"127.0.0.1", dec_role->port()}}, o.log);
   }

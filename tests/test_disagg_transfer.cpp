@@ -19,6 +19,8 @@
 #include "disagg/ucx_link.h"
 #include "disagg/wire.h"
 #include "model/model.h"
+#include "pool_owner.h"
+#include "sched/executor.h"
 #include "test_util.h"
 
 using namespace kvs;
@@ -33,16 +35,16 @@ struct Gen {
   std::vector<std::vector<float>> logits;  // the row each token was drawn from
 };
 
-// Greedy decode from a sequence that holds the prompt's K/V, `first` drawn.
-Gen decode_from(PagedEngine& pe, SeqId seq, int32_t first, int n, std::mutex* mu = nullptr) {
+// Greedy decode from a sequence that holds the prompt's K/V, `first` drawn;
+// on `owner`'s thread when the pool has one.
+Gen decode_from(PagedEngine& pe, SeqId seq, int32_t first, int n, test::PoolOwner* owner = nullptr) {
   Gen g;
   int32_t t = first;
   for (int i = 0; i < n; ++i) {
     g.tokens.push_back(t);
     const std::vector<int32_t> one{t};
-    std::unique_lock<std::mutex> lk;
-    if (mu) lk = std::unique_lock(*mu);
-    StepResult s = pe.step({{seq, one}});
+    auto run = [&] { return pe.step({{seq, one}}); };
+    StepResult s = owner ? owner->run(run) : run();
     EXPECT_TRUE(s.ok);
     g.logits.emplace_back(s.logits_of(0), s.logits_of(0) + s.n_vocab);
     t = argmax(s.logits_of(0), s.n_vocab);
@@ -65,9 +67,8 @@ std::vector<int32_t> random_prompt(int n, uint32_t seed) {
   return p;
 }
 
-int32_t used(PagedEngine& pe, std::mutex& mu) {
-  std::lock_guard lk(mu);
-  return pe.kv().used_blocks();
+int32_t used(PagedEngine& pe, test::PoolOwner& owner) {
+  return owner.run([&] { return pe.kv().used_blocks(); });
 }
 
 // Waits (bounded) until `f` holds.
@@ -98,6 +99,12 @@ struct Engines {
     if (n_blocks) p.n_blocks = n_blocks;
     return std::make_unique<PagedEngine>(*engine, p);
   }
+  // A decode side: its pool has an owner thread, as under an engine loop.
+  std::unique_ptr<sched::PagedExecutor> executor(int64_t n_blocks = 0) {
+    PagedEngineOptions p = o;
+    if (n_blocks) p.n_blocks = n_blocks;
+    return std::make_unique<sched::PagedExecutor>(*engine, p);
+  }
 };
 
 class DisaggExact : public ::testing::TestWithParam<KvType> {};
@@ -105,13 +112,15 @@ class DisaggExact : public ::testing::TestWithParam<KvType> {};
 TEST_P(DisaggExact, DecodeAfterTransferEqualsOneEngineDoingBoth) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   Engines e(GetParam());
-  auto both = e.paged(), pre = e.paged(), dec = e.paged();
-  std::mutex dec_mu;
-  PagedAdoptionPool pool(*dec, dec_mu);
+  auto both = e.paged(), pre = e.paged();
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
   DecodeEndpoint decode(pool, {});
   PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
   const Scope scope = make_scope("test", "tenant");
-  const int32_t idle = used(*dec, dec_mu);
+  const int32_t idle = used(*dec, owner);
 
   // 101 tokens: six full blocks and a tail; int8 keeps the open group in the residual.
   const std::vector<int32_t> prompt = random_prompt(101, 7);
@@ -131,19 +140,18 @@ TEST_P(DisaggExact, DecodeAfterTransferEqualsOneEngineDoingBoth) {
   EXPECT_FALSE(decode.claim(r.handle)) << "a handle is claimed once";
   EXPECT_EQ(adopted->prompt, prompt);
   EXPECT_EQ(adopted->first_token, first);
-  const Gen got = decode_from(*dec, adopted->seq, adopted->first_token, 16, &dec_mu);
+  const Gen got = decode_from(*dec, adopted->seq, adopted->first_token, 16, &owner);
   EXPECT_EQ(got.tokens, ref.tokens);
   for (size_t i = 0; i < ref.logits.size(); ++i)
     EXPECT_EQ(std::memcmp(got.logits[i].data(), ref.logits[i].data(), ref.logits[i].size() * sizeof(float)), 0)
         << "logits differ at step " << i;
-  {
-    std::lock_guard lk(dec_mu);
+  owner.run([&] {
     dec->kv().check_invariants(true);
     // The adopted full blocks are in the decode side's prefix index.
     EXPECT_EQ(dec->kv().cached_prefix_blocks(prompt, dec->kv_scope(scope)), 6);
     dec->release(adopted->seq);
-  }
-  EXPECT_EQ(used(*dec, dec_mu), idle);
+  });
+  EXPECT_EQ(used(*dec, owner), idle);
 
   // A prompt sharing the first 64 tokens: their four blocks are not sent again.
   std::vector<int32_t> second = random_prompt(90, 8);
@@ -157,12 +165,9 @@ TEST_P(DisaggExact, DecodeAfterTransferEqualsOneEngineDoingBoth) {
   const auto ad2 = decode.claim(r2.handle);
   ASSERT_TRUE(ad2);
   auto [ref2, ref2_first] = prefill(*both, second, scope);
-  EXPECT_EQ(decode_from(*dec, ad2->seq, first2, 8, &dec_mu).tokens, decode_from(*both, ref2, ref2_first, 8).tokens);
-  {
-    std::lock_guard lk(dec_mu);
-    dec->release(ad2->seq);
-  }
-  EXPECT_EQ(used(*dec, dec_mu), idle);
+  EXPECT_EQ(decode_from(*dec, ad2->seq, first2, 8, &owner).tokens, decode_from(*both, ref2, ref2_first, 8).tokens);
+  owner.run([&] { dec->release(ad2->seq); });
+  EXPECT_EQ(used(*dec, owner), idle);
   const TransferStats ps = link.stats(), ds = decode.stats();
   EXPECT_EQ(ps.transfers, 2);
   EXPECT_EQ(ds.blocks, 9);
@@ -177,9 +182,11 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, DisaggExact, ::testing::Values(KvType::F32, Kv
 TEST(DisaggTransfer, BytesPerPromptTokenEqualTheFormula) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   Engines e(KvType::F32);
-  auto pre = e.paged(), dec = e.paged();
-  std::mutex dec_mu;
-  PagedAdoptionPool pool(*dec, dec_mu);
+  auto pre = e.paged();
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
   DecodeEndpoint decode(pool, {});
   PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
   const ModelConfig& c = e.model->config();
@@ -193,56 +200,53 @@ TEST(DisaggTransfer, BytesPerPromptTokenEqualTheFormula) {
   EXPECT_EQ(r.bytes, per_token * int64_t(prompt.size()));
   auto ad = decode.claim(r.handle);
   ASSERT_TRUE(ad);
-  std::lock_guard lk(dec_mu);
-  dec->release(ad->seq);
+  owner.run([&] { dec->release(ad->seq); });
 }
 
 TEST(DisaggFaults, FullDecodePoolAnswersNoRoomAndKeepsNothing) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   Engines e(KvType::F32);
-  auto pre = e.paged(), dec = e.paged(16);
-  std::mutex dec_mu;
-  PagedAdoptionPool pool(*dec, dec_mu);
+  auto pre = e.paged();
+  auto decx = e.executor(16);
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
   DecodeEndpoint decode(pool, {});
   PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
   const Scope scope = make_scope("test", "t");
   // A running sequence on the decode side holds 14 of 16 blocks.
   const std::vector<int32_t> big = random_prompt(220, 1);
-  SeqId hold;
-  {
-    std::lock_guard lk(dec_mu);
-    hold = dec->add(big, scope).seq;
-    ASSERT_TRUE(dec->step({{hold, big}}).ok);
-  }
-  const int32_t before = used(*dec, dec_mu);
+  const SeqId hold = owner.run([&] {
+    const SeqId h = dec->add(big, scope).seq;
+    EXPECT_TRUE(dec->step({{h, big}}).ok);
+    return h;
+  });
+  const int32_t before = used(*dec, owner);
   const std::vector<int32_t> prompt = random_prompt(60, 2);  // 4 blocks
   auto [seq, first] = prefill(*pre, prompt, scope);
   const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
   EXPECT_EQ(r.status, ShipResult::Status::NoRoom) << r.reason;
   EXPECT_GT(r.retry_after_s, 0);
   EXPECT_NE(r.reason.find("no free KV blocks"), std::string::npos) << r.reason;
-  EXPECT_EQ(used(*dec, dec_mu), before);
+  EXPECT_EQ(used(*dec, owner), before);
   EXPECT_EQ(decode.holding(), 0);
   // Room again: the same shipment goes through.
-  {
-    std::lock_guard lk(dec_mu);
-    dec->release(hold);
-  }
+  owner.run([&] { dec->release(hold); });
   const ShipResult ok = link.ship(shipment_of(*pre, seq, scope, first));
   ASSERT_EQ(ok.status, ShipResult::Status::Ok) << ok.reason;
   auto ad = decode.claim(ok.handle);
   ASSERT_TRUE(ad);
-  std::lock_guard lk(dec_mu);
-  dec->release(ad->seq);
-  EXPECT_EQ(dec->kv().used_blocks(), 0);
+  owner.run([&] { dec->release(ad->seq); });
+  EXPECT_EQ(used(*dec, owner), 0);
 }
 
 TEST(DisaggFaults, HandshakeWithAnotherModelOrKvTypeIsRefusedOnBothSides) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   Engines e(KvType::F16);
-  auto dec = e.paged();
-  std::mutex dec_mu;
-  PagedAdoptionPool pool(*dec, dec_mu);
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
   std::mutex log_mu;
   std::vector<std::string> decode_log;
   DecodeEndpoint decode(pool, {}, [&](const std::string& s) {
@@ -280,9 +284,9 @@ TEST(DisaggFaults, UnreachableDecodeWorkerIsAClearError) {
   {
     // A port that was free a moment ago: nobody listens there now.
     Engines e(KvType::F32);
-    auto dec = e.paged();
-    std::mutex mu;
-    PagedAdoptionPool pool(*dec, mu);
+    auto decx = e.executor();
+    test::PoolOwner owner(*decx);
+    PagedAdoptionPool pool(decx->paged(), owner);
     DecodeEndpoint gone(pool, {});
     port = gone.port();
   }
@@ -337,9 +341,11 @@ class RawPeer {
 
 struct FaultRig {
   Engines e{KvType::Int8};
-  std::unique_ptr<PagedEngine> pre = e.paged(), dec = e.paged();
-  std::mutex dec_mu;
-  PagedAdoptionPool pool{*dec, dec_mu};
+  std::unique_ptr<PagedEngine> pre = e.paged();
+  std::unique_ptr<sched::PagedExecutor> decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner{*decx};
+  PagedAdoptionPool pool{*dec, owner};
   std::vector<std::string> log;
   std::mutex log_mu;
   DecodeEndpoint decode{pool, {}, [this](const std::string& s) {
@@ -365,7 +371,7 @@ struct FaultRig {
     EXPECT_TRUE(a && decode_answer(*a));
     return a && decode_answer(*a) ? *decode_answer(*a) : Answer{};
   }
-  bool idle() { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }
+  bool idle() { return decode.holding() == 0 && used(*dec, owner) == 0; }
   bool logged(const std::string& what) {
     std::lock_guard lk(log_mu);
     for (const auto& l : log)
@@ -381,7 +387,7 @@ TEST(DisaggFaults, TruncatedTransferFreesTheReservedBlocks) {
   const Answer a = rig.open(p, 1);
   ASSERT_EQ(a.kind, AnswerKind::Send);
   EXPECT_EQ(a.to - a.from, 5u);
-  EXPECT_EQ(used(*rig.dec, rig.dec_mu), 5) << "reserved before any block moves";
+  EXPECT_EQ(used(*rig.dec, rig.owner), 5) << "reserved before any block moves";
   p.send(encode(BlockHeader{1, 0}), rig.ship.blocks[0]);
   p.send(encode(BlockHeader{1, 1}), rig.ship.blocks[1]);
   const auto* res = reinterpret_cast<const uint8_t*>(rig.ship.residual.data());
@@ -429,8 +435,7 @@ TEST(DisaggFaults, GarbledMessageDropsTheConnectionAndItsBlocks) {
   ASSERT_EQ(ok.status, ShipResult::Status::Ok) << ok.reason;
   auto ad = rig.decode.claim(ok.handle);
   ASSERT_TRUE(ad);
-  std::lock_guard lk(rig.dec_mu);
-  rig.dec->release(ad->seq);
+  rig.owner.run([&] { rig.dec->release(ad->seq); });
 }
 
 TEST(DisaggFaults, PrefillGoneMidTransferFreesTheReservedBlocks) {
@@ -440,19 +445,21 @@ TEST(DisaggFaults, PrefillGoneMidTransferFreesTheReservedBlocks) {
     RawPeer p(rig.decode.port());
     ASSERT_EQ(rig.open(p, 1).kind, AnswerKind::Send);
     p.send(encode(BlockHeader{1, 0}), rig.ship.blocks[0]);
-    EXPECT_TRUE(eventually([&] { return rig.decode.stats().blocks == 0 && used(*rig.dec, rig.dec_mu) == 5; }, 2));
+    EXPECT_TRUE(eventually([&] { return rig.decode.stats().blocks == 0 && used(*rig.dec, rig.owner) == 5; }, 2));
     p.kill();
   }
   EXPECT_TRUE(eventually([&] { return rig.idle(); })) << "holding " << rig.decode.holding() << ", used "
-                                                     << used(*rig.dec, rig.dec_mu);
+                                                     << used(*rig.dec, rig.owner);
 }
 
 TEST(DisaggFaults, StalledOrUnclaimedTransfersTimeOut) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
   Engines e(KvType::F32);
-  auto pre = e.paged(), dec = e.paged();
-  std::mutex dec_mu;
-  PagedAdoptionPool pool(*dec, dec_mu);
+  auto pre = e.paged();
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
   DecodeOptions o;
   o.transfer_timeout_s = 0.3;
   o.claim_timeout_s = 0.3;
@@ -466,15 +473,15 @@ TEST(DisaggFaults, StalledOrUnclaimedTransfersTimeOut) {
   ASSERT_TRUE(p.next());
   p.send(encode(Offer{1, scope, first, ship.prompt, ship.keys}));
   ASSERT_TRUE(p.next());
-  EXPECT_EQ(used(*dec, dec_mu), 3);
+  EXPECT_EQ(used(*dec, owner), 3);
   auto r = p.next(3);  // nothing more sent: the decode side gives up
   ASSERT_TRUE(r && decode_result(*r));
   EXPECT_NE(decode_result(*r)->reason.find("timed out"), std::string::npos);
-  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }));
+  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, owner) == 0; }));
   // Adopted but never claimed.
   PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
   ASSERT_EQ(link.ship(ship).status, ShipResult::Status::Ok);
-  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, dec_mu) == 0; }));
+  EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, owner) == 0; }));
 }
 
 }  // namespace

@@ -353,13 +353,11 @@ int run_serve(const ServeArgs& a) {
   const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
   std::unique_ptr<tiers::TierSet> tierset =
       tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout) : nullptr;
-  std::mutex pool_mu;  // KV transfers adopt into the pool between engine steps
-  if (a.disagg.role != "both") lo.pool_mu = &pool_mu;
   sched::PagedExecutor* paged = nullptr;
   const std::unique_ptr<sched::EngineLoop> loop_ptr =
       start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a, paged);
   sched::EngineLoop& loop = *loop_ptr;
-  const DisaggRoles roles = start_roles(a.disagg, *paged, loop, pool_mu);
+  const DisaggRoles roles = start_roles(a.disagg, *paged, loop);
 
   server::ApiOptions ao = api_options(a, *l.model, ctx, lo.sched.default_max_tokens, chat);
   const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);

@@ -72,7 +72,7 @@ void set_ucx_defaults(const DisaggArgs& a) {
   if (a.role != "both") disagg::widen_ucx_segments();
 }
 
-DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop, std::mutex& pool_mu) {
+DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop) {
   DisaggRoles r;
   auto log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
   if (a.role == "decode") {
@@ -81,7 +81,7 @@ DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::
     r.kv_host = o.host;
     o.transfer_timeout_s = a.transfer_timeout_s;
     o.claim_timeout_s = a.claim_timeout_s;
-    r.decode = std::make_unique<disagg::DecodeRole>(exec, pool_mu, o, log);
+    r.decode = std::make_unique<disagg::DecodeRole>(exec, loop, o, log);
   } else if (a.role == "prefill") {
     std::vector<disagg::PrefillOptions> peers;
     for (const std::string& p : a.decode_peers) {

@@ -40,7 +40,6 @@ struct DisaggRoles {
   std::string kv_host;  // decode: the host part of --kv-listen
   std::string metrics_text() const;  // kvserve_kv_transfer_* in Prometheus text
 };
-DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop,
-                        std::mutex& pool_mu);
+DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::EngineLoop& loop);
 
 }  // namespace kvs::cli

@@ -1,5 +1,6 @@
 #include "disagg/adoption_pool.h"
 
+#include <future>
 #include <stdexcept>
 
 #include "model/model.h"
@@ -10,40 +11,27 @@ KvIdentity identity_of(const PagedEngine& pe) {
   return make_identity(const_cast<PagedEngine&>(pe).engine().model().identity(), pe.layout());
 }
 
-PagedAdoptionPool::PagedAdoptionPool(PagedEngine& pe, std::mutex& mu) : pe_(pe), mu_(mu), id_(identity_of(pe)) {}
+PagedAdoptionPool::PagedAdoptionPool(const PagedEngine& pe, sched::PoolInbox& inbox)
+    : pe_(pe), inbox_(inbox), id_(identity_of(pe)) {}
 
 std::vector<BlockKey> PagedAdoptionPool::chain_keys(std::span<const int32_t> prompt, const Scope& caller) const {
-  return pe_.kv().chain_keys(prompt, pe_.kv_scope(caller));  // pure: no lock
+  return pe_.kv().chain_keys(prompt, pe_.kv_scope(caller));
 }
 
 AdoptionPool::Reservation PagedAdoptionPool::reserve(std::span<const int32_t> prompt, const Scope& caller) {
-  Reservation r;
-  std::lock_guard lk(mu_);
-  KvManager::Adoption a;
-  try {
-    a = pe_.reserve_adoption(prompt, caller);
-  } catch (const std::exception& e) {
-    r.error = e.what();
-    return r;
-  }
-  if (a.seq < 0) return r;
-  r.seq = a.seq;
-  r.hit_blocks = a.hit_blocks;
-  const auto& table = pe_.kv().block_table(a.seq);
-  for (int32_t i = a.hit_blocks; i < a.blocks; ++i) r.blocks.push_back(pe_.block(table[size_t(i)]));
-  r.residual = pe_.residual(a.seq);
-  return r;
+  sched::pool_cmd::ReserveAdoption c;
+  c.prompt.assign(prompt.begin(), prompt.end());
+  c.caller = caller;
+  std::future<sched::AdoptionSlots> f = c.slots.get_future();
+  inbox_.post(std::move(c));
+  return f.get();
 }
 
 void PagedAdoptionPool::finish(SeqId seq, std::span<const int32_t> prompt) {
-  std::lock_guard lk(mu_);
-  pe_.finish_adoption(seq, prompt);
+  inbox_.post(sched::pool_cmd::FinishAdoption{seq, std::vector<int32_t>(prompt.begin(), prompt.end())});
 }
 
-void PagedAdoptionPool::abort(SeqId seq) {
-  std::lock_guard lk(mu_);
-  pe_.release(seq);
-}
+void PagedAdoptionPool::abort(SeqId seq) { inbox_.post(sched::pool_cmd::AbortAdoption{seq}); }
 
 Shipment shipment_of(PagedEngine& pe, SeqId seq, const Scope& caller, int32_t first_token) {
   const KvManager& kv = pe.kv();

@@ -8,25 +8,19 @@
 // Prefill side: shipment_of() names the bytes of a prefilled sequence.
 #pragma once
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "disagg/kv_identity.h"
 #include "engine/paged_engine.h"
+#include "sched/pool_command.h"
 
 namespace kvs::disagg {
 
 class AdoptionPool {
  public:
-  struct Reservation {
-    SeqId seq = -1;                          // -1: not reserved (error says why; empty = no room)
-    int32_t hit_blocks = 0;                  // table[0, hit_blocks) were in the prefix index
-    std::vector<std::span<uint8_t>> blocks;  // memory of table[hit_blocks, n): where the bytes land
-    std::span<float> residual;               // the sequence's full-precision residual (quantized cache)
-    std::string error;
-  };
+  using Reservation = sched::AdoptionSlots;
   virtual ~AdoptionPool() = default;
   virtual KvIdentity identity() const = 0;
   // The chain keys this pool would give the prompt's full blocks.
@@ -36,11 +30,15 @@ class AdoptionPool {
   virtual void abort(SeqId seq) = 0;
 };
 
-// Over a PagedEngine that the engine thread also drives: every call takes
-// `mu`, the lock the engine thread holds around its own calls.
+// Over the pool of a PagedEngine whose one writer drains `inbox` (the
+// engine loop; sched/pool_command.h): the calling thread (UCX progress)
+// never touches the pool itself. reserve() posts ReserveAdoption and waits
+// for the answer, at most one engine step; finish() and abort() are posted
+// without waiting (the engine thread applies them in order, before any
+// claim that could follow them). chain_keys() is pure and runs here.
 class PagedAdoptionPool final : public AdoptionPool {
  public:
-  PagedAdoptionPool(PagedEngine& pe, std::mutex& mu);
+  PagedAdoptionPool(const PagedEngine& pe, sched::PoolInbox& inbox);
   KvIdentity identity() const override { return id_; }
   std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& caller) const override;
   Reservation reserve(std::span<const int32_t> prompt, const Scope& caller) override;
@@ -48,8 +46,8 @@ class PagedAdoptionPool final : public AdoptionPool {
   void abort(SeqId seq) override;
 
  private:
-  PagedEngine& pe_;
-  std::mutex& mu_;
+  const PagedEngine& pe_;
+  sched::PoolInbox& inbox_;
   KvIdentity id_;
 };
 

@@ -4,9 +4,9 @@
 
 namespace kvs::disagg {
 
-DecodeRole::DecodeRole(sched::PagedExecutor& exec, std::mutex& pool_mu, const DecodeOptions& opts,
+DecodeRole::DecodeRole(sched::PagedExecutor& exec, sched::PoolInbox& inbox, const DecodeOptions& opts,
                        std::function<void(const std::string&)> log)
-    : exec_(exec), pool_(exec.paged(), pool_mu), log_(std::move(log)) {
+    : exec_(exec), pool_(exec.paged(), inbox), log_(std::move(log)) {
   endpoint_ = std::make_unique<DecodeEndpoint>(pool_, opts, log_);
   exec_.set_claimer([this](uint64_t h, std::span<const int32_t> p, const Scope& s) { return claim(h, p, s); });
 }

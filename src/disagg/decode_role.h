@@ -1,12 +1,10 @@
 // A decode worker inside `kvserve serve --role decode`: the transfer
 // endpoint adopting into the engine loop's own pool, and the claimer its
 // scheduler uses to continue a handed-over request (Request::handover).
-// The engine loop must hold `pool_mu` around its steps
-// (EngineLoopOptions::pool_mu) since transfers reserve and adopt from the
-// UCX thread.
+// Transfers reserve and adopt through the engine loop's inbox, so the
+// engine thread stays the pool's one writer.
 #pragma once
 #include <memory>
-#include <mutex>
 
 #include "disagg/decode_endpoint.h"
 #include "sched/executor.h"
@@ -16,14 +14,14 @@ namespace kvs::disagg {
 class DecodeRole {
  public:
   // Throws std::runtime_error when UCX cannot listen on opts' address.
-  DecodeRole(sched::PagedExecutor& exec, std::mutex& pool_mu, const DecodeOptions& opts,
+  DecodeRole(sched::PagedExecutor& exec, sched::PoolInbox& inbox, const DecodeOptions& opts,
              std::function<void(const std::string&)> log);
   uint16_t port() const { return endpoint_->port(); }
   TransferStats stats() const { return endpoint_->stats(); }
   int64_t holding() const { return endpoint_->holding(); }
 
  private:
-  // Engine thread (from the scheduler's admission, the pool lock held).
+  // Engine thread (from the scheduler's admission).
   SeqId claim(uint64_t handle, std::span<const int32_t> prompt, const Scope& caller);
 
   sched::PagedExecutor& exec_;

@@ -58,4 +58,15 @@ int32_t EventingExecutor::drop_cached_older_than(const Scope& caller, int64_t cu
   return n;
 }
 
+sched::AdoptionSlots EventingExecutor::reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) {
+  sched::AdoptionSlots s = inner_->handover()->reserve_adoption(prompt, caller);
+  flush();
+  return s;
+}
+
+void EventingExecutor::finish_adoption(SeqId seq, std::span<const int32_t> prompt) {
+  inner_->handover()->finish_adoption(seq, prompt);
+  flush();
+}
+
 }  // namespace kvs::events

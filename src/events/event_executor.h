@@ -1,7 +1,7 @@
 // The model's executor with KV-cache events: forwards every call to the
 // PagedExecutor it owns, and after each call that can change the prefix
-// index (add, fork, release, step, the cache drops) hands the events that
-// call produced to the publisher as one batch. Runs on the engine thread
+// index (add, fork, release, step, the cache drops, an adoption) hands the
+// events that call produced to the publisher as one batch. Runs on the engine thread
 // like any executor; offer() never waits, so the engine never blocks on the
 // sockets. Built by `kvserve serve --kv-events`.
 #pragma once
@@ -12,7 +12,7 @@
 
 namespace kvs::events {
 
-class EventingExecutor final : public sched::StepExecutor {
+class EventingExecutor final : public sched::StepExecutor, private sched::HandoverPort {
  public:
   // `pub` must outlive this executor. `tokens`: send block token ids.
   EventingExecutor(std::unique_ptr<sched::PagedExecutor> inner, EventPublisher& pub, bool tokens);
@@ -30,14 +30,16 @@ class EventingExecutor final : public sched::StepExecutor {
   int32_t drop_cached_scope(const Scope& caller) override;
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override;
   int32_t drop_all_cached() override;
-  bool has_tier() const override { return inner_->has_tier(); }
-  uint64_t prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const override {
-    return inner_->prefetch(prompt, caller, retention_s);
-  }
-  bool prefetch_pending(uint64_t ticket) const override { return inner_->prefetch_pending(ticket); }
-  double prefetch_seconds(uint64_t ticket) const override { return inner_->prefetch_seconds(ticket); }
+  const sched::TierPort* tier() const override { return inner_->tier(); }
+  sched::HandoverPort* handover() override { return inner_->handover() ? this : nullptr; }
 
  private:
+  // An adopted prompt's blocks are keyed like computed ones: events too.
+  sched::AdoptionSlots reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) override;
+  void finish_adoption(SeqId seq, std::span<const int32_t> prompt) override;
+  SeqId claim(uint64_t handle, std::span<const int32_t> prompt, const Scope& caller) override {
+    return inner_->handover()->claim(handle, prompt, caller);
+  }
   void flush();
   std::unique_ptr<sched::PagedExecutor> inner_;
   EventPublisher& pub_;

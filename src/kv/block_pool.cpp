@@ -73,6 +73,7 @@ int32_t BlockPool::take(int32_t b) {
 }
 
 std::optional<int32_t> BlockPool::allocate() {
+  owner_.check("BlockPool::allocate");
   if (!free_.empty()) {
     const int32_t b = free_.back();
     free_.pop_back();
@@ -92,6 +93,7 @@ std::optional<int32_t> BlockPool::allocate() {
 }
 
 bool BlockPool::allocate(int32_t n, std::vector<int32_t>& out) {
+  owner_.check("BlockPool::allocate");
   if (n < 0) throw bug("allocate: negative count");
   if (n > n_available()) return false;
   for (int32_t i = 0; i < n; ++i) out.push_back(*allocate());
@@ -99,6 +101,7 @@ bool BlockPool::allocate(int32_t n, std::vector<int32_t>& out) {
 }
 
 void BlockPool::share(int32_t b) {
+  owner_.check("BlockPool::share");
   last_use_[check(b)] = tick_;
   switch (state_[b]) {
     case BlockState::Used: ++ref_[b]; return;
@@ -112,6 +115,7 @@ void BlockPool::share(int32_t b) {
 }
 
 void BlockPool::release(int32_t b) {
+  owner_.check("BlockPool::release");
   if (state_[check(b)] != BlockState::Used) throw bug("release of " + std::string(to_string(state_[b])) + " block " + std::to_string(b));
   last_use_[b] = tick_;
   if (--ref_[b] > 0) return;
@@ -148,6 +152,7 @@ std::optional<int32_t> BlockPool::lookup(const BlockKey& key) const {
 }
 
 bool BlockPool::set_key(int32_t b, const BlockKey& key, const Scope& scope) {
+  owner_.check("BlockPool::set_key");
   if (state_[check(b)] != BlockState::Used) throw bug("set_key on " + std::string(to_string(state_[b])) + " block " + std::to_string(b));
   if (keyed_[b]) return false;
   {
@@ -173,10 +178,12 @@ void BlockPool::free_cached(int32_t b) {
 }
 
 void BlockPool::drop_cached() {
+  owner_.check("BlockPool::drop_cached");
   while (lru_head_ >= 0) free_cached(lru_head_);
 }
 
 int32_t BlockPool::drop_scope(const Scope& scope) {
+  owner_.check("BlockPool::drop_scope");
   int32_t dropped = 0;
   for (int32_t b = 0; b < n_; ++b) {
     if (!keyed_[b] || !(scopes_[b] == scope)) continue;
@@ -193,6 +200,7 @@ int32_t BlockPool::drop_scope(const Scope& scope) {
 }
 
 int32_t BlockPool::drop_cached_older_than(const Scope& scope, int64_t cutoff) {
+  owner_.check("BlockPool::drop_cached_older_than");
   int32_t dropped = 0;
   for (int32_t b = lru_head_; b >= 0;) {
     const int32_t next = next_[b];

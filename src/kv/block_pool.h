@@ -14,10 +14,12 @@
 // Running out of blocks is a normal condition: allocate() returns nothing and
 // the caller (scheduler) decides whom to preempt.
 //
-// Threads: one thread (the engine thread) calls everything. The one
-// exception is lookup(), which any thread may call at any time: the prefix
-// index has its own reader/writer lock, so an HTTP thread can estimate a
-// prompt's cached prefix at submit while a forward keys and evicts blocks.
+// Threads: one thread (the engine thread, kv/owner_thread.h) calls
+// everything that changes the pool, and builds with assertions check it.
+// The one exception is lookup(), which any thread may call at any time: the
+// prefix index has its own reader/writer lock, so an HTTP thread can
+// estimate a prompt's cached prefix at submit while a forward keys and
+// evicts blocks.
 //
 // Each keyed block also records the scope it was keyed under and its last use
 // (the pool's tick when it was keyed, shared or released; the caller sets the
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "kv/kv_events.h"
+#include "kv/owner_thread.h"
 #include "kv/prefix_hash.h"
 
 namespace kvs {
@@ -83,7 +86,10 @@ class BlockPool {
 
   // The current time as the caller counts it (monotonic, any unit); stamped
   // as the last use of keyed blocks. Starts at 0.
-  void set_tick(int64_t tick) { tick_ = tick; }
+  void set_tick(int64_t tick) {
+    owner_.check("BlockPool::set_tick");
+    tick_ = tick;
+  }
   int64_t tick() const { return tick_; }
   // Every Cached block keyed under `scope` becomes Free and leaves the index;
   // Used blocks of that scope lose their key (they can no longer be found and
@@ -122,7 +128,12 @@ class BlockPool {
   // Appends a Removed event to `log` (not owned; null = none) whenever a key
   // leaves the index. Stored events come from KvManager, which knows the
   // parent key and the tokens.
-  void set_event_log(KvEventLog* log) { events_ = log; }
+  void set_event_log(KvEventLog* log) {
+    owner_.check("BlockPool::set_event_log");
+    events_ = log;
+  }
+  // The calling thread changes the pool from now on (the engine thread).
+  void bind_owner_thread() const { owner_.bind(); }
 
   // Checks every structural invariant in O(n); throws std::logic_error naming
   // the first violation. Used by tests after every operation.
@@ -152,6 +163,7 @@ class BlockPool {
   int32_t n_cached_ = 0, n_used_ = 0;
   int64_t evictions_ = 0;
   KvEventLog* events_ = nullptr;
+  OwnerThread owner_;
   // Written by the engine thread under a unique lock; read by lookup()
   // under a shared one (from any thread).
   mutable std::shared_mutex index_mu_;

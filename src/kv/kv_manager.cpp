@@ -73,6 +73,7 @@ void KvManager::pin_cached(Seq& s, std::span<const int32_t> prompt) {
 }
 
 SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer) {
+  owner_.check("KvManager::add_sequence");
   Seq s;
   s.scope = scope;
   const int64_t n = int64_t(prompt.size());
@@ -136,6 +137,7 @@ void KvManager::import_chain(Seq& s, std::span<const int32_t> prompt, BlockImpor
 }
 
 KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt, const Scope& scope) {
+  owner_.check("KvManager::reserve_adoption");
   const int64_t n = int64_t(prompt.size());
   if (n == 0) throw std::invalid_argument("kv manager: an adopted prompt needs at least one token");
   Seq s;
@@ -217,6 +219,7 @@ int64_t KvManager::horizon_blocks(SeqId seq, int64_t horizon) const {
 }
 
 bool KvManager::reserve(SeqId seq, int n_new) {
+  owner_.check("KvManager::reserve");
   const int32_t need = blocks_needed(seq, n_new);
   if (need > pool_.n_available()) return false;  // nothing changed
   if (need == 0) return true;
@@ -238,6 +241,7 @@ bool KvManager::reserve(SeqId seq, int n_new) {
 }
 
 void KvManager::unreserve(SeqId seq) {
+  owner_.check("KvManager::unreserve");
   Seq& s = get(seq);
   const size_t keep = size_t(ceil_div(int64_t(s.tokens.size()), bs_));
   while (s.table.size() > keep) {
@@ -247,6 +251,7 @@ void KvManager::unreserve(SeqId seq) {
 }
 
 void KvManager::commit(SeqId seq, std::span<const int32_t> toks) {
+  owner_.check("KvManager::commit");
   Seq& s = get(seq);
   const int64_t len = int64_t(s.tokens.size()), n = int64_t(toks.size());
   if (n == 0) return;
@@ -303,6 +308,7 @@ void KvManager::note_stored(int32_t block, const std::vector<BlockKey>& keys, in
 }
 
 SeqId KvManager::fork(SeqId parent) {
+  owner_.check("KvManager::fork");
   const Seq& p = get(parent);
   Seq c;
   c.tokens = p.tokens;
@@ -319,6 +325,7 @@ SeqId KvManager::fork(SeqId parent) {
 }
 
 void KvManager::release(SeqId seq) {
+  owner_.check("KvManager::release");
   Seq& s = get(seq);
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it)
     if (*it >= 0) pool_.release(*it);
@@ -336,6 +343,7 @@ bool KvManager::is_dropped(const Scope& scope) const {
 }
 
 int32_t KvManager::drop_cached_scope(const Scope& scope) {
+  owner_.check("KvManager::drop_cached_scope");
   bool live = false;
   for (const auto& [id, s] : seqs_) live = live || s.scope == scope;
   if (live && !is_dropped(scope)) dropped_.push_back(scope);

@@ -131,6 +131,7 @@ class KvManager {
   // ones): what a lower tier writes behind. Engine thread.
   using KeyedHook = void (*)(void* ctx, int32_t block, const BlockKey& key, const Scope& scope);
   void set_keyed_hook(KeyedHook hook, void* ctx) {
+    owner_.check("KvManager::set_keyed_hook");
     keyed_hook_ = hook;
     keyed_ctx_ = ctx;
   }
@@ -175,12 +176,18 @@ class KvManager {
   // Tail block first, so a released chain's tail is evicted before its head.
   void release(SeqId seq);
   // Every cached (unreferenced) block becomes free: a cold cache.
-  void drop_cached() { pool_.drop_cached(); }
+  void drop_cached() {
+    owner_.check("KvManager::drop_cached");
+    pool_.drop_cached();
+  }
 
   // The caller's monotonic time (any unit, e.g. ms); stamped as the last use
   // of blocks shared, keyed or released from now on. The manager reads no
   // clock itself.
-  void set_tick(int64_t tick) { pool_.set_tick(tick); }
+  void set_tick(int64_t tick) {
+    owner_.check("KvManager::set_tick");
+    pool_.set_tick(tick);
+  }
   // Drops the prefix cache of `scope` (a revoked tenant): every cached block
   // keyed under it becomes free at once, and blocks of it still held by a
   // running sequence lose their key, so they can never be hit again and go
@@ -192,6 +199,7 @@ class KvManager {
   // free (a retention TTL). Blocks held by sequences are not touched. Returns
   // how many were freed.
   int32_t drop_cached_older_than(const Scope& scope, int64_t cutoff) {
+    owner_.check("KvManager::drop_cached_older_than");
     return pool_.drop_cached_older_than(scope, cutoff);
   }
 
@@ -199,8 +207,16 @@ class KvManager {
   // Stored event per newly keyed block, a Removed event per key that leaves
   // (kv/kv_events.h). Engine thread only, like every mutating call.
   void set_event_log(KvEventLog* log) {
+    owner_.check("KvManager::set_event_log");
     events_ = log;
     pool_.set_event_log(log);
+  }
+
+  // The one thread that changes this manager and its pool from now on: the
+  // engine thread binds itself when it starts (kv/owner_thread.h).
+  void bind_owner_thread() const {
+    owner_.bind();
+    pool_.bind_owner_thread();
   }
 
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
@@ -264,6 +280,7 @@ class KvManager {
   std::vector<Scope> dropped_;
   bool is_dropped(const Scope& s) const;
   KvEventLog* events_ = nullptr;
+  OwnerThread owner_;
   // Stored event for block i of a chain (`tokens`: its block_size ids).
   void note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, const int32_t* tokens);
 };

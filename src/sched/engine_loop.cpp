@@ -65,7 +65,18 @@ struct Live {
   std::vector<ChoiceText> ch;
   int open = 0;
   bool sink_failed = false;
+  // For the engine thread's own books (owner tags, retention sweep).
+  Scope scope;
+  std::string tenant;
+  double retention_s = 0;
 };
+
+template <class... F>
+struct Visitor : F... {
+  using F::operator()...;
+};
+template <class... F>
+Visitor(F...) -> Visitor<F...>;
 
 }  // namespace
 
@@ -74,97 +85,153 @@ struct EngineLoop::Impl {
   std::unique_ptr<StepExecutor> exec;
   const Tokenizer* tok = nullptr;
   std::unique_ptr<Scheduler> sched;
+  std::atomic<RequestId> next_id{1};
 
-  std::mutex mu;  // stop flag, wake-ups
-  std::condition_variable cv;
+  // The inbox: commands for the engine thread, the stop flag, wake-ups.
+  RankedMutex inbox_mu{LockRank::Inbox};
+  std::condition_variable_any cv;
+  std::vector<PoolCommand> inbox;
   bool stop = false;
+  bool exited = false;  // the engine thread takes no more commands: post() answers them
   std::thread th;
-  // Under mu: scope drops waiting for the engine thread, and the scopes with
-  // a retention TTL (caller scope, TTL s, last submit time).
-  struct PendingDrop {
-    Scope scope;
-    std::promise<int64_t> done;
-    int64_t result = 0;
-  };
-  std::vector<std::unique_ptr<PendingDrop>> pending_drops;
-  std::vector<int64_t> pending_releases;  // handed-off sequences given back
-  bool exited = false;                    // the engine thread takes no more releases
+
+  // Live requests' sinks and text state: submit() inserts, the engine
+  // thread serves; `fresh` names the ones its books have not seen yet.
+  RankedMutex live_mu{LockRank::Live};
+  std::unordered_map<RequestId, Live> live;
+  std::vector<RequestId> fresh;
+
+  // Engine thread only: scopes with a retention TTL, who submitted under
+  // each owner tag (pool views), counters it publishes.
   struct Retained {
     Scope scope;
     double retention_s = 0, last_submit = 0;
   };
   std::vector<Retained> retained;
+  std::unordered_map<uint32_t, std::string> owner_tenant;
   double next_sweep = 0;
-  int64_t dropped_revoke = 0, dropped_retention = 0, dropped_device = 0;  // engine thread; published
-  bool drop_all_pending = false;  // under mu: device shedding asked for a cold prefix cache
+  int64_t dropped_revoke = 0, dropped_retention = 0, dropped_device = 0;
+  int32_t pool_want = 0;  // cells of the pool view asked for (0: none)
 
-  std::mutex live_mu;  // live requests' sinks and text state (submit inserts, engine thread serves)
-  std::unordered_map<RequestId, Live> live;
-
-  mutable std::mutex metrics_mu;
+  RankedMutex metrics_mu{LockRank::Metrics};
   MetricsSnapshot snap;
   Histogram ttft = Histogram::latency(), tpot = Histogram::latency(), e2e = Histogram::latency();
   std::array<Histogram, kNumSloClasses> ttft_cls{Histogram::latency(), Histogram::latency()};
   std::array<Histogram, kNumSloClasses> tpot_cls{Histogram::latency(), Histogram::latency()};
-
-  // Pool views (dashboard): the cells wanted next (0: none; set under mu so
-  // the engine thread's wait sees it), the latest view and its number
-  // (under metrics_mu), and who submitted under each owner tag.
-  std::atomic<int32_t> pool_want{0};
-  std::condition_variable pool_cv;
+  // Pool views (dashboard), under metrics_mu: the latest and its number.
+  std::condition_variable_any pool_cv;
   std::shared_ptr<const PoolView> pool_last;
   uint64_t pool_seq = 0;
-  int queued_peak = 0;  // under metrics_mu, since the last view
-  std::mutex owners_mu;
-  std::unordered_map<uint32_t, std::string> owner_tenant;
+  int queued_peak = 0;  // since the last view
   void take_pool_view(double t);
 
   double now() const { return opts.clock(); }
   void run();
+  bool wait_for_work(std::vector<PoolCommand>& cmds, std::chrono::duration<double> period);
+  void take_fresh(double t);
+  bool apply(std::vector<PoolCommand>& cmds, double t);
+  bool drop_scope_now(pool_cmd::DropScope& d);
+  bool sweep_retention(double t);
+  void run_step(std::vector<TokenEvent>& events);
+  void finish_thread();
   void deliver(std::vector<TokenEvent>& events, double t);
   void publish(double t);
-  bool upkeep(double t, std::vector<std::unique_ptr<PendingDrop>>& drops);
+  void log_failure(const char* what, const std::exception& ex) const {
+    if (opts.log) opts.log(std::string(what) + ex.what());
+  }
   static int64_t tick_of(double t) { return int64_t(std::llround(t * 1000.0)); }  // ms
 };
 
-// Engine thread, between steps: scope drops (revoke), then the retention
-// sweep when due. True when a block was dropped.
-bool EngineLoop::Impl::upkeep(double t, std::vector<std::unique_ptr<PendingDrop>>& drops) {
-  exec->set_tick(tick_of(t));
+// Engine thread: the requests submitted since the last iteration enter its
+// books (owner tags for pool views, scopes with a retention TTL).
+void EngineLoop::Impl::take_fresh(double t) {
+  std::vector<RequestId> ids;
+  {
+    std::lock_guard lk(live_mu);
+    ids.swap(fresh);
+    for (RequestId id : ids) {
+      auto it = live.find(id);
+      if (it == live.end()) continue;  // rejected
+      const Live& L = it->second;
+      // Bounded: a forgotten owner shows as unknown.
+      const uint32_t tag = owner_tag(exec->kv_scope(L.scope));
+      if (owner_tenant.size() >= 4096 && !owner_tenant.count(tag)) owner_tenant.clear();
+      owner_tenant[tag] = L.tenant;
+      if (L.retention_s <= 0) continue;
+      auto r = std::find_if(retained.begin(), retained.end(), [&](const Retained& x) { return x.scope == L.scope; });
+      if (r == retained.end()) retained.push_back({L.scope, L.retention_s, t});
+      else {
+        r->retention_s = L.retention_s;
+        r->last_submit = t;
+      }
+    }
+  }
+}
+
+// Engine thread: a revoked tenant's cached blocks go now. True when any did.
+bool EngineLoop::Impl::drop_scope_now(pool_cmd::DropScope& d) {
+  std::erase_if(retained, [&](const Retained& r) { return r.scope == d.scope; });
+  int64_t k = 0;
+  try {
+    k = exec->drop_cached_scope(d.scope);
+  } catch (const std::exception& ex) {
+    log_failure("prefix cache drop failed: ", ex);
+  }
+  dropped_revoke += k;
+  return k > 0;
+}
+
+// Engine thread: cached blocks past their scope's retention. True when any went.
+bool EngineLoop::Impl::sweep_retention(double t) {
+  if (t < next_sweep) return false;
+  next_sweep = t + opts.retention_sweep_s;
+  // A scope not submitted under for a long while has been retired (the
+  // server moved the tenant to a new scope): forget it.
+  std::erase_if(retained, [&](const Retained& r) { return t - r.last_submit > std::max(4 * r.retention_s, 600.0); });
   int64_t n = 0;
-  for (auto& d : drops) {
-    int64_t k = 0;
-    try {
-      k = exec->drop_cached_scope(d->scope);
-    } catch (const std::exception& ex) {
-      if (opts.log) opts.log(std::string("prefix cache drop failed: ") + ex.what());
-    }
-    dropped_revoke += k;
+  for (const Retained& r : retained) {
+    const int64_t k = exec->drop_cached_older_than(r.scope, tick_of(t - r.retention_s));
+    dropped_retention += k;
     n += k;
-    d->result = k;
   }
-  if (t >= next_sweep) {
-    next_sweep = t + opts.retention_sweep_s;
-    std::vector<Retained> todo;
-    {
-      std::lock_guard lk(mu);
-      // A scope not submitted under for a long while has been retired (the
-      // server moved the tenant to a new scope): forget it.
-      std::erase_if(retained, [&](const Retained& r) { return t - r.last_submit > std::max(4 * r.retention_s, 600.0); });
-      todo = retained;
-    }
-    for (const Retained& r : todo) {
-      const int64_t k = exec->drop_cached_older_than(r.scope, tick_of(t - r.retention_s));
-      dropped_retention += k;
-      n += k;
-    }
-  }
-  // Publish before answering the drop requests, so an admin who reads
-  // /metrics after the revoke reply sees the blocks gone.
-  if (n > 0 || !drops.empty()) publish(t);
-  for (auto& d : drops) d->done.set_value(d->result);
-  drops.clear();
   return n > 0;
+}
+
+// Engine thread, between steps: the inbox's commands, then the retention
+// sweep when due. Metrics are published before any drop is answered, so an
+// admin who reads /metrics after the revoke reply sees the blocks gone.
+// True when something was published.
+bool EngineLoop::Impl::apply(std::vector<PoolCommand>& cmds, double t) {
+  exec->set_tick(tick_of(t));
+  bool changed = false;
+  std::vector<std::pair<std::promise<int64_t>*, int64_t>> answers;
+  for (PoolCommand& c : cmds) {
+    try {
+      std::visit(Visitor{
+                     [&](pool_cmd::DropScope& d) {
+                       const int64_t before = dropped_revoke;
+                       changed |= drop_scope_now(d);
+                       answers.push_back({&d.freed, dropped_revoke - before});
+                     },
+                     [&](pool_cmd::DropAll&) {
+                       const int32_t k = exec->drop_all_cached();
+                       dropped_device += k;
+                       changed |= k > 0;
+                     },
+                     [&](pool_cmd::View& v) { pool_want = std::max(pool_want, std::max<int32_t>(1, v.max_cells)); },
+                     [&](auto&) { changed |= apply_pool_command(c, *exec); },
+                 },
+                 c);
+    } catch (const std::exception& ex) {
+      log_failure("pool command failed: ", ex);
+    }
+  }
+  changed |= sweep_retention(t);
+  const bool published = changed || !answers.empty() || pool_want > 0;
+  if (published) publish(t);
+  for (auto& [p, n] : answers) p->set_value(n);
+  cmds.clear();
+  return published;
 }
 
 // Three phases so that a client never sees the end of its request before the
@@ -285,7 +352,7 @@ void EngineLoop::Impl::publish(double t) {
   m.recent_rejects = s.recent_rejects;
   queued_peak = std::max(queued_peak, m.queued[0] + m.queued[1]);
   lk.unlock();
-  if (pool_want.load(std::memory_order_relaxed) > 0) take_pool_view(t);
+  if (pool_want > 0) take_pool_view(t);
 }
 
 // Engine thread, right after publish(): nothing changes the pool in between,
@@ -293,13 +360,10 @@ void EngineLoop::Impl::publish(double t) {
 void EngineLoop::Impl::take_pool_view(double t) {
   auto v = std::make_shared<PoolView>();
   v->t = t;
-  v->cells = snapshot_pool(exec->kv(), pool_want.exchange(0));
-  {
-    std::lock_guard lk(owners_mu);
-    for (uint32_t tag : v->cells.owners) {
-      auto it = owner_tenant.find(tag);
-      v->owner_tenants.push_back(it == owner_tenant.end() ? std::string() : it->second);
-    }
+  v->cells = snapshot_pool(exec->kv(), std::exchange(pool_want, 0));
+  for (uint32_t tag : v->cells.owners) {
+    auto it = owner_tenant.find(tag);
+    v->owner_tenants.push_back(it == owner_tenant.end() ? std::string() : it->second);
   }
   std::lock_guard lk(metrics_mu);
   v->metrics = snap;
@@ -310,74 +374,70 @@ void EngineLoop::Impl::take_pool_view(double t) {
   pool_cv.notify_all();
 }
 
+// Waits for requests, commands or the sweep period; false on stop.
+bool EngineLoop::Impl::wait_for_work(std::vector<PoolCommand>& cmds, std::chrono::duration<double> period) {
+  std::unique_lock lk(inbox_mu);
+  cv.wait_for(lk, period, [&] { return stop || sched->has_work() || !inbox.empty(); });
+  if (stop) return false;
+  cmds.swap(inbox);
+  return true;
+}
+
+void EngineLoop::Impl::run_step(std::vector<TokenEvent>& events) {
+  events.clear();
+  double t = now();
+  exec->set_tick(tick_of(t));
+  StepReport rep;
+  try {
+    rep = sched->step(t, events);
+  } catch (const std::exception& ex) {
+    // A failing forward is handled inside step() (its requests fail). This
+    // is the scheduler itself failing: retrying the same state would fail
+    // forever, so every request ends with an error and the loop goes on.
+    log_failure("engine step failed, failing all requests: ", ex);
+    try {
+      sched->fail_all(std::string("the engine failed: ") + ex.what(), events);
+    } catch (const std::exception& ex2) {
+      log_failure("could not fail the requests: ", ex2);
+    }
+  }
+  t = now();
+  deliver(events, t);  // publishes the metrics too
+  if (rep.seqs == 0 && events.empty()) {
+    // Nothing could run (waiting for a wait limit or a cancel): do not spin.
+    std::unique_lock lk(inbox_mu);
+    cv.wait_for(lk, std::chrono::milliseconds(2), [&] { return stop || !inbox.empty(); });
+  }
+}
+
 void EngineLoop::Impl::run() {
   std::vector<TokenEvent> events;
-  std::vector<std::unique_ptr<PendingDrop>> drops;
-  bool drop_all = false;
-  std::vector<int64_t> releases;
+  std::vector<PoolCommand> cmds;
   const auto sweep_period = std::chrono::duration<double>(std::max(0.001, opts.retention_sweep_s));
-  while (true) {
-    {
-      std::unique_lock lk(mu);
-      cv.wait_for(lk, sweep_period, [&] {
-        return stop || sched->has_work() || !pending_drops.empty() || !pending_releases.empty() ||
-               pool_want.load() > 0 || drop_all_pending;
-      });
-      if (stop) break;
-      drops.swap(pending_drops);
-      releases.swap(pending_releases);
-      drop_all = std::exchange(drop_all_pending, false);
+  while (wait_for_work(cmds, sweep_period)) {
+    const double t = now();
+    take_fresh(t);
+    const bool published = apply(cmds, t);
+    if (!sched->has_work()) {
+      if (!published) publish(t);
+      continue;
     }
-    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
-    for (int64_t seq : releases) exec->release(seq);
-    releases.clear();
-    double t = now();
-    if (drop_all) {
-      try {
-        dropped_device += exec->drop_all_cached();
-      } catch (const std::exception& ex) {
-        if (opts.log) opts.log(std::string("prefix cache drop failed: ") + ex.what());
-      }
-    }
-    if (!upkeep(t, drops) && !sched->has_work()) publish(t);
-    if (!sched->has_work()) continue;
-    events.clear();
-    exec->set_tick(tick_of(t));
-    StepReport rep;
-    try {
-      rep = sched->step(t, events);
-    } catch (const std::exception& ex) {
-      // A failing forward is handled inside step() (its requests fail). This
-      // is the scheduler itself failing: retrying the same state would fail
-      // forever, so every request ends with an error and the loop goes on.
-      if (opts.log) opts.log(std::string("engine step failed, failing all requests: ") + ex.what());
-      try {
-        sched->fail_all(std::string("the engine failed: ") + ex.what(), events);
-      } catch (const std::exception& ex2) {
-        if (opts.log) opts.log(std::string("could not fail the requests: ") + ex2.what());
-      }
-    }
-    t = now();
-    deliver(events, t);  // publishes the metrics too
-    if (pool_lk.owns_lock()) pool_lk.unlock();
-    if (rep.seqs == 0 && events.empty()) {
-      // Nothing could run (waiting for a wait limit or a cancel): do not spin.
-      std::unique_lock lk(mu);
-      cv.wait_for(lk, std::chrono::milliseconds(2));
-    }
+    run_step(events);
   }
+  finish_thread();
+}
+
+// The last commands still run here (this thread owns the pool until it is
+// joined); any later one is answered by post() itself.
+void EngineLoop::Impl::finish_thread() {
+  std::vector<PoolCommand> cmds;
   {
-    std::lock_guard lk(mu);
-    for (auto& d : pending_drops) d->done.set_value(0);
-    pending_drops.clear();
-    releases.swap(pending_releases);
+    std::lock_guard lk(inbox_mu);
+    cmds.swap(inbox);
     exited = true;
   }
-  {
-    std::unique_lock pool_lk = opts.pool_mu ? std::unique_lock(*opts.pool_mu) : std::unique_lock<std::mutex>();
-    for (int64_t seq : releases) exec->release(seq);
-  }
-  events.clear();
+  apply(cmds, now());
+  std::vector<TokenEvent> events;
   const double t = now();
   sched->abort_all(RejectReason::ShuttingDown, t, events);
   deliver(events, t);
@@ -414,105 +474,80 @@ EngineLoop::EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* toke
   m.publish(m.now());
   m.th = std::thread([&m] {
     mark_compute_thread();  // the forward runs here too (pool thread 0)
+    m.exec->kv().bind_owner_thread();  // the pool's one writer from now on
     m.run();
   });
 }
 
 EngineLoop::~EngineLoop() { shutdown(); }
 
+// Takes the live lock to register the request's sink and text state, then
+// the scheduler's to admit or refuse it, never both at once; the engine
+// thread's books (owner tags, retention) follow from `fresh`.
 SubmitResult EngineLoop::submit(Request req) {
   Impl& m = *impl_;
   const double t = m.now();
-  EventSink sink = std::move(req.sink);
-  const int n = req.n;
-  const bool stops = !req.stop.empty();
-  std::vector<std::string> stop_strings = req.stop;
-  const Scope scope = req.scope;
-  const double retention_s = req.retention_s;
-  const SloClass slo = req.slo;
-  {
-    // Remembered so a pool view can say whose blocks it shows; bounded
-    // (a forgotten owner shows as unknown).
-    const uint32_t tag = owner_tag(m.exec->kv_scope(scope));
-    std::lock_guard lk(m.owners_mu);
-    if (m.owner_tenant.size() >= 4096 && !m.owner_tenant.count(tag)) m.owner_tenant.clear();
-    m.owner_tenant[tag] = req.tenant;
+  if (req.id == 0) req.id = m.next_id.fetch_add(1, std::memory_order_relaxed);
+  const RequestId id = req.id;
+  Live L;
+  L.sink = std::move(req.sink);
+  L.slo = req.slo;
+  L.submitted = t;
+  L.open = req.n;
+  L.ch.resize(size_t(std::clamp(req.n, 0, m.opts.sched.max_seqs)));
+  for (ChoiceText& c : L.ch) {
+    if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);
+    c.stop = std::make_unique<StopMatcher>(req.stop);
   }
-  SubmitResult res;
-  {
+  L.scope = req.scope;
+  L.tenant = req.tenant;
+  L.retention_s = req.retention_s;
+  bool mine = false;  // this call registered the id (another request may hold it)
+  if (req.n >= 1 && req.n <= m.opts.sched.max_seqs) {  // else the scheduler refuses it
     std::lock_guard lk(m.live_mu);
-    res = m.sched->submit(std::move(req), t);
-    if (res.accepted) {
-      Live& L = m.live[res.id];
-      L.sink = std::move(sink);
-      L.slo = slo;
-      L.submitted = t;
-      L.open = n;
-      L.ch.resize(size_t(n));
-      for (ChoiceText& c : L.ch) {
-        if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);
-        c.stop = std::make_unique<StopMatcher>(stops ? stop_strings : std::vector<std::string>{});
-      }
-    }
+    mine = m.live.try_emplace(id, std::move(L)).second;
+    if (mine) m.fresh.push_back(id);
   }
-  if (res.accepted && retention_s > 0) {
-    std::lock_guard lk(m.mu);
-    auto it = std::find_if(m.retained.begin(), m.retained.end(), [&](const Impl::Retained& r) { return r.scope == scope; });
-    if (it == m.retained.end()) m.retained.push_back({scope, retention_s, t});
-    else {
-      it->retention_s = retention_s;
-      it->last_submit = t;
-    }
+  const SubmitResult res = m.sched->submit(std::move(req), t);
+  if (!res.accepted && mine) {
+    std::lock_guard lk(m.live_mu);
+    m.live.erase(id);
   }
   if (res.accepted) m.cv.notify_one();
   return res;
+}
+
+void EngineLoop::post(PoolCommand c) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lk(m.inbox_mu);
+    if (m.exited) {
+      refuse_pool_command(c);
+      return;
+    }
+    m.inbox.push_back(std::move(c));
+  }
+  m.cv.notify_one();
 }
 
 void EngineLoop::set_shed_limits(const ShedLimits& s) {
   Impl& m = *impl_;
   const ShedLimits before = m.sched->shed();
   m.sched->set_shed(s);
-  if (s.drop_prefix_cache && !before.drop_prefix_cache) {
-    {
-      std::lock_guard lk(m.mu);
-      m.drop_all_pending = true;
-    }
-    m.cv.notify_one();
-  }
+  if (s.drop_prefix_cache && !before.drop_prefix_cache) post(pool_cmd::DropAll{});
 }
 
 ShedLimits EngineLoop::shed_limits() const { return impl_->sched->shed(); }
 
 int64_t EngineLoop::drop_scope(const Scope& scope) {
-  Impl& m = *impl_;
-  std::future<int64_t> f;
-  {
-    std::lock_guard lk(m.mu);
-    if (m.stop) return 0;
-    std::erase_if(m.retained, [&](const Impl::Retained& r) { return r.scope == scope; });
-    auto d = std::make_unique<Impl::PendingDrop>();
-    d->scope = scope;
-    f = d->done.get_future();
-    m.pending_drops.push_back(std::move(d));
-  }
-  m.cv.notify_one();
+  pool_cmd::DropScope d;
+  d.scope = scope;
+  std::future<int64_t> f = d.freed.get_future();
+  post(std::move(d));
   return f.get();
 }
 
-void EngineLoop::release_held(int64_t seq) {
-  Impl& m = *impl_;
-  {
-    std::lock_guard lk(m.mu);
-    if (m.exited) {
-      // The engine thread no longer steps the pool.
-      std::unique_lock pool_lk = m.opts.pool_mu ? std::unique_lock(*m.opts.pool_mu) : std::unique_lock<std::mutex>();
-      m.exec->release(seq);
-      return;
-    }
-    m.pending_releases.push_back(seq);
-  }
-  m.cv.notify_one();
-}
+void EngineLoop::release_held(int64_t seq) { post(pool_cmd::Release{seq}); }
 
 bool EngineLoop::cancel(RequestId id) {
   const bool ok = impl_->sched->cancel(id);
@@ -539,11 +574,7 @@ std::shared_ptr<const PoolView> EngineLoop::pool_view(int32_t max_cells, double 
     std::lock_guard lk(m.metrics_mu);
     seen = m.pool_seq;
   }
-  {
-    std::lock_guard lk(m.mu);
-    m.pool_want.store(std::max<int32_t>(1, max_cells));
-  }
-  m.cv.notify_one();
+  post(pool_cmd::View{std::max<int32_t>(1, max_cells)});
   std::unique_lock lk(m.metrics_mu);
   m.pool_cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, timeout_s)), [&] { return m.pool_seq != seen; });
   return m.pool_last;
@@ -558,7 +589,7 @@ void EngineLoop::wait_idle() {
   // Done when the scheduler holds nothing and every final event has left.
   while (true) {
     {
-      std::lock_guard lk(impl_->mu);
+      std::lock_guard lk(impl_->inbox_mu);
       if (impl_->stop) return;
     }
     {
@@ -572,13 +603,16 @@ void EngineLoop::wait_idle() {
 void EngineLoop::shutdown() {
   Impl& m = *impl_;
   {
-    std::lock_guard lk(m.mu);
+    std::lock_guard lk(m.inbox_mu);
     if (m.stop && !m.th.joinable()) return;
     m.stop = true;
   }
   m.sched->set_accepting(false);
   m.cv.notify_all();
-  if (m.th.joinable()) m.th.join();
+  if (m.th.joinable()) {
+    m.th.join();
+    m.exec->kv().bind_owner_thread();  // the engine thread is gone: the pool is the caller's
+  }
 }
 
 const EngineLoopOptions& EngineLoop::options() const { return impl_->opts; }

@@ -1,7 +1,11 @@
 // The engine loop: the one thread that owns the scheduler, the KV pool and
-// the model while serving. Other threads (HTTP) talk to it only through this
-// class: submit() and cancel() never wait for a forward pass, events leave
-// through each request's non-blocking EventSink, metrics() is a snapshot.
+// the model while serving. It is the pool's only writer
+// (kv/owner_thread.h): other threads talk to it only through this class.
+// submit() and cancel() never wait for a forward pass, events leave through
+// each request's non-blocking EventSink, metrics() is a snapshot, and
+// everything else another thread wants of the pool is a PoolCommand posted
+// to its inbox (post(); sched/pool_command.h), which the engine thread
+// drains at the top of each iteration.
 //
 //   EngineLoop loop(engine, &tokenizer, opts);      // starts the thread
 //   auto r = loop.submit(std::move(req));           // accepted, or rejected + Retry-After (429)
@@ -15,6 +19,10 @@
 // its own Sampler, and turns tokens into text (Detokenizer + StopMatcher).
 // At temperature 0 a request's tokens do not depend on the batch, the
 // chunking, preemption or the prefix cache.
+//
+// Locks (sched/ranked_mutex.h gives the order; docs/ARCHITECTURE.md lists
+// who takes what): live (rank 1), the scheduler's (2), metrics (3), inbox
+// (4, a leaf).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -27,6 +35,7 @@
 #include "engine/kv_cache.h"
 #include "kv/pool_snapshot.h"
 #include "kv/window_policy.h"
+#include "sched/pool_command.h"
 #include "sched/request.h"
 #include "sched/sched_config.h"
 #include "sched/shed_limits.h"
@@ -58,10 +67,6 @@ struct EngineLoopOptions {
   // Log line per rejection (estimate, tenant hash, class; never prompt text).
   // Default: one line on stderr. Set to a no-op to silence.
   std::function<void(const std::string&)> log;
-  // Held by the engine thread while it plans, runs and publishes a step, so
-  // another thread (a KV transfer adopting into the pool) may change the
-  // pool only between steps. Null: the engine thread alone touches it.
-  std::mutex* pool_mu = nullptr;
 };
 
 // Cumulative histogram with fixed upper bounds (Prometheus style).
@@ -122,7 +127,7 @@ struct PoolView {
 // sized by `opts` (for callers that wrap it, e.g. the KV-event hook).
 std::unique_ptr<PagedExecutor> paged_executor(Engine& engine, const EngineLoopOptions& opts);
 
-class EngineLoop {
+class EngineLoop final : public PoolInbox {
  public:
   // Serves `engine` (not owned; must outlive the loop) over a paged pool
   // sized by opts. `tokenizer` (may be null: no text, no stop strings, EOS
@@ -131,7 +136,7 @@ class EngineLoop {
   EngineLoop(Engine& engine, const Tokenizer* tokenizer, const EngineLoopOptions& opts);
   // Same over any executor (tests: a fake engine).
   EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* tokenizer, const EngineLoopOptions& opts);
-  ~EngineLoop();  // shutdown()
+  ~EngineLoop() override;  // shutdown()
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
@@ -157,8 +162,12 @@ class EngineLoop {
   void set_shed_limits(const ShedLimits& s);
   ShedLimits shed_limits() const;
   // Thread-safe. Releases a sequence a hand-off event gave away
-  // (TokenEvent::hand_off) before the next step.
+  // (TokenEvent::hand_off) before the next step: post(Release).
   void release_held(int64_t seq);
+  // Thread-safe, never waits: the engine thread runs the command between
+  // two steps (answering its promise, if it has one). After shutdown a
+  // command is answered at once (nothing freed, no slots).
+  void post(PoolCommand c) override;
 
   MetricsSnapshot metrics() const;  // thread-safe snapshot; never waits for a step
   // Thread-safe. Asks the engine thread for a PoolView in at most max_cells
@@ -172,7 +181,8 @@ class EngineLoop {
   // left; keeps accepting (tests, benchmarks).
   void wait_idle();
   // Stop accepting; queued requests end Rejected(ShuttingDown), running ones
-  // Cancelled; joins the thread. Idempotent.
+  // Cancelled; joins the thread, and the caller owns the pool from then on.
+  // Idempotent.
   void shutdown();
 
   const EngineLoopOptions& options() const;

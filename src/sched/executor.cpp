@@ -6,8 +6,30 @@
 
 namespace kvs::sched {
 
-Scope PagedExecutor::kv_scope(const Scope& caller) const { return pe_.kv_scope(caller); }
-
 int PagedExecutor::n_vocab() const { return const_cast<PagedEngine&>(pe_).engine().model().config().n_vocab; }
+
+int32_t PagedExecutor::drop_all_cached() {
+  const auto n = int32_t(pe_.kv().stats().cached_blocks);
+  pe_.drop_cached();
+  return n;
+}
+
+AdoptionSlots PagedExecutor::reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) {
+  AdoptionSlots r;
+  KvManager::Adoption a;
+  try {
+    a = pe_.reserve_adoption(prompt, caller);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    return r;
+  }
+  if (a.seq < 0) return r;
+  r.seq = a.seq;
+  r.hit_blocks = a.hit_blocks;
+  const auto& table = pe_.kv().block_table(a.seq);
+  for (int32_t i = a.hit_blocks; i < a.blocks; ++i) r.blocks.push_back(pe_.block(table[size_t(i)]));
+  r.residual = pe_.residual(a.seq);
+  return r;
+}
 
 }  // namespace kvs::sched

@@ -194,29 +194,23 @@ SubmitResult Scheduler::submit(Request req, double now) {
   q->fingerprint = chk.fingerprint;
   q->arrival = now;
   q->ch.resize(size_t(req.n));
-  for (int i = 0; i < req.n; ++i) {
-    Choice& c = q->ch[size_t(i)];
-    c.ctx = req.prompt;
-    SamplingParams sp = req.sampling;
-    sp.seed += uint64_t(i);
-    c.sampler = std::make_unique<Sampler>(sp);
-    if (sp.repeat_penalty != 1.0f) c.hist.assign(req.prompt.begin(), req.prompt.end());
-  }
+  for (Choice& c : q->ch) c.ctx = req.prompt;  // samplers: at the first admission (engine thread)
   req.sink = nullptr;  // events leave through the engine loop, not the scheduler
   q->r = std::move(req);
-  q->tier_issuing = exec_.has_tier() && !q->r.handover;
+  q->tier_issuing = exec_.tier() && !q->r.handover;
   tenant_blocks_[q->r.tenant] += need;
   res.id = q->id;
   queue_[size_t(q->r.slo)].push_back(q.get());
   const Req* queued = q.get();
   reqs_.emplace(q->id, std::move(q));
+  n_reqs_.store(reqs_.size(), std::memory_order_release);
   if (queued->tier_issuing) issue_tier_fetch(lk, res.id);
   return res;
 }
 
 // The tier fetch hashes the prompt and may take the tier's own lock: not
 // under mu_. The request waits at the queue head until its ticket is set.
-void Scheduler::issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id) {
+void Scheduler::issue_tier_fetch(std::unique_lock<RankedMutex>& lk, RequestId id) {
   auto it = reqs_.find(id);
   const std::vector<int32_t> prompt = it->second->r.prompt;
   const Scope scope = it->second->r.scope;
@@ -224,7 +218,7 @@ void Scheduler::issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id)
   lk.unlock();
   uint64_t ticket = 0;
   try {
-    ticket = exec_.prefetch(prompt, scope, retention);
+    ticket = exec_.tier()->prefetch(prompt, scope, retention);
   } catch (const std::exception&) {
     ticket = 0;  // the tier is an optimisation: the request recomputes
   }
@@ -265,11 +259,6 @@ int Scheduler::batch_tokens() const {
 int Scheduler::admit_seqs() const {
   if (shed_.batch_scale >= 1) return cfg_.max_seqs;
   return std::max(1, int(double(cfg_.max_seqs) * shed_.batch_scale));
-}
-
-bool Scheduler::has_work() const {
-  std::lock_guard lk(mu_);
-  return !reqs_.empty();
 }
 
 void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out,
@@ -319,6 +308,8 @@ void Scheduler::end_request(Req* r) {
   auto node = reqs_.find(r->id);
   ended_.push_back(std::move(node->second));
   reqs_.erase(node);
+  n_reqs_.store(reqs_.size(), std::memory_order_release);
+  draws_.erase(r->id);
 }
 
 Usage Scheduler::usage(RequestId id) const {
@@ -423,25 +414,45 @@ void Scheduler::fail_all(const std::string& message, std::vector<TokenEvent>& ou
   cancels_.clear();
 }
 
+// The three phases; a plan that found too few free blocks preempted one
+// request in update() and is made again (without admissions), so a step
+// always ends with a forward, an error, or nothing left to run.
 StepReport Scheduler::step(double now, std::vector<TokenEvent>& out) {
-  StepPlan plan;
   {
     std::lock_guard lk(mu_);
     // The previous step's tokens over its duration (busy steps only).
     if (last_step_tokens_ > 0 && now > last_step_at_) tok_rate_.add(last_step_tokens_, now - last_step_at_);
     last_step_tokens_ = 0;
     last_step_at_ = now;
-    plan = schedule(now, out);
   }
-  std::string error;
-  try {
-    execute(plan, now);
-  } catch (const std::exception& ex) {
-    error = ex.what();
-    if (error.empty()) error = "unknown error";
+  StepReport rep;
+  for (bool first = true;; first = false) {
+    StepPlan plan;
+    {
+      std::lock_guard lk(mu_);
+      plan = schedule(now, out, first);
+    }
+    StepOutput res;
+    try {
+      res = execute(plan);
+    } catch (const std::exception& ex) {
+      res = StepOutput{};
+      res.error = ex.what();
+      if (res.error.empty()) res.error = "unknown error";
+    }
+    bool again;
+    {
+      std::lock_guard lk(mu_);
+      again = update(plan, res, now, out);
+    }
+    const StepReport& r = plan.report;
+    rep.decode_tokens += r.decode_tokens;
+    rep.prefill_tokens += r.prefill_tokens;
+    rep.seqs += r.seqs;
+    rep.admitted.insert(rep.admitted.end(), r.admitted.begin(), r.admitted.end());
+    rep.preempted.insert(rep.preempted.end(), r.preempted.begin(), r.preempted.end());
+    if (!again) return rep;
   }
-  update(plan, error, now, out);
-  return plan.report;
 }
 
 SchedStats Scheduler::stats(double now) const {

@@ -1,7 +1,7 @@
 // Continuous batching with admission control, SLO classes and preemption.
 //
-// Each step() runs three phases (vLLM v1 / nano-vllm style), and hands plain
-// data between them:
+// Each step() runs three phases (vLLM v1 / nano-vllm style) that hand each
+// other plain data:
 //   schedule()  mu_ held. Cancelled requests leave (blocks freed); queued
 //               ones that cannot be served within their class's wait limit
 //               are rejected with a Retry-After; decode tokens of running
@@ -13,15 +13,21 @@
 //               --max-seqs and the block budget allow. An interactive
 //               request that does not fit preempts batch requests, most
 //               recently admitted first. The head of the queue is never
-//               bypassed. Result: a StepPlan.
-//   execute()   no lock. One executor step over the plan (the forward). A
-//               failure to reserve blocks preempts the lowest-priority, most
-//               recently admitted request (briefly under mu_) and retries.
-//               Each choice whose context is now complete samples its next
-//               token from its own logits row with its own Sampler.
+//               bypassed. Result: a StepPlan of slices that name
+//               (request, choice, sequence, from, n) and carry their token
+//               ids.
+//   execute()   no lock. One executor step over the plan (the forward);
+//               each choice whose context is now complete draws its next
+//               token from its own logits row with its own sampler. Reads
+//               the plan and the engine-thread-only samplers, nothing else.
+//               Result: a StepOutput (the draws, or "no room", or the
+//               error).
 //   update()    mu_ held. Sampled tokens are appended, finished choices
-//               release their blocks, events go to `out`. A forward that
-//               threw fails exactly the requests of that step
+//               release their blocks, events go to `out`. Too few free
+//               blocks (possible only without worst-case reservation)
+//               preempts the lowest-priority, most recently admitted
+//               request and the step plans again. A forward that threw
+//               fails exactly the requests of that step
 //               (FinishReason::Error); the scheduler keeps serving.
 // So submit(), cancel() and the counters never wait for a forward pass.
 //
@@ -39,10 +45,11 @@
 // Retry-After, when that will hold, counting the clients told to come back
 // before it (RetryLedger).
 //
-// Threads: submit(), cancel(), set_accepting(), has_work(), rejections() and
-// submitted() may be called from any thread; everything else from the engine
-// thread only. The executor's forward runs without mu_; submit() reads the
-// KV manager only through its thread-safe prefix probe.
+// Threads: submit(), cancel(), set_accepting(), set_shed(), shed(),
+// has_work(), rejections() and submitted() may be called from any thread;
+// everything else from the engine thread only. submit() reads the KV
+// manager only through its thread-safe prefix probe; mu_ is the
+// "scheduler" rank of sched/ranked_mutex.h.
 #pragma once
 #include <array>
 #include <atomic>
@@ -58,6 +65,7 @@
 #include <vector>
 
 #include "sched/admission.h"
+#include "sched/ranked_mutex.h"
 #include "sched/retry_ledger.h"
 #include "sched/executor.h"
 #include "sched/request.h"
@@ -95,6 +103,7 @@ struct StepReport {
 
 struct Choice;    // scheduler_internal.h
 struct StepPlan;
+struct StepOutput;
 struct Sampled;
 struct SubmitCheck;
 
@@ -120,7 +129,9 @@ class Scheduler {
   // Running requests keep what they were promised.
   void set_shed(const ShedLimits& s);
   ShedLimits shed() const;
-  bool has_work() const;  // anything queued, running or to cancel
+  // Anything queued, running or to cancel. Lock-free: the engine loop asks
+  // while it holds its inbox lock.
+  bool has_work() const { return n_reqs_.load(std::memory_order_acquire) > 0; }
 
   // Engine thread. One iteration at time `now`; events (text left empty)
   // are appended to `out`.
@@ -149,6 +160,7 @@ class Scheduler {
   void check_invariants() const;
 
   struct Req;
+  struct Draws;
 
  private:
   StepExecutor& exec_;
@@ -158,11 +170,14 @@ class Scheduler {
   std::function<bool(int32_t)> is_eog_;
   std::function<void(const std::string&)> log_;
 
-  mutable std::mutex mu_;  // guards everything submit()/cancel() touch
+  mutable RankedMutex mu_{LockRank::Scheduler};  // guards everything submit()/cancel() touch
   bool accepting_ = true;
   ShedLimits shed_;
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, std::unique_ptr<Req>> reqs_;
+  std::atomic<size_t> n_reqs_{0};  // reqs_.size(), for has_work()
+  // Engine thread only, never under mu_'s guard (see Draws).
+  std::unordered_map<RequestId, std::unique_ptr<Draws>> draws_;
   std::array<std::deque<Req*>, kNumSloClasses> queue_;  // each in arrival order
   std::unordered_set<RequestId> cancels_;
   std::unordered_map<std::string, int64_t> tenant_blocks_;  // running + queued footprints
@@ -184,8 +199,11 @@ class Scheduler {
   uint64_t admit_counter_ = 0;
   int64_t freed_this_step_ = 0;
 
-  // schedule() (scheduler_plan.cpp)
-  StepPlan schedule(double now, std::vector<TokenEvent>& out);
+  // schedule() (scheduler_plan.cpp). `admissions`: false when the step plans
+  // again after running out of blocks (no admissions until it has run).
+  StepPlan schedule(double now, std::vector<TokenEvent>& out, bool admissions);
+  void add_slice(StepPlan& plan, const Req& r, int choice, int from, int n) const;
+  Draws& draws_of(const Req& r);
   void take_cancels(std::vector<TokenEvent>& out);
   void expire_queued(double now, std::vector<TokenEvent>& out);
   // Decodes (cls empty) or the prefill chunks of running requests of
@@ -208,16 +226,17 @@ class Scheduler {
   void preempt(Req* r, StepPlan& plan);
   bool make_room(int64_t need, int64_t limit, StepPlan& plan, double now);
   // execute() and update() (scheduler_update.cpp)
-  StepResult execute(StepPlan& plan, double now);
-  void sample(StepPlan& plan, const StepResult& res);
-  void update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out);
+  StepOutput execute(const StepPlan& plan);
+  // True when the step must plan again (it ran out of blocks and preempted).
+  bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);
+  void preempt_for_room(StepPlan& plan, double now);
   void apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
   void hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
   void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
   // estimates (scheduler_estimates.cpp)
   bool awaits_inflight_prefix(const Req& h) const;
   bool awaits_tier(Req& h, double now);
-  void issue_tier_fetch(std::unique_lock<std::mutex>& lk, RequestId id);
+  void issue_tier_fetch(std::unique_lock<RankedMutex>& lk, RequestId id);
   int64_t estimate_tokens(const Request& req) const;
   int64_t tokens_ahead(SloClass cls, double now) const;
   double predicted_ttft_s(int64_t ahead, int64_t own) const;

@@ -10,20 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "sched/scheduler.h"
 
 namespace kvs::sched {
 
 // One choice (n > 1 gives several) of a request: its context is prompt +
-// generated tokens; the sequence holds K/V of a prefix of it. Written by the
-// engine thread only (under mu_ except for reads during the forward).
+// generated tokens; the sequence holds K/V of a prefix of it. Changed by the
+// engine thread only, under mu_ (schedule, update).
 struct Choice {
   std::vector<int32_t> ctx;      // prompt + generated
   int n_gen = 0;
   SeqId seq = -1;                // -1: not resident (queued, preempted, pending fork, done)
   int have = 0;                  // tokens of ctx with K/V in the cache (0 when not resident)
-  std::unique_ptr<Sampler> sampler;
-  std::vector<int> hist;         // prompt + generated as int, only with a repetition penalty
   bool done = false;
   bool fork_pending = false;     // n > 1: forked from choice 0 once its prompt is prefilled
 };
@@ -49,30 +48,55 @@ struct Scheduler::Req {
   std::vector<Choice> ch;
 };
 
-// What one choice drew from its logits row during execute() (no lock held);
-// update() applies it.
+// What sampling carries from step to step for one request: each choice's
+// sampler (its random stream) and, with a repetition penalty, its history.
+// Engine thread only, outside the requests mu_ guards: execute() draws with
+// it while the forward's lock-free phase runs, and no other thread ever
+// reaches it. Made at the first admission, gone with the request.
+struct Scheduler::Draws {
+  struct PerChoice {
+    Sampler sampler;
+    std::vector<int> hist;       // prompt + generated as int, only with a repetition penalty
+  };
+  std::vector<PerChoice> ch;
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+// What one choice drew from its logits row in execute(); update() applies it.
 struct Sampled {
-  Scheduler::Req* r = nullptr;
+  RequestId id = 0;
   int choice = 0;
   int32_t token = -1;
-  bool eog = false;              // ends generation (EOS, not ignored)
   std::optional<TokenLogprob> logprob;
   std::vector<TokenLogprob> top;
   bool forks = false;            // choice 0's prompt is in: pending forks fork off it first
 };
 
-// One step's work, from schedule() to execute() and update(). Row k of the
+// One step's work, from schedule() to execute() and update(), as plain
+// data: execute() reads nothing else of the scheduler's state. Row k of the
 // forward's logits belongs to slices[k].
 struct StepPlan {
   struct Slice {
-    Scheduler::Req* r;
-    int choice;
-    int from, n;                 // ctx[from, from + n) goes through the model
+    RequestId id = 0;
+    int choice = 0;
+    SeqId seq = -1;
+    int from = 0, n = 0;         // ctx[from, from + n) goes through the model
+    std::vector<int32_t> tokens; // those n ids
+    bool decode = false;         // one generated token (not prompt or recompute)
+    bool draws = false;          // the context is complete after it: a token is drawn from its row
+    std::vector<int> forks;      // choice 0's prompt completes: these choices draw from the same row
   };
   std::vector<Slice> slices;
   StepReport report;
-  bool ran = false;              // the forward ran (slices non-empty and it did not throw)
-  std::vector<Sampled> samples;  // execute(): in the order update() applies them
+};
+
+// What execute() brings back for update() to apply.
+struct StepOutput {
+  bool ran = false;              // the forward ran (slices non-empty and it neither threw nor ran out)
+  std::vector<SeqId> no_room;    // nothing ran: these sequences found too few free blocks
+  std::string error;             // nothing trustworthy ran: the forward threw this
+  std::vector<Sampled> samples;  // ran: in the order update() applies them
 };
 
 // What submit() decided, and the figures it keeps for an accepted request.

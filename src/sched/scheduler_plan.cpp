@@ -1,6 +1,6 @@
 // schedule(): the planning phase of a step, under mu_. Everything here reads
 // and changes scheduler state and the KV manager's tables; nothing runs the
-// model. The result is a StepPlan of plain slices.
+// model. The result is a StepPlan of plain slices (their token ids copied).
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -103,7 +103,7 @@ void Scheduler::preempt(Req* r, StepPlan& plan) {
     if (c.seq >= 0) release_seq(c);
   r->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), r));
-  std::erase_if(plan.slices, [&](const StepPlan::Slice& s) { return s.r == r; });
+  std::erase_if(plan.slices, [&](const StepPlan::Slice& s) { return s.id == r->id; });
   requeue(r);
   ++st_.preemptions;
   plan.report.preempted.push_back(r->id);
@@ -132,10 +132,48 @@ bool Scheduler::make_room(int64_t need, int64_t limit, StepPlan& plan, double no
   return promised_blocks() + need <= limit;
 }
 
+// The sampling state of a request, made at its first admission.
+Scheduler::Draws& Scheduler::draws_of(const Req& r) {
+  std::unique_ptr<Draws>& d = draws_[r.id];
+  if (d) return *d;
+  d = std::make_unique<Draws>();
+  d->logprobs = r.r.logprobs;
+  d->top_logprobs = r.r.top_logprobs;
+  for (size_t i = 0; i < r.ch.size(); ++i) {
+    SamplingParams sp = r.r.sampling;
+    sp.seed += uint64_t(i);
+    std::vector<int> hist;
+    if (sp.repeat_penalty != 1.0f) hist.assign(r.r.prompt.begin(), r.r.prompt.end());
+    d->ch.push_back({Sampler(sp), std::move(hist)});
+  }
+  return *d;
+}
+
+// ctx[from, from + n) of a choice into the plan, as plain data: its ids,
+// whether it completes the context (a draw follows), and for choice 0's
+// last prompt chunk which choices fork off it and draw from its row.
+void Scheduler::add_slice(StepPlan& plan, const Req& r, int ci, int from, int n) const {
+  const Choice& c = r.ch[size_t(ci)];
+  StepPlan::Slice s;
+  s.id = r.id;
+  s.choice = ci;
+  s.seq = c.seq;
+  s.from = from;
+  s.n = n;
+  s.tokens.assign(c.ctx.begin() + from, c.ctx.begin() + from + n);
+  s.decode = n == 1 && from + 1 == int(c.ctx.size()) && c.n_gen > 0;
+  s.draws = !c.done && from + n == int(c.ctx.size());
+  if (s.draws && ci == 0 && c.n_gen == 0 && r.ch.size() > 1)
+    for (size_t j = 1; j < r.ch.size(); ++j)
+      if (!r.ch[j].done && r.ch[j].n_gen == 0) s.forks.push_back(int(j));
+  plan.slices.push_back(std::move(s));
+}
+
 void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
   bool any_gen = false;
   for (const Choice& c : r->ch) any_gen |= c.n_gen > 0;
   const bool first = !r->started;
+  draws_of(*r);
   for (size_t i = 0; i < r->ch.size(); ++i) {
     Choice& c = r->ch[i];
     if (c.done) continue;
@@ -152,7 +190,7 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
     }
     const int n = std::min(int(c.ctx.size()) - a.cached_tokens, budget);
     if (n > 0) {
-      plan.slices.push_back({r, int(i), a.cached_tokens, n});
+      add_slice(plan, *r, int(i), a.cached_tokens, n);
       budget -= n;
     }
   }
@@ -171,7 +209,8 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
 void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& out) {
   Choice& c = r->ch[0];
   const Handover& h = *r->r.handover;
-  const SeqId seq = exec_.claim(h.handle, c.ctx, r->r.scope);
+  HandoverPort* port = exec_.handover();
+  const SeqId seq = port ? port->claim(h.handle, c.ctx, r->r.scope) : -1;
   if (seq < 0) {
     ++st_.failed;
     finish_choice(r, 0, FinishReason::Error, -1, out);
@@ -180,7 +219,7 @@ void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& 
   }
   c.seq = seq;
   c.have = int(c.ctx.size());
-  c.sampler->advance(h.draws);
+  draws_of(*r).ch[0].sampler.advance(h.draws);
   st_.prompt_tokens += int64_t(r->r.prompt.size());
   r->started = true;
   r->running = true;
@@ -188,9 +227,8 @@ void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& 
   running_.push_back(r);
   plan.report.admitted.push_back(r->id);
   Sampled s;
-  s.r = r;
+  s.id = r->id;
   s.token = h.first_token;
-  s.eog = is_eog_ && !r->r.ignore_eos && is_eog_(s.token);
   apply_sample(r, 0, s, out);
 }
 
@@ -198,9 +236,10 @@ void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& 
 // recompute what is being read), but never longer than tier_wait_s.
 bool Scheduler::awaits_tier(Req& h, double now) {
   if (!h.tier_issuing && h.tier_ticket == 0) return false;
-  const bool busy = h.tier_issuing || exec_.prefetch_pending(h.tier_ticket);
+  const TierPort* tier = exec_.tier();
+  const bool busy = h.tier_issuing || (tier && tier->prefetch_pending(h.tier_ticket));
   if (busy && now - h.arrival < cfg_.tier_wait_s) return true;
-  if (h.tier_ticket) h.tier_load_ms = std::max(0.0, exec_.prefetch_seconds(h.tier_ticket)) * 1e3;
+  if (h.tier_ticket && tier) h.tier_load_ms = std::max(0.0, tier->prefetch_seconds(h.tier_ticket)) * 1e3;
   h.tier_ticket = 0;
   h.tier_issuing = false;
   return false;
@@ -268,11 +307,11 @@ void Scheduler::plan_running(StepPlan& plan, int& budget, double now, std::optio
       if (c.seq < 0 || budget <= 0) continue;
       const int rem = int(c.ctx.size()) - c.have;
       if (!cls && rem == 1) {
-        plan.slices.push_back({r, int(i), c.have, 1});
+        add_slice(plan, *r, int(i), c.have, 1);
         --budget;
       } else if (cls && rem > 1) {
         const int n = std::min(rem, budget);
-        plan.slices.push_back({r, int(i), c.have, n});
+        add_slice(plan, *r, int(i), c.have, n);
         budget -= n;
       }
     }
@@ -283,10 +322,7 @@ void Scheduler::plan_running(StepPlan& plan, int& budget, double now, std::optio
 // by the same test update() counts them with).
 static int planned_prefill(const StepPlan& plan) {
   int n = 0;
-  for (const StepPlan::Slice& s : plan.slices) {
-    const Choice& c = s.r->ch[size_t(s.choice)];
-    if (!(s.n == 1 && s.from + 1 == int(c.ctx.size()) && c.n_gen > 0)) n += s.n;
-  }
+  for (const StepPlan::Slice& s : plan.slices) n += s.decode ? 0 : s.n;
   return n;
 }
 
@@ -351,7 +387,7 @@ void Scheduler::trim_queue(double now, std::vector<TokenEvent>& out) {
     for (Req* r : q) r->seen = true;
 }
 
-StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
+StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out, bool admissions) {
   StepPlan plan;
   ended_.clear();
   ledger_.expire(now);
@@ -364,9 +400,9 @@ StepPlan Scheduler::schedule(double now, std::vector<TokenEvent>& out) {
   int budget = batch_tokens();
   plan_running(plan, budget, now, std::nullopt);
   plan_running(plan, budget, now, SloClass::Interactive);
-  admit_queued(plan, budget, now, out, SloClass::Interactive);
+  if (admissions) admit_queued(plan, budget, now, out, SloClass::Interactive);
   plan_running(plan, budget, now, SloClass::Batch);
-  admit_queued(plan, budget, now, out, SloClass::Batch);
+  if (admissions) admit_queued(plan, budget, now, out, SloClass::Batch);
   trim_queue(now, out);
   return plan;
 }

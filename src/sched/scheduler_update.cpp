@@ -1,7 +1,6 @@
 // execute() and update(): the forward over a StepPlan without the lock,
-// sampling from the logits rows (still without it: only the engine thread
-// touches a running choice's sampler and history), then the bookkeeping under
-// mu_.
+// drawing from the logits rows (still without it: the samplers are the
+// engine thread's alone), then the bookkeeping under mu_.
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -40,63 +39,43 @@ void fill_logprobs(const float* logits, int nv, int k, Sampled& s) {
 
 }  // namespace
 
-// No lock held while the model runs. Without worst-case reservation a step
-// may find too few blocks: the lowest-priority, most recently admitted
-// request is preempted (under mu_) and the rest retried.
-StepResult Scheduler::execute(StepPlan& plan, double now) {
+// No lock held: the model runs over the plan's own token copies, then each
+// choice whose context is now complete draws from its row; a choice 0 that
+// just finished its prompt also draws for the choices that will fork off
+// it, from the same row. Running out of blocks is a result, not an action:
+// update() decides whom to preempt.
+StepOutput Scheduler::execute(const StepPlan& plan) {
+  StepOutput out;
+  if (plan.slices.empty()) return out;
   std::vector<SeqStep> items;
-  while (true) {
-    items.clear();
-    for (const StepPlan::Slice& s : plan.slices) {
-      const Choice& c = s.r->ch[size_t(s.choice)];
-      items.push_back({c.seq, std::span<const int32_t>(c.ctx.data() + s.from, size_t(s.n)), false});
-    }
-    if (items.empty()) return {};
-    StepResult res = exec_.step(items);
-    if (res.ok) {
-      plan.ran = true;
-      sample(plan, res);
-      return res;
-    }
-    std::lock_guard lk(mu_);
-    Req* victim = nullptr;
-    for (Req* r : running_)
-      if (!victim || effective(*r, now) > effective(*victim, now) ||
-          (effective(*r, now) == effective(*victim, now) && r->admit_order > victim->admit_order))
-        victim = r;
-    assert(victim);
-    preempt(victim, plan);
+  items.reserve(plan.slices.size());
+  for (const StepPlan::Slice& s : plan.slices) items.push_back({s.seq, s.tokens, false});
+  StepResult res = exec_.step(items);
+  if (!res.ok) {
+    out.no_room = std::move(res.no_room);
+    return out;
   }
-}
-
-// Every choice whose context is now complete draws its next token; a
-// choice 0 that just finished its prompt also draws for the choices that
-// will fork off it, from the same row.
-void Scheduler::sample(StepPlan& plan, const StepResult& res) {
+  out.ran = true;
   const int nv = res.n_vocab;
-  auto draw = [&](Req* r, int ci, const float* row, bool forks) {
-    Choice& c = r->ch[size_t(ci)];
-    Sampled s;
-    s.r = r;
-    s.choice = ci;
-    s.forks = forks;
-    s.token = c.sampler->sample(row, nv, c.hist);
-    s.eog = is_eog_ && !r->r.ignore_eos && is_eog_(s.token);
-    if (!s.eog && (r->r.logprobs || r->r.top_logprobs > 0)) fill_logprobs(row, nv, r->r.top_logprobs, s);
-    plan.samples.push_back(std::move(s));
-  };
   for (size_t k = 0; k < plan.slices.size(); ++k) {
-    const StepPlan::Slice& it = plan.slices[k];
-    Req* r = it.r;
-    const Choice& c = r->ch[size_t(it.choice)];
-    if (c.done || it.from + it.n != int(c.ctx.size())) continue;  // prompt not complete yet
+    const StepPlan::Slice& sl = plan.slices[k];
+    if (!sl.draws) continue;
+    Draws& d = *draws_.at(sl.id);
     const float* row = res.logits_of(k);
-    const bool forks = it.choice == 0 && c.n_gen == 0 && r->ch.size() > 1;
-    draw(r, it.choice, row, forks);
-    if (forks)
-      for (size_t j = 1; j < r->ch.size(); ++j)
-        if (!r->ch[j].done && r->ch[j].n_gen == 0) draw(r, int(j), row, false);
+    auto draw = [&](int ci, bool forks) {
+      Draws::PerChoice& pc = d.ch[size_t(ci)];
+      Sampled s;
+      s.id = sl.id;
+      s.choice = ci;
+      s.forks = forks;
+      s.token = pc.sampler.sample(row, nv, pc.hist);
+      if (d.logprobs || d.top_logprobs > 0) fill_logprobs(row, nv, d.top_logprobs, s);
+      out.samples.push_back(std::move(s));
+    };
+    draw(sl.choice, !sl.forks.empty());
+    for (int j : sl.forks) draw(j, false);
   }
+  return out;
 }
 
 void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
@@ -105,7 +84,7 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
     hand_off(r, ci, s, out);
     return;
   }
-  if (s.eog) {
+  if (is_eog_ && !r->r.ignore_eos && is_eog_(s.token)) {
     finish_choice(r, ci, FinishReason::Stop, -1, out);
     return;
   }
@@ -117,7 +96,8 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   e.top_logprobs = s.top;
   out.push_back(std::move(e));
   c.ctx.push_back(s.token);
-  if (!c.hist.empty()) c.hist.push_back(s.token);
+  Draws::PerChoice& pc = draws_of(*r).ch[size_t(ci)];
+  if (!pc.hist.empty()) pc.hist.push_back(s.token);
   ++c.n_gen;
   ++st_.generated_tokens;
   if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
@@ -130,7 +110,7 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
 // K/V and then releases it.
 void Scheduler::hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
   Choice& c = r->ch[size_t(ci)];
-  const HandOff h{c.seq, s.token, c.sampler->draws()};
+  const HandOff h{c.seq, s.token, draws_of(*r).ch[size_t(ci)].sampler.draws()};
   c.seq = -1;
   c.have = 0;
   ++c.n_gen;
@@ -142,10 +122,13 @@ void Scheduler::hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEven
 // The forward threw: its state for these sequences cannot be trusted, so
 // exactly the requests of this step end with an error and free their blocks.
 void Scheduler::fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out) {
-  std::vector<Req*> failed;
+  std::vector<RequestId> failed;
   for (const StepPlan::Slice& s : plan.slices)
-    if (std::find(failed.begin(), failed.end(), s.r) == failed.end()) failed.push_back(s.r);
-  for (Req* r : failed) {
+    if (std::find(failed.begin(), failed.end(), s.id) == failed.end()) failed.push_back(s.id);
+  for (RequestId id : failed) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) continue;
+    Req* r = it->second.get();
     ++st_.failed;
     for (size_t i = 0; i < r->ch.size() && !r->ended; ++i)
       if (!r->ch[i].done) {
@@ -155,26 +138,43 @@ void Scheduler::fail_plan(const StepPlan& plan, const std::string& error, std::v
   }
 }
 
-void Scheduler::update(StepPlan& plan, const std::string& error, double now, std::vector<TokenEvent>& out) {
-  std::lock_guard lk(mu_);
+// Too few free blocks for the plan (possible only without worst-case
+// reservation): the lowest-priority, most recently admitted request gives
+// its blocks back and waits in the queue.
+void Scheduler::preempt_for_room(StepPlan& plan, double now) {
+  Req* victim = nullptr;
+  for (Req* r : running_)
+    if (!victim || effective(*r, now) > effective(*victim, now) ||
+        (effective(*r, now) == effective(*victim, now) && r->admit_order > victim->admit_order))
+      victim = r;
+  assert(victim);
+  if (victim) preempt(victim, plan);
+}
+
+bool Scheduler::update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out) {
   StepReport& rep = plan.report;
-  if (!error.empty()) {
-    if (log_) log_("engine step failed: " + error + " (" + std::to_string(plan.slices.size()) + " sequences failed)");
-    fail_plan(plan, error, out);
-  } else if (plan.ran) {
+  bool again = false;
+  if (!res.error.empty()) {
+    if (log_) log_("engine step failed: " + res.error + " (" + std::to_string(plan.slices.size()) + " sequences failed)");
+    fail_plan(plan, res.error, out);
+  } else if (!res.ran && !res.no_room.empty()) {
+    preempt_for_room(plan, now);
+    again = !running_.empty();
+  } else if (res.ran) {
     ++st_.steps;
     for (const StepPlan::Slice& s : plan.slices) {
-      Choice& c = s.r->ch[size_t(s.choice)];
-      c.have = s.from + s.n;
-      if (s.n == 1 && s.from + 1 == int(c.ctx.size()) && c.n_gen > 0) ++rep.decode_tokens;
+      reqs_.at(s.id)->ch[size_t(s.choice)].have = s.from + s.n;
+      if (s.decode) ++rep.decode_tokens;
       else {
         rep.prefill_tokens += s.n;
         st_.prefill_tokens += s.n;
       }
       ++rep.seqs;
     }
-    for (const Sampled& s : plan.samples) {
-      Req* r = s.r;
+    for (const Sampled& s : res.samples) {
+      auto it = reqs_.find(s.id);
+      if (it == reqs_.end()) continue;
+      Req* r = it->second.get();
       if (r->ended || r->ch[size_t(s.choice)].done) continue;
       if (s.forks) {  // n > 1: the other choices fork off choice 0 once the prompt is in
         const Choice& c0 = r->ch[0];
@@ -202,6 +202,7 @@ void Scheduler::update(StepPlan& plan, const std::string& error, double now, std
   const bool cold = cfg_.rate_sample_tokens > 0 && tok_rate_.rate() <= 0 && rep.prefill_tokens >= cold_sample_tokens();
   if (more && (cold || 2 * rep.prefill_tokens >= cfg_.max_batch_tokens))
     last_step_tokens_ = rep.prefill_tokens + rep.decode_tokens;
+  return again;
 }
 
 }  // namespace kvs::sched

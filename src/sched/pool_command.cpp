@@ -1,0 +1,55 @@
+#include "sched/pool_command.h"
+
+namespace kvs::sched {
+
+namespace {
+template <class... F>
+struct Visitor : F... {
+  using F::operator()...;
+};
+template <class... F>
+Visitor(F...) -> Visitor<F...>;
+}  // namespace
+
+bool apply_pool_command(PoolCommand& c, StepExecutor& exec) {
+  return std::visit(
+      Visitor{
+          [&](pool_cmd::Release& r) {
+            exec.release(r.seq);
+            return true;
+          },
+          [&](pool_cmd::ReserveAdoption& r) {
+            HandoverPort* h = exec.handover();
+            AdoptionSlots s;
+            if (h) s = h->reserve_adoption(r.prompt, r.caller);
+            else s.error = "this worker takes no KV hand-overs";
+            r.slots.set_value(std::move(s));
+            return true;
+          },
+          [&](pool_cmd::FinishAdoption& f) {
+            if (HandoverPort* h = exec.handover()) h->finish_adoption(f.seq, f.prompt);
+            return true;
+          },
+          [&](pool_cmd::AbortAdoption& a) {
+            exec.release(a.seq);
+            return true;
+          },
+          [](auto&) { return false; },
+      },
+      c);
+}
+
+void refuse_pool_command(PoolCommand& c) {
+  std::visit(Visitor{
+                 [](pool_cmd::DropScope& d) { d.freed.set_value(0); },
+                 [](pool_cmd::ReserveAdoption& r) {
+                   AdoptionSlots s;
+                   s.error = "the server is shutting down";
+                   r.slots.set_value(std::move(s));
+                 },
+                 [](auto&) {},
+             },
+             c);
+}
+
+}  // namespace kvs::sched
