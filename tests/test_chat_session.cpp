@@ -39,9 +39,11 @@ TEST(ChatSession, TwoHundredTurnsStayWithinAFixedBlockCount) {
   chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
   const int cap_blocks = chat.stats().capacity_blocks;
   EXPECT_EQ(cap_blocks, 192 / 16);
+  size_t gaps = 0;  // one TPOT sample per generated token after a reply's first
   for (int t = 0; t < 200; ++t) {
     const chat::ReplyResult r = chat.reply("Tell me about the cat number " + std::to_string(t) + ".");
     EXPECT_LE(r.tokens, 24);
+    gaps += size_t(std::max(0, r.tokens - 1));
     const chat::ChatStats st = chat.stats();
     ASSERT_LE(st.n_past, 192) << "turn " << t;
     ASSERT_LE(st.peak_blocks, cap_blocks) << "turn " << t;
@@ -53,7 +55,8 @@ TEST(ChatSession, TwoHundredTurnsStayWithinAFixedBlockCount) {
   EXPECT_FALSE(st.summary.empty());
   EXPECT_LE(st.summary_tokens, 16);
   EXPECT_LT(st.turns_kept, 10);
-  EXPECT_EQ(st.tpot_samples, size_t(st.tpot_samples));
+  EXPECT_EQ(st.tpot_samples, gaps);
+  EXPECT_GT(gaps, 0u);
 }
 
 TEST(ChatSession, LaterTurnsAppendToTheKvInsteadOfRecomputing) {
@@ -132,8 +135,13 @@ TEST(ChatSession, AMessageLongerThanTheCapIsRefusedClearly) {
   std::string huge;
   for (int i = 0; i < 200; ++i) huge += "the cat sat on the mat ";
   EXPECT_THROW(chat.reply(huge), std::length_error);
-  // The session still works afterwards.
-  EXPECT_GE(chat.reply("Hello").tokens, 0);
+  // The session still works afterwards: the refused message left no trace.
+  const chat::ReplyResult r = chat.reply("Hello");
+  EXPECT_GT(r.prompt_tokens, 0);
+  EXPECT_GT(r.tokens + int(r.finish_reason == "stop"), 0) << r.finish_reason;
+  // Exactly what a fresh session prefills for the same first message.
+  chat::ChatSession fresh(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  EXPECT_EQ(r.prompt_tokens, fresh.reply("Hello").prompt_tokens);
 }
 
 TEST(ChatSession, InconsistentOptionsAreRejected) {

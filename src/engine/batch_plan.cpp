@@ -30,9 +30,8 @@ void plan_chunks(const std::vector<SeqChunk>& batch, const ModelConfig& c, const
                                   "sequence's window policy (WindowPolicy::in_force)");
     if (layout.quantized() && !ch.residual)
       throw std::invalid_argument("Engine::forward: a quantized KV cache needs each chunk's residual");
-    const int64_t bad = first_token_outside_vocab(std::span<const int32_t>(ch.tokens, size_t(ch.n_tokens)), c.n_vocab);
-    if (bad >= 0)
-      throw std::invalid_argument("Engine::forward: token id " + std::to_string(ch.tokens[bad]) + " out of range");
+    if (std::string e = token_ids_error({ch.tokens, size_t(ch.n_tokens)}, c.n_vocab, "Engine::forward:"); !e.empty())
+      throw std::invalid_argument(e);
     ChunkPlan cp{ch.block_table, ch.pos0, ch.tokens, ch.n_tokens, p.n_tokens, ch.residual, p.stage_rows,
                  ch.window && ch.window->rotates()};
     // A quantized cache stores a token group only once it is complete: the

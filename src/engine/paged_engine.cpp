@@ -89,13 +89,21 @@ struct PagedEngine::TierImporter final : BlockImporter {
   bool fill(const BlockKey& key, int32_t block) override { return tier.take(key, storage.block(block)); }
 };
 
-SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
+// What add() and reserve_adoption() both require of a prompt: tokens, at
+// most `limit` of them, every id in the vocabulary.
+void PagedEngine::check_prompt(std::span<const int32_t> prompt, int64_t limit) const {
   if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
-  if (int64_t(prompt.size()) > max_ctx_)
-    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens exceeds the context size " +
+  if (int64_t(prompt.size()) > limit)
+    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens " +
+                            (limit < max_ctx_ ? "leaves no room in" : "exceeds") + " the context size " +
                             std::to_string(max_ctx_));
-  if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
-    throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
+  if (const std::string e = token_ids_error(prompt, engine_.model().config().n_vocab, "paged engine: prompt");
+      !e.empty())
+    throw std::invalid_argument(e);
+}
+
+SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
+  check_prompt(prompt, max_ctx_);
   return kv_.add_sequence(prompt, kv_scope(scope), importer_.get());
 }
 
@@ -104,12 +112,7 @@ PagedEngine::~PagedEngine() = default;
 KvManager::Adoption PagedEngine::reserve_adoption(std::span<const int32_t> prompt, const Scope& caller) {
   if (window_.active())
     throw std::invalid_argument("paged engine: a windowed cache cannot adopt transferred blocks");
-  if (prompt.empty()) throw std::invalid_argument("paged engine: a prompt needs at least one token");
-  if (int64_t(prompt.size()) >= max_ctx_)
-    throw std::length_error("prompt of " + std::to_string(prompt.size()) + " tokens leaves no room in the context size " +
-                            std::to_string(max_ctx_));
-  if (const int64_t bad = first_token_outside_vocab(prompt, engine_.model().config().n_vocab); bad >= 0)
-    throw std::invalid_argument("paged engine: token id " + std::to_string(prompt[size_t(bad)]) + " out of range");
+  check_prompt(prompt, max_ctx_ - 1);  // the first token is fed next
   return kv_.reserve_adoption(prompt, kv_scope(caller));
 }
 

@@ -10,6 +10,7 @@
 
 #include "kv/capacity.h"
 #include "sched/scheduler_internal.h"
+#include "sched/token_budget.h"
 #include "tokenizer/vocab.h"
 
 namespace kvs::sched {
@@ -97,28 +98,25 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return c;
   }
   if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
-  if (const int64_t bad = first_token_outside_vocab(req.prompt, exec_.n_vocab()); bad >= 0)
-    return reject(RejectReason::Invalid,
-                  "prompt token id " + std::to_string(req.prompt[size_t(bad)]) + " is outside the vocabulary");
+  if (std::string e = token_ids_error(req.prompt, exec_.n_vocab(), "prompt"); !e.empty())
+    return reject(RejectReason::Invalid, e);
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
-  if (req.max_tokens && *req.max_tokens < 1) return reject(RejectReason::Invalid, "max_tokens must be >= 1");
   if ((req.hand_off || req.handover) && req.n != 1)
     return reject(RejectReason::Invalid, "a request handed between prefill and decode workers must have n = 1");
-  if (req.handover && !token_in_vocab(req.handover->first_token, exec_.n_vocab()))
-    return reject(RejectReason::Invalid, "the handed-over first token is outside the vocabulary");
+  if (req.handover)
+    if (std::string e = token_ids_error({&req.handover->first_token, 1}, exec_.n_vocab(), "the handed-over first");
+        !e.empty())
+      return reject(RejectReason::Invalid, e);
   if (req.top_logprobs < 0 || req.top_logprobs > 20)
     return reject(RejectReason::Invalid, "top_logprobs must be between 0 and 20");
   if (req.id != 0 && reqs_.count(req.id))
     return reject(RejectReason::Invalid, "request id " + std::to_string(req.id) + " is in use");
-  if (P >= max_ctx)
-    return reject(RejectReason::ContextLength, "prompt of " + std::to_string(P) +
-                                                   " tokens leaves no room in the context of " +
-                                                   std::to_string(max_ctx));
-  // max_tokens is a hard stop; it is also clamped to the context window.
-  const int asked = req.max_tokens.value_or(cfg_.default_max_tokens);
-  const int shed = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
-  c.max_tokens = int(std::min<int64_t>(shed, max_ctx - P));
+  const TokenBudget budget = token_budget(P, req.max_tokens, max_ctx, cfg_.default_max_tokens);
+  if (!budget.ok()) return reject(budget.context_length ? RejectReason::ContextLength : RejectReason::Invalid, budget.error);
+  // max_tokens is a hard stop; device shedding may shorten it.
+  const int asked = budget.max_tokens;
+  c.max_tokens = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
   // Under a bounding window policy no choice ever holds more than live_cap.
   const int64_t cap = exec_.kv().live_cap();
   c.need = std::min(request_footprint(P, c.max_tokens, req.n, bs_), cap == INT64_MAX ? INT64_MAX : cap * req.n);

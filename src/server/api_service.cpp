@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "sched/clock.h"
+#include "sched/token_budget.h"
 
 namespace kvs::server {
 
@@ -341,8 +342,8 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   }
   for (const PromptInput& in : p.prompts) {
     if (in.ids) {
-      if (first_token_outside_vocab(*in.ids, tok_.n_vocab()) >= 0)
-        throw bad_request("'prompt' has a token id outside the vocabulary", "prompt");
+      // Before the echo decodes them: the same rule as the engine's.
+      if (std::string e = token_ids_error(*in.ids, tok_.n_vocab(), "'prompt'"); !e.empty()) throw bad_request(e, "prompt");
       pr.prompts.push_back(*in.ids);
     } else {
       const std::vector<int> ids = tok_.encode(in.text, add_bos, false);
@@ -358,15 +359,13 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
     // (generation starts from BOS, as OpenAI and vLLM do).
     if (P == 0)
       throw bad_request(which + " has no tokens (an empty prompt needs a model that adds a BOS token)", "prompt");
-    if (P >= opts_.ctx || (p.max_tokens && int64_t(P) + *p.max_tokens > opts_.ctx)) {
-      ApiError e = bad_request("this model's context is " + std::to_string(opts_.ctx) + " tokens; " + which +
-                                   " has " + std::to_string(P) + " and max_tokens is " +
-                                   (p.max_tokens ? std::to_string(*p.max_tokens) : std::string("unset")),
-                               "max_tokens");
-      e.code = "context_length_exceeded";
+    const sched::TokenBudget budget = sched::token_budget(P, p.max_tokens, opts_.ctx, opts_.default_max_tokens, which);
+    if (!budget.ok()) {
+      ApiError e = bad_request(budget.error, "max_tokens");
+      if (budget.context_length) e.code = "context_length_exceeded";
       throw e;
     }
-    const int mt = p.max_tokens ? *p.max_tokens : std::min(opts_.default_max_tokens, opts_.ctx - P);
+    const int mt = budget.max_tokens;
     pr.max_tokens.push_back(mt);
     pr.prompt_tokens += P;
     pr.need_blocks += int64_t(p.n) * ((int64_t(P) + mt + bs - 1) / bs);

@@ -38,5 +38,13 @@ inline int64_t first_token_outside_vocab(std::span<const int32_t> ids, int64_t n
     if (!token_in_vocab(ids[i], n_vocab)) return int64_t(i);
   return -1;
 }
+// The rule's one message: "" when every id is inside, else which id, where,
+// and the vocabulary's size. `what` names the ids ("prompt", "token").
+inline std::string token_ids_error(std::span<const int32_t> ids, int64_t n_vocab, const std::string& what) {
+  const int64_t bad = first_token_outside_vocab(ids, n_vocab);
+  if (bad < 0) return {};
+  return what + " token id " + std::to_string(ids[size_t(bad)]) + (ids.size() > 1 ? " at position " + std::to_string(bad) : "") +
+         " is outside the vocabulary of " + std::to_string(n_vocab) + " tokens";
+}
 
 }  // namespace kvs
