@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "kv/block_pool.h"
 #include "kv/block_storage.h"
@@ -509,3 +510,42 @@ TEST(KvManager, RandomizedStress100k) {
 }
 
 }  // namespace
+
+// The pool has one writer (kv/owner_thread.h): a change from another thread
+// aborts, naming the call, in every build with assertions (the sanitizer
+// runs); binding hands the pool to another thread, as the engine loop does
+// when its thread starts and when it is joined.
+TEST(OwnerThread, AChangeFromAnotherThreadAbortsAndBindingMovesTheOwner) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "owner checks are compiled into builds with assertions (scripts/sanitize.sh runs this)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Scope sc = make_scope("m", "t");
+  const std::vector<int32_t> p = {1, 2, 3, 4, 5};
+  EXPECT_DEATH(
+      {
+        KvManager m(8, KvManagerOptions::basic(4, true));
+        const SeqId s = m.add_sequence(p, sc).seq;  // this thread owns the pool now
+        std::thread([&] { m.release(s); }).join();
+      },
+      "KvManager::release called from a thread that does not own the KV pool");
+  EXPECT_DEATH(
+      {
+        BlockPool pool(4);
+        (void)pool.allocate();
+        std::thread([&] { (void)pool.allocate(); }).join();
+      },
+      "BlockPool::allocate called from a thread");
+  KvManager m(8, KvManagerOptions::basic(4, true));
+  const SeqId s = m.add_sequence(p, sc).seq;
+  std::thread([&] {
+    m.bind_owner_thread();  // the new owner changes it; nothing aborts
+    ASSERT_TRUE(m.reserve(s, 5));
+    m.commit(s, p);
+    m.release(s);
+  }).join();
+  m.bind_owner_thread();
+  EXPECT_EQ(m.used_blocks(), 0);
+  m.check_invariants();
+#endif
+}

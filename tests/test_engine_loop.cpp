@@ -18,6 +18,7 @@
 #include "kvserve/engine.h"
 #include "model/model.h"
 #include "sched/engine_loop.h"
+#include "sched/ranked_mutex.h"
 #include "tokenizer/tokenizer.h"
 #include "fake_executor.h"
 #include "test_util.h"
@@ -377,4 +378,36 @@ TEST(EngineLoop, ShedLimitsDropThePrefixCacheAndStopAdmissions) {
   loop.set_shed_limits({});
   EXPECT_TRUE(loop.submit(make_request({prompt, 4}, c)).accepted);
   loop.wait_idle();
+}
+
+// The lock order (sched/ranked_mutex.h): taking a lock while holding one of
+// its rank or higher aborts in builds with assertions; in order it does not.
+TEST(LockOrder, OutOfOrderAbortsInOrderRuns) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "lock-order checks are compiled into builds with assertions (scripts/sanitize.sh runs this)";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  RankedMutex live(LockRank::Live), sched(LockRank::Scheduler), metrics(LockRank::Metrics);
+  {
+    std::lock_guard a(live);
+    std::lock_guard b(sched);
+    std::lock_guard c(metrics);
+  }
+  {
+    std::lock_guard a(live);
+    std::lock_guard c(metrics);  // a rank may be skipped
+  }
+  EXPECT_DEATH(
+      {
+        std::lock_guard c(metrics);
+        std::lock_guard b(sched);
+      },
+      "lock order violated: taking the scheduler lock while holding the engine loop metrics lock");
+  EXPECT_DEATH(
+      {
+        std::lock_guard b(sched);
+        sched.lock();  // the same lock twice would deadlock
+      },
+      "lock order violated");
+#endif
 }
