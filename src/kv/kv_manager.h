@@ -23,6 +23,12 @@
 // Two rules make sharing safe: a keyed (content-addressed) block is never
 // written again, and a block with ref count > 1 is never written; reserve()
 // copies such a block into a fresh one first (BlockStorage::copy_block).
+//
+// Threads: one writer, the owner thread (the engine thread while serving;
+// kv/owner_thread.h checks every mutating call in builds with assertions).
+// Other threads may call only the const prefix probes marked thread-safe;
+// what else they need of the pool they post to the engine loop
+// (sched/pool_command.h).
 #pragma once
 #include <cstdint>
 #include <climits>
