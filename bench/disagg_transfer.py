@@ -10,9 +10,16 @@ workers' /metrics: bytes moved per prompt token (to compare with
 transfer seconds per prompt next to the prefill's time to first token, and
 the blocks skipped because the decode side already had them.
 
+With --decode-load N, N other requests (short prompts, --load-tokens each)
+are sent through the router first and keep the decode worker's engine
+thread busy decoding while the measured prompts arrive: a transfer's
+reservation then waits for a step boundary, which is what transfer_s shows
+next to an idle decode worker's.
+
   python3 bench/disagg_transfer.py --model /tmp/bench-1.1b-q8_0.gguf --binary build/kvserve
+  python3 bench/disagg_transfer.py --model /tmp/bench-1.1b-q8_0.gguf --decode-load 4 --prompts 4
 """
-import argparse, http.client, json, os, re, shutil, socket, subprocess, tempfile, time
+import argparse, http.client, json, os, re, shutil, socket, subprocess, tempfile, threading, time
 
 WORDS = "the small fox found a red ball under the old oak tree and ran to show it to the owl by the river".split()
 
@@ -76,6 +83,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=2560)
     ap.add_argument("--prompt-words", type=int, default=1500)
     ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--decode-load", type=int, default=0, help="requests decoding on the decode worker meanwhile")
+    ap.add_argument("--load-tokens", type=int, default=400, help="tokens each load request generates")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvs-pd-")
     secret = os.path.join(tmp, "pd.secret")
@@ -97,6 +106,14 @@ def main():
                            "--prefill-worker", f"http://127.0.0.1:{pport}", "--decode-worker", f"http://127.0.0.1:{dport}"],
                           "listening on", os.path.join(tmp, "router.log"))
         procs.append(rt)
+        load = [threading.Thread(target=complete, args=(rport, text(40, 100 + k), a.load_tokens), daemon=True)
+                for k in range(a.decode_load)]
+        for t in load:
+            t.start()
+        if load:
+            deadline = time.time() + 120  # until every load request decodes on the decode worker
+            while time.time() < deadline and metrics(dport).get("kvserve_running_requests", 0) < a.decode_load:
+                time.sleep(0.1)
         rows = []
         for i in range(a.prompts):
             prompt = text(a.prompt_words, i)
@@ -106,6 +123,7 @@ def main():
             d = lambda k: after.get(k, 0) - before.get(k, 0)
             P = body["usage"]["prompt_tokens"]
             rows.append({"prompt_tokens": P, "request_s": round(secs, 3),
+                         "decode_running": metrics(dport).get("kvserve_running_requests", 0),
                          "bytes": d('kvserve_kv_transfer_bytes_total{role="prefill"}'),
                          "bytes_per_prompt_token": round(d('kvserve_kv_transfer_bytes_total{role="prefill"}') / P, 1),
                          "blocks": d('kvserve_kv_transfer_blocks_total{role="prefill"}'),

@@ -71,13 +71,6 @@ struct Live {
   double retention_s = 0;
 };
 
-template <class... F>
-struct Visitor : F... {
-  using F::operator()...;
-};
-template <class... F>
-Visitor(F...) -> Visitor<F...>;
-
 }  // namespace
 
 struct EngineLoop::Impl {
@@ -207,7 +200,7 @@ bool EngineLoop::Impl::apply(std::vector<PoolCommand>& cmds, double t) {
   std::vector<std::pair<std::promise<int64_t>*, int64_t>> answers;
   for (PoolCommand& c : cmds) {
     try {
-      std::visit(Visitor{
+      std::visit(PoolVisitor{
                      [&](pool_cmd::DropScope& d) {
                        const int64_t before = dropped_revoke;
                        changed |= drop_scope_now(d);

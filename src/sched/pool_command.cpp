@@ -2,18 +2,9 @@
 
 namespace kvs::sched {
 
-namespace {
-template <class... F>
-struct Visitor : F... {
-  using F::operator()...;
-};
-template <class... F>
-Visitor(F...) -> Visitor<F...>;
-}  // namespace
-
 bool apply_pool_command(PoolCommand& c, StepExecutor& exec) {
   return std::visit(
-      Visitor{
+      PoolVisitor{
           [&](pool_cmd::Release& r) {
             exec.release(r.seq);
             return true;
@@ -40,7 +31,7 @@ bool apply_pool_command(PoolCommand& c, StepExecutor& exec) {
 }
 
 void refuse_pool_command(PoolCommand& c) {
-  std::visit(Visitor{
+  std::visit(PoolVisitor{
                  [](pool_cmd::DropScope& d) { d.freed.set_value(0); },
                  [](pool_cmd::ReserveAdoption& r) {
                    AdoptionSlots s;

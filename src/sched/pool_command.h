@@ -52,6 +52,15 @@ struct AbortAdoption {  // the transfer failed or was never claimed: blocks back
 using PoolCommand = std::variant<pool_cmd::DropScope, pool_cmd::DropAll, pool_cmd::View, pool_cmd::Release,
                                  pool_cmd::ReserveAdoption, pool_cmd::FinishAdoption, pool_cmd::AbortAdoption>;
 
+// std::visit over a PoolCommand with one lambda per kind (and a generic
+// `auto&` one for the rest).
+template <class... F>
+struct PoolVisitor : F... {
+  using F::operator()...;
+};
+template <class... F>
+PoolVisitor(F...) -> PoolVisitor<F...>;
+
 class PoolInbox {
  public:
   virtual ~PoolInbox() = default;
