@@ -27,8 +27,13 @@ AdoptionPool::Reservation PagedAdoptionPool::reserve(std::span<const int32_t> pr
   return f.get();
 }
 
-void PagedAdoptionPool::finish(SeqId seq, std::span<const int32_t> prompt) {
-  inbox_.post(sched::pool_cmd::FinishAdoption{seq, std::vector<int32_t>(prompt.begin(), prompt.end())});
+std::string PagedAdoptionPool::finish(SeqId seq, std::span<const int32_t> prompt) {
+  sched::pool_cmd::FinishAdoption c;
+  c.seq = seq;
+  c.prompt.assign(prompt.begin(), prompt.end());
+  std::future<std::string> f = c.done.get_future();
+  inbox_.post(std::move(c));
+  return f.get();
 }
 
 void PagedAdoptionPool::abort(SeqId seq) { inbox_.post(sched::pool_cmd::AbortAdoption{seq}); }

@@ -26,23 +26,25 @@ class AdoptionPool {
   // The chain keys this pool would give the prompt's full blocks.
   virtual std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& caller) const = 0;
   virtual Reservation reserve(std::span<const int32_t> prompt, const Scope& caller) = 0;
-  virtual void finish(SeqId seq, std::span<const int32_t> prompt) = 0;
+  // "" once the blocks are keyed (the sequence may be claimed from then
+  // on), else why not; the caller then aborts it.
+  virtual std::string finish(SeqId seq, std::span<const int32_t> prompt) = 0;
   virtual void abort(SeqId seq) = 0;
 };
 
 // Over the pool of a PagedEngine whose one writer drains `inbox` (the
 // engine loop; sched/pool_command.h): the calling thread (UCX progress)
-// never touches the pool itself. reserve() posts ReserveAdoption and waits
-// for the answer, at most one engine step; finish() and abort() are posted
-// without waiting (the engine thread applies them in order, before any
-// claim that could follow them). chain_keys() is pure and runs here.
+// never touches the pool itself. reserve() and finish() post their command
+// and wait for the answer, at most one engine step (finish must be applied
+// before the prefill side hears of the handle, or a claim could overtake
+// it); abort() is posted without waiting. chain_keys() is pure and runs here.
 class PagedAdoptionPool final : public AdoptionPool {
  public:
   PagedAdoptionPool(const PagedEngine& pe, sched::PoolInbox& inbox);
   KvIdentity identity() const override { return id_; }
   std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& caller) const override;
   Reservation reserve(std::span<const int32_t> prompt, const Scope& caller) override;
-  void finish(SeqId seq, std::span<const int32_t> prompt) override;
+  std::string finish(SeqId seq, std::span<const int32_t> prompt) override;
   void abort(SeqId seq) override;
 
  private:

@@ -209,10 +209,12 @@ void DecodeEndpoint::State::settle(Xfer& x) {
   if (!x.failed && !x.done_seen) return;
   if (!x.failed && x.n_got != x.to - x.from) return fail(x, "done before every block arrived", true);
   const auto key = std::make_pair(x.conn, x.id);
+  if (!x.failed) {
+    if (const std::string e = pool.finish(x.res.seq, x.prompt); !e.empty()) return fail(x, "adoption failed: " + e, true);
+  }
   if (x.failed) {
     pool.abort(x.res.seq);
   } else {
-    pool.finish(x.res.seq, x.prompt);
     counters.add_ok(x.n_got, x.bytes, x.from, since(x.start));
     uint64_t handle;
     {

@@ -18,7 +18,14 @@ bool apply_pool_command(PoolCommand& c, StepExecutor& exec) {
             return true;
           },
           [&](pool_cmd::FinishAdoption& f) {
-            if (HandoverPort* h = exec.handover()) h->finish_adoption(f.seq, f.prompt);
+            std::string error;
+            try {
+              if (HandoverPort* h = exec.handover()) h->finish_adoption(f.seq, f.prompt);
+              else error = "this worker takes no KV hand-overs";
+            } catch (const std::exception& e) {
+              error = e.what();
+            }
+            f.done.set_value(error);
             return true;
           },
           [&](pool_cmd::AbortAdoption& a) {
@@ -38,6 +45,7 @@ void refuse_pool_command(PoolCommand& c) {
                    s.error = "the server is shutting down";
                    r.slots.set_value(std::move(s));
                  },
+                 [](pool_cmd::FinishAdoption& f) { f.done.set_value("the server is shutting down"); },
                  [](auto&) {},
              },
              c);

@@ -8,14 +8,15 @@
 //   device shedding       DropAll
 //   dashboard             View            -> the pool cell by cell (EngineLoop::pool_view)
 //   prefill shipper       Release         (a handed-off sequence, shipped)
-//   UCX progress thread   ReserveAdoption -> AdoptionSlots; FinishAdoption; AbortAdoption
+//   UCX progress thread   ReserveAdoption -> AdoptionSlots; FinishAdoption -> ok; AbortAdoption
 //
 // A command posted after the owner has stopped is answered at once: no
-// blocks freed, no slots ("shutting down"); the others are dropped with
-// the pool.
+// blocks freed, no slots, no adoption ("shutting down"); the others are
+// dropped with the pool.
 #pragma once
 #include <cstdint>
 #include <future>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct ReserveAdoption {  // HandoverPort::reserve_adoption
 struct FinishAdoption {  // HandoverPort::finish_adoption: the bytes arrived
   SeqId seq = -1;
   std::vector<int32_t> prompt;
+  // Answered once the blocks are keyed, before anyone may claim the
+  // sequence: "" or why it could not be adopted.
+  std::promise<std::string> done;
 };
 struct AbortAdoption {  // the transfer failed or was never claimed: blocks back
   SeqId seq = -1;
