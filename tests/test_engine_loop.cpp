@@ -380,6 +380,50 @@ TEST(EngineLoop, ShedLimitsDropThePrefixCacheAndStopAdmissions) {
   loop.wait_idle();
 }
 
+// Other threads reach the pool only through the inbox: a command runs on the
+// engine thread and is answered; a kind the executor cannot serve is
+// refused with a reason, never left unanswered; after shutdown every
+// command with an answer is answered at once.
+TEST(EngineLoop, PoolCommandsAreAnsweredBeforeAndAfterShutdown) {
+  FakeExecutorOptions fo;
+  fo.n_blocks = 64;
+  auto fake = std::make_unique<FakeExecutor>(fo);
+  const FakeExecutor* ex = fake.get();
+  EngineLoop loop(std::move(fake), nullptr, loop_opts(64, 16, 512, 4, true));
+  Collected c;
+  const Scope scope = make_scope("m", "tenant");
+  Request r = make_request({std::vector<int32_t>(40, 5), 4}, c);
+  r.scope = scope;
+  ASSERT_TRUE(loop.submit(std::move(r)).accepted);
+  loop.wait_idle();
+  EXPECT_EQ(loop.metrics().kv_blocks_cached, 2);  // two full blocks of 16 in the prefix cache
+  EXPECT_EQ(loop.drop_scope(scope), 2);
+  EXPECT_EQ(loop.metrics().kv_blocks_cached, 0) << "published before the drop was answered";
+  pool_cmd::ReserveAdoption ra;
+  ra.prompt = {1, 2, 3};
+  auto slots = ra.slots.get_future();
+  loop.post(std::move(ra));
+  EXPECT_EQ(slots.get().error, "this worker takes no KV hand-overs");  // the fake has no HandoverPort
+  loop.shutdown();
+  EXPECT_EQ(ex->kv().used_blocks(), 0);  // the caller owns the pool again: reading it is safe
+  pool_cmd::DropScope d;
+  d.scope = scope;
+  auto freed = d.freed.get_future();
+  loop.post(std::move(d));
+  EXPECT_EQ(freed.get(), 0);
+  pool_cmd::ReserveAdoption late;
+  late.prompt = {1, 2, 3};
+  auto late_slots = late.slots.get_future();
+  loop.post(std::move(late));
+  EXPECT_EQ(late_slots.get().error, "the server is shutting down");
+  pool_cmd::FinishAdoption fin;
+  auto done = fin.done.get_future();
+  loop.post(std::move(fin));
+  EXPECT_EQ(done.get(), "the server is shutting down");
+  loop.release_held(7);  // dropped with the pool, no crash
+  EXPECT_EQ(loop.drop_scope(scope), 0);
+}
+
 // The lock order (sched/ranked_mutex.h): taking a lock while holding one of
 // its rank or higher aborts in builds with assertions; in order it does not.
 TEST(LockOrder, OutOfOrderAbortsInOrderRuns) {

@@ -603,6 +603,35 @@ TEST(Scheduler, OptimisticReservationPreemptsOnGrowthAndRecomputes) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(h.tk(RequestId(i + 1), 0), h.expected(20, 40, i)) << i;
 }
 
+// Running out of blocks is a result of execute(), handled by update(): the
+// victim is preempted and the same step plans again and runs, so no step
+// that had work ends without a forward.
+TEST(Scheduler, NoRoomPreemptsAndTheSameStepRunsAgain) {
+  SchedulerConfig c;
+  c.worst_case_reservation = false;
+  c.max_request_share = 1.0;
+  c.tenant_quota_share = 1.0;
+  c.kv_headroom = 0;
+  c.interactive_reserve = 0;
+  Harness h(pool(24, 8), c);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(h.submit(20, 40, SloClass::Batch, "a", 1, i).accepted);
+  int preempting_steps = 0;
+  for (int s = 0; s < 2000 && h.sched.has_work(); ++s) {
+    const size_t before = h.exec.step_seqs.size();
+    const StepReport r = h.step();
+    if (r.preempted.empty()) continue;
+    ++preempting_steps;
+    EXPECT_GT(r.seqs, 0) << "step " << s << " preempted and ran nothing";
+    EXPECT_EQ(h.exec.step_seqs.size(), before + 1) << "one forward per step";
+    for (RequestId v : r.preempted)
+      EXPECT_TRUE(std::find(r.admitted.begin(), r.admitted.end(), v) == r.admitted.end())
+          << "a victim is not re-admitted in the step that preempted it";
+    h.sched.check_invariants();
+  }
+  EXPECT_GT(preempting_steps, 0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(h.tk(RequestId(i + 1), 0), h.expected(20, 40, i)) << i;
+}
+
 // Device shedding (shed_limits.h): new requests get a shorter max_tokens, the
 // step's token budget and new admissions shrink, and at the critical level
 // submit() answers DeviceBusy (HTTP 429, retryable). Running requests keep

@@ -10,10 +10,15 @@ bool apply_pool_command(PoolCommand& c, StepExecutor& exec) {
             return true;
           },
           [&](pool_cmd::ReserveAdoption& r) {
-            HandoverPort* h = exec.handover();
+            // Always answered: the UCX thread waits on it.
             AdoptionSlots s;
-            if (h) s = h->reserve_adoption(r.prompt, r.caller);
-            else s.error = "this worker takes no KV hand-overs";
+            try {
+              if (HandoverPort* h = exec.handover()) s = h->reserve_adoption(r.prompt, r.caller);
+              else s.error = "this worker takes no KV hand-overs";
+            } catch (const std::exception& e) {
+              s = AdoptionSlots{};
+              s.error = e.what();
+            }
             r.slots.set_value(std::move(s));
             return true;
           },
