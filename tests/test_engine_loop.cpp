@@ -6,6 +6,7 @@
 // request; over-share requests are rejected with a reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -454,4 +455,45 @@ TEST(LockOrder, OutOfOrderAbortsInOrderRuns) {
       },
       "lock order violated");
 #endif
+}
+
+// The sampling surface on the real model: a -100 logit bias means the token
+// never appears; presence and frequency penalties push the greedy text
+// away from the tokens it already produced.
+TEST(EngineLoop, LogitBiasBansAndPenaltiesSpreadTheTokens) {
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  Fixture f("stories260K/stories260K.gguf");
+  EngineLoop loop(*f.engine, f.tok.get(), loop_opts(128, 16, 512, 4, true));
+  std::vector<int32_t> prompt = {1};
+  for (int t : f.tok->encode("Once upon a time there was a little girl", false, false)) prompt.push_back(t);
+  auto run = [&](const SamplingParams& sp) {
+    Collected c;
+    Request r = make_request({prompt, 40}, c);
+    r.sampling = sp;
+    r.sampling.temperature = 0;
+    const SubmitResult res = loop.submit(std::move(r));
+    EXPECT_TRUE(res.accepted) << res.message;
+    loop.wait_idle();
+    return c.tk(res.id);
+  };
+  const std::vector<int32_t> plain = run({});
+  ASSERT_EQ(plain.size(), 40u);
+  SamplingParams ban;
+  for (int32_t t : plain) ban.logit_bias.push_back({t, -100.0f});
+  const std::vector<int32_t> banned = run(ban);
+  ASSERT_EQ(banned.size(), 40u);
+  for (int32_t t : banned)
+    EXPECT_EQ(std::find(plain.begin(), plain.end(), t), plain.end()) << "token " << t << " was banned";
+  auto distinct = [](std::vector<int32_t> v) {
+    std::sort(v.begin(), v.end());
+    return std::unique(v.begin(), v.end()) - v.begin();
+  };
+  SamplingParams pres;
+  pres.presence_penalty = 2.0f;
+  const std::vector<int32_t> spread = run(pres);
+  EXPECT_NE(spread, plain);
+  EXPECT_GT(distinct(spread), distinct(plain));
+  SamplingParams freq;
+  freq.frequency_penalty = 2.0f;
+  EXPECT_GT(distinct(run(freq)), distinct(plain));
 }

@@ -189,3 +189,58 @@ TEST(OpenAiCodec, ErrorBody) {
   EXPECT_EQ(j["error"]["param"], "n");
   EXPECT_TRUE(j["error"]["code"].is_null());
 }
+
+// Nothing that would change the output is ignored: every field is in the
+// table (server/request_fields.h), an unknown one is a 400 naming it, a
+// known one kvserve does not implement too, and the client's bookkeeping
+// fields are accepted.
+TEST(OpenAiCodec, UnknownAndUnsupportedFieldsAre400NamingThem) {
+  const ApiError unknown = cmpl_error({{"prompt", "hi"}, {"temprature", 0.5}});
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_EQ(unknown.param, "temprature");
+  EXPECT_NE(unknown.message.find("unknown field 'temprature'"), std::string::npos) << unknown.message;
+  // A chat-only field on completions is unknown there.
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"top_logprobs", 2}}).param, "top_logprobs");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (const char* k : {"tools", "tool_choice", "response_format", "functions", "audio", "prediction"}) {
+    json body = {{"messages", msgs}};
+    body[k] = k == std::string("tool_choice") ? json("required") : json::object({{"type", "json_object"}});
+    if (k == std::string("tools")) body[k] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    const ApiError e = error_of(Endpoint::Chat, body.dump());
+    EXPECT_EQ(e.param, k);
+    EXPECT_EQ(e.status, 400);
+  }
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"suffix", "end"}}).param, "suffix");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"best_of", 3}}).param, "best_of");
+  // Trivial forms change nothing and are accepted; so is bookkeeping.
+  EXPECT_NO_THROW(cmpl({{"prompt", "hi"}, {"best_of", 1}, {"user", "u-1"}, {"metadata", {{"a", "b"}}}}));
+  EXPECT_NO_THROW(parse_request(Endpoint::Chat, json{{"messages", msgs},
+                                                     {"response_format", {{"type", "text"}}},
+                                                     {"tool_choice", "none"},
+                                                     {"modalities", {"text"}},
+                                                     {"store", false},
+                                                     {"service_tier", "auto"}}
+                                                    .dump()));
+}
+
+TEST(OpenAiCodec, PenaltiesLogitBiasMinTokensAndStopIds) {
+  const ParsedRequest p = cmpl({{"prompt", "hi"},
+                                {"presence_penalty", 0.5},
+                                {"frequency_penalty", -1.25},
+                                {"logit_bias", {{"42", -100}, {"7", 2.5}}},
+                                {"min_tokens", 3},
+                                {"stop_token_ids", {2, 13}}});
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -1.25f);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(p.sampling.logit_bias[0], (std::pair<int32_t, float>{42, -100.0f}));
+  EXPECT_EQ(p.sampling.logit_bias[1], (std::pair<int32_t, float>{7, 2.5f}));
+  EXPECT_EQ(p.min_tokens, 3);
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{2, 13}));
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"presence_penalty", 2.5}}).param, "presence_penalty");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", {{"x1", 1}}}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", {{"1", 101}}}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", json::array()}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"stop_token_ids", {-1}}}).param, "stop_token_ids");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"min_tokens", -1}}).param, "min_tokens");
+}

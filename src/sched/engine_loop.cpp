@@ -64,6 +64,7 @@ struct Live {
   double submitted = 0, first = -1;
   std::vector<ChoiceText> ch;
   int open = 0;
+  int min_tokens = 0;
   bool sink_failed = false;
   // For the engine thread's own books (owner tags, retention sweep).
   Scope scope;
@@ -250,7 +251,9 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
       }
       if (ct.first < 0) ct.first = t;
       ++ct.tokens;
-      if (tok) {
+      if (tok && ct.tokens <= L.min_tokens) {
+        e.text = ct.stop->flush() + ct.detok->push(e.token);  // no stop string ends it yet
+      } else if (tok) {
         bool stopped = false;
         e.text = ct.stop->push(ct.detok->push(e.token), stopped);
         if (stopped) {
@@ -487,6 +490,7 @@ SubmitResult EngineLoop::submit(Request req) {
   L.slo = req.slo;
   L.submitted = t;
   L.open = req.n;
+  L.min_tokens = req.min_tokens;
   L.ch.resize(size_t(std::clamp(req.n, 0, m.opts.sched.max_seqs)));
   for (ChoiceText& c : L.ch) {
     if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);

@@ -57,6 +57,12 @@ struct Request {
   std::optional<int> max_tokens;      // hard stop; nullopt = the loop's default cap
   std::vector<std::string> stop;      // stop strings (not part of the text)
   bool ignore_eos = false;
+  // End-of-generation tokens (and stop_token_ids) cannot be drawn before a
+  // choice has this many tokens; stop strings do not end it before either.
+  int min_tokens = 0;
+  // Drawing one of these ends the choice like EOS (finish "stop", the token
+  // not emitted); ignore_eos does not lift them.
+  std::vector<int32_t> stop_token_ids;
   int n = 1;                          // choices; n > 1 forks share the prompt's blocks
   SloClass slo = SloClass::Interactive;
   std::string tenant;                 // quota key (hashed in logs)

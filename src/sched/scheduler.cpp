@@ -32,6 +32,9 @@ Scheduler::Scheduler(StepExecutor& exec, const SchedulerConfig& cfg, std::functi
   if (!(cfg.ttft_margin > 0 && cfg.ttft_margin <= 1)) throw std::invalid_argument("ttft_margin must be in (0, 1]");
   st_.total_blocks = lim_.total;
   st_.headroom_blocks = lim_.headroom;
+  if (is_eog_)
+    for (int32_t t = 0; t < exec.n_vocab(); ++t)
+      if (is_eog_(t)) eog_ids_.push_back(t);
 }
 
 Scheduler::~Scheduler() = default;
@@ -110,12 +113,22 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
       return reject(RejectReason::Invalid, e);
   if (req.top_logprobs < 0 || req.top_logprobs > 20)
     return reject(RejectReason::Invalid, "top_logprobs must be between 0 and 20");
+  if (std::string e = token_ids_error(req.stop_token_ids, exec_.n_vocab(), "stop_token_ids:"); !e.empty())
+    return reject(RejectReason::Invalid, e);
+  for (const auto& [id, bias] : req.sampling.logit_bias)
+    if (!token_in_vocab(id, exec_.n_vocab()))
+      return reject(RejectReason::Invalid, "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                               std::to_string(exec_.n_vocab()) + " tokens");
+  if (req.min_tokens < 0) return reject(RejectReason::Invalid, "min_tokens must be >= 0");
   if (req.id != 0 && reqs_.count(req.id))
     return reject(RejectReason::Invalid, "request id " + std::to_string(req.id) + " is in use");
   const TokenBudget budget = token_budget(P, req.max_tokens, max_ctx, cfg_.default_max_tokens);
   if (!budget.ok()) return reject(budget.context_length ? RejectReason::ContextLength : RejectReason::Invalid, budget.error);
   // max_tokens is a hard stop; device shedding may shorten it.
   const int asked = budget.max_tokens;
+  if (req.min_tokens > asked)
+    return reject(RejectReason::Invalid, "min_tokens (" + std::to_string(req.min_tokens) + ") exceeds max_tokens (" +
+                                             std::to_string(asked) + ")");
   c.max_tokens = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
   // Under a bounding window policy no choice ever holds more than live_cap.
   const int64_t cap = exec_.kv().live_cap();

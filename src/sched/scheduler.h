@@ -168,6 +168,7 @@ class Scheduler {
   PoolLimits lim_;
   int bs_;
   std::function<bool(int32_t)> is_eog_;
+  std::vector<int32_t> eog_ids_;  // every id is_eog_ accepts (min_tokens bans them)
   std::function<void(const std::string&)> log_;
 
   mutable RankedMutex mu_{LockRank::Scheduler};  // guards everything submit()/cancel() touch

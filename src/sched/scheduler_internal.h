@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -57,7 +58,10 @@ struct Scheduler::Draws {
   struct PerChoice {
     Sampler sampler;
     std::vector<int> hist;       // prompt + generated as int, only with a repetition penalty
+    std::unordered_map<int32_t, int> counts;  // generated tokens, only with a presence / frequency penalty
   };
+  bool counts = false;           // keep `counts`
+  std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens
   std::vector<PerChoice> ch;
   bool logprobs = false;
   int top_logprobs = 0;
@@ -85,6 +89,7 @@ struct StepPlan {
     std::vector<int32_t> tokens; // those n ids
     bool decode = false;         // one generated token (not prompt or recompute)
     bool draws = false;          // the context is complete after it: a token is drawn from its row
+    bool ban_end = false;        // the choice has fewer than min_tokens: no end-of-generation draw
     std::vector<int> forks;      // choice 0's prompt completes: these choices draw from the same row
   };
   std::vector<Slice> slices;

@@ -139,6 +139,11 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
   d = std::make_unique<Draws>();
   d->logprobs = r.r.logprobs;
   d->top_logprobs = r.r.top_logprobs;
+  d->counts = r.r.sampling.presence_penalty != 0 || r.r.sampling.frequency_penalty != 0;
+  if (r.r.min_tokens > 0) {
+    if (!r.r.ignore_eos) d->banned = eog_ids_;
+    d->banned.insert(d->banned.end(), r.r.stop_token_ids.begin(), r.r.stop_token_ids.end());
+  }
   for (size_t i = 0; i < r.ch.size(); ++i) {
     SamplingParams sp = r.r.sampling;
     sp.seed += uint64_t(i);
@@ -163,6 +168,7 @@ void Scheduler::add_slice(StepPlan& plan, const Req& r, int ci, int from, int n)
   s.tokens.assign(c.ctx.begin() + from, c.ctx.begin() + from + n);
   s.decode = n == 1 && from + 1 == int(c.ctx.size()) && c.n_gen > 0;
   s.draws = !c.done && from + n == int(c.ctx.size());
+  s.ban_end = c.n_gen < r.r.min_tokens;
   if (s.draws && ci == 0 && c.n_gen == 0 && r.ch.size() > 1)
     for (size_t j = 1; j < r.ch.size(); ++j)
       if (!r.ch[j].done && r.ch[j].n_gen == 0) s.forks.push_back(int(j));

@@ -68,7 +68,11 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
       s.id = sl.id;
       s.choice = ci;
       s.forks = forks;
-      s.token = pc.sampler.sample(row, nv, pc.hist);
+      DrawContext ctx;
+      ctx.history = &pc.hist;
+      if (d.counts) ctx.generated = &pc.counts;
+      if (sl.ban_end) ctx.banned = d.banned;  // forks have generated as little as choice 0
+      s.token = pc.sampler.sample_with(row, nv, ctx);
       if (d.logprobs || d.top_logprobs > 0) fill_logprobs(row, nv, d.top_logprobs, s);
       out.samples.push_back(std::move(s));
     };
@@ -84,7 +88,9 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
     hand_off(r, ci, s, out);
     return;
   }
-  if (is_eog_ && !r->r.ignore_eos && is_eog_(s.token)) {
+  const auto& stop_ids = r->r.stop_token_ids;
+  if ((is_eog_ && !r->r.ignore_eos && is_eog_(s.token)) ||
+      std::find(stop_ids.begin(), stop_ids.end(), s.token) != stop_ids.end()) {
     finish_choice(r, ci, FinishReason::Stop, -1, out);
     return;
   }
@@ -96,8 +102,10 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   e.top_logprobs = s.top;
   out.push_back(std::move(e));
   c.ctx.push_back(s.token);
-  Draws::PerChoice& pc = draws_of(*r).ch[size_t(ci)];
+  Draws& d = draws_of(*r);
+  Draws::PerChoice& pc = d.ch[size_t(ci)];
   if (!pc.hist.empty()) pc.hist.push_back(s.token);
+  if (d.counts) ++pc.counts[s.token];
   ++c.n_gen;
   ++st_.generated_tokens;
   if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())

@@ -428,6 +428,8 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.max_tokens = pr.max_tokens[i];
     r.stop = p.stop;
     r.ignore_eos = p.ignore_eos;
+    r.min_tokens = p.min_tokens;
+    r.stop_token_ids = p.stop_token_ids;
     r.n = p.n;
     r.slo = slo;
     r.tenant = caller.tenant_hash;  // the loop's quota key and log field: a hash, never the id

@@ -1,6 +1,9 @@
 #include "server/openai_codec.h"
 
+#include "server/request_fields.h"
+
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace kvs::server {
@@ -101,17 +104,36 @@ std::optional<sched::SloClass> parse_priority(const json& o) {
   return *p <= 0 ? sched::SloClass::Interactive : sched::SloClass::Batch;
 }
 
-std::vector<int32_t> token_ids(const json& a, const std::string& where) {
+std::vector<int32_t> token_ids(const json& a, const std::string& where, const char* param = "prompt") {
   std::vector<int32_t> ids;
   for (const auto& t : a) {
     const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() <= uint64_t(INT32_MAX)
                     : t.is_number_integer() ? t.get<int64_t>() >= 0 && t.get<int64_t>() <= INT32_MAX
                                             : false;
     if (!ok)
-      throw bad_request("'" + where + "' token ids must be non-negative integers", "prompt");
+      throw bad_request("'" + where + "' token ids must be non-negative integers", param);
     ids.push_back(int32_t(t.get<int64_t>()));
   }
   return ids;
+}
+
+// OpenAI's shape: {"<token id>": bias in [-100, 100], ...} (at most 300).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& j) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* b = field(j, "logit_bias");
+  if (!b) return out;
+  if (!b->is_object()) throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  if (b->size() > 300) throw bad_request("'logit_bias' has more than 300 entries", "logit_bias");
+  for (const auto& [k, v] : b->items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(k.c_str(), &end, 10);
+    if (k.empty() || *end != 0 || id < 0 || id > INT32_MAX)
+      throw bad_request("'logit_bias' keys must be token ids (\"123\"), got \"" + k.substr(0, 32) + "\"", "logit_bias");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100)
+      throw bad_request("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
+    out.push_back({int32_t(id), float(v.get<double>())});
+  }
+  return out;
 }
 
 // "prompt": a string, an array of strings, an array of token ids, or an
@@ -205,6 +227,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     throw json_syntax_error(e, body);
   }
   if (!j.is_object()) throw bad_request("request body must be a JSON object");
+  check_fields(ep, j);
   ParsedRequest r;
   r.endpoint = ep;
   if (const json* m = field(j, "model")) {
@@ -227,6 +250,15 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   if (r.sampling.top_k < 0) r.sampling.top_k = 0;  // -1 (vLLM) = off
   r.sampling.min_p = float(get_number(j, "min_p", 0, 1).value_or(0.0));
   r.sampling.repeat_penalty = float(get_number(j, "repetition_penalty", 0.01, 10).value_or(1.0));
+  r.sampling.presence_penalty = float(get_number(j, "presence_penalty", -2, 2).value_or(0.0));
+  r.sampling.frequency_penalty = float(get_number(j, "frequency_penalty", -2, 2).value_or(0.0));
+  r.sampling.logit_bias = parse_logit_bias(j);
+  r.min_tokens = int(get_int(j, "min_tokens", 0, 1 << 24).value_or(0));
+  if (const json* st = field(j, "stop_token_ids")) {
+    if (!st->is_array()) throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    r.stop_token_ids = token_ids(*st, "stop_token_ids", "stop_token_ids");
+    if (r.stop_token_ids.size() > 64) throw bad_request("'stop_token_ids' has more than 64 ids", "stop_token_ids");
+  }
   if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     r.sampling.seed = uint64_t(*s);
     r.seeded = true;

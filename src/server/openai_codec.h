@@ -54,6 +54,8 @@ struct ParsedRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool ignore_eos = false;
+  int min_tokens = 0;                         // vLLM's min_tokens
+  std::vector<int32_t> stop_token_ids;        // vLLM's stop_token_ids
   std::optional<sched::SloClass> slo;         // "priority" / "slo_class"
 };
 
@@ -66,8 +68,9 @@ inline constexpr size_t kMaxStopBytes = 256;
 inline constexpr int kMaxTopLogprobs = 20;
 
 // Parses and validates a request body; throws ApiError (400) naming the
-// field. Unknown fields are ignored (as OpenAI-compatible servers do); a
-// field of the wrong type is an error; null counts as absent.
+// field. An unknown field, or a known one kvserve does not implement, is a
+// 400 naming it (server/request_fields.h); a field of the wrong type is an
+// error; null counts as absent.
 ParsedRequest parse_request(Endpoint ep, const std::string& body);
 
 // What one choice produced, for the non-streaming response.
