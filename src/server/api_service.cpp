@@ -14,6 +14,7 @@
 #include "kv/prefix_chain.h"
 #include "kv/prefix_hash.h"
 #include "server/dashboard_page.h"
+#include "server/token_endpoints.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
 #include "sched/clock.h"
@@ -25,22 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-HttpResponse json_response(int status, const json& j) {
-  HttpResponse r;
-  r.status = status;
-  r.body = dump(j);
-  return r;
-}
-
-ApiError make_error(int status, const std::string& type, const std::string& code, const std::string& msg) {
-  ApiError e;
-  e.status = status;
-  e.type = type;
-  e.code = code;
-  e.message = msg;
-  return e;
-}
-
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 // The kvserve_requests_rejected_total label of an error the server decides.
@@ -50,11 +35,6 @@ std::string reject_label(const ApiError& e) {
   if (e.code == "tenant_quota" || e.code == "shutting_down") return e.code;
   if (e.status == 400) return "invalid";
   return "";
-}
-
-ApiError unauthorized() {
-  return make_error(401, "authentication_error", "invalid_api_key",
-                    "missing or invalid API key (Authorization: Bearer <key>)");
 }
 
 }  // namespace
@@ -193,6 +173,10 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     r.response = models(req);
     return r;
   }
+  if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template") {
+    r.response = token_tools(req, path);
+    return r;
+  }
   const bool cmpl = path == "/v1/completions" || path == "/completions";
   const bool chat = path == "/v1/chat/completions" || path == "/chat/completions";
   if (cmpl || chat) {
@@ -214,6 +198,14 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   }
   r.response = error_response(make_error(404, "not_found_error", "not_found", "no route for " + req.method + " " + path));
   return r;
+}
+
+HttpResponse ApiService::token_tools(const HttpRequest& req, const std::string& path) const {
+  if (req.method != "POST") return error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use POST"));
+  if (!tenants_.authenticate(req.authorization)) return error_response(unauthorized());
+  if (path == "/tokenize") return tokenize_endpoint(tok_, req.body);
+  if (path == "/detokenize") return detokenize_endpoint(tok_, req.body);
+  return apply_template_endpoint(opts_.chat, req.body);
 }
 
 HttpResponse ApiService::models(const HttpRequest& req) const {

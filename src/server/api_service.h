@@ -119,6 +119,8 @@ class ApiService {
                 const std::optional<HandoverQuery>& hq);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
   HttpResponse models(const HttpRequest& req) const;
+  // /tokenize, /detokenize, /apply-template (server/token_endpoints.h).
+  HttpResponse token_tools(const HttpRequest& req, const std::string& path) const;
   // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*
   Routed dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake);
   // Counts and logs a request the server turned away itself.

@@ -24,6 +24,27 @@ HttpResponse error_response(const ApiError& e) {
   return r;
 }
 
+HttpResponse json_response(int status, const nlohmann::json& j) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(j);
+  return r;
+}
+
+ApiError make_error(int status, const std::string& type, const std::string& code, const std::string& msg) {
+  ApiError e;
+  e.status = status;
+  e.type = type;
+  e.code = code;
+  e.message = msg;
+  return e;
+}
+
+ApiError unauthorized() {
+  return make_error(401, "authentication_error", "invalid_api_key",
+                    "missing or invalid API key (Authorization: Bearer <key>)");
+}
+
 ApiError engine_failure(const std::string& message) {
   ApiError e;
   e.status = 500;

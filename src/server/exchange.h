@@ -31,6 +31,11 @@ class ServerCounters;
 
 // An OpenAI error object as a response (Retry-After when e.retry_after_s > 0).
 HttpResponse error_response(const ApiError& e);
+// A JSON body with this status.
+HttpResponse json_response(int status, const nlohmann::json& j);
+ApiError make_error(int status, const std::string& type, const std::string& code, const std::string& msg);
+// 401 for a missing or unknown API key.
+ApiError unauthorized();
 // 500 for a request the engine failed while running it (FinishReason::Error).
 ApiError engine_failure(const std::string& message);
 // The error for a request the engine loop rejected.

@@ -301,6 +301,8 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   return r;
 }
 
+std::vector<ChatMessage> parse_chat_messages(const json& body) { return parse_messages(body); }
+
 const char* finish_reason_name(FinishReason f) {
   switch (f) {
     case FinishReason::Stop: return "stop";

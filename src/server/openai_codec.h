@@ -73,6 +73,9 @@ inline constexpr int kMaxTopLogprobs = 20;
 // error; null counts as absent.
 ParsedRequest parse_request(Endpoint ep, const std::string& body);
 
+// The "messages" array of a chat body (the same checks as parse_request's).
+std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& body);
+
 // What one choice produced, for the non-streaming response.
 struct ChoiceResult {
   std::string text;
