@@ -297,7 +297,26 @@ TEST(ApiService, EchoPrependsThePrompt) {
   // Without echo the prompt is not repeated.
   const Result plain = complete(rig, {{"prompt", prompt}, {"max_tokens", 3}, {"ignore_eos", true}});
   EXPECT_NE(plain.body["choices"][0]["text"].get<std::string>().rfind(prompt, 0), 0u);
-  EXPECT_EQ(complete(rig, {{"prompt", prompt}, {"echo", true}, {"logprobs", 1}}).status, 400);
+  // With logprobs: every prompt token leads the arrays, the first with null
+  // logprob and alternatives; then the generated ones.
+  const Result lp = complete(rig, {{"prompt", ids}, {"echo", true}, {"logprobs", 2}, {"max_tokens", 3}, {"ignore_eos", true}});
+  ASSERT_EQ(lp.status, 200) << lp.body;
+  const json& L = lp.body["choices"][0]["logprobs"];
+  ASSERT_EQ(L["tokens"].size(), ids.size() + 3) << L;
+  EXPECT_TRUE(L["token_logprobs"][0].is_null());
+  EXPECT_TRUE(L["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < L["token_logprobs"].size(); ++i) {
+    EXPECT_LE(L["token_logprobs"][i].get<double>(), 0.0) << i;
+    EXPECT_LE(L["top_logprobs"][i].size(), 2u) << i;
+    EXPECT_GE(L["top_logprobs"][i].size(), 1u) << i;
+  }
+  EXPECT_EQ(L["tokens"][0], rig.tok->token_bytes(ids[0], -1));
+  // Streamed: the first chunk carries the prompt's entries and the first token's.
+  const Result ls = complete(rig, {{"prompt", ids}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 2}, {"stream", true},
+                                   {"ignore_eos", true}});
+  ASSERT_EQ(ls.status, 200);
+  ASSERT_GE(ls.events.size(), 2u);
+  EXPECT_EQ(ls.events[0]["choices"][0]["logprobs"]["tokens"].size(), ids.size() + 1) << ls.events[0];
 }
 
 TEST(ApiService, ModelsNeedsAKeyWhenKeysAreRequired) {

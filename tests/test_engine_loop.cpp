@@ -497,3 +497,70 @@ TEST(EngineLoop, LogitBiasBansAndPenaltiesSpreadTheTokens) {
   freq.frequency_penalty = 2.0f;
   EXPECT_GT(distinct(run(freq)), distinct(plain));
 }
+
+// Prompt logprobs (echo with logprobs) are what generation itself computes:
+// the logprob of each token of a greedy continuation equals, bit for bit,
+// its prompt logprob when prompt + continuation is fed back, whether the
+// prompt is chunked or its blocks are in the prefix cache (which such a
+// request does not use).
+TEST(EngineLoop, PromptLogprobsEqualTheGenerationsOwn) {
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  Fixture f("stories260K/stories260K.gguf");
+  std::vector<int32_t> prompt = {1};
+  for (int t : f.tok->encode("Once upon a time there was a little dog who liked to run", false, false)) prompt.push_back(t);
+  std::vector<int32_t> gen;
+  std::vector<float> gen_lp;
+  {
+    EngineLoop loop(*f.engine, f.tok.get(), loop_opts(128, 16, 512, 4, true));
+    std::mutex mu;
+    Collected unused;
+    Request r = make_request({prompt, 12}, unused);  // its sink is replaced below
+    r.logprobs = true;
+    r.sink = [&](TokenEvent&& e) {
+      std::lock_guard lk(mu);
+      if (e.token >= 0) {
+        gen.push_back(e.token);
+        gen_lp.push_back(e.logprob->logprob);
+      }
+      return true;
+    };
+    ASSERT_TRUE(loop.submit(std::move(r)).accepted);
+    loop.wait_idle();
+  }
+  ASSERT_EQ(gen.size(), 12u);
+  std::vector<int32_t> whole = prompt;
+  whole.insert(whole.end(), gen.begin(), gen.end());
+  for (int budget : {512, 7}) {  // whole prompt in one step, then chunks of 7
+    EngineLoop loop(*f.engine, f.tok.get(), loop_opts(128, 16, budget, 4, true));
+    for (int round = 0; round < 2; ++round) {  // the second finds every block cached
+      std::vector<PromptLogprob> got;
+      int cached = -1;
+      Collected unused;
+      Request r = make_request({whole, 1}, unused);
+      r.logprobs = true;
+      r.top_logprobs = 3;
+      r.prompt_logprobs = true;
+      r.sink = [&](TokenEvent&& e) {
+        if (!e.prompt_logprobs.empty()) got = e.prompt_logprobs;
+        if (e.finish != FinishReason::None) cached = e.usage.cached_tokens;
+        return true;
+      };
+      ASSERT_TRUE(loop.submit(std::move(r)).accepted);
+      loop.wait_idle();
+      ASSERT_EQ(got.size(), whole.size()) << "budget " << budget;
+      EXPECT_EQ(cached, 0);
+      EXPECT_FALSE(got[0].logprob);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].position, int(i));
+        EXPECT_EQ(got[i].token, whole[i]);
+      }
+      for (size_t k = 0; k < gen.size(); ++k) {
+        const PromptLogprob& p = got[prompt.size() + k];
+        ASSERT_TRUE(p.logprob);
+        EXPECT_EQ(*p.logprob, gen_lp[k]) << "budget " << budget << " round " << round << " token " << k;
+        ASSERT_EQ(p.top.size(), 3u);
+        EXPECT_EQ(p.top[0].token, gen[k]) << "greedy: the token was the most likely";
+      }
+    }
+  }
+}

@@ -80,10 +80,10 @@ TEST(OpenAiCodec, Echo) {
   EXPECT_TRUE(cmpl({{"prompt", "x"}, {"echo", true}}).echo);
   EXPECT_FALSE(cmpl({{"prompt", "x"}}).echo);
   EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"echo", "yes"}}).param, "echo");
-  // Prompt-token logprobs are not computed: a clear 400, not a silent omission.
-  const ApiError e = cmpl_error({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}});
-  EXPECT_EQ(e.param, "echo");
-  EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
+  // With logprobs the prompt's own logprobs come too (the service asks the engine).
+  const ParsedRequest both = cmpl({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}});
+  EXPECT_TRUE(both.echo && both.logprobs);
+  EXPECT_EQ(both.top_logprobs, 2);
 }
 
 TEST(OpenAiCodec, JsonErrorsNameTheOffsetNotTheParserOrTheText) {

@@ -328,7 +328,6 @@ TEST(Server, MalformedInputCorpus) {
       {"{\"prompt\": []}", 400},
       {"{\"prompt\": [\"a\", 1]}", 400},
       {"{\"prompt\": \"x\", \"priority\": \"batch\"}", 400},
-      {"{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400},
       {"{\"prompt\": [-5]}", 400},
       {"{\"prompt\": [99999999]}", 400},
       {"{\"prompt\": \"x\", \"max_tokens\": 100000}", 400},

@@ -70,6 +70,10 @@ struct Request {
   double retention_s = 0;             // > 0: cached blocks of `scope` unused this long are dropped
   bool logprobs = false;              // log-probability of each sampled token
   int top_logprobs = 0;               // and the most likely alternatives (0..20)
+  // The log-probability of every prompt token after the first (and its
+  // top_logprobs alternatives), on each choice's first event: the prompt is
+  // computed whole, without prefix-cache hits (OpenAI's echo + logprobs).
+  bool prompt_logprobs = false;
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
   bool hand_off = false;              // prefill worker: stop after the first token, hand the sequence over (n == 1)
   std::optional<Handover> handover;   // decode worker: continue a handed-over sequence (n == 1)
@@ -130,6 +134,15 @@ struct TokenLogprob {
   float logprob = 0;  // natural log of the softmax of the raw logits
 };
 
+// One prompt position: token = prompt[position] and its log-probability
+// given prompt[0, position) (none for position 0).
+struct PromptLogprob {
+  int position = 0;
+  int32_t token = -1;
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top;
+};
+
 struct Usage {
   int prompt_tokens = 0;      // len(prompt)
   int completion_tokens = 0;  // generated tokens over all choices
@@ -163,6 +176,9 @@ struct TokenEvent {
   double retry_after_s = 0;   // with Rejected
   Usage usage;                // on final events (whole request, all choices so far)
   std::optional<HandOff> hand_off;  // with FinishReason::HandedOff
+  // Request::prompt_logprobs: positions 0 .. len(prompt) - 1, on each
+  // choice's first event.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 }  // namespace kvs::sched

@@ -105,6 +105,8 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return reject(RejectReason::Invalid, e);
   if (req.n < 1 || req.n > cfg_.max_seqs)
     return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
+  if ((req.hand_off || req.handover) && req.prompt_logprobs)
+    return reject(RejectReason::Invalid, "prompt logprobs (echo with logprobs) are not computed across a KV hand-over");
   if ((req.hand_off || req.handover) && req.n != 1)
     return reject(RejectReason::Invalid, "a request handed between prefill and decode workers must have n = 1");
   if (req.handover)

@@ -228,6 +228,7 @@ class Scheduler {
   bool make_room(int64_t need, int64_t limit, StepPlan& plan, double now);
   // execute() and update() (scheduler_update.cpp)
   StepOutput execute(const StepPlan& plan);
+  void prompt_logprobs(const StepPlan& plan, size_t item, const StepResult& res, StepOutput& out);
   // True when the step must plan again (it ran out of blocks and preempted).
   bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);
   void preempt_for_room(StepPlan& plan, double now);

@@ -104,6 +104,7 @@ void Scheduler::preempt(Req* r, StepPlan& plan) {
   r->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), r));
   std::erase_if(plan.slices, [&](const StepPlan::Slice& s) { return s.id == r->id; });
+  if (!r->prompt_lp_done) r->prompt_lp.clear();  // the recompute gathers them again
   requeue(r);
   ++st_.preemptions;
   plan.report.preempted.push_back(r->id);
@@ -169,6 +170,8 @@ void Scheduler::add_slice(StepPlan& plan, const Req& r, int ci, int from, int n)
   s.decode = n == 1 && from + 1 == int(c.ctx.size()) && c.n_gen > 0;
   s.draws = !c.done && from + n == int(c.ctx.size());
   s.ban_end = c.n_gen < r.r.min_tokens;
+  s.all_logits = r.r.prompt_logprobs && !r.prompt_lp_done && ci == 0;
+  if (s.all_logits && from + n < int(c.ctx.size())) s.next_token = c.ctx[size_t(from + n)];
   if (s.draws && ci == 0 && c.n_gen == 0 && r.ch.size() > 1)
     for (size_t j = 1; j < r.ch.size(); ++j)
       if (!r.ch[j].done && r.ch[j].n_gen == 0) s.forks.push_back(int(j));
@@ -187,7 +190,8 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
       c.fork_pending = true;
       continue;
     }
-    const SeqAdmission a = exec_.add(c.ctx, r->r.scope);
+    // Prompt logprobs need every prompt position's logits: no prefix hit.
+    const SeqAdmission a = exec_.add(c.ctx, r->r.scope, !(r->r.prompt_logprobs && !r->prompt_lp_done));
     c.seq = a.seq;
     c.have = a.cached_tokens;
     if (first && i == 0) {

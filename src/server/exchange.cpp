@@ -208,6 +208,7 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     }
   } else {
     c.result.text += e.text;
+    if (!e.prompt_logprobs.empty()) c.result.prompt_logprobs = std::move(e.prompt_logprobs);
     if (s_.logprobs && e.logprob) {
       c.result.logprobs.push_back(*e.logprob);
       c.result.top_logprobs.push_back(e.top_logprobs);

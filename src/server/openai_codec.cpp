@@ -290,11 +290,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   }
   if (ep == Endpoint::Completions) {
     r.echo = get_bool(j, "echo").value_or(false);
-    // Prompt-token logprobs would need the prompt positions' logits, which
-    // the engine loop does not return.
-    if (r.echo && r.logprobs)
-      throw bad_request("'echo' together with 'logprobs' is not supported (prompt-token logprobs are not computed)",
-                        "echo");
+    // With logprobs, the prompt's own logprobs too (Request::prompt_logprobs).
   }
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.slo = parse_priority(j);
@@ -356,6 +352,21 @@ void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vecto
   lp["text_offset"].push_back(offset);
 }
 
+// Echo with logprobs: the prompt's tokens lead the arrays, the first one
+// with null logprob and alternatives (it is given, not predicted).
+void add_prompt_logprobs(json& lp, const std::vector<sched::PromptLogprob>& prompt, const TokenText& tt, int64_t& off) {
+  for (const sched::PromptLogprob& p : prompt) {
+    const std::string s = tt(p.token);
+    lp["tokens"].push_back(s);
+    lp["token_logprobs"].push_back(p.logprob ? json(*p.logprob) : json(nullptr));
+    json alts = p.logprob ? json::object() : json(nullptr);
+    for (const auto& a : p.top) alts[tt(a.token)] = a.logprob;
+    lp["top_logprobs"].push_back(alts);
+    lp["text_offset"].push_back(off);
+    off += int64_t(s.size());
+  }
+}
+
 // The fields every response object and chunk starts with.
 json response_head(const ResponseMeta& meta, const char* object) {
   json out;
@@ -397,6 +408,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
       } else {
         lp = empty_legacy_logprobs();
         int64_t off = 0;
+        add_prompt_logprobs(lp, c.prompt_logprobs, tt, off);
         for (size_t k = 0; k < c.logprobs.size(); ++k) {
           add_legacy_logprob(lp, c.logprobs[k], c.top_logprobs.at(k), tt, off);
           off += int64_t(tt(c.logprobs[k].token).size());
@@ -420,7 +432,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
 json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
                   const TokenText& tt) {
   const bool final = e.finish != FinishReason::None;
-  const bool has_lp = logprobs && e.logprob.has_value();
+  const bool has_lp = logprobs && (e.logprob.has_value() || !e.prompt_logprobs.empty());
   if (e.text.empty() && !final && !has_lp && !(first && ep == Endpoint::Chat)) return nullptr;
   json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
   json ch;
@@ -431,7 +443,9 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
       lp = chat_logprobs(json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)}));
     } else {
       lp = empty_legacy_logprobs();
-      add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, 0);
+      int64_t off = 0;
+      add_prompt_logprobs(lp, e.prompt_logprobs, tt, off);
+      if (e.logprob) add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, off);
     }
   }
   if (ep == Endpoint::Chat) {

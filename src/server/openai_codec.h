@@ -82,6 +82,7 @@ struct ChoiceResult {
   sched::FinishReason finish = sched::FinishReason::None;
   std::vector<sched::TokenLogprob> logprobs;               // one per token, when asked
   std::vector<std::vector<sched::TokenLogprob>> top_logprobs;
+  std::vector<sched::PromptLogprob> prompt_logprobs;       // echo with logprobs: the prompt's tokens first
 };
 
 // Token id -> its text (bytes; may be a partial UTF-8 character).

@@ -153,9 +153,42 @@ await check("completions: echo", async () => {
   let text = "";
   for await (const ch of s) text += ch.choices[0]?.text ?? "";
   assert.equal(text, c.choices[0].text);
-  const e = await apiError(client.completions.create({ ...greedy, prompt: "x", echo: true, logprobs: 1 }));
+  // echo + logprobs (lm-eval-style scoring): the prompt's tokens lead the
+  // arrays, the first with null logprob.
+  const lp = await client.completions.create({ ...greedy, prompt: "Once upon a time", echo: true, logprobs: 1,
+    max_tokens: 2 });
+  const L = lp.choices[0].logprobs;
+  assert.equal(L.tokens.length, lp.usage.prompt_tokens + lp.usage.completion_tokens);
+  assert.equal(L.token_logprobs[0], null);
+  assert.ok(L.token_logprobs.slice(1).every((x) => typeof x === "number" && x <= 0));
+  assert.equal(L.top_logprobs[0], null);
+});
+
+await check("unknown and unsupported fields are 400 naming them", async () => {
+  const e = await apiError(client.completions.create({ ...greedy, prompt: "x", temprature: 0.5 }));
   assert.equal(e.status, 400);
-  assert.equal(e.param, "echo");
+  assert.equal(e.param, "temprature");
+  const t = await apiError(client.completions.create({ ...greedy, prompt: "x", suffix: "y" }));
+  assert.equal(t.param, "suffix");
+});
+
+await check("penalties and logit_bias", async () => {
+  const plain = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 64 });
+  const pen = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 64,
+    presence_penalty: 2, frequency_penalty: 2 });
+  assert.notEqual(pen.choices[0].text, plain.choices[0].text);
+  // Ban the first token of the greedy story (/tokenize of prompt + text,
+  // past the prompt's own tokens, names it): it never appears.
+  const ids = async (text) => (await (await fetch(`${url}/tokenize`, { method: "POST",
+    headers: { Authorization: `Bearer ${key}` }, body: JSON.stringify({ content: text }) })).json()).tokens;
+  const promptIds = await ids("Once upon a time");
+  const gen = (await ids("Once upon a time" + plain.choices[0].text)).slice(promptIds.length);
+  const first = gen[0];
+  const banned = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 24,
+    logit_bias: { [first]: -100 } });
+  const after = (await ids("Once upon a time" + banned.choices[0].text)).slice(promptIds.length);
+  assert.ok(after.length > 0);
+  assert.ok(!after.includes(first), `${first} in ${banned.choices[0].text}`);
 });
 
 await check("completions: empty prompt starts from BOS", async () => {
