@@ -20,16 +20,16 @@ constexpr int kUnboundedCtx = 1 << 30;
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
-std::vector<std::string> stop_strings(server::ChatFamily f) {
+std::vector<std::string> stop_strings(const server::ChatTemplate& t) {
   // Templates with control tokens end a turn with an end-of-turn token; the
   // plain fallback has only its role prefixes to stop at.
-  if (f == server::ChatFamily::Plain) return {"\nuser:", "\nsystem:"};
+  if (t.family() == server::ChatFamily::Plain) return {"\nuser:", "\nsystem:"};
   return {};
 }
 }  // namespace
 
-ChatSession::ChatSession(Engine& engine, const Tokenizer& tok, server::ChatFamily family, ChatOptions o)
-    : engine_(engine), tok_(tok), o_(std::move(o)), conv_(family, o_.system), cache_now_(o_.cache) {
+ChatSession::ChatSession(Engine& engine, const Tokenizer& tok, server::ChatTemplate tmpl, ChatOptions o)
+    : engine_(engine), tok_(tok), o_(std::move(o)), conv_(std::move(tmpl), o_.system), cache_now_(o_.cache) {
   if (o_.hard_cap <= 0) o_.hard_cap = engine_.model().config().n_ctx_train;
   if (o_.hard_cap < 32) throw std::invalid_argument("chat: the hard cap must be at least 32 tokens");
   if (o_.window <= 0) o_.window = o_.hard_cap / 2;
@@ -130,7 +130,7 @@ std::string ChatSession::summarize(const std::vector<Turn>& evicted) {
   for (;;) {
     std::string ask = (conv_.summary().empty() ? "" : "Earlier summary: " + conv_.summary() + "\n\n") +
                       "Conversation:\n" + body + "\nWrite the new summary.";
-    ids = tok_.encode(server::render_chat(conv_.family(), {{"system", instruction}, {"user", ask}}),
+    ids = tok_.encode(render_messages(conv_.chat_template(), {{"system", instruction}, {"user", ask}}),
                       tok_.vocab().add_bos, true);
     if (int(ids.size()) + o_.summary_tokens <= o_.hard_cap || body.empty()) break;
     body.erase(0, std::max<size_t>(1, body.size() / 4));
@@ -163,7 +163,7 @@ void ChatSession::decode(std::vector<float> logits, int budget, const std::funct
                          ReplyResult& r) {
   Sampler sampler(o_.sampling);
   Detokenizer detok(tok_);
-  StopMatcher stop(stop_strings(conv_.family()));
+  StopMatcher stop(stop_strings(conv_.chat_template()));
   std::vector<int> history;
   const int nv = engine_.model().config().n_vocab;
   bool go_on = true, stopped = false, fed_last = true;

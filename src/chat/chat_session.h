@@ -73,7 +73,7 @@ class ChatSession {
  public:
   // Throws std::invalid_argument on inconsistent options (window >= hard cap,
   // no room for a reply, ...).
-  ChatSession(Engine& engine, const Tokenizer& tok, server::ChatFamily family, ChatOptions opts);
+  ChatSession(Engine& engine, const Tokenizer& tok, server::ChatTemplate tmpl, ChatOptions opts);
 
   // Runs one turn. on_text receives reply text as it becomes final; return
   // false to stop the reply early. Throws std::length_error when the message

@@ -4,8 +4,14 @@
 
 namespace kvs::chat {
 
-Conversation::Conversation(server::ChatFamily family, std::string system)
-    : family_(family), system_(std::move(system)) {}
+Conversation::Conversation(server::ChatTemplate tmpl, std::string system)
+    : tmpl_(std::move(tmpl)), system_(std::move(system)) {}
+
+std::string render_messages(const server::ChatTemplate& tmpl, const std::vector<server::ChatMessage>& messages) {
+  server::ChatInputs in;
+  for (const server::ChatMessage& m : messages) in.messages.push_back({{"role", m.role}, {"content", m.content}});
+  return tmpl.render(in);
+}
 
 std::vector<server::ChatMessage> Conversation::messages(const std::string* pending_user) const {
   std::vector<server::ChatMessage> m;
@@ -21,7 +27,7 @@ std::vector<server::ChatMessage> Conversation::messages(const std::string* pendi
 }
 
 std::string Conversation::render(const std::string& pending_user) const {
-  if (family_ != server::ChatFamily::Plain) return server::render_chat(family_, messages(&pending_user));
+  if (tmpl_.family() != server::ChatFamily::Plain) return render_messages(tmpl_, messages(&pending_user));
   // The plain fallback's lines, except that a reply follows "assistant:"
   // exactly as generated (the model picks the space or not), so the text of
   // a finished turn is a prefix of the next prompt and the KV only appends.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/chat_family.h"
 #include "server/chat_template.h"
 
 namespace kvs::chat {
@@ -20,11 +21,12 @@ struct Turn {
 
 class Conversation {
  public:
-  Conversation(server::ChatFamily family, std::string system);
+  Conversation(server::ChatTemplate tmpl, std::string system);
 
   // Prompt text for the kept turns plus `pending_user`, ending with the
-  // opening of the assistant's turn (chat_template's render_chat; for the
-  // plain fallback, replies are kept exactly as generated after "assistant:").
+  // opening of the assistant's turn (the chat template; for the plain
+  // fallback, replies are kept exactly as generated after "assistant:").
+  // Throws server::ChatTemplateError when the template cannot render them.
   std::string render(const std::string& pending_user) const;
   // The messages render() formats: system (with the summary), the kept
   // turns, then `pending_user` when given.
@@ -38,15 +40,19 @@ class Conversation {
   const std::string& system() const { return system_; }
   void set_system(std::string s) { system_ = std::move(s); }
   const std::deque<Turn>& turns() const { return turns_; }
-  server::ChatFamily family() const { return family_; }
+  const server::ChatTemplate& chat_template() const { return tmpl_; }
   // Forgets turns and summary; the system prompt stays.
   void clear();
 
  private:
-  server::ChatFamily family_;
+  server::ChatTemplate tmpl_;
   std::string system_, summary_;
   std::deque<Turn> turns_;
 };
+
+// `messages` through `tmpl` as a prompt for the tokenizer (with a
+// generation prompt): what the session renders besides the conversation.
+std::string render_messages(const server::ChatTemplate& tmpl, const std::vector<server::ChatMessage>& messages);
 
 // "user: ...\nassistant: ...\n" lines of `turns`, the input of a summary.
 std::string transcript(const std::vector<Turn>& turns);

@@ -71,7 +71,7 @@ int run_chat(ChatArgs a) {
   const auto budget = ram_budget_choice(a.ram_budget, a.m.model, rin);
   Loaded l = load_all(a.m);
   std::string note;
-  const server::ChatFamily family = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
+  server::ChatTemplate tmpl = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
   a.o.cache = a.kv.options();
   if (budget) {
@@ -87,7 +87,7 @@ int run_chat(ChatArgs a) {
   a.o.sampling.min_p = a.min_p;
   a.o.sampling.repeat_penalty = a.repeat_penalty;
   a.o.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
-  chat::ChatSession session(*l.engine, *l.tok, family, a.o);
+  chat::ChatSession session(*l.engine, *l.tok, std::move(tmpl), a.o);
   std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
   chat::SessionStore store(a.sessions.folder(), a.sessions.keying(), l.model->identity());
   if (!a.resume.empty()) resume(session, store, a.resume);
@@ -124,7 +124,9 @@ void add_chat(CLI::App& app, Runner& run) {
   c->add_option("--min-p", a->min_p, "Min-p (0 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
   c->add_option("-s,--seed", a->seed, "Sampling seed (default: random)");
-  c->add_option("--chat-template", a->chat_template, "auto, llama2, llama3, chatml, mistral or plain")
+  c->add_option("--chat-template", a->chat_template,
+                "auto (the model's own template), llama2, llama3, chatml, mistral, plain, a template the model file names "
+                "(tokenizer.chat_template.NAME) or a Jinja file")
       ->capture_default_str();
   c->add_option("--ram-budget", a->ram_budget,
                 "Memory for weights + KV + scratch (e.g. 512MiB): picks the KV type, hard cap and reply length");

@@ -80,11 +80,11 @@ int run_router(const RouterArgs& a) {
   const Vocab vocab = vocab_from_gguf(*GgufFile::open(a.model));
   const std::unique_ptr<Tokenizer> tok = Tokenizer::create(vocab);
   std::string note;
-  const server::ChatFamily chat = server::choose_chat_family(a.chat_template, vocab.chat_template, &note);
+  server::ChatTemplate chat = server::ChatTemplate::choose(a.chat_template, vocab, &note);
 
   router::WorkerSet workers(specs);
   const router::ModelInfo model = workers.probe_all(a.startup_timeout_s);
-  router::RequestHasher hasher(*tok, chat, *tenants);
+  router::RequestHasher hasher(*tok, std::move(chat), *tenants);
   hasher.set_model(model.identity, model.block_size);
   router::PrefixIndex index;
   std::optional<events::CurveKeys> curve;

@@ -302,7 +302,7 @@ sigset_t block_signals() {
 }
 
 server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, int default_max_tokens,
-                               server::ChatFamily chat) {
+                               server::ChatTemplate chat) {
   server::ApiOptions ao;
   const std::filesystem::path mp(model.path());
   ao.model_id = a.served_model_name.empty() ? mp.stem().string() : a.served_model_name;
@@ -311,7 +311,7 @@ server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, 
   ao.model_identity = model.identity();
   ao.ctx = ctx;
   ao.default_max_tokens = default_max_tokens;
-  ao.chat = chat;
+  ao.chat = std::move(chat);
   ao.stream_queue_events = a.stream_queue;
   ao.model_created = model_created(model.path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
@@ -340,7 +340,7 @@ int run_serve(const ServeArgs& a) {
   const std::optional<tools::RamBudgetChoice> budget = ram_budget_for(a, margs.model);
   Loaded l = load_all(margs);
   std::string note;
-  const server::ChatFamily chat = server::choose_chat_family(a.chat_template, l.model->vocab().chat_template, &note);
+  server::ChatTemplate chat = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
   const int n_ctx_model = l.model->config().n_ctx_train;
   int ctx = a.ctx > 0 ? a.ctx : n_ctx_model;
@@ -359,7 +359,7 @@ int run_serve(const ServeArgs& a) {
   sched::EngineLoop& loop = *loop_ptr;
   const DisaggRoles roles = start_roles(a.disagg, *paged, loop);
 
-  server::ApiOptions ao = api_options(a, *l.model, ctx, lo.sched.default_max_tokens, chat);
+  server::ApiOptions ao = api_options(a, *l.model, ctx, lo.sched.default_max_tokens, std::move(chat));
   const std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
   ao.extra_metrics = [p = publisher.get(), t = tierset.get(), &roles, d = monitor.get()] {
     return (p ? p->metrics_text() : std::string()) + (t ? tiers::metrics_text(t->stats()) : std::string()) +
@@ -438,7 +438,9 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--api-keys", a->api_keys, "JSON file of sha256 key hashes -> tenants (default: no auth)");
   c->add_option("--cache-secret-file", a->cache_secret_file,
                 "Secret for prefix-cache scopes (default: random per process)");
-  c->add_option("--chat-template", a->chat_template, "auto, llama2, llama3, chatml, mistral or plain")
+  c->add_option("--chat-template", a->chat_template,
+                "auto (the model's own template), llama2, llama3, chatml, mistral, plain, a template the model file names "
+                "(tokenizer.chat_template.NAME) or a Jinja file")
       ->capture_default_str();
   c->add_option("--served-model-name", a->served_model_name, "Model id for clients (default: the file's stem)");
   c->add_option("--http-threads", a->http_threads, "HTTP I/O threads (default: a quarter of the CPUs, 1 to 4)")

@@ -166,6 +166,10 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   if (v.add_bos && v.bos < 0) fail(f, "tokenizer.ggml.add_bos_token", "is true but there is no BOS token id");
   if (v.add_eos && v.eos < 0) fail(f, "tokenizer.ggml.add_eos_token", "is true but there is no EOS token id");
   v.chat_template = opt_string(f, "tokenizer.chat_template").value_or("");
+  static const std::string kVariant = "tokenizer.chat_template.";
+  for (const auto& [key, value] : f.metadata())
+    if (key.size() > kVariant.size() && key.compare(0, kVariant.size(), kVariant) == 0)
+      v.chat_template_variants.emplace_back(key.substr(kVariant.size()), opt_string(f, key).value_or(""));
   return v;
 }
 

@@ -18,8 +18,8 @@ class GgufFile;
 Vocab read_llama2c_vocab(const std::string& path, int n_vocab);
 
 // Reads tokenizer.ggml.* (model, pre, tokens, scores, token_type, merges,
-// bos/eos/unk/pad ids, add_bos_token/add_eos_token, add_space_prefix) and
-// tokenizer.chat_template. Defaults as llama.cpp: add_bos on for "llama",
+// bos/eos/unk/pad ids, add_bos_token/add_eos_token, add_space_prefix),
+// tokenizer.chat_template and its named variants tokenizer.chat_template.NAME. Defaults as llama.cpp: add_bos on for "llama",
 // off for "gpt2". Throws ModelError naming the key when something is wrong.
 Vocab vocab_from_gguf(const GgufFile& f);
 

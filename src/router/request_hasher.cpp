@@ -3,13 +3,14 @@
 #include "events/kv_event_codec.h"
 #include "kv/prefix_chain.h"
 #include "sched/clock.h"
+#include "server/chat_prompt.h"
 #include "server/openai_codec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvs::router {
 
-RequestHasher::RequestHasher(const Tokenizer& tok, server::ChatFamily chat, server::TenantRegistry& tenants)
-    : tok_(tok), chat_(chat), tenants_(tenants) {}
+RequestHasher::RequestHasher(const Tokenizer& tok, server::ChatTemplate chat, server::TenantRegistry& tenants)
+    : tok_(tok), chat_(std::move(chat)), tenants_(tenants) {}
 
 void RequestHasher::set_model(const std::string& model_identity, int block_size) {
   identity_ = model_identity;
@@ -33,7 +34,13 @@ PromptHashes RequestHasher::hash(const std::string& path, const std::string& bod
   const bool add_bos = tok_.vocab().add_bos;
   std::vector<int32_t> tokens;
   if (chat) {
-    const std::vector<int> ids = tok_.encode(server::render_chat(chat_, p.messages), add_bos, true);
+    std::string text;
+    try {
+      text = server::chat_prompt(chat_, p);
+    } catch (const server::ApiError&) {
+      return out;
+    }
+    const std::vector<int> ids = tok_.encode(text, add_bos, true);
     tokens.assign(ids.begin(), ids.end());
   } else if (!p.prompts.empty()) {
     const server::PromptInput& in = p.prompts[0];

@@ -27,7 +27,7 @@ struct PromptHashes {
 class RequestHasher {
  public:
   // None of the references is owned; all must outlive the hasher.
-  RequestHasher(const Tokenizer& tok, server::ChatFamily chat, server::TenantRegistry& tenants);
+  RequestHasher(const Tokenizer& tok, server::ChatTemplate chat, server::TenantRegistry& tenants);
   // What the workers reported (GET /health): set before the first hash().
   void set_model(const std::string& model_identity, int block_size);
   int block_size() const { return block_size_; }
@@ -39,7 +39,7 @@ class RequestHasher {
 
  private:
   const Tokenizer& tok_;
-  server::ChatFamily chat_;
+  server::ChatTemplate chat_;
   server::TenantRegistry& tenants_;
   std::string identity_;
   int block_size_ = 0;

@@ -13,6 +13,7 @@
 
 #include "kv/prefix_chain.h"
 #include "kv/prefix_hash.h"
+#include "server/chat_prompt.h"
 #include "server/dashboard_page.h"
 #include "server/token_endpoints.h"
 #include "tokenizer/tokenizer.h"
@@ -329,7 +330,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   // markers are special tokens.
   const bool add_bos = tok_.vocab().add_bos;
   if (ep == Endpoint::Chat) {
-    const std::vector<int> ids = tok_.encode(render_chat(opts_.chat, p.messages), add_bos, true);
+    const std::vector<int> ids = tok_.encode(chat_prompt(opts_.chat, p), add_bos, true);
     pr.prompts.emplace_back(ids.begin(), ids.end());
   }
   for (const PromptInput& in : p.prompts) {

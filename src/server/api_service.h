@@ -34,7 +34,7 @@ struct ApiOptions {
   std::string model_identity;             // Model::identity(): part of every cache scope
   int ctx = 0;                            // context window (prompt + completion), tokens
   int default_max_tokens = 256;           // when a request names none (capped by the context)
-  ChatFamily chat = ChatFamily::Plain;
+  ChatTemplate chat = ChatTemplate::fixed(ChatFamily::Plain);
   size_t stream_queue_events = 4096;      // per-request engine -> socket bound
   int64_t model_created = 0;              // /v1/models "created": unix seconds (the model file's mtime)
   bool metrics_vllm = true;               // --metrics-compat vllm: vllm:* names in /metrics too

@@ -1,116 +1,188 @@
 #include "server/chat_template.h"
 
-#include <stdexcept>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "jinja/template.h"
+#include "tokenizer/vocab.h"
 
 namespace kvs::server {
 
-const char* to_string(ChatFamily f) {
-  switch (f) {
-    case ChatFamily::Llama2: return "llama2";
-    case ChatFamily::Llama3: return "llama3";
-    case ChatFamily::ChatML: return "chatml";
-    case ChatFamily::Mistral: return "mistral";
-    case ChatFamily::Plain: return "plain";
-  }
-  return "?";
-}
-
-std::optional<ChatFamily> parse_chat_family(const std::string& n) {
-  if (n == "llama2") return ChatFamily::Llama2;
-  if (n == "llama3") return ChatFamily::Llama3;
-  if (n == "chatml" || n == "qwen") return ChatFamily::ChatML;
-  if (n == "mistral") return ChatFamily::Mistral;
-  if (n == "plain") return ChatFamily::Plain;
-  return std::nullopt;
-}
-
-std::optional<ChatFamily> detect_chat_family(const std::string& t) {
-  auto has = [&](const char* s) { return t.find(s) != std::string::npos; };
-  // Order matters: the markers below are specific to one family each, except
-  // [INST], which both Llama 2 (with <<SYS>>) and Mistral (without) use.
-  if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatFamily::Llama3;
-  if (has("<|im_start|>")) return ChatFamily::ChatML;
-  if (has("[INST]") && has("<<SYS>>")) return ChatFamily::Llama2;
-  if (has("[INST]")) return ChatFamily::Mistral;
-  return std::nullopt;
-}
-
-ChatFamily choose_chat_family(const std::string& option, const std::string& tmpl, std::string* note) {
-  if (option != "auto") {
-    auto f = parse_chat_family(option);
-    if (!f)
-      throw std::runtime_error("--chat-template '" + option +
-                               "' is not one of auto, llama2, llama3, chatml, mistral, plain");
-    if (note) *note = std::string("chat template: ") + to_string(*f) + " (--chat-template)";
-    return *f;
-  }
-  if (tmpl.empty()) {
-    if (note) *note = "chat template: the model has none; using the plain \"role: content\" fallback";
-    return ChatFamily::Plain;
-  }
-  auto f = detect_chat_family(tmpl);
-  if (!f)
-    throw std::runtime_error(
-        "the model's tokenizer.chat_template is not one of the supported families (llama2, llama3, "
-        "chatml, mistral); pass --chat-template NAME to choose one explicitly");
-  if (note) *note = std::string("chat template: ") + to_string(*f) + " (detected from the model)";
-  return *f;
-}
+using nlohmann::ordered_json;
 
 namespace {
 
-std::string system_text(const std::vector<ChatMessage>& m) {
+// Concatenated text of OpenAI text parts; other parts are left out.
+std::string parts_text(const ordered_json& parts) {
   std::string s;
-  for (const auto& x : m)
-    if (x.role == "system") s += (s.empty() ? "" : "\n") + x.content;
+  for (const auto& p : parts)
+    if (p.is_object() && p.contains("text") && p["text"].is_string()) s += p["text"].get<std::string>();
   return s;
 }
 
-// [INST] families: user/assistant alternate; the system text joins the first
-// user turn (Llama 2 in <<SYS>> markers, Mistral as a plain paragraph).
-std::string render_inst(const std::vector<ChatMessage>& m, bool llama2) {
-  const std::string sys = system_text(m);
-  std::string out;
-  bool first_user = true, open_turn = false;
-  for (const auto& x : m) {
-    if (x.role == "system") continue;
-    if (x.role == "assistant") {
-      out += " " + x.content + " </s>";
-      open_turn = false;
-      continue;
-    }
-    if (!out.empty() && !open_turn) out += "<s>";  // later turns start a new sequence
-    std::string user = x.content;
-    if (first_user && !sys.empty())
-      user = llama2 ? "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + user : sys + "\n\n" + user;
-    first_user = false;
-    out += "[INST] " + user + " [/INST]";
-    open_turn = true;
-  }
-  return out;
+std::optional<std::string> token_text(const Vocab& v, int id) {
+  if (id < 0 || size_t(id) >= v.tokens.size()) return std::nullopt;
+  return v.tokens[size_t(id)];
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("--chat-template: cannot read " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
 
-std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& m) {
-  std::string out;
-  switch (f) {
-    case ChatFamily::Llama3:
-      for (const auto& x : m) out += "<|start_header_id|>" + x.role + "<|end_header_id|>\n\n" + x.content + "<|eot_id|>";
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-      return out;
-    case ChatFamily::ChatML:
-      for (const auto& x : m) out += "<|im_start|>" + x.role + "\n" + x.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
-      return out;
-    case ChatFamily::Llama2: return render_inst(m, true);
-    case ChatFamily::Mistral: return render_inst(m, false);
-    case ChatFamily::Plain:
-      for (const auto& x : m) out += x.role + ": " + x.content + "\n";
-      out += "assistant:";
-      return out;
+std::vector<ChatMessage> plain_messages(const ordered_json& messages) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : messages) {
+    ChatMessage cm;
+    if (m.contains("role") && m["role"].is_string()) cm.role = m["role"].get<std::string>();
+    if (m.contains("content")) {
+      const ordered_json& c = m["content"];
+      if (c.is_string()) cm.content = c.get<std::string>();
+      else if (c.is_array()) cm.content = parts_text(c);
+    }
+    out.push_back(std::move(cm));
   }
   return out;
+}
+
+ChatTemplate ChatTemplate::fixed(ChatFamily f) {
+  ChatTemplate t;
+  t.family_ = f;
+  t.description_ = std::string(to_string(f)) + " (hand-written)";
+  return t;
+}
+
+ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& name, const Vocab& vocab) {
+  ChatTemplate t;
+  try {
+    t.jinja_ = std::make_shared<const jinja::Template>(source, name);
+  } catch (const jinja::Error& e) {
+    throw ChatTemplateError(e.what(), false);
+  }
+  t.description_ = name + " (Jinja)";
+  t.bos_ = token_text(vocab, vocab.bos);
+  t.eos_ = token_text(vocab, vocab.eos);
+  t.strip_bos_ = vocab.add_bos && t.bos_ && !t.bos_->empty();
+  t.strip_eos_ = vocab.add_eos && t.eos_ && !t.eos_->empty();
+  // Probes: does the template print a string content, and does it read
+  // text parts? (Many only do one of the two; a request may send either.)
+  static const std::string kProbe = "kvserve-content-probe-7f3a";
+  auto shows = [&](const ordered_json& content) {
+    ChatInputs in;
+    in.messages = ordered_json::array({{{"role", "user"}, {"content", content}}});
+    try {
+      // Printing the parts' structure (repr or JSON) is not reading them.
+      const std::string out = t.render_raw(in);
+      return out.find(kProbe) != std::string::npos && out.find("'text': '" + kProbe) == std::string::npos &&
+             out.find("\"text\": \"" + kProbe) == std::string::npos;
+    } catch (const ChatTemplateError&) {
+      return false;
+    }
+  };
+  const bool str = shows(kProbe), parts = shows(ordered_json::array({{{"type", "text"}, {"text", kProbe}}}));
+  t.takes_string_ = str || !parts;
+  t.takes_parts_ = parts;
+  return t;
+}
+
+ChatTemplate ChatTemplate::choose(const std::string& option, const Vocab& vocab, std::string* note) {
+  auto say = [&](const std::string& s) {
+    if (note) *note = "chat template: " + s;
+  };
+  auto jinja_or_fail = [&](const std::string& source, const std::string& name, const std::string& hint) {
+    try {
+      return jinja(source, name, vocab);
+    } catch (const ChatTemplateError& e) {
+      throw std::runtime_error(std::string("the chat template does not parse: ") + e.what() + hint);
+    }
+  };
+  if (option == "auto") {
+    if (vocab.chat_template.empty()) {
+      say("the model has none; using the plain \"role: content\" fallback");
+      return fixed(ChatFamily::Plain);
+    }
+    ChatTemplate t = jinja_or_fail(vocab.chat_template, "tokenizer.chat_template",
+                                   " (pass --chat-template NAME or FILE to use another)");
+    say("the model's tokenizer.chat_template (Jinja)");
+    return t;
+  }
+  if (auto f = parse_chat_family(option)) {
+    say(std::string(to_string(*f)) + " (--chat-template)");
+    return fixed(*f);
+  }
+  std::string variants;
+  for (const auto& [name, text] : vocab.chat_template_variants) {
+    if (name == option) {
+      ChatTemplate t = jinja_or_fail(text, "tokenizer.chat_template." + name, "");
+      say("the model's tokenizer.chat_template." + name + " (Jinja, --chat-template)");
+      return t;
+    }
+    variants += ", " + name;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(option, ec)) {
+    ChatTemplate t = jinja_or_fail(read_text_file(option), option, "");
+    say(option + " (Jinja, --chat-template)");
+    return t;
+  }
+  throw std::runtime_error("--chat-template '" + option +
+                           "' is not a file, nor one of auto, llama2, llama3, chatml, mistral, plain" + variants);
+}
+
+ordered_json ChatTemplate::adapt_messages(const ordered_json& messages) const {
+  // Content in the form the template reads: text parts joined into a string
+  // for a template that only prints strings, a string made one text part for
+  // one that only reads parts.
+  ordered_json out = messages;
+  for (auto& m : out) {
+    if (!m.is_object() || !m.contains("content")) continue;
+    ordered_json& c = m["content"];
+    if (c.is_array() && !takes_parts_) c = parts_text(c);
+    else if (c.is_string() && !takes_string_) c = ordered_json::array({{{"type", "text"}, {"text", c}}});
+  }
+  return out;
+}
+
+ordered_json ChatTemplate::variables(const ChatInputs& in) const {
+  // As transformers' apply_chat_template: messages, tools and documents
+  // (None when absent), add_generation_prompt, the special tokens, then the
+  // caller's extra variables.
+  ordered_json v = ordered_json::object();
+  v["messages"] = adapt_messages(in.messages);
+  v["tools"] = in.tools;
+  v["documents"] = nullptr;
+  v["add_generation_prompt"] = in.add_generation_prompt;
+  if (bos_) v["bos_token"] = *bos_;
+  if (eos_) v["eos_token"] = *eos_;
+  for (const auto& [k, x] : in.extra.items()) v[k] = x;
+  return v;
+}
+
+std::string ChatTemplate::render_raw(const ChatInputs& in) const {
+  if (family_) return render_chat(*family_, plain_messages(in.messages));
+  try {
+    return jinja_->render(variables(in));
+  } catch (const jinja::Error& e) {
+    throw ChatTemplateError(e.what(), e.kind() == jinja::ErrorKind::Raised);
+  }
+}
+
+std::string ChatTemplate::render(const ChatInputs& in) const {
+  std::string text = render_raw(in);
+  if (strip_bos_ && starts_with(text, *bos_)) text.erase(0, bos_->size());
+  if (strip_eos_ && ends_with(text, *eos_)) text.erase(text.size() - eos_->size());
+  return text;
 }
 
 }  // namespace kvs::server

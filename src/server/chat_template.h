@@ -1,38 +1,97 @@
-// Chat messages -> prompt text, for the common template families, written
-// by hand (no Jinja engine). The family is detected from distinctive
-// substrings of the GGUF's tokenizer.chat_template, or chosen with
-// --chat-template. A template that is present but not recognised is an
-// error at start-up (wrong prompts would be silent garbage); a model without
-// any template gets the documented "plain" fallback ("role: content" lines).
+// The chat template: chat messages -> the prompt text the model was trained
+// on. Normally the model's own Jinja template (the GGUF's
+// tokenizer.chat_template), rendered by src/jinja as Hugging Face
+// transformers renders it; a hand-written family (chat_family.h) for a
+// model file without one, or when --chat-template names one. The server's
+// chat endpoint, /apply-template, the router's request hasher and
+// `kvserve chat` all render through this, so they agree on every prompt.
 #pragma once
+#include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
-#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/chat_family.h"
+
+namespace kvs {
+struct Vocab;
+}
+namespace kvs::jinja {
+class Template;
+}
 
 namespace kvs::server {
 
-enum class ChatFamily { Llama2, Llama3, ChatML, Mistral, Plain };
-
-struct ChatMessage {
-  std::string role;     // "system", "user", "assistant" (others are rendered as given)
-  std::string content;
+// What one render takes besides the template, as OpenAI requests carry it.
+struct ChatInputs {
+  // Messages in OpenAI's shape, every field kept (role, content as a string
+  // or text parts, tool_calls, tool_call_id, name, reasoning_content, ...).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools = nullptr;  // OpenAI tool definitions; null = none
+  bool add_generation_prompt = true;
+  // More template variables (enable_thinking, reasoning_effort, ...).
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
 };
 
-const char* to_string(ChatFamily f);  // "llama2", "llama3", "chatml", "mistral", "plain"
-std::optional<ChatFamily> parse_chat_family(const std::string& name);
+// A template that does not parse (at start-up) or cannot render the given
+// messages (a type error, raise_exception, a limit); the message names the
+// template's line.
+class ChatTemplateError : public std::runtime_error {
+ public:
+  ChatTemplateError(const std::string& message, bool raised) : std::runtime_error(message), raised_(raised) {}
+  bool raised() const { return raised_; }  // the template's own raise_exception
 
-// Family of a Jinja template text; nullopt when none matches.
-std::optional<ChatFamily> detect_chat_family(const std::string& jinja);
+ private:
+  bool raised_;
+};
 
-// Picks the family at start-up. `option` is --chat-template ("auto" or a
-// family name); `gguf_template` may be empty. `note` receives a line for
-// stderr explaining the choice. Throws std::runtime_error on an unknown
-// option or an unrecognised template under "auto".
-ChatFamily choose_chat_family(const std::string& option, const std::string& gguf_template, std::string* note);
+class ChatTemplate {
+ public:
+  // A hand-written family; it ignores tools and extra variables.
+  static ChatTemplate fixed(ChatFamily f);
+  // A Jinja template; `vocab` gives bos_token / eos_token and whether the
+  // tokenizer adds them itself. `name` names it in error messages. Throws
+  // ChatTemplateError when it does not parse.
+  static ChatTemplate jinja(const std::string& source, const std::string& name, const Vocab& vocab);
+  // The start-up choice. `option` is --chat-template: "auto" (the model's
+  // template, else the plain fallback), a family name, the name of a
+  // variant the model file carries (tokenizer.chat_template.NAME), or a
+  // file of Jinja. `note` receives a line for stderr. Throws
+  // std::runtime_error for an option that is none of these or a template
+  // that does not parse.
+  static ChatTemplate choose(const std::string& option, const Vocab& vocab, std::string* note);
 
-// The prompt text, ending with the opening of the assistant's turn. Special
-// tokens appear as their text ("<|im_start|>"), so the caller encodes with
-// parse_special = true. BOS is not included (the tokenizer adds it).
-std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& messages);
+  // The prompt text for the tokenizer: the template's output, less a
+  // leading BOS text when the tokenizer adds BOS itself (and a trailing EOS
+  // text when it adds EOS), as llama.cpp does, so that the prompt never
+  // starts with two BOS tokens. Throws ChatTemplateError.
+  std::string render(const ChatInputs& in) const;
+  // The template's output exactly as Jinja2 would give it.
+  std::string render_raw(const ChatInputs& in) const;
+
+  // Set for a hand-written family, empty for a Jinja template.
+  std::optional<ChatFamily> family() const { return family_; }
+  const std::string& description() const { return description_; }
+
+ private:
+  ChatTemplate() = default;
+  nlohmann::ordered_json variables(const ChatInputs& in) const;
+  nlohmann::ordered_json adapt_messages(const nlohmann::ordered_json& messages) const;
+
+  std::optional<ChatFamily> family_;
+  std::shared_ptr<const jinja::Template> jinja_;
+  std::string description_;
+  std::optional<std::string> bos_, eos_;  // token texts, when the vocabulary has them
+  bool strip_bos_ = false, strip_eos_ = false;
+  // What the template does with message content, found by rendering probes:
+  // it prints a string, and/or it reads [{"type": "text", ...}] parts.
+  bool takes_string_ = true, takes_parts_ = false;
+};
+
+// Messages as the hand-written families take them: role and text only
+// (text parts joined, null content empty).
+std::vector<ChatMessage> plain_messages(const nlohmann::ordered_json& messages);
 
 }  // namespace kvs::server

@@ -187,6 +187,28 @@ std::vector<ChatMessage> parse_messages(const json& j) {
   return out;
 }
 
+// The messages again, in the client's key order (tojson shows it), with the
+// role parse_messages settled on.
+nlohmann::ordered_json ordered_messages(const std::string& body, const std::vector<ChatMessage>& checked) {
+  nlohmann::ordered_json m = nlohmann::ordered_json::parse(body)["messages"];
+  for (size_t i = 0; i < m.size() && i < checked.size(); ++i) m[i]["role"] = checked[i].role;
+  return m;
+}
+
+// Variables for the chat template (vLLM's and llama.cpp's
+// chat_template_kwargs), except those the server itself sets.
+nlohmann::ordered_json parse_template_kwargs(const std::string& body) {
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body);
+  auto it = j.find("chat_template_kwargs");
+  if (it == j.end() || it->is_null()) return nlohmann::ordered_json::object();
+  if (!it->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+  for (const char* k : {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"})
+    if (it->contains(k))
+      throw bad_request(std::string("'chat_template_kwargs' may not set '") + k + "': the server sets it",
+                        "chat_template_kwargs");
+  return *it;
+}
+
 std::vector<std::string> parse_stop(const json& j) {
   std::vector<std::string> stop;
   const json* s = field(j, "stop");
@@ -240,6 +262,8 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     r.prompts = parse_prompts(*p);
   } else {
     r.messages = parse_messages(j);
+    r.chat_messages = ordered_messages(body, r.messages);
+    r.chat_template_kwargs = parse_template_kwargs(body);
   }
 
   // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
@@ -296,8 +320,6 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   r.slo = parse_priority(j);
   return r;
 }
-
-std::vector<ChatMessage> parse_chat_messages(const json& body) { return parse_messages(body); }
 
 const char* finish_reason_name(FinishReason f) {
   switch (f) {

@@ -13,7 +13,7 @@
 
 #include "engine/sampler.h"
 #include "sched/request.h"
-#include "server/chat_template.h"
+#include "server/chat_family.h"
 
 namespace kvs::server {
 
@@ -43,7 +43,11 @@ struct ParsedRequest {
   std::string model;                          // "" when absent (the served model is meant)
   std::vector<PromptInput> prompts;           // completions: one or more (each gets n choices)
   bool echo = false;                          // completions: the prompt text starts each choice's text
-  std::vector<ChatMessage> messages;          // chat
+  std::vector<ChatMessage> messages;          // chat: role and text
+  // chat: the messages as sent (every field, the client's key order; the
+  // "developer" role as "system"), and chat_template_kwargs, for the template.
+  nlohmann::ordered_json chat_messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   std::optional<int> max_tokens;
   SamplingParams sampling;
   bool seeded = false;                        // "seed" given (else the server draws one)
@@ -72,9 +76,6 @@ inline constexpr int kMaxTopLogprobs = 20;
 // 400 naming it (server/request_fields.h); a field of the wrong type is an
 // error; null counts as absent.
 ParsedRequest parse_request(Endpoint ep, const std::string& body);
-
-// The "messages" array of a chat body (the same checks as parse_request's).
-std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& body);
 
 // What one choice produced, for the non-streaming response.
 struct ChoiceResult {

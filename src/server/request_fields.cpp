@@ -35,6 +35,7 @@ const std::vector<FieldSpec>& request_fields() {
       {"stop_token_ids", true, true, FieldUse::Used, ""},
       {"priority", true, true, FieldUse::Used, ""},
       {"slo_class", true, true, FieldUse::Used, ""},
+      {"chat_template_kwargs", false, true, FieldUse::Used, ""},
       // The client's own bookkeeping.
       {"user", true, true, FieldUse::Metadata, ""},
       {"metadata", true, true, FieldUse::Metadata, ""},

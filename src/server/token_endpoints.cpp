@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
+#include "server/chat_prompt.h"
 #include "server/exchange.h"
 #include "server/openai_codec.h"
 #include "tokenizer/tokenizer.h"
@@ -102,11 +103,9 @@ HttpResponse detokenize_endpoint(const Tokenizer& tok, const std::string& body) 
   });
 }
 
-HttpResponse apply_template_endpoint(ChatFamily chat, const std::string& body) {
-  return answer([&] {
-    const json j = body_of(body, {"messages", "model"});
-    return json{{"prompt", render_chat(chat, parse_chat_messages(j))}};
-  });
+HttpResponse apply_template_endpoint(const ChatTemplate& chat, const std::string& body) {
+  // The body of a chat request, checked as the chat endpoint checks it.
+  return answer([&] { return json{{"prompt", chat_prompt(chat, parse_request(Endpoint::Chat, body))}}; });
 }
 
 }  // namespace kvs::server

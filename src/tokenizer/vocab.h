@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvs {
@@ -25,6 +26,8 @@ struct Vocab {
   bool add_bos = false, add_eos = false;
   bool add_space_prefix = true;         // SPM leading-space rule
   std::string chat_template;            // tokenizer.chat_template, if any
+  // Named variants, tokenizer.chat_template.<name> (e.g. "tool_use"), in key order.
+  std::vector<std::pair<std::string, std::string>> chat_template_variants;
   bool llama2c = false;                 // llama2.c convention: generated BOS ends the text
   size_t size() const { return tokens.size(); }
 };

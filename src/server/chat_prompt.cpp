@@ -1,0 +1,22 @@
+#include "server/chat_prompt.h"
+
+namespace kvs::server {
+
+ChatInputs chat_inputs(const ParsedRequest& p) {
+  ChatInputs in;
+  in.messages = p.chat_messages;
+  in.extra = p.chat_template_kwargs;
+  return in;
+}
+
+std::string chat_prompt(const ChatTemplate& t, const ParsedRequest& p) {
+  try {
+    return t.render(chat_inputs(p));
+  } catch (const ChatTemplateError& e) {
+    ApiError err = bad_request(std::string("the chat template cannot render these messages: ") + e.what(), "messages");
+    err.code = "chat_template_error";
+    throw err;
+  }
+}
+
+}  // namespace kvs::server
