@@ -4,8 +4,9 @@
 //       group; the cache is spread over >= 256 MiB so calls stream it from
 //       DRAM, as a real decode step does.
 //   prefill/<type>/<ctx>    a causal prompt of `ctx` tokens at the 1.1B
-//       bench model's shape (32 heads, 8 kv heads, head_dim 64): every
-//       16-token query block and kv group, as the engine's plan runs them.
+//       bench model's shape (32 heads, 8 kv heads, head_dim 64): every query
+//       block (64 tokens; one token group of 16 for int8/int4) and kv group,
+//       head by head, as the engine runs them.
 // Counters:
 //   GFLOP/s   4 * n_heads * head_dim per (query, visible key) (QK^T and PV)
 //   KV_GB/s   decode: bytes of K and V the call reads (the layer's cache)
@@ -13,7 +14,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -86,12 +86,13 @@ void BM_attention(benchmark::State& st, Case c) {
 }
 
 void BM_prefill(benchmark::State& st, Case c) {
-  constexpr int kH = 32, kKv = 8; const int kT = getenv("KT") ? atoi(getenv("KT")) : 16;
+  constexpr int kH = 32, kKv = 8;
   const int ctx = int(st.range(0));
   KvLayout L{1, kKv, kHeadDim, kBlock};
   L.type = c.type;
   L.key_scale = c.ks;
   L.group_tokens = kBlock;
+  const int kT = L.quantized() ? L.group_tokens : 64;  // the engine's query blocks (batch_plan.cpp)
   const int blocks = (ctx + kBlock - 1) / kBlock;
   BlockStorage storage(L, blocks);
   std::mt19937 rng(2);
