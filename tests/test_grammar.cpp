@@ -63,6 +63,18 @@ ws ::= [ \t\n]*)";
   EXPECT_FALSE(full("root ::= \"ab\"?  \"c\"", "ac"));
 }
 
+// Strict UTF-8, as the detokenizer: an overlong form of '{' or a surrogate
+// is not a character, whatever the grammar would accept.
+TEST(Gbnf, StrictUtf8) {
+  const std::string any = "root ::= [^\"]*";
+  EXPECT_TRUE(full(any, "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"));
+  for (const char* bad : {"\xE0\x81\xBB", "\xC1\xBB", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\x80", "\xFF"})
+    EXPECT_FALSE(full(any, bad)) << "bytes of length " << std::string(bad).size();
+  Matcher m = start(any);
+  EXPECT_FALSE(m.accept("\xE0\x81")) << "no completion of E0 81 is valid";
+  EXPECT_TRUE(m.accept("\xE0\xA0"));  // E0 A0 80..BF are valid
+}
+
 TEST(Gbnf, ErrorsNameTheLine) {
   EXPECT_NE(error_of("root ::= a\n").find("'a' is used but never defined"), std::string::npos);
   EXPECT_NE(error_of("root ::= root \"x\" | \"y\"").find("left-recursive"), std::string::npos);
@@ -131,7 +143,8 @@ TEST(TokenMask, EqualsTryingEveryToken) {
       " \"required\": [\"n\"]}"));
   std::mt19937 rng(7);
   const std::string alphabet = "{}\":, 0123456789-kyn\xC3\xA9\xE2\x82\xAC\\\n";
-  std::vector<std::string> pieces = {"", "{", "}", "\"", "\"n\"", ":", " ", "1", "23", "\xC3", "\xA9", "\xC3\xA9"};
+  std::vector<std::string> pieces = {"", "{", "}", "\"", "\"n\"", ":", " ", "1", "23", "\xC3", "\xA9", "\xC3\xA9",
+                                     "\xE0", "\x81\xBB", "\xE0\x81", "\xC0\xBB", "\xED\xA0", "\xF4\x90"};
   for (int i = 0; i < 400; ++i) {
     std::string p;
     const int len = 1 + int(rng() % 4);

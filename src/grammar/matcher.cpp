@@ -69,11 +69,27 @@ StackSet advance(StackArena& arena, const StackSet& from, uint32_t cp) {
 
 bool can_end(const StackSet& s) { return !s.empty() && s.front() == -1; }
 
+namespace {
+constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+constexpr uint32_t kMax[5] = {0, 0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+}  // namespace
+
+bool utf8_valid_cp(uint32_t cp, int need) {
+  return need >= 1 && need <= 4 && cp >= kMin[need] && cp <= kMax[need] && !(cp >= 0xD800 && cp <= 0xDFFF);
+}
+
 bool may_complete(const StackArena& arena, const StackSet& s, uint32_t cp, int len, int need) {
   const int missing = need - len;
-  const uint32_t lo = cp << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
-  for (int32_t x : s)
-    if (x >= 0 && arena.top_class(x).matches_any(lo, hi)) return true;
+  uint32_t lo = cp << (6 * missing), hi = lo | ((1u << (6 * missing)) - 1);
+  lo = std::max(lo, kMin[need]);
+  hi = std::min(hi, kMax[need]);
+  // The valid code points of [lo, hi]: below and above the surrogates.
+  const uint32_t parts[2][2] = {{lo, std::min(hi, 0xD7FFu)}, {std::max(lo, 0xE000u), hi}};
+  for (int32_t x : s) {
+    if (x < 0) continue;
+    for (const auto& p : parts)
+      if (p[0] <= p[1] && arena.top_class(x).matches_any(p[0], p[1])) return true;
+  }
   return false;
 }
 
@@ -103,6 +119,7 @@ bool Matcher::accept(std::string_view bytes) {
       cp = (cp << 6) | (b & 0x3F);
     }
     if (++len < need) continue;
+    if (!utf8_valid_cp(cp, need)) return false;
     st = advance(*arena_, st, cp);
     if (st.empty()) return false;
     len = 0;

@@ -59,8 +59,11 @@ using StackSet = std::vector<int32_t>;
 StackSet advance(StackArena& arena, const StackSet& from, uint32_t cp);
 bool can_end(const StackSet& s);
 // Whether a UTF-8 character begun with `len` of its `need` bytes (bits so
-// far in `cp`) may still be one that some stack accepts.
+// far in `cp`) may still be one that some stack accepts. Strict UTF-8 (as
+// the detokenizer): no overlong forms, no surrogates, nothing past U+10FFFF.
 bool may_complete(const StackArena& arena, const StackSet& s, uint32_t cp, int len, int need);
+// A complete `need`-byte character decoded to `cp` is valid UTF-8.
+bool utf8_valid_cp(uint32_t cp, int need);
 
 class Matcher {
  public:

@@ -90,6 +90,7 @@ struct Walk {
         if (any_accepts(arena, st, v)) visit(ed.node, st, v, depth + 1);
         continue;
       }
+      if (!utf8_valid_cp(v.cp, v.need)) continue;
       const StackSet next = advance(arena, st, v.cp);
       if (!next.empty()) visit(ed.node, next, Utf8{}, depth + 1);
     }

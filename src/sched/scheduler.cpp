@@ -122,6 +122,8 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
       return reject(RejectReason::Invalid, "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                std::to_string(exec_.n_vocab()) + " tokens");
   if (req.min_tokens < 0) return reject(RejectReason::Invalid, "min_tokens must be >= 0");
+  if (req.grammar && !vocab_pieces_)
+    return reject(RejectReason::Invalid, "constrained decoding needs the model's vocabulary (none is loaded)");
   if (req.id != 0 && reqs_.count(req.id))
     return reject(RejectReason::Invalid, "request id " + std::to_string(req.id) + " is in use");
   const TokenBudget budget = token_budget(P, req.max_tokens, max_ctx, cfg_.default_max_tokens);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
 #include "sched/scheduler.h"
 
 namespace kvs::sched {
@@ -61,6 +62,7 @@ struct Scheduler::Draws {
     Sampler sampler;
     std::vector<int> hist;       // prompt + generated as int, only with a repetition penalty
     std::unordered_map<int32_t, int> counts;  // generated tokens, only with a presence / frequency penalty
+    std::optional<grammar::Matcher> matcher;  // Request::grammar: where this choice's text is in it
   };
   bool counts = false;           // keep `counts`
   std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens

@@ -429,6 +429,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.retention_s = caller.policy.retention_s;
     r.logprobs = p.logprobs;
     r.prompt_logprobs = p.echo && p.logprobs;
+    r.grammar = p.grammar;
     r.top_logprobs = p.top_logprobs;
     r.sink = ex->sink_for(int(i));
     if (opts_.hand_off_sink) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "sched/request.h"
 #include "server/chat_template.h"
 
@@ -56,6 +57,9 @@ struct ParsedRequest {
   bool ignore_eos = false;
   int min_tokens = 0;                         // vLLM's min_tokens
   std::vector<int32_t> stop_token_ids;        // vLLM's stop_token_ids
+  // response_format json_object / json_schema, or llama-server's "grammar"
+  // (GBNF), compiled; null for free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<sched::SloClass> slo;         // "priority" / "slo_class"
 };
 
