@@ -99,6 +99,24 @@ struct Walk {
 
 }  // namespace
 
+size_t MaskCache::KeyHash::operator()(const Key& k) const {
+  uint64_t h = 0xcbf29ce484222325ull ^ k.pending ^ (uint64_t(k.len) << 40) ^ (uint64_t(k.need) << 48);
+  for (int32_t s : k.stacks) h = (h ^ uint32_t(s)) * 0x100000001b3ull;
+  return size_t(h);
+}
+
+const std::vector<uint64_t>& MaskCache::get(const Matcher& m, const VocabTrie& trie) {
+  Key k{m.stacks(), m.pending(), m.pending_len(), m.pending_need()};
+  auto it = masks_.find(k);
+  if (it != masks_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  ++misses_;
+  if (masks_.size() >= cap_) masks_.clear();  // a long walk through new states: start over
+  return masks_.emplace(std::move(k), allowed_tokens(m, trie)).first->second;
+}
+
 std::vector<uint64_t> allowed_tokens(const Matcher& m, const VocabTrie& trie) {
   std::vector<uint64_t> mask((trie.n_tokens() + 63) / 64, 0);
   Walk w{trie, m.arena(), mask};

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -41,6 +42,30 @@ class VocabTrie {
 // Tokens with empty text are never set (end of generation is the caller's:
 // allowed when m.can_end()).
 std::vector<uint64_t> allowed_tokens(const Matcher& m, const VocabTrie& trie);
+
+// Masks by matcher state, for one grammar and one vocabulary: generation
+// keeps returning to the same states (every character inside a JSON string
+// leads back to "inside a string"), so most draws find their mask here.
+class MaskCache {
+ public:
+  explicit MaskCache(size_t capacity = 256) : cap_(capacity) {}
+  const std::vector<uint64_t>& get(const Matcher& m, const VocabTrie& trie);
+  size_t hits() const { return hits_; }
+  size_t misses() const { return misses_; }
+
+ private:
+  struct Key {
+    StackSet stacks;
+    uint32_t pending;
+    int len, need;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  size_t cap_, hits_ = 0, misses_ = 0;
+  std::unordered_map<Key, std::vector<uint64_t>, KeyHash> masks_;
+};
 
 inline bool mask_has(const std::vector<uint64_t>& mask, int32_t t) {
   return t >= 0 && size_t(t) / 64 < mask.size() && (mask[size_t(t) / 64] >> (t % 64) & 1);

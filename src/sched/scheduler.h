@@ -240,7 +240,7 @@ class Scheduler {
   void prompt_logprobs(const StepPlan& plan, size_t item, const StepResult& res, StepOutput& out);
   // The grammar's mask for a constrained choice's next draw (end of
   // generation in it where the grammar may end).
-  std::vector<uint64_t> grammar_mask(const grammar::Matcher& m);
+  std::vector<uint64_t> grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache);
   bool grammar_allows(const grammar::Matcher& m, int32_t token) const;
   // True when the step must plan again (it ran out of blocks and preempted).
   bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);

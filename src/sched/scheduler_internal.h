@@ -13,6 +13,7 @@
 
 #include "engine/sampler.h"
 #include "grammar/matcher.h"
+#include "grammar/token_mask.h"
 #include "sched/scheduler.h"
 
 namespace kvs::sched {
@@ -65,6 +66,7 @@ struct Scheduler::Draws {
     std::optional<grammar::Matcher> matcher;  // Request::grammar: where this choice's text is in it
   };
   bool counts = false;           // keep `counts`
+  std::unique_ptr<grammar::MaskCache> masks;  // Request::grammar: its choices' masks by state
   std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens
   std::vector<PerChoice> ch;
   bool logprobs = false;

@@ -148,6 +148,7 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
   std::shared_ptr<grammar::StackArena> arena;
   if (r.r.grammar) {
     arena = std::make_shared<grammar::StackArena>(r.r.grammar);
+    d->masks = std::make_unique<grammar::MaskCache>();
     if (!trie_) {  // the first constrained request: the vocabulary's trie, once
       pieces_ = vocab_pieces_();
       trie_ = std::make_unique<grammar::VocabTrie>(pieces_);

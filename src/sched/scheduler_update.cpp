@@ -96,13 +96,13 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
         // the grammar allows it, so the mask is needed only when it does not.
         s.token = pc.sampler.sample_with(row, nv, ctx);
         if (!grammar_allows(*pc.matcher, s.token)) {
-          mask = grammar_mask(*pc.matcher);
+          mask = grammar_mask(*pc.matcher, *d.masks);
           ctx.allowed = &mask;
           s.token = pc.sampler.sample_with(row, nv, ctx);
         }
       } else {
         if (pc.matcher) {
-          mask = grammar_mask(*pc.matcher);
+          mask = grammar_mask(*pc.matcher, *d.masks);
           ctx.allowed = &mask;
         }
         s.token = pc.sampler.sample_with(row, nv, ctx);
@@ -167,8 +167,8 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
     finish_choice(r, ci, FinishReason::Length, s.token, out);
 }
 
-std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m) {
-  std::vector<uint64_t> mask = grammar::allowed_tokens(m, *trie_);
+std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache) {
+  std::vector<uint64_t> mask = cache.get(m, *trie_);
   const bool dead = std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; });
   // Where the grammar may end, end of generation is allowed too; where no
   // token of this vocabulary continues it, only that is left.
