@@ -31,7 +31,9 @@ struct ApiError {
 std::string error_body(const ApiError& e);
 ApiError bad_request(const std::string& message, const std::string& param = {});
 
-enum class Endpoint { Completions, Chat };
+// Responses (/v1/responses) is parsed and rendered by responses_codec.h;
+// the rest of the path treats it as a chat request.
+enum class Endpoint { Completions, Chat, Responses };
 
 // One completions prompt: text, or token ids fed verbatim (no BOS added).
 struct PromptInput {

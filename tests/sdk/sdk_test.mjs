@@ -231,6 +231,28 @@ await check("chat: json_schema through the SDK's parse helper, 50 seeds at tempe
   assert.equal(e.param, "response_format");
 });
 
+await check("responses: created, streamed with the SDK's events, continued by previous_response_id", async () => {
+  const r = await client.responses.create({ model, input: "Once upon a time", instructions: "Tell a story.",
+    max_output_tokens: 12, temperature: 0 });
+  assert.equal(r.object, "response");
+  assert.ok(r.output_text.length > 0, JSON.stringify(r));
+  const s = await client.responses.create({ model, input: "Once upon a time", instructions: "Tell a story.",
+    max_output_tokens: 12, temperature: 0, stream: true });
+  let text = "";
+  let done = null;
+  for await (const ev of s) {
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") done = ev.response;
+  }
+  assert.ok(done);
+  assert.equal(text, done.output[0].content[0].text);
+  assert.equal(text, r.output_text);
+  const c = await client.responses.create({ model, input: "And then?", previous_response_id: r.id,
+    max_output_tokens: 6, temperature: 0 });
+  assert.equal(c.previous_response_id, r.id);
+  assert.ok(c.usage.input_tokens > r.usage.input_tokens);
+});
+
 await check("chat: refusal, fingerprint, logprobs", async () => {
   const c = await client.chat.completions.create({ model, messages: msgs, max_tokens: 4, temperature: 0, logprobs: true,
     top_logprobs: 3 });
