@@ -262,6 +262,7 @@ class Scheduler {
   int64_t running_prefill_tokens(SloClass cls, double now) const;
   // submit and bookkeeping (scheduler.cpp)
   SubmitCheck check_submit(const Request& req, double now);
+  std::string invalid_fields(const Request& req) const;
   void release_seq(Choice& c);
   void end_request(Req* r);
   void finish_choice(Req* r, int c, FinishReason why, int32_t token, std::vector<TokenEvent>& out);
