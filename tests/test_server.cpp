@@ -705,5 +705,8 @@ TEST(Server, TokenizeDetokenizeApplyTemplate) {
   EXPECT_EQ(unknown.status, 400);
   EXPECT_EQ(unknown.js()["error"]["param"], "add_bos");
   EXPECT_EQ(request(s.port(), "GET", "/tokenize").status, 405);
+  const Reply emb = post(s.port(), "/v1/embeddings", {{"input", "x"}});
+  EXPECT_EQ(emb.status, 404);
+  EXPECT_EQ(emb.js()["error"]["code"], "embeddings_not_served");
   EXPECT_EQ(post(s.port(), "/v1/completions", {{"prompt", "x"}, {"temprature", 1}}).js()["error"]["param"], "temprature");
 }

@@ -173,6 +173,14 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     r.response = models(req);
     return r;
   }
+  if (path == "/v1/embeddings" || path == "/embeddings") {
+    // Said plainly rather than a bare 404: clients probing for embeddings
+    // learn why and where to look.
+    r.response = error_response(make_error(
+        404, "not_found_error", "embeddings_not_served",
+        "kvserve serves generation only: /v1/embeddings (mean-pooled hidden states) is not implemented"));
+    return r;
+  }
   if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template") {
     r.response = token_tools(req, path);
     return r;
