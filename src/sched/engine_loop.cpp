@@ -504,7 +504,7 @@ SubmitResult EngineLoop::submit(Request req) {
   L.min_tokens = req.min_tokens;
   L.ch.resize(size_t(std::clamp(req.n, 0, m.opts.sched.max_seqs)));
   for (ChoiceText& c : L.ch) {
-    if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);
+    if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok, req.special_text);
     c.stop = std::make_unique<StopMatcher>(req.stop);
   }
   L.scope = req.scope;

@@ -80,6 +80,9 @@ struct Request {
   // choice's text is a prefix of a sentence of this grammar, and ends only
   // where the grammar may end (finish "stop").
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Control tokens' own text in the event text (a tool-call parser reads
+  // the markers); end-of-generation tokens still end a choice unseen.
+  bool special_text = false;
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
   bool hand_off = false;              // prefill worker: stop after the first token, hand the sequence over (n == 1)
   std::optional<Handover> handover;   // decode worker: continue a handed-over sequence (n == 1)
