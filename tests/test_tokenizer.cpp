@@ -490,9 +490,6 @@ TEST(TokenizerSpeed, PathologicalRunsAreLinearish) {
   }
 }
 
-}  // namespace
-}  // namespace kvs
-
 // For a tool-call parser: control tokens add their own text when asked
 // (never BOS), nothing otherwise.
 TEST(Detokenizer, ControlTokensTextOnlyWhenAsked) {
@@ -505,3 +502,6 @@ TEST(Detokenizer, ControlTokensTextOnlyWhenAsked) {
   EXPECT_EQ(marked.push(1), "");  // BOS stays silent
   EXPECT_EQ(marked.push(eos), t.vocab().tokens.at(size_t(eos)));
 }
+
+}  // namespace
+}  // namespace kvs
