@@ -164,8 +164,10 @@ inline void chain(const int32_t* cbuf, const uint8_t* s, const XTile& x, int row
 struct Ahead {
   const uint8_t* p;  // first line
   int64_t lines;
-  void at(int64_t bb, int64_t kb) const {
-    for (int64_t l = bb * lines / kb; l < (bb + 1) * lines / kb; ++l)
+  int64_t per = 0;   // lines per block (set by spread)
+  void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
+  void at(int64_t bb) const {
+    for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
       _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
   }
 };
@@ -187,11 +189,11 @@ void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, i
     const uint8_t* s = slice + bb * kBlockBytes;
     if (bb + 1 < kb) product<SUB16>(true, x + bb + 1, s + kBlockBytes, c1);
     chain<SUB16, MIN, FULL>(c0, s, x[bb], rows, acc);
-    ahead.at(bb, kb);
+    ahead.at(bb);
     if (bb + 1 == kb) break;
     if (bb + 2 < kb) product<SUB16>(false, x + bb + 2, s + 2 * kBlockBytes, c0);
     chain<SUB16, MIN, FULL>(c1, s + kBlockBytes, x[bb + 1], rows, acc);
-    ahead.at(bb + 1, kb);
+    ahead.at(bb + 1);
   }
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
@@ -210,7 +212,8 @@ void all_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, in
     const XTile* x = xt + t * nb;
     float* yt = y + 16 * t * ldy + p0;
     const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
-    const Ahead a{next.p + 64 * l0, l1 - l0};
+    Ahead a{next.p + 64 * l0, l1 - l0};
+    a.spread(kb);
     if (n - 16 * t >= 16) tile_rows<SUB16, MIN, true>(slice, kb0, kb, x, 16, yt, ldy, valid, cbuf, a);
     else tile_rows<SUB16, MIN, false>(slice, kb0, kb, x, int(n - 16 * t), yt, ldy, valid, cbuf, a);
   }
