@@ -51,22 +51,17 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Loads the configuration; releases the tiles when the call ends. K32
-// types: C0 C1 (accumulators of an even and an odd block), A2 A3, B4 B5.
-// Q6_K: C0 C1 (lo, hi of an even block), C2 C3 (odd), A4 A5 (lo, hi
-// halves, K = 16), B6 B7.
+// Loads the configuration; releases the tiles when the call ends. Two tile
+// sets alternate block by block: K32 types C0 A4 B6 / C1 A5 B7; Q6_K C0 C1
+// / C2 C3 (lo, hi accumulators) with A4 A5 (lo, hi halves, K = 16) and
+// B6 B7 shared.
 class TileScope {
  public:
   explicit TileScope(bool sub16) {
     TileConfig c;
     for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-    if (!sub16) {
-      c.colsb[2] = c.colsb[3] = 32;
-      c.rows[4] = c.rows[5] = 8;
-    } else {
-      c.colsb[4] = c.colsb[5] = 16;
-      c.rows[6] = c.rows[7] = 4;
-    }
+    c.colsb[4] = c.colsb[5] = sub16 ? 16 : 32;
+    c.rows[6] = c.rows[7] = sub16 ? 4 : 8;
     // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other
     // stores to c could be dropped: the whole struct is the operand here.
     __asm__ volatile("ldtilecfg %0" ::"m"(c));
@@ -86,53 +81,66 @@ class TileScope {
   __asm__ volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(*(int32_t(*)[256])(base)) : "r"(base), \
                    "r"(int64_t(64)))
 
-// Integer block products into cbuf ([16][16] int32 per C tile). a: the
-// activation tile of this block; b: the block's scratch levels.
-inline void product_even(const XTile* a, const uint8_t* b, int32_t* cbuf) {
-  KVS_TILE_LOAD(2, a->q, 32, 512);
-  KVS_TILE_LOAD(4, b, 64, 512);
-  _tile_zero(0);
-  _tile_dpbssd(0, 2, 4);
-  KVS_TILE_STORE(0, cbuf);
-}
-inline void product_odd(const XTile* a, const uint8_t* b, int32_t* cbuf) {
-  KVS_TILE_LOAD(3, a->q, 32, 512);
-  KVS_TILE_LOAD(5, b, 64, 512);
-  _tile_zero(1);
-  _tile_dpbssd(1, 3, 5);
-  KVS_TILE_STORE(1, cbuf);
-}
-// Q6_K: lo half (elements 0..15) into cbuf, hi half into cbuf + 256.
-inline void product_even_sub16(const XTile* a, const uint8_t* b, int32_t* cbuf) {
-  KVS_TILE_LOAD(4, a->q, 32, 512);
-  KVS_TILE_LOAD(5, &a->q[0][16], 32, 496);  // bytes 16..31 of each row
-  KVS_TILE_LOAD(6, b, 64, 256);
-  KVS_TILE_LOAD(7, b + 256, 64, 256);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_dpbssd(0, 4, 6);
-  _tile_dpbssd(1, 5, 7);
-  KVS_TILE_STORE(0, cbuf);
-  KVS_TILE_STORE(1, cbuf + 256);
-}
-inline void product_odd_sub16(const XTile* a, const uint8_t* b, int32_t* cbuf) {
-  KVS_TILE_LOAD(4, a->q, 32, 512);
-  KVS_TILE_LOAD(5, &a->q[0][16], 32, 496);  // bytes 16..31 of each row
-  KVS_TILE_LOAD(6, b, 64, 256);
-  KVS_TILE_LOAD(7, b + 256, 64, 256);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_dpbssd(2, 4, 6);
-  _tile_dpbssd(3, 5, 7);
-  KVS_TILE_STORE(2, cbuf);
-  KVS_TILE_STORE(3, cbuf + 256);
-}
-
+// int32 per block in the C buffer.
 template <bool SUB16>
-inline void product(bool odd, const XTile* a, const uint8_t* b, int32_t* cbuf) {
-  if (SUB16) odd ? product_odd_sub16(a, b, cbuf) : product_even_sub16(a, b, cbuf);
-  else odd ? product_odd(a, b, cbuf) : product_even(a, b, cbuf);
+constexpr int64_t kCInts = SUB16 ? 512 : 256;
+
+// One block's product on a tile set (literal tile numbers): a is its
+// activation tile, b its scratch block.
+#define KVS_PRODUCT_K32(C, A, B, a, b)    \
+  KVS_TILE_LOAD(A, (a)->q, 32, 512);      \
+  KVS_TILE_LOAD(B, (b), 64, 512);         \
+  _tile_zero(C);                          \
+  _tile_dpbssd(C, A, B)
+#define KVS_PRODUCT_SUB16(CL, CH, a, b)                                            \
+  KVS_TILE_LOAD(4, (a)->q, 32, 512);                                               \
+  KVS_TILE_LOAD(5, &(a)->q[0][16], 32, 496); /* bytes 16..31 of each row */     \
+  KVS_TILE_LOAD(6, (b), 64, 256);                                                  \
+  KVS_TILE_LOAD(7, (b) + 256, 64, 256);                                            \
+  _tile_zero(CL);                                                                  \
+  _tile_zero(CH);                                                                  \
+  _tile_dpbssd(CL, 4, 6);                                                          \
+  _tile_dpbssd(CH, 5, 7)
+
+// Integer products of cnt (1 or 2) consecutive blocks into out ([cnt][16,
+// 16] int32; Q6_K [cnt][2][16, 16], lo then hi): one block on tile set
+// `set`, two on both sets, both products issued before the stores (a store
+// waits for its product; the float chain that follows reads a buffer
+// stored the round before).
+template <bool SUB16>
+inline void products(int set, const XTile* a, const uint8_t* b, int cnt, int32_t* out) {
+  if (!SUB16) {
+    if (cnt == 2) {
+      KVS_PRODUCT_K32(0, 4, 6, a, b);
+      KVS_PRODUCT_K32(1, 5, 7, a + 1, b + kBlockBytes);
+      KVS_TILE_STORE(0, out);
+      KVS_TILE_STORE(1, out + 256);
+    } else if (set == 0) {
+      KVS_PRODUCT_K32(0, 4, 6, a, b);
+      KVS_TILE_STORE(0, out);
+    } else {
+      KVS_PRODUCT_K32(1, 5, 7, a, b);
+      KVS_TILE_STORE(1, out);
+    }
+  } else if (cnt == 2) {
+    KVS_PRODUCT_SUB16(0, 1, a, b);
+    KVS_PRODUCT_SUB16(2, 3, a + 1, b + kBlockBytes);
+    KVS_TILE_STORE(0, out);
+    KVS_TILE_STORE(1, out + 256);
+    KVS_TILE_STORE(2, out + 512);
+    KVS_TILE_STORE(3, out + 768);
+  } else if (set == 0) {
+    KVS_PRODUCT_SUB16(0, 1, a, b);
+    KVS_TILE_STORE(0, out);
+    KVS_TILE_STORE(1, out + 256);
+  } else {
+    KVS_PRODUCT_SUB16(2, 3, a, b);
+    KVS_TILE_STORE(2, out);
+    KVS_TILE_STORE(3, out + 256);
+  }
 }
+#undef KVS_PRODUCT_K32
+#undef KVS_PRODUCT_SUB16
 
 // The float chain step of one block for rows m < rows (all 16 when FULL):
 // exactly block_step()'s operations on the tile's integer sums.
@@ -158,7 +166,10 @@ inline void chain(const int32_t* cbuf, const uint8_t* s, const XTile& x, int row
 // One M tile (activation rows of xt, `rows` of them real; y at its first
 // row) against the scratch slice of blocks [kb0, kb0 + kb) of one panel.
 // The accumulators live in y between slices (exact round trip), as in the
-// VNNI tiles. Products run one block ahead of the float chain.
+// VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the
+// float chain: two paid where several M tiles share a slice, one where a
+// single M tile runs right after the slice's copy (both measured,
+// docs/PERFORMANCE.md).
 // The next weight slice, requested a few lines per block: all of it at once
 // stalled on the fill buffers.
 struct Ahead {
@@ -172,7 +183,7 @@ struct Ahead {
   }
 };
 
-template <bool SUB16, bool MIN, bool FULL>
+template <bool SUB16, bool MIN, bool FULL, int G>
 void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   __m512 acc[16];
@@ -182,20 +193,22 @@ void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, i
     acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
   }
   const XTile* x = xt + kb0;
-  int32_t* c0 = cbuf;                        // even blocks
-  int32_t* c1 = cbuf + (SUB16 ? 512 : 256);  // odd blocks
-  product<SUB16>(false, x, slice, c0);
-  for (int64_t bb = 0; bb < kb; bb += 2) {  // unrolled by two: the parity picks tiles and buffers
-    const uint8_t* s = slice + bb * kBlockBytes;
-    if (bb + 1 < kb) product<SUB16>(true, x + bb + 1, s + kBlockBytes, c1);
-    chain<SUB16, MIN, FULL>(c0, s, x[bb], rows, acc);
-    ahead.at(bb);
-    if (bb + 1 == kb) break;
-    if (bb + 2 < kb) product<SUB16>(false, x + bb + 2, s + 2 * kBlockBytes, c0);
-    chain<SUB16, MIN, FULL>(c1, s + kBlockBytes, x[bb + 1], rows, acc);
-    ahead.at(bb + 1);
+  constexpr int64_t kC = kCInts<SUB16>;
+  int32_t* const ring0 = cbuf;           // even groups' integers
+  int32_t* const ring1 = cbuf + 2 * kC;  // odd groups'
+  products<SUB16>(0, x, slice, int(std::min<int64_t>(G, kb)), ring0);
+  for (int64_t g = 0; g < kb; g += G) {  // no inner loop: the accumulators stay in registers
+    const bool odd = (g / G) & 1;
+    int32_t* const cur = odd ? ring1 : ring0;
+    if (g + G < kb)
+      products<SUB16>(!odd, x + g + G, slice + (g + G) * kBlockBytes, int(std::min<int64_t>(G, kb - g - G)), odd ? ring0 : ring1);
+    chain<SUB16, MIN, FULL>(cur, slice + g * kBlockBytes, x[g], rows, acc);
+    ahead.at(g);
+    if (G == 2 && g + 1 < kb) {
+      chain<SUB16, MIN, FULL>(cur + kC, slice + (g + 1) * kBlockBytes, x[g + 1], rows, acc);
+      ahead.at(g + 1);
+    }
   }
-#pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
@@ -214,8 +227,11 @@ void all_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, in
     const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
     Ahead a{next.p + 64 * l0, l1 - l0};
     a.spread(kb);
-    if (n - 16 * t >= 16) tile_rows<SUB16, MIN, true>(slice, kb0, kb, x, 16, yt, ldy, valid, cbuf, a);
-    else tile_rows<SUB16, MIN, false>(slice, kb0, kb, x, int(n - 16 * t), yt, ldy, valid, cbuf, a);
+    const int rows = int(std::min<int64_t>(16, n - 16 * t));
+    if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else tile_rows<SUB16, MIN, false, 2>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
   }
 }
 
@@ -258,7 +274,7 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
   uint8_t* slice = scratch.buf;                                           // [KB][704 B]
-  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB * kBlockBytes);  // [2][16, 16] int32 (x2 for Q6_K)
+  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB * kBlockBytes);  // [2 groups][2][kCInts] int32
   TileScope tiles(SUB16);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
