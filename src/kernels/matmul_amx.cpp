@@ -266,13 +266,24 @@ void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
     });
 }
 
+// Activation rows in chunks whose XTiles stay in L2 while every panel of
+// the task runs against them: each panel reads all of a chunk's XTiles, so
+// a long prompt's would otherwise stream from L3 or DRAM panel after panel.
+constexpr int64_t kChunkBytes = 1 << 19;
+
 // One panel at a time, K slice by K slice: fill the slice, then every
-// activation row against it. The next slice (of this panel or the next;
-// panels are contiguous) is requested while this one's tiles run.
+// activation row of the chunk against it. The next slice (of this panel or
+// the next; panels are contiguous) is requested while this one's tiles run.
 template <bool SUB16, bool MIN, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
+  const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
+  if (n > chunk) {
+    for (int64_t i0 = 0; i0 < n; i0 += chunk)
+      gemm_amx<SUB16, MIN>(w, pbytes, r0, r1, xt + i0 / 16 * nb, std::min(chunk, n - i0), y + i0 * ldy, ldy, scratch, fill);
+    return;
+  }
   uint8_t* slice = scratch.buf;                                           // [KB][704 B]
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB * kBlockBytes);  // [2 groups][2][kCInts] int32
   TileScope tiles(SUB16);
