@@ -23,9 +23,10 @@ namespace kvs {
 namespace {
 
 const GgmlType kAmxTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
-// The n values: tile edges (15, 16, 17, ...), a tail tile moved back, the
-// largest batch the brief names.
-const int64_t kNs[] = {1, 2, 3, 15, 16, 17, 31, 32, 33, 64, 100, 128, 255, 256, 511, 512};
+// The n values: two blocks per product (up to 8 rows) and one (9), single
+// and partial M tiles (15, 16, 17, 31, 32, 33), activation rows in several
+// L2 chunks (255 .. 512).
+const int64_t kNs[] = {1, 2, 3, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 255, 256, 511, 512};
 
 struct IsaGuard {
   explicit IsaGuard(Isa isa) { set_isa_override(isa); }

@@ -20,14 +20,18 @@
 // so the results are bit-identical to the VNNI kernels. Q6_K needs one isum
 // per 16-element half: two K = 16 products per block (lo, then hi).
 //
-// The tile configuration is loaded at the start of each call and released at
-// its end, so no tile state outlives a kernel on a pool thread (a live state
-// costs every context switch an 8 KiB save).
+// A product and its store cost the same for 2 rows as for 16, so up to 8
+// rows (Q8_0, Q4_0, Q4_K) share one K = 64 product between two blocks: A
+// rows 0..7 hold block 2c's levels and zeros, rows 8..15 zeros and block
+// 2c+1's; B holds both blocks' levels. C rows 0..7 are then block 2c's
+// sums, rows 8..15 block 2c+1's, each an exact integer as before.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "kernels/matmul_amx_tiles.h"
 #include "kernels/matmul_avx512_unpack.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
@@ -39,143 +43,16 @@ KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bm
 namespace {
 
 using namespace avx512_detail;
-constexpr int KB = 32;               // blocks per K slice of one panel in scratch
-constexpr int64_t kBlockBytes = 704;  // scratch block: B levels [512], ws0, ws1, wm [16 floats each]
+using namespace amx_detail;
 
-// Palette-1 tile configuration (the layout LDTILECFG reads).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+constexpr int kPairRows = 8;  // up to this many activation rows run two blocks per product
 
-// Loads the configuration; releases the tiles when the call ends. Two tile
-// sets alternate block by block: K32 types C0 A4 B6 / C1 A5 B7; Q6_K C0 C1
-// / C2 C3 (lo, hi accumulators) with A4 A5 (lo, hi halves, K = 16) and
-// B6 B7 shared.
-class TileScope {
- public:
-  explicit TileScope(bool sub16) {
-    TileConfig c;
-    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-    c.colsb[4] = c.colsb[5] = sub16 ? 16 : 32;
-    c.rows[6] = c.rows[7] = sub16 ? 4 : 8;
-    // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other
-    // stores to c could be dropped: the whole struct is the operand here.
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-  }
-  ~TileScope() { _tile_release(); }
-  TileScope(const TileScope&) = delete;
-  TileScope& operator=(const TileScope&) = delete;
-};
-
-// Tile loads and stores with the exact bytes they touch as memory operands
-// (GCC 12's intrinsics name none, or clobber all memory, which keeps the
-// accumulator array out of registers). The tile number is a literal.
-#define KVS_TILE_LOAD(t, base, stride, bytes)                                               \
-  __asm__ volatile("tileloadd (%1,%2,1), %%tmm" #t ::"m"(*(const uint8_t(*)[bytes])(base)), \
-                   "r"(base), "r"(int64_t(stride)))
-#define KVS_TILE_STORE(t, base)                                                                          \
-  __asm__ volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(*(int32_t(*)[256])(base)) : "r"(base), \
-                   "r"(int64_t(64)))
-
-// int32 per block in the C buffer.
-template <bool SUB16>
-constexpr int64_t kCInts = SUB16 ? 512 : 256;
-
-// One block's product on a tile set (literal tile numbers): a is its
-// activation tile, b its scratch block.
-#define KVS_PRODUCT_K32(C, A, B, a, b)    \
-  KVS_TILE_LOAD(A, (a)->q, 32, 512);      \
-  KVS_TILE_LOAD(B, (b), 64, 512);         \
-  _tile_zero(C);                          \
-  _tile_dpbssd(C, A, B)
-#define KVS_PRODUCT_SUB16(CL, CH, a, b)                                            \
-  KVS_TILE_LOAD(4, (a)->q, 32, 512);                                               \
-  KVS_TILE_LOAD(5, &(a)->q[0][16], 32, 496); /* bytes 16..31 of each row */     \
-  KVS_TILE_LOAD(6, (b), 64, 256);                                                  \
-  KVS_TILE_LOAD(7, (b) + 256, 64, 256);                                            \
-  _tile_zero(CL);                                                                  \
-  _tile_zero(CH);                                                                  \
-  _tile_dpbssd(CL, 4, 6);                                                          \
-  _tile_dpbssd(CH, 5, 7)
-
-// Integer products of cnt (1 or 2) consecutive blocks into out ([cnt][16,
-// 16] int32; Q6_K [cnt][2][16, 16], lo then hi): one block on tile set
-// `set`, two on both sets, both products issued before the stores (a store
-// waits for its product; the float chain that follows reads a buffer
-// stored the round before).
-template <bool SUB16>
-inline void products(int set, const XTile* a, const uint8_t* b, int cnt, int32_t* out) {
-  if (!SUB16) {
-    if (cnt == 2) {
-      KVS_PRODUCT_K32(0, 4, 6, a, b);
-      KVS_PRODUCT_K32(1, 5, 7, a + 1, b + kBlockBytes);
-      KVS_TILE_STORE(0, out);
-      KVS_TILE_STORE(1, out + 256);
-    } else if (set == 0) {
-      KVS_PRODUCT_K32(0, 4, 6, a, b);
-      KVS_TILE_STORE(0, out);
-    } else {
-      KVS_PRODUCT_K32(1, 5, 7, a, b);
-      KVS_TILE_STORE(1, out);
-    }
-  } else if (cnt == 2) {
-    KVS_PRODUCT_SUB16(0, 1, a, b);
-    KVS_PRODUCT_SUB16(2, 3, a + 1, b + kBlockBytes);
-    KVS_TILE_STORE(0, out);
-    KVS_TILE_STORE(1, out + 256);
-    KVS_TILE_STORE(2, out + 512);
-    KVS_TILE_STORE(3, out + 768);
-  } else if (set == 0) {
-    KVS_PRODUCT_SUB16(0, 1, a, b);
-    KVS_TILE_STORE(0, out);
-    KVS_TILE_STORE(1, out + 256);
-  } else {
-    KVS_PRODUCT_SUB16(2, 3, a, b);
-    KVS_TILE_STORE(2, out);
-    KVS_TILE_STORE(3, out + 256);
-  }
-}
-#undef KVS_PRODUCT_K32
-#undef KVS_PRODUCT_SUB16
-
-// The float chain step of one block for rows m < rows (all 16 when FULL):
-// exactly block_step()'s operations on the tile's integer sums.
-template <bool SUB16, bool MIN, bool FULL>
-inline void chain(const int32_t* cbuf, const uint8_t* s, const XTile& x, int rows, __m512* acc) {
-  const __m512 ws0 = _mm512_load_ps(reinterpret_cast<const float*>(s + 512));
-  const __m512 ws1 = SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 576)) : ws0;
-  const __m512 wm = MIN ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    const __m512 xd = _mm512_set1_ps(x.d[m]);
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * m));
-    acc[m] = _mm512_fmadd_ps(lo, _mm512_mul_ps(ws0, xd), acc[m]);
-    if (SUB16) {
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 256 + 16 * m));
-      acc[m] = _mm512_fmadd_ps(hi, _mm512_mul_ps(ws1, xd), acc[m]);
-    }
-    if (MIN) acc[m] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[m]), acc[m]);
-  }
-}
-
-// One M tile (activation rows of xt, `rows` of them real; y at its first
-// row) against the scratch slice of blocks [kb0, kb0 + kb) of one panel.
-// The accumulators live in y between slices (exact round trip), as in the
-// VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the
-// float chain: two paid where several M tiles share a slice, one where a
-// single M tile runs right after the slice's copy (both measured,
-// docs/PERFORMANCE.md).
 // The next weight slice, requested a few lines per block: all of it at once
 // stalled on the fill buffers.
 struct Ahead {
   const uint8_t* p;  // first line
   int64_t lines;
-  int64_t per = 0;   // lines per block (set by spread)
+  int64_t per = 0;  // lines per block (set by spread)
   void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
   void at(int64_t bb) const {
     for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
@@ -183,9 +60,43 @@ struct Ahead {
   }
 };
 
-template <bool SUB16, bool MIN, bool FULL, int G>
-void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
+// Where a slice's B levels and scales come from.
+// The scratch copy: signed levels, float scales.
+template <bool SUB16, bool MIN>
+struct SliceSrc {
+  static constexpr bool kU8 = false;
+  const uint8_t* s;
+  const uint8_t* lev(int64_t bb) const { return amx_detail::lev(s, bb); }
+  Scales scales(int64_t bb) const {
+    const float* p = scl(s, bb);
+    const __m512 ws0 = _mm512_load_ps(p);
+    return {ws0, SUB16 ? _mm512_load_ps(p + 16) : ws0, MIN ? _mm512_load_ps(p + 32) : ws0};
+  }
+};
+// Q8_0's Panel16 copy in place (u = q + 128, fp16 scales), from block kb0:
+// where a slice serves a single M tile, copying it cost more than the
+// per-row correction (docs/PERFORMANCE.md).
+struct PanelSrc {
+  static constexpr bool kU8 = true;
+  const uint8_t* pan;
+  int64_t kb0;
+  const uint8_t* lev(int64_t bb) const { return Pk<false>::lev(pan, kb0 + bb); }
+  Scales scales(int64_t bb) const {
+    const __m512 ws = Pk<false>::scale(pan, kb0 + bb);
+    return {ws, ws, ws};
+  }
+};
+
+// One M tile (activation rows of xt, `rows` of them real; y at its first
+// row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
+// The accumulators live in y between slices (exact round trip), as in the
+// VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the float
+// chain: two paid where several M tiles share a slice, one where a single M
+// tile runs right after the slice's copy (docs/PERFORMANCE.md).
+template <bool SUB16, bool MIN, bool FULL, int G, class Src>
+void tile_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
+  constexpr bool U8 = Src::kU8;
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
@@ -196,16 +107,18 @@ void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, i
   constexpr int64_t kC = kCInts<SUB16>;
   int32_t* const ring0 = cbuf;           // even groups' integers
   int32_t* const ring1 = cbuf + 2 * kC;  // odd groups'
-  products<SUB16>(0, x, slice, int(std::min<int64_t>(G, kb)), ring0);
+  products<SUB16, U8>(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
   for (int64_t g = 0; g < kb; g += G) {  // no inner loop: the accumulators stay in registers
     const bool odd = (g / G) & 1;
     int32_t* const cur = odd ? ring1 : ring0;
-    if (g + G < kb)
-      products<SUB16>(!odd, x + g + G, slice + (g + G) * kBlockBytes, int(std::min<int64_t>(G, kb - g - G)), odd ? ring0 : ring1);
-    chain<SUB16, MIN, FULL>(cur, slice + g * kBlockBytes, x[g], rows, acc);
+    const int64_t nx = g + G;
+    if (nx < kb)
+      products<SUB16, U8>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
+                          odd ? ring0 : ring1);
+    chain<SUB16, MIN, FULL, U8>(cur, src.scales(g), x[g], rows, acc);
     ahead.at(g);
     if (G == 2 && g + 1 < kb) {
-      chain<SUB16, MIN, FULL>(cur + kC, slice + (g + 1) * kBlockBytes, x[g + 1], rows, acc);
+      chain<SUB16, MIN, FULL, U8>(cur + kC, src.scales(g + 1), x[g + 1], rows, acc);
       ahead.at(g + 1);
     }
   }
@@ -215,11 +128,46 @@ void tile_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, i
   }
 }
 
+// Up to kPairRows activation rows against one slice, a pair of blocks per
+// product (TileMode::Pair); pa: the pairs' A tiles from block 0 ([nb / 2
+// rounded up][16, 64] s8). An odd last block's pair has zero levels for
+// its missing second block; its sums are not read.
+template <bool MIN, class Src>
+void pair_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int rows, float* y,
+               int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
+  constexpr bool U8 = Src::kU8;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (m >= rows) break;
+    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+  }
+  const XTile* x = xt + kb0;
+  const int8_t* a = pa + kb0 / 2 * 1024;  // kb0 is even
+  int32_t* const ring[2] = {cbuf, cbuf + 256};
+  pair_product<U8>(0, a, src.lev(0), ring[0]);
+  for (int64_t g = 0; g < kb; g += 2) {
+    const int k = (g / 2) & 1;
+    if (g + 2 < kb) pair_product<U8>(k ^ 1, a + (g + 2) / 2 * 1024, src.lev(g + 2), ring[k ^ 1]);
+    chain<false, MIN, false, U8>(ring[k], src.scales(g), x[g], rows, acc);
+    ahead.at(g);
+    if (g + 1 < kb) {
+      chain<false, MIN, false, U8>(ring[k] + 8 * 16, src.scales(g + 1), x[g + 1], rows, acc);  // C rows 8..15
+      ahead.at(g + 1);
+    }
+  }
+  for (int m = 0; m < 16; ++m) {
+    if (m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
 // Every M tile against one slice of the panel at weight row p0; the M
-// tiles share the prefetch of the next slice.
-template <bool SUB16, bool MIN>
-void all_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, int64_t nb, int64_t n, float* y,
-              int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
+// tiles share the prefetch of the next slice. pa: the pair tiles when n <=
+// kPairRows runs in pairs, else nullptr.
+template <bool SUB16, bool MIN, class Src>
+void all_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
+              int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
   const int64_t mt = (n + 15) / 16;
   for (int64_t t = 0; t < mt; ++t) {
     const XTile* x = xt + t * nb;
@@ -228,27 +176,28 @@ void all_rows(const uint8_t* slice, int64_t kb0, int64_t kb, const XTile* xt, in
     Ahead a{next.p + 64 * l0, l1 - l0};
     a.spread(kb);
     const int rows = int(std::min<int64_t>(16, n - 16 * t));
-    if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else tile_rows<SUB16, MIN, false, 2>(slice, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    if (!SUB16 && pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else tile_rows<SUB16, MIN, false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
   }
 }
 
-// Blocks [kb0, kb0 + kb) of one packed panel into the scratch block layout
-// with signed levels (Panel16 holds u = q + off).
+// Blocks [kb0, kb0 + kb) of one packed panel into the scratch slice with
+// signed levels (Panel16 holds u = q + off).
 template <bool Q4>
 void fill_q(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
   using P = Pk<Q4>;
   const __m512i off = _mm512_set1_epi8(Q4 ? 8 : char(0x80));
   for (int64_t bb = 0; bb < kb; ++bb) {
     const uint8_t* l = P::lev(pan, kb0 + bb);
-    uint8_t* o = dst + bb * kBlockBytes;
+    uint8_t* o = lev(dst, bb);
     for (int k = 0; k < 8; ++k) {
       const __m512i u = P::vec(l, k);
       _mm512_store_si512(o + 64 * k, Q4 ? _mm512_sub_epi8(u, off) : _mm512_xor_si512(u, off));
     }
-    _mm512_store_ps(reinterpret_cast<float*>(o + 512), P::scale(pan, kb0 + bb));
+    _mm512_store_ps(scl(dst, bb), P::scale(pan, kb0 + bb));
   }
 }
 
@@ -258,12 +207,26 @@ void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
   const __m512i off = _mm512_set1_epi8(U::kSub16 ? 32 : 0);
   for (int64_t bb = 0; bb < kb; bb += 8)
     U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-      uint8_t* o = dst + (bb + j) * kBlockBytes;
+      uint8_t* o = lev(dst, bb + j);
       for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, U::kSub16 ? _mm512_sub_epi8(W[k], off) : W[k]);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 512), ws0);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 576), ws1);
-      _mm512_store_ps(reinterpret_cast<float*>(o + 640), wm);
+      float* s = scl(dst, bb + j);
+      _mm512_store_ps(s, ws0);
+      _mm512_store_ps(s + 16, ws1);
+      _mm512_store_ps(s + 32, wm);
     });
+}
+
+// The pair A tiles of rows 0..7 (XTile rows; rows past n are zero) for
+// every pair of blocks: dst [ceil(nb / 2)][16, 64] s8.
+void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
+  for (int64_t c = 0; 2 * c < nb; ++c) {
+    int8_t* a = dst + c * 1024;
+    std::memset(a, 0, 1024);
+    for (int m = 0; m < kPairRows; ++m) {
+      std::memcpy(a + 64 * m, xt[2 * c].q[m], 32);
+      if (2 * c + 1 < nb) std::memcpy(a + 64 * (8 + m) + 32, xt[2 * c + 1].q[m], 32);
+    }
+  }
 }
 
 // Activation rows in chunks whose XTiles stay in L2 while every panel of
@@ -271,32 +234,46 @@ void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
 // a long prompt's would otherwise stream from L3 or DRAM panel after panel.
 constexpr int64_t kChunkBytes = 1 << 19;
 
-// One panel at a time, K slice by K slice: fill the slice, then every
+// One panel at a time, K slice by K slice: fill the slice (DIRECT, Q8_0:
+// not for a single M tile, which reads the panel in place), then every
 // activation row of the chunk against it. The next slice (of this panel or
 // the next; panels are contiguous) is requested while this one's tiles run.
-template <bool SUB16, bool MIN, class Fill>
+template <bool SUB16, bool MIN, bool DIRECT, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
   const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
   if (n > chunk) {
     for (int64_t i0 = 0; i0 < n; i0 += chunk)
-      gemm_amx<SUB16, MIN>(w, pbytes, r0, r1, xt + i0 / 16 * nb, std::min(chunk, n - i0), y + i0 * ldy, ldy, scratch, fill);
+      gemm_amx<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, xt + i0 / 16 * nb, std::min(chunk, n - i0), y + i0 * ldy,
+                                   ldy, scratch, fill);
     return;
   }
-  uint8_t* slice = scratch.buf;                                           // [KB][704 B]
-  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB * kBlockBytes);  // [2 groups][2][kCInts] int32
-  TileScope tiles(SUB16);
+  uint8_t* slice = scratch.buf;                                                   // [KB / 2] pairs of kPairBytes
+  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB / 2 * kPairBytes);  // [2][2][kCInts] int32
+  int8_t* pa = reinterpret_cast<int8_t*>(cbuf + 4 * kCInts<SUB16>);              // [ceil(nb / 2)][16, 64] s8
+  const bool pairs = !SUB16 && n <= kPairRows &&
+                     (reinterpret_cast<uint8_t*>(pa) - scratch.buf) + (nb + 1) / 2 * 1024 <= int64_t(scratch.bytes);
+  if (pairs) make_pairs(xt, nb, pa);
+  TileScope tiles(pairs ? TileMode::Pair : SUB16 ? TileMode::Sub16 : TileMode::K32);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
     const __mmask16 valid = lanes(r1 - p0);
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
       const int64_t kb = std::min<int64_t>(KB, nb - kb0);  // KB, kb0: whole K-quant super-blocks
-      fill(pan, kb0, kb, slice);
       const uint8_t* from = pan + (kb0 + kb) * pbytes / nb;
       const uint8_t* to = std::min(end, from + KB * pbytes / nb);
-      all_rows<SUB16, MIN>(slice, kb0, kb, xt, nb, n, y, ldy, p0, valid, cbuf, Ahead{from, std::max<int64_t>(0, (to - from) / 64)});
+      const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
+      const int8_t* p = pairs ? pa : nullptr;
+      if constexpr (DIRECT) {
+        if (n <= 16) {
+          all_rows<SUB16, MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+          continue;
+        }
+      }
+      fill(pan, kb0, kb, slice);
+      all_rows<SUB16, MIN>(SliceSrc<SUB16, MIN>{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
     }
   }
 }
@@ -313,6 +290,7 @@ void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1,
         _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[m]), q);
         o.d[m] = i < n ? xq[i * nb + b].d : 0.0f;
         o.s[m] = i < n ? xq[i * nb + b].s : 0.0f;
+        o.corr[m] = i < n ? xq[i * nb + b].corr[0] : 0;
       }
     }
 }
@@ -322,13 +300,13 @@ void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt
   const int64_t nb = w.cols / kQBlock;
   switch (w.type) {  // the driver sends amx_tiles_apply() weights only
     case GgmlType::Q8_0:
-      return gemm_amx<false, false>(w, (nb + 1) / 2 * Pk<false>::UB, r0, r1, xt, n, y, ldy, s, fill_q<false>);
+      return gemm_amx<false, false, true>(w, (nb + 1) / 2 * Pk<false>::UB, r0, r1, xt, n, y, ldy, s, fill_q<false>);
     case GgmlType::Q4_0:
-      return gemm_amx<false, false>(w, (nb + 1) / 2 * Pk<true>::UB, r0, r1, xt, n, y, ldy, s, fill_q<true>);
+      return gemm_amx<false, false, false>(w, (nb + 1) / 2 * Pk<true>::UB, r0, r1, xt, n, y, ldy, s, fill_q<true>);
     case GgmlType::Q4_K:
-      return gemm_amx<false, true>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
+      return gemm_amx<false, true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
     default:  // Q6_K
-      return gemm_amx<true, false>(w, nb / 8 * PkQ6K::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkQ6K>);
+      return gemm_amx<true, false, false>(w, nb / 8 * PkQ6K::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkQ6K>);
   }
 }
 

@@ -50,14 +50,15 @@ static_assert(sizeof(XBlock) == 48);
 
 // The same activations for the AMX tile kernels: rows 16t .. 16t+15 of one
 // 32-element block, as one A tile (levels row by row) and the per-row
-// scales as vectors, so a kernel reads each with fixed offsets. A call holds
+// values as arrays, so a kernel reads each with fixed offsets. A call holds
 // [ceil(n / 16), cols / 32] of these; rows past n are zero.
 struct XTile {
-  int8_t q[16][32];  // XBlock::q of the 16 rows
-  float d[16];       // XBlock::d
-  float s[16];       // XBlock::s
+  int8_t q[16][32];    // XBlock::q of the 16 rows
+  float d[16];         // XBlock::d
+  float s[16];         // XBlock::s
+  int32_t corr[16];    // XBlock::corr[0] (kernels that take the weights as u = q + off)
 };
-static_assert(sizeof(XTile) == 640);
+static_assert(sizeof(XTile) == 704);
 
 // How a weight format maps onto the int8 dot product. SIMD kernels feed
 // weights as unsigned bytes u = q + off (vpdpbusd / maddubs take u8 x s8),
