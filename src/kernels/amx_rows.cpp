@@ -27,13 +27,14 @@ bool amx_tile_type(GgmlType t) {
 }
 
 int default_amx_min_rows(GgmlType t) {
-  // Where the probe found tiles ahead on an Intel Xeon with AMX
-  // (docs/PERFORMANCE.md, "AMX"); a machine's own probe refines it.
+  // Where `kvserve probe` found tiles ahead on an Intel Xeon with AMX, the
+  // weights streamed from DRAM (docs/PERFORMANCE.md, "AMX"); a machine's
+  // own probe replaces them.
   switch (t) {
     case GgmlType::Q8_0: return 4;
     case GgmlType::Q4_0: return 4;
     case GgmlType::Q4_K: return 4;
-    case GgmlType::Q6_K: return 4;
+    case GgmlType::Q6_K: return 8;
     default: return kAmxNever;
   }
 }
