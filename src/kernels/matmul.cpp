@@ -83,11 +83,15 @@ T* x_buffer(size_t count) {
 
 int64_t m_tiles(int64_t n) { return (n + 15) / 16; }
 
-// xq [count][n, nb] XBlock -> out [count][ceil(n / 16), nb] XTile, one task per M tile.
-void tile_activations(const IsaKernels& k, const XBlock* xq, int count, int64_t n, int64_t nb, XTile* out,
-                      ThreadPool& pool) {
+// xq [count][n, nb] XBlock -> out [count][ceil(n / 16), nb] XTile, one task
+// per M tile; copy c's format is f[c].
+void tile_activations(const IsaKernels& k, const XBlock* xq, const mm::QFormat* f, int count, int64_t n, int64_t nb,
+                      XTile* out, ThreadPool& pool) {
   const int64_t mt = m_tiles(n), tasks = count * mt;
-  const auto one = [&](int64_t t) { k.tile_x(xq + (t / mt) * n * nb, n, nb, t % mt, t % mt + 1, out + (t / mt) * mt * nb); };
+  const auto one = [&](int64_t t) {
+    const int64_t c = t / mt;
+    k.tile_x(xq + c * n * nb, n, nb, t % mt, t % mt + 1, f[c].has_min, out + c * mt * nb);
+  };
   if (tasks > 1 && pool.size() > 1) pool.parallel_for(tasks, [&](int64_t t, int) { one(t); });
   else for (int64_t t = 0; t < tasks; ++t) one(t);
 }
@@ -140,7 +144,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
   }
   if (k.quant_rows_tiles && amx_tiles_apply(w, n)) {
     XTile* xt = x_buffer<XTile>(size_t(m_tiles(n) * nb));  // [ceil(n / 16), nb]
-    tile_activations(k, xq, 1, n, nb, xt, pool);
+    tile_activations(k, xq, &f, 1, n, nb, xt, pool);
     run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
       k.quant_rows_tiles(w, r0, r1, xt, n, y, ldy, s);
     });
@@ -188,7 +192,7 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
   XTile* xt = nullptr;  // [n_formats][ceil(n / 16), nb]
   if (any_tiles) {
     xt = x_buffer<XTile>(size_t(n_formats) * size_t(m_tiles(n) * nb));
-    tile_activations(k, xq, n_formats, n, nb, xt, pool);
+    tile_activations(k, xq, formats, n_formats, n, nb, xt, pool);
   }
   // Tasks: output j's row chunks, in order; task t belongs to the output
   // whose first task index is the largest one <= t.

@@ -60,18 +60,16 @@ struct Ahead {
   }
 };
 
-// Where a slice's B levels and scales come from.
+// Where a slice's B levels and float scales come from (passed by value: a
+// pointer and an offset).
 // The scratch copy: signed levels, float scales.
-template <bool SUB16, bool MIN>
 struct SliceSrc {
   static constexpr bool kU8 = false;
   const uint8_t* s;
   const uint8_t* lev(int64_t bb) const { return amx_detail::lev(s, bb); }
-  Scales scales(int64_t bb) const {
-    const float* p = scl(s, bb);
-    const __m512 ws0 = _mm512_load_ps(p);
-    return {ws0, SUB16 ? _mm512_load_ps(p + 16) : ws0, MIN ? _mm512_load_ps(p + 32) : ws0};
-  }
+  __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
+  __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
+  __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
 };
 // Q8_0's Panel16 copy in place (u = q + 128, fp16 scales), from block kb0:
 // where a slice serves a single M tile, copying it cost more than the
@@ -81,10 +79,9 @@ struct PanelSrc {
   const uint8_t* pan;
   int64_t kb0;
   const uint8_t* lev(int64_t bb) const { return Pk<false>::lev(pan, kb0 + bb); }
-  Scales scales(int64_t bb) const {
-    const __m512 ws = Pk<false>::scale(pan, kb0 + bb);
-    return {ws, ws, ws};
-  }
+  __m512 ws0(int64_t bb) const { return Pk<false>::scale(pan, kb0 + bb); }
+  __m512 ws1(int64_t bb) const { return ws0(bb); }  // (no second scale, no min)
+  __m512 wm(int64_t bb) const { return ws0(bb); }
 };
 
 // One M tile (activation rows of xt, `rows` of them real; y at its first
@@ -94,7 +91,7 @@ struct PanelSrc {
 // chain: two paid where several M tiles share a slice, one where a single M
 // tile runs right after the slice's copy (docs/PERFORMANCE.md).
 template <bool SUB16, bool MIN, bool FULL, int G, class Src>
-void tile_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
+inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   constexpr bool U8 = Src::kU8;
   __m512 acc[16];
@@ -115,10 +112,10 @@ void tile_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, int row
     if (nx < kb)
       products<SUB16, U8>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);
-    chain<SUB16, MIN, FULL, U8>(cur, src.scales(g), x[g], rows, acc);
+    chain<SUB16, MIN, FULL>(cur, src, g, x[g], rows, acc);
     ahead.at(g);
     if (G == 2 && g + 1 < kb) {
-      chain<SUB16, MIN, FULL, U8>(cur + kC, src.scales(g + 1), x[g + 1], rows, acc);
+      chain<SUB16, MIN, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
       ahead.at(g + 1);
     }
   }
@@ -133,7 +130,7 @@ void tile_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, int row
 // rounded up][16, 64] s8). An odd last block's pair has zero levels for
 // its missing second block; its sums are not read.
 template <bool MIN, class Src>
-void pair_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int rows, float* y,
+inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int rows, float* y,
                int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   constexpr bool U8 = Src::kU8;
   __m512 acc[16];
@@ -149,10 +146,10 @@ void pair_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const i
   for (int64_t g = 0; g < kb; g += 2) {
     const int k = (g / 2) & 1;
     if (g + 2 < kb) pair_product<U8>(k ^ 1, a + (g + 2) / 2 * 1024, src.lev(g + 2), ring[k ^ 1]);
-    chain<false, MIN, false, U8>(ring[k], src.scales(g), x[g], rows, acc);
+    chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<false, MIN, false, U8>(ring[k] + 8 * 16, src.scales(g + 1), x[g + 1], rows, acc);  // C rows 8..15
+      chain<false, MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }
@@ -166,7 +163,7 @@ void pair_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const i
 // tiles share the prefetch of the next slice. pa: the pair tiles when n <=
 // kPairRows runs in pairs, else nullptr.
 template <bool SUB16, bool MIN, class Src>
-void all_rows(const Src& src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
+void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
               int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
   const int64_t mt = (n + 15) / 16;
   for (int64_t t = 0; t < mt; ++t) {
@@ -231,32 +228,28 @@ void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
 
 // Activation rows in chunks whose XTiles stay in L2 while every panel of
 // the task runs against them: each panel reads all of a chunk's XTiles, so
-// a long prompt's would otherwise stream from L3 or DRAM panel after panel.
-constexpr int64_t kChunkBytes = 1 << 19;
+// a long prompt's would otherwise stream from L3 or DRAM once per 16
+// weight rows. (Grouping panels too, so a group's weights come from L2 for
+// the later chunks, measured no faster.)
+constexpr int64_t kChunkBytes = 1 << 20;
 
 // One panel at a time, K slice by K slice: fill the slice (DIRECT, Q8_0:
 // not for a single M tile, which reads the panel in place), then every
-// activation row of the chunk against it. The next slice (of this panel or
-// the next; panels are contiguous) is requested while this one's tiles run.
+// activation row against it. The next slice (of this panel or the next;
+// panels are contiguous) is requested while this one's tiles run, up to
+// `end`. r0 % 16 == 0.
 template <bool SUB16, bool MIN, bool DIRECT, class Fill>
-void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
-              float* y, int64_t ldy, Scratch scratch, Fill fill) {
+void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+                 int64_t n, float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
-  const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
-  if (n > chunk) {
-    for (int64_t i0 = 0; i0 < n; i0 += chunk)
-      gemm_amx<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, xt + i0 / 16 * nb, std::min(chunk, n - i0), y + i0 * ldy,
-                                   ldy, scratch, fill);
-    return;
-  }
   uint8_t* slice = scratch.buf;                                                   // [KB / 2] pairs of kPairBytes
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB / 2 * kPairBytes);  // [2][2][kCInts] int32
   int8_t* pa = reinterpret_cast<int8_t*>(cbuf + 4 * kCInts<SUB16>);              // [ceil(nb / 2)][16, 64] s8
   const bool pairs = !SUB16 && n <= kPairRows &&
                      (reinterpret_cast<uint8_t*>(pa) - scratch.buf) + (nb + 1) / 2 * 1024 <= int64_t(scratch.bytes);
   if (pairs) make_pairs(xt, nb, pa);
+  const int8_t* p = pairs ? pa : nullptr;
   TileScope tiles(pairs ? TileMode::Pair : SUB16 ? TileMode::Sub16 : TileMode::K32);
-  const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
     const __mmask16 valid = lanes(r1 - p0);
@@ -265,7 +258,6 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
       const uint8_t* from = pan + (kb0 + kb) * pbytes / nb;
       const uint8_t* to = std::min(end, from + KB * pbytes / nb);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
-      const int8_t* p = pairs ? pa : nullptr;
       if constexpr (DIRECT) {
         if (n <= 16) {
           all_rows<SUB16, MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
@@ -273,13 +265,24 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
         }
       }
       fill(pan, kb0, kb, slice);
-      all_rows<SUB16, MIN>(SliceSrc<SUB16, MIN>{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+      all_rows<SUB16, MIN>(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
     }
   }
 }
 
+template <bool SUB16, bool MIN, bool DIRECT, class Fill>
+void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
+              float* y, int64_t ldy, Scratch scratch, Fill fill) {
+  const int64_t nb = w.cols / kQBlock;
+  const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
+  const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk)
+    panels_rows<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, end, xt + i0 / 16 * nb, std::min(chunk, n - i0),
+                                    y + i0 * ldy, ldy, scratch, fill);
+}
+
 // Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past n zero.
-void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, XTile* out) {
+void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min, XTile* out) {
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < nb; ++b) {
       XTile& o = out[t * nb + b];
@@ -289,8 +292,8 @@ void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1,
                                 : _mm256_setzero_si256();
         _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[m]), q);
         o.d[m] = i < n ? xq[i * nb + b].d : 0.0f;
-        o.s[m] = i < n ? xq[i * nb + b].s : 0.0f;
-        o.corr[m] = i < n ? xq[i * nb + b].corr[0] : 0;
+        if (has_min) o.s[m] = i < n ? xq[i * nb + b].s : 0.0f;
+        else o.corr[m] = i < n ? xq[i * nb + b].corr[0] : 0;
       }
     }
 }

@@ -157,29 +157,28 @@ inline void pair_product(int set, const int8_t* a, const uint8_t* b, int32_t* ou
 #undef KVS_PRODUCT_PAIR
 #undef KVS_DP
 
-// A block's float scales (lanes = the panel's weight rows).
-struct Scales {
-  __m512 ws0, ws1, wm;
-};
-
-// The float chain step of one block for rows m < rows (all 16 when FULL):
+// The float chain step of block bb for rows m < rows (all 16 when FULL):
 // exactly block_step()'s operations on the tile's integer sums c ([rows]
 // of 16 int32; Q6_K's hi half at c + 256), plus the XTile correction first
-// when the product took u8 levels (U8).
-template <bool SUB16, bool MIN, bool FULL, bool U8>
-inline void chain(const int32_t* c, const Scales& w, const XTile& x, int rows, __m512* acc) {
+// where the product took u8 levels (Src::kU8). src gives the block's float
+// scales (lanes = the panel's weight rows), loaded here, where they are used.
+template <bool SUB16, bool MIN, bool FULL, class Src>
+inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int rows, __m512* acc) {
+  const __m512 ws0 = src.ws0(bb);
+  const __m512 ws1 = SUB16 ? src.ws1(bb) : ws0;
+  const __m512 wm = MIN ? src.wm(bb) : ws0;
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     const __m512 xd = _mm512_set1_ps(x.d[m]);
     __m512i isum = _mm512_load_si512(c + 16 * m);
-    if (U8) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(x.corr[m]));
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w.ws0, xd), acc[m]);
+    if (Src::kU8) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(x.corr[m]));
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws0, xd), acc[m]);
     if (SUB16) {
       const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(c + 256 + 16 * m));
-      acc[m] = _mm512_fmadd_ps(hi, _mm512_mul_ps(w.ws1, xd), acc[m]);
+      acc[m] = _mm512_fmadd_ps(hi, _mm512_mul_ps(ws1, xd), acc[m]);
     }
-    if (MIN) acc[m] = _mm512_fmadd_ps(w.wm, _mm512_set1_ps(x.s[m]), acc[m]);
+    if (MIN) acc[m] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[m]), acc[m]);
   }
 }
 
