@@ -299,6 +299,7 @@ const VecOps& vec_ops_avx512() {
 
 const VecOps& vec_ops() {
   switch (active_isa()) {
+    case Isa::Amx:
     case Isa::Avx512: return vec_ops_avx512();
     case Isa::Avx2: return vec_ops_avx2();
     default: return vec_ops_scalar();
