@@ -106,8 +106,13 @@ def main():
                            "--prefill-worker", f"http://127.0.0.1:{pport}", "--decode-worker", f"http://127.0.0.1:{dport}"],
                           "listening on", os.path.join(tmp, "router.log"))
         procs.append(rt)
-        load = [threading.Thread(target=complete, args=(rport, text(40, 100 + k), a.load_tokens), daemon=True)
-                for k in range(a.decode_load)]
+        def background(k):
+            try:
+                complete(rport, text(40, 100 + k), a.load_tokens)
+            except (OSError, http.client.HTTPException, RuntimeError):
+                pass  # cut short when the workers stop at the end
+
+        load = [threading.Thread(target=background, args=(k,), daemon=True) for k in range(a.decode_load)]
         for t in load:
             t.start()
         if load:

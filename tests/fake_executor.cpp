@@ -11,9 +11,9 @@ FakeExecutor::FakeExecutor(const FakeExecutorOptions& o)
   if (o.n_vocab < 2) throw std::invalid_argument("fake executor: n_vocab must be >= 2");
 }
 
-SeqAdmission FakeExecutor::add(std::span<const int32_t> prompt, const Scope& caller) {
+SeqAdmission FakeExecutor::add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) {
   if (prompt.empty()) throw std::invalid_argument("fake executor: empty prompt");
-  return kv_.add_sequence(prompt, caller);
+  return kv_.add_sequence(prompt, caller, nullptr, use_cache);
 }
 
 int32_t FakeExecutor::next_token(std::span<const int32_t> h) const {

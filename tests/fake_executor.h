@@ -28,7 +28,7 @@ class FakeExecutor final : public StepExecutor {
   explicit FakeExecutor(const FakeExecutorOptions& o);
   const KvManager& kv() const override { return kv_; }
   Scope kv_scope(const Scope& caller) const override { return caller; }
-  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override;
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) override;
   SeqId fork(SeqId seq) override { return kv_.fork(seq); }
   void release(SeqId seq) override { kv_.release(seq); }
   StepResult step(const std::vector<SeqStep>& items) override;

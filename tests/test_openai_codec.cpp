@@ -80,10 +80,10 @@ TEST(OpenAiCodec, Echo) {
   EXPECT_TRUE(cmpl({{"prompt", "x"}, {"echo", true}}).echo);
   EXPECT_FALSE(cmpl({{"prompt", "x"}}).echo);
   EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"echo", "yes"}}).param, "echo");
-  // Prompt-token logprobs are not computed: a clear 400, not a silent omission.
-  const ApiError e = cmpl_error({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}});
-  EXPECT_EQ(e.param, "echo");
-  EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
+  // With logprobs the prompt's own logprobs come too (the service asks the engine).
+  const ParsedRequest both = cmpl({{"prompt", "x"}, {"echo", true}, {"logprobs", 2}});
+  EXPECT_TRUE(both.echo && both.logprobs);
+  EXPECT_EQ(both.top_logprobs, 2);
 }
 
 TEST(OpenAiCodec, JsonErrorsNameTheOffsetNotTheParserOrTheText) {
@@ -188,4 +188,88 @@ TEST(OpenAiCodec, ErrorBody) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "n");
   EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+// Nothing that would change the output is ignored: every field is in the
+// table (server/request_fields.h), an unknown one is a 400 naming it, a
+// known one kvserve does not implement too, and the client's bookkeeping
+// fields are accepted.
+TEST(OpenAiCodec, UnknownAndUnsupportedFieldsAre400NamingThem) {
+  const ApiError unknown = cmpl_error({{"prompt", "hi"}, {"temprature", 0.5}});
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_EQ(unknown.param, "temprature");
+  EXPECT_NE(unknown.message.find("unknown field 'temprature'"), std::string::npos) << unknown.message;
+  // A chat-only field on completions is unknown there.
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"top_logprobs", 2}}).param, "top_logprobs");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (const char* k : {"tools", "tool_choice", "functions", "audio", "prediction"}) {
+    json body = {{"messages", msgs}};
+    body[k] = k == std::string("tool_choice") ? json("required") : json::object({{"type", "json_object"}});
+    if (k == std::string("tools")) body[k] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    const ApiError e = error_of(Endpoint::Chat, body.dump());
+    EXPECT_EQ(e.param, k);
+    EXPECT_EQ(e.status, 400);
+  }
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"suffix", "end"}}).param, "suffix");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"best_of", 3}}).param, "best_of");
+  // Trivial forms change nothing and are accepted; so is bookkeeping.
+  EXPECT_NO_THROW(cmpl({{"prompt", "hi"}, {"best_of", 1}, {"user", "u-1"}, {"metadata", {{"a", "b"}}}}));
+  EXPECT_NO_THROW(parse_request(Endpoint::Chat, json{{"messages", msgs},
+                                                     {"tool_choice", "none"},
+                                                     {"modalities", {"text"}},
+                                                     {"store", false},
+                                                     {"service_tier", "auto"}}
+                                                    .dump()));
+}
+
+TEST(OpenAiCodec, PenaltiesLogitBiasMinTokensAndStopIds) {
+  const ParsedRequest p = cmpl({{"prompt", "hi"},
+                                {"presence_penalty", 0.5},
+                                {"frequency_penalty", -1.25},
+                                {"logit_bias", {{"42", -100}, {"7", 2.5}}},
+                                {"min_tokens", 3},
+                                {"stop_token_ids", {2, 13}}});
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -1.25f);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(p.sampling.logit_bias[0], (std::pair<int32_t, float>{42, -100.0f}));
+  EXPECT_EQ(p.sampling.logit_bias[1], (std::pair<int32_t, float>{7, 2.5f}));
+  EXPECT_EQ(p.min_tokens, 3);
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{2, 13}));
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"presence_penalty", 2.5}}).param, "presence_penalty");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", {{"x1", 1}}}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", {{"1", 101}}}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", json::array()}}).param, "logit_bias");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"stop_token_ids", {-1}}}).param, "stop_token_ids");
+  EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"min_tokens", -1}}).param, "min_tokens");
+}
+
+// response_format and grammar compile to a grammar at parse time: an error
+// is a 400 naming the field, and for a schema the keyword.
+TEST(OpenAiCodec, ResponseFormatAndGrammar) {
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto chat = [&](const json& extra) {
+    json b = {{"messages", msgs}};
+    b.update(extra);
+    return b.dump();
+  };
+  EXPECT_EQ(parse_request(Endpoint::Chat, chat({{"response_format", {{"type", "text"}}}})).grammar, nullptr);
+  EXPECT_NE(parse_request(Endpoint::Chat, chat({{"response_format", {{"type", "json_object"}}}})).grammar, nullptr);
+  const std::string schema =
+      R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "x", "strict": true, "schema": {"type": "object",
+          "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": false}}}})";
+  EXPECT_NE(parse_request(Endpoint::Chat, schema).grammar, nullptr);
+  std::string bad = schema;
+  bad.replace(bad.find("\"type\": \"string\""), 16, "\"type\": \"string\", \"pattern\": \"x+\"");
+  const ApiError e = error_of(Endpoint::Chat, bad);
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(e.message.find("'pattern'"), std::string::npos) << e.message;
+  EXPECT_NE(cmpl({{"prompt", "x"}, {"grammar", "root ::= \"a\"+"}}).grammar, nullptr);
+  const ApiError g = cmpl_error({{"prompt", "x"}, {"grammar", "root ::= \"a\"\nroot ::= b"}});
+  EXPECT_EQ(g.param, "grammar");
+  EXPECT_NE(g.message.find("line 2"), std::string::npos) << g.message;
+  EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "yaml"}}}})).param, "response_format");
+  EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}})).param,
+            "grammar");
 }

@@ -77,3 +77,45 @@ TEST(StopMatcher, HoldsPrefixesAndCutsAtStop) {
   EXPECT_EQ(m2.push("EN", stopped), "");
   EXPECT_EQ(m2.flush(), "EN");
 }
+
+// logit_bias first, then OpenAI's presence / frequency penalties over the
+// generated counts, then bans; each changes the argmax exactly as defined.
+TEST(Sampler, LogitBiasPenaltiesAndBans) {
+  float l[4] = {3.0f, 2.5f, 2.0f, 0.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  {
+    p.logit_bias = {{0, -100.0f}};
+    Sampler s(p);
+    EXPECT_EQ(s.sample(l, 4, {}), 1);  // -100 removes token 0
+    p.logit_bias = {{3, 3.5f}};
+    Sampler t(p);
+    EXPECT_EQ(t.sample(l, 4, {}), 3);  // 0 + 3.5 > 3
+    p.logit_bias.clear();
+  }
+  const std::unordered_map<int32_t, int> counts = {{0, 2}, {1, 1}};
+  DrawContext ctx;
+  ctx.generated = &counts;
+  p.frequency_penalty = 0.3f;  // token 0: 3 - 0.6 = 2.4, token 1: 2.5 - 0.3 = 2.2
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, ctx), 0);
+  p.frequency_penalty = 0.6f;  // token 0: 1.8, token 1: 1.9, token 2: 2.0
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, ctx), 2);
+  p.frequency_penalty = 0;
+  p.presence_penalty = 0.75f;  // once per seen token: 2.25, 1.75, 2.0
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, ctx), 0);
+  p.presence_penalty = 1.1f;  // 1.9, 1.4, 2.0
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, ctx), 2);
+  DrawContext none;  // no counts given: no penalty
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, none), 0);
+  const int32_t banned[] = {0, 2};
+  ctx.banned = banned;
+  EXPECT_EQ(Sampler(p).sample_with(l, 4, ctx), 1);  // 1.4 is all that is left above 0
+  // Sampled at a temperature, a banned token is never drawn.
+  p.temperature = 1.5f;
+  p.top_k = 0, p.top_p = 1, p.min_p = 0, p.presence_penalty = 0;
+  Sampler s(p);
+  for (int i = 0; i < 500; ++i) {
+    const int t = s.sample_with(l, 4, ctx);
+    ASSERT_TRUE(t == 1 || t == 3) << t;
+  }
+}

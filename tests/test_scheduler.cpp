@@ -101,6 +101,24 @@ TEST(Admission, PoolLimitsAndFootprint) {
   EXPECT_THROW(pool_limits(100, c), std::invalid_argument);
 }
 
+// `serve --max-seqs 1 --ctx 512` sizes the pool for one context (33 blocks of
+// 16): the one sequence it runs may use that context, whatever the share.
+TEST(Admission, ARequestMayUseOneSequencesShareOfThePool) {
+  SchedulerConfig c;
+  c.max_seqs = 1;
+  EXPECT_EQ(pool_limits(33, c).request_cap, 33 - pool_limits(33, c).headroom);
+  c.max_seqs = 2;
+  EXPECT_EQ(pool_limits(100, c).request_cap, 50);
+  c.max_seqs = 64;  // many sequences: the share rules
+  EXPECT_EQ(pool_limits(100, c).request_cap, 25);
+  c.max_seqs = 1;
+  Harness h(pool(33), c);
+  const SubmitResult r = h.submit(5, 200);  // 13 blocks, over 25% of 33
+  EXPECT_TRUE(r.accepted) << r.message;
+  h.run();
+  EXPECT_EQ(h.tk(r.id, 0).size(), 200u);
+}
+
 TEST(Admission, DrainRateAndRetryAfter) {
   SchedulerConfig c;
   DrainRate d(5.0);
@@ -158,12 +176,13 @@ TEST(Scheduler, ImmediateRejectionsCarryReasons) {
   c.max_queue = 2;
   c.max_seqs = 1;  // between steps: 2 may wait + 1 may start
   Harness h(pool(100), c);
-  SubmitResult r = h.submit(400, 16);  // 26 blocks > 25 (25% of 100)
+  // One sequence at a time may use the pool less headroom (95 of 100), not more.
+  SubmitResult r = h.submit(1520, 16);  // 96 blocks
   EXPECT_FALSE(r.accepted);
   EXPECT_EQ(r.reason, RejectReason::RequestShare);
   EXPECT_FALSE(retryable(r.reason));
   EXPECT_EQ(r.retry_after_s, 0);
-  EXPECT_NE(r.message.find("26"), std::string::npos);
+  EXPECT_NE(r.message.find("96"), std::string::npos);
   r = h.submit(5000, 16);
   EXPECT_EQ(r.reason, RejectReason::ContextLength);
   Request empty;
@@ -675,4 +694,56 @@ TEST(Scheduler, ShedLimitsShortenBatchAndStopAdmissions) {
     h.run();
     EXPECT_EQ(h.tk(e.id, 0), h.expected(4, 8, 10));  // after the limits were lifted
   }
+}
+
+// min_tokens bans the end-of-generation ids (and stop_token_ids) until a
+// choice has that many tokens; a stop_token_id ends a choice like EOS (the
+// token is not emitted), and ignore_eos does not lift it.
+TEST(Scheduler, MinTokensAndStopTokenIds) {
+  FakeExecutor ex(pool(64));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back((i * 7 + 1) % 60);
+  const int32_t first = ex.next_token(prompt);  // the fake's greedy first token
+  Scheduler s(ex, SchedulerConfig{}, [&](int32_t t) { return t == first; });
+  auto run = [&](Request r) {
+    r.prompt = prompt;
+    r.sampling.temperature = 0;
+    r.max_tokens = 8;
+    const SubmitResult sr = s.submit(std::move(r), 0);
+    EXPECT_TRUE(sr.accepted) << sr.message;
+    std::vector<int32_t> toks;
+    FinishReason fin = FinishReason::None;
+    for (int i = 0; i < 100 && s.has_work(); ++i) {
+      std::vector<TokenEvent> ev;
+      s.step(0.01 * i, ev);
+      for (const TokenEvent& e : ev) {
+        if (e.token >= 0) toks.push_back(e.token);
+        if (e.finish != FinishReason::None) fin = e.finish;
+      }
+    }
+    return std::make_pair(toks, fin);
+  };
+  auto [plain, f0] = run(Request{});
+  EXPECT_TRUE(plain.empty());  // the first greedy token is end of generation
+  EXPECT_EQ(f0, FinishReason::Stop);
+  Request m;
+  m.min_tokens = 3;
+  auto [held, f1] = run(m);
+  ASSERT_GE(held.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(held[i], first) << "end of generation drawn at token " << i;
+  Request ign;
+  ign.ignore_eos = true;
+  ign.stop_token_ids = {first};
+  auto [stopped, f2] = run(ign);
+  EXPECT_TRUE(stopped.empty());
+  EXPECT_EQ(f2, FinishReason::Stop);
+  Request bad;
+  bad.stop_token_ids = {999};
+  bad.prompt = prompt;
+  EXPECT_EQ(s.submit(bad, 0).reason, RejectReason::Invalid);
+  Request too_many;
+  too_many.prompt = prompt;
+  too_many.max_tokens = 2;
+  too_many.min_tokens = 3;
+  EXPECT_NE(s.submit(too_many, 0).message.find("exceeds max_tokens"), std::string::npos);
 }

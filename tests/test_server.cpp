@@ -328,7 +328,6 @@ TEST(Server, MalformedInputCorpus) {
       {"{\"prompt\": []}", 400},
       {"{\"prompt\": [\"a\", 1]}", 400},
       {"{\"prompt\": \"x\", \"priority\": \"batch\"}", 400},
-      {"{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400},
       {"{\"prompt\": [-5]}", 400},
       {"{\"prompt\": [99999999]}", 400},
       {"{\"prompt\": \"x\", \"max_tokens\": 100000}", 400},
@@ -667,4 +666,47 @@ TEST(Server, SigtermDrainsStreamsAndExitsZero) {
   ASSERT_GE(ev.size(), 2u);
   EXPECT_TRUE(ev.back().is_null());
   EXPECT_FALSE(ev[ev.size() - 2]["choices"][0]["finish_reason"].is_null());
+}
+
+// llama-server's token endpoints: /tokenize as `kvserve tokenize`, with
+// pieces; /detokenize back to the text; /apply-template the prompt a chat
+// request is fed; bad input and unknown fields are 400s.
+TEST(Server, TokenizeDetokenizeApplyTemplate) {
+  REQUIRE_SHARED();
+  Server s({"-m", stories()});
+  const std::string text = "Once upon a time, a little cat";
+  std::string out;
+  ASSERT_EQ(kvs::test::run_kvserve({"tokenize", "-m", stories(), "-p", text, "--json"}, &out), 0);
+  const json cli = json::parse(out);
+  Reply r = post(s.port(), "/tokenize", {{"content", text}, {"add_special", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json ids = r.js()["tokens"];
+  EXPECT_EQ(ids, cli["tokens"]) << out;
+  r = post(s.port(), "/tokenize", {{"content", text}, {"with_pieces", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json pieces = r.js()["tokens"];
+  std::string joined;
+  for (const json& p : pieces) {
+    ASSERT_TRUE(p["id"].is_number_integer());
+    joined += p["piece"].get<std::string>();
+  }
+  EXPECT_EQ(joined, " " + text);  // raw pieces: SentencePiece's space before the first word included
+  json plain = json::array();
+  for (const json& t : ids)
+    if (t != 1) plain.push_back(t);  // without BOS
+  r = post(s.port(), "/detokenize", {{"tokens", plain}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["content"], text);
+  r = post(s.port(), "/apply-template", {{"messages", {{{"role", "user"}, {"content", "Hi there"}}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.js()["prompt"].get<std::string>().find("Hi there"), std::string::npos) << r.body;
+  EXPECT_EQ(post(s.port(), "/detokenize", {{"tokens", {99999}}}).status, 400);
+  const Reply unknown = post(s.port(), "/tokenize", {{"content", "x"}, {"add_bos", true}});
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_EQ(unknown.js()["error"]["param"], "add_bos");
+  EXPECT_EQ(request(s.port(), "GET", "/tokenize").status, 405);
+  const Reply emb = post(s.port(), "/v1/embeddings", {{"input", "x"}});
+  EXPECT_EQ(emb.status, 404);
+  EXPECT_EQ(emb.js()["error"]["code"], "embeddings_not_served");
+  EXPECT_EQ(post(s.port(), "/v1/completions", {{"prompt", "x"}, {"temprature", 1}}).js()["error"]["param"], "temprature");
 }

@@ -102,9 +102,9 @@ void PagedEngine::check_prompt(std::span<const int32_t> prompt, int64_t limit) c
     throw std::invalid_argument(e);
 }
 
-SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope) {
+SeqAdmission PagedEngine::add(std::span<const int32_t> prompt, const Scope& scope, bool use_cache) {
   check_prompt(prompt, max_ctx_);
-  return kv_.add_sequence(prompt, kv_scope(scope), importer_.get());
+  return kv_.add_sequence(prompt, kv_scope(scope), use_cache ? importer_.get() : nullptr, use_cache);
 }
 
 PagedEngine::~PagedEngine() = default;

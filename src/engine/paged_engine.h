@@ -85,7 +85,7 @@ class PagedEngine {
   // empty: the last prompt token is always recomputed for its logits). The
   // model identity is folded into `scope` here, so equal caller scopes on
   // different models never share blocks.
-  SeqAdmission add(std::span<const int32_t> prompt, const Scope& scope = {});
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& scope = {}, bool use_cache = true);
   // The scope the KV manager keys this caller's blocks with (model identity
   // folded in): for side-effect-free probes such as
   // kv().cached_prefix_blocks(prompt, kv_scope(caller)).

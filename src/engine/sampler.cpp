@@ -28,18 +28,41 @@ void Sampler::advance(uint64_t draws) {
 }
 
 int Sampler::sample(const float* logits, int n_vocab, const std::vector<int>& history) {
-  cand_.resize(n_vocab);
-  for (int i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], i};
+  DrawContext ctx;
+  ctx.history = &history;
+  return sample_with(logits, n_vocab, ctx);
+}
 
-  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+void Sampler::adjust(int n_vocab, const DrawContext& ctx) {
+  for (const auto& [id, b] : p_.logit_bias)
+    if (token_in_vocab(id, n_vocab)) cand_[size_t(id)].first += b;
+  if (ctx.history && p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) {
+    const std::vector<int>& history = *ctx.history;
     const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
-    std::unordered_set<int> seen(history.end() - n, history.end());
+    std::unordered_set<int> seen(history.end() - std::ptrdiff_t(n), history.end());
     for (int id : seen) {
       if (!token_in_vocab(id, n_vocab)) continue;
-      float& l = cand_[id].first;
+      float& l = cand_[size_t(id)].first;
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
   }
+  if (ctx.generated && (p_.presence_penalty != 0 || p_.frequency_penalty != 0))
+    for (const auto& [id, count] : *ctx.generated)
+      if (token_in_vocab(id, n_vocab) && count > 0)
+        cand_[size_t(id)].first -= p_.frequency_penalty * float(count) + p_.presence_penalty;
+  for (int32_t id : ctx.banned)
+    if (token_in_vocab(id, n_vocab)) cand_[size_t(id)].first = -INFINITY;
+  if (ctx.allowed) {
+    const std::vector<uint64_t>& m = *ctx.allowed;
+    for (int i = 0; i < n_vocab; ++i)
+      if (size_t(i) / 64 >= m.size() || !(m[size_t(i) / 64] >> (i % 64) & 1)) cand_[size_t(i)].first = -INFINITY;
+  }
+}
+
+int Sampler::sample_with(const float* logits, int n_vocab, const DrawContext& ctx) {
+  cand_.resize(size_t(n_vocab));
+  for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i], i};
+  adjust(n_vocab, ctx);
   if (p_.temperature <= 0.f) {
     int best = 0;
     for (int i = 1; i < n_vocab; ++i)

@@ -17,8 +17,8 @@ void EventingExecutor::flush() {
   pub_.offer(std::move(batch), wall_seconds());
 }
 
-SeqAdmission EventingExecutor::add(std::span<const int32_t> prompt, const Scope& caller) {
-  const SeqAdmission a = inner_->add(prompt, caller);
+SeqAdmission EventingExecutor::add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) {
+  const SeqAdmission a = inner_->add(prompt, caller, use_cache);
   flush();
   return a;
 }

@@ -20,7 +20,7 @@ class EventingExecutor final : public sched::StepExecutor, private sched::Handov
 
   const KvManager& kv() const override { return inner_->kv(); }
   Scope kv_scope(const Scope& caller) const override { return inner_->kv_scope(caller); }
-  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override;
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) override;
   SeqId fork(SeqId seq) override;
   void release(SeqId seq) override;
   StepResult step(const std::vector<SeqStep>& items) override;

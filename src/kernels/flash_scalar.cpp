@@ -99,6 +99,7 @@ const FlashKernel& flash_kernel_scalar() {
 
 const FlashKernel& flash_kernel() {
   switch (active_isa()) {
+    case Isa::Amx:
     case Isa::Avx512: return flash_kernel_avx512();
     case Isa::Avx2: return flash_kernel_avx2();
     default: return flash_kernel_scalar();

@@ -373,7 +373,7 @@ KVS_TARGET_END()
 namespace {
 bool fast512(const KvLayout& L) {
   // A head spans at most 16 channel groups (one register of scales).
-  return active_isa() == Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
+  return active_isa() >= Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
          (!L.quantized() || (L.group_channels % 16 == 0 && L.head_dim <= 16 * L.group_channels));
 }
 }  // namespace

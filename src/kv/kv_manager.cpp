@@ -72,13 +72,14 @@ void KvManager::pin_cached(Seq& s, std::span<const int32_t> prompt) {
   });
 }
 
-SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer) {
+SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer,
+                                     bool use_cache) {
   owner_.check("KvManager::add_sequence");
   Seq s;
   s.scope = scope;
   const int64_t n = int64_t(prompt.size());
   int64_t ram_hits = 0;
-  if (caching_) {
+  if (caching_ && use_cache) {
     pin_cached(s, prompt);  // each hit shared: an import below cannot evict it
     ram_hits = int64_t(s.table.size());
     if (importer && !dropped_.empty() && is_dropped(scope)) importer = nullptr;
@@ -102,7 +103,7 @@ SeqAdmission KvManager::add_sequence(std::span<const int32_t> prompt, const Scop
   }
   s.residual.assign(residual_floats_, 0.0f);
   s.tokens.assign(prompt.begin(), prompt.begin() + cached);
-  if (caching_) {
+  if (caching_ && use_cache) {
     query_tokens_ += n;
     hit_tokens_ += cached;
   }

@@ -112,7 +112,10 @@ class KvManager {
   // With an importer, the chain continues past the first RAM miss with
   // blocks the importer has ready (a lower tier): each goes into a fresh
   // block, is keyed, and counts as cached (SeqAdmission::imported_tokens).
-  SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer = nullptr);
+  // use_cache false: nothing is taken from the cache (every prompt position
+  // is computed, e.g. for prompt logprobs); the blocks are still keyed after.
+  SeqAdmission add_sequence(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer = nullptr,
+                            bool use_cache = true);
   // Disaggregated decode: a prompt whose K/V another worker computed. Pins
   // the prompt's cached full blocks (RAM hits, which need not travel) and
   // reserves fresh blocks for the rest of the prompt, all or nothing

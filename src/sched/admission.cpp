@@ -33,7 +33,11 @@ PoolLimits pool_limits(int64_t total, const SchedulerConfig& c) {
   l.total = total;
   l.headroom = headroom_blocks(total, c.kv_headroom);
   l.interactive_reserve = headroom_blocks(total, c.interactive_reserve);
-  l.request_cap = std::min(share_of(total, c.max_request_share), total - l.headroom);
+  // One request may always take one sequence's share of what the pool was
+  // sized for: with --max-seqs 1 the whole pool (less headroom), or the only
+  // sequence the server runs could not use its own context.
+  const int64_t per_seq = total / std::max(1, c.max_seqs);
+  l.request_cap = std::min(std::max(share_of(total, c.max_request_share), per_seq), total - l.headroom);
   l.tenant_quota = c.tenant_quota_share >= 1.0 ? std::numeric_limits<int64_t>::max()
                                                : share_of(total, c.tenant_quota_share);
   if (l.limit(SloClass::Batch) < 1)

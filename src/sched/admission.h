@@ -24,7 +24,7 @@ struct PoolLimits {
   int64_t total = 0;
   int64_t headroom = 0;             // ceil(total × kv_headroom)
   int64_t interactive_reserve = 0;  // ceil(total × interactive_reserve)
-  int64_t request_cap = 0;          // floor(total × max_request_share)
+  int64_t request_cap = 0;          // max(floor(total × max_request_share), total / max_seqs), at most total - headroom
   int64_t tenant_quota = 0;         // floor(total × tenant_quota_share); INT64_MAX when off
   // The most a class may have promised in all: the batch class leaves the
   // interactive reserve alone.

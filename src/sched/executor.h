@@ -68,7 +68,8 @@ class StepExecutor {
   // The scope as the KvManager keys blocks with (model identity bound in,
   // kv/prefix_chain.h), for prefix probes without side effects.
   virtual Scope kv_scope(const Scope& caller) const = 0;
-  virtual SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) = 0;
+  // use_cache false: no prefix hit (every prompt position is computed).
+  virtual SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) = 0;
   virtual SeqId fork(SeqId seq) = 0;
   virtual void release(SeqId seq) = 0;
   // All or nothing, as PagedEngine::step: ok == false means nothing ran.
@@ -95,7 +96,9 @@ class PagedExecutor final : public StepExecutor, private TierPort, private Hando
   PagedExecutor(Engine& engine, const PagedEngineOptions& opts) : pe_(engine, opts) {}
   const KvManager& kv() const override { return pe_.kv(); }
   Scope kv_scope(const Scope& caller) const override { return pe_.kv_scope(caller); }
-  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller) override { return pe_.add(prompt, caller); }
+  SeqAdmission add(std::span<const int32_t> prompt, const Scope& caller, bool use_cache) override {
+    return pe_.add(prompt, caller, use_cache);
+  }
   SeqId fork(SeqId seq) override { return pe_.fork(seq); }
   void release(SeqId seq) override { pe_.release(seq); }
   StepResult step(const std::vector<SeqStep>& items) override { return pe_.step(items); }

@@ -9,11 +9,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/prefix_hash.h"
 
 namespace kvs::sched {
@@ -57,6 +59,12 @@ struct Request {
   std::optional<int> max_tokens;      // hard stop; nullopt = the loop's default cap
   std::vector<std::string> stop;      // stop strings (not part of the text)
   bool ignore_eos = false;
+  // End-of-generation tokens (and stop_token_ids) cannot be drawn before a
+  // choice has this many tokens; stop strings do not end it before either.
+  int min_tokens = 0;
+  // Drawing one of these ends the choice like EOS (finish "stop", the token
+  // not emitted); ignore_eos does not lift them.
+  std::vector<int32_t> stop_token_ids;
   int n = 1;                          // choices; n > 1 forks share the prompt's blocks
   SloClass slo = SloClass::Interactive;
   std::string tenant;                 // quota key (hashed in logs)
@@ -64,6 +72,17 @@ struct Request {
   double retention_s = 0;             // > 0: cached blocks of `scope` unused this long are dropped
   bool logprobs = false;              // log-probability of each sampled token
   int top_logprobs = 0;               // and the most likely alternatives (0..20)
+  // The log-probability of every prompt token after the first (and its
+  // top_logprobs alternatives), on each choice's first event: the prompt is
+  // computed whole, without prefix-cache hits (OpenAI's echo + logprobs).
+  bool prompt_logprobs = false;
+  // Constrained decoding (a JSON schema, json_object, or GBNF): every
+  // choice's text is a prefix of a sentence of this grammar, and ends only
+  // where the grammar may end (finish "stop").
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Control tokens' own text in the event text (a tool-call parser reads
+  // the markers); end-of-generation tokens still end a choice unseen.
+  bool special_text = false;
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
   bool hand_off = false;              // prefill worker: stop after the first token, hand the sequence over (n == 1)
   std::optional<Handover> handover;   // decode worker: continue a handed-over sequence (n == 1)
@@ -124,6 +143,15 @@ struct TokenLogprob {
   float logprob = 0;  // natural log of the softmax of the raw logits
 };
 
+// One prompt position: token = prompt[position] and its log-probability
+// given prompt[0, position) (none for position 0).
+struct PromptLogprob {
+  int position = 0;
+  int32_t token = -1;
+  std::optional<float> logprob;
+  std::vector<TokenLogprob> top;
+};
+
 struct Usage {
   int prompt_tokens = 0;      // len(prompt)
   int completion_tokens = 0;  // generated tokens over all choices
@@ -157,6 +185,9 @@ struct TokenEvent {
   double retry_after_s = 0;   // with Rejected
   Usage usage;                // on final events (whole request, all choices so far)
   std::optional<HandOff> hand_off;  // with FinishReason::HandedOff
+  // Request::prompt_logprobs: positions 0 .. len(prompt) - 1, on each
+  // choice's first event.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 }  // namespace kvs::sched

@@ -8,9 +8,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
 #include "sched/scheduler.h"
 
 namespace kvs::sched {
@@ -45,6 +48,8 @@ struct Scheduler::Req {
   uint64_t tier_ticket = 0;      // that fetch (0: none)
   double tier_load_ms = -1;      // how long it took (-1: no fetch)
   int64_t est_tokens = 0;        // prompt tokens it will likely run (cached / shared prefix excluded)
+  std::vector<PromptLogprob> prompt_lp;  // Request::prompt_logprobs: gathered as the prompt runs
+  bool prompt_lp_done = false;   // all of them (a recompute may use the prefix cache from then on)
   std::vector<Choice> ch;
 };
 
@@ -57,7 +62,12 @@ struct Scheduler::Draws {
   struct PerChoice {
     Sampler sampler;
     std::vector<int> hist;       // prompt + generated as int, only with a repetition penalty
+    std::unordered_map<int32_t, int> counts;  // generated tokens, only with a presence / frequency penalty
+    std::optional<grammar::Matcher> matcher;  // Request::grammar: where this choice's text is in it
   };
+  bool counts = false;           // keep `counts`
+  std::unique_ptr<grammar::MaskCache> masks;  // Request::grammar: its choices' masks by state
+  std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens
   std::vector<PerChoice> ch;
   bool logprobs = false;
   int top_logprobs = 0;
@@ -85,6 +95,9 @@ struct StepPlan {
     std::vector<int32_t> tokens; // those n ids
     bool decode = false;         // one generated token (not prompt or recompute)
     bool draws = false;          // the context is complete after it: a token is drawn from its row
+    bool ban_end = false;        // the choice has fewer than min_tokens: no end-of-generation draw
+    bool all_logits = false;     // every row's logits: prompt logprobs of positions from + 1 ..
+    int32_t next_token = -1;     // all_logits: ctx[from + n] when the prompt goes on after this chunk
     std::vector<int> forks;      // choice 0's prompt completes: these choices draw from the same row
   };
   std::vector<Slice> slices;
@@ -97,6 +110,7 @@ struct StepOutput {
   std::vector<SeqId> no_room;    // nothing ran: these sequences found too few free blocks
   std::string error;             // nothing trustworthy ran: the forward threw this
   std::vector<Sampled> samples;  // ran: in the order update() applies them
+  std::vector<std::pair<RequestId, PromptLogprob>> prompt_lps;  // ran: in position order per request
 };
 
 // What submit() decided, and the figures it keeps for an accepted request.

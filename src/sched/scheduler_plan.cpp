@@ -104,6 +104,7 @@ void Scheduler::preempt(Req* r, StepPlan& plan) {
   r->running = false;
   running_.erase(std::find(running_.begin(), running_.end(), r));
   std::erase_if(plan.slices, [&](const StepPlan::Slice& s) { return s.id == r->id; });
+  if (!r->prompt_lp_done) r->prompt_lp.clear();  // the recompute gathers them again
   requeue(r);
   ++st_.preemptions;
   plan.report.preempted.push_back(r->id);
@@ -139,12 +140,27 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
   d = std::make_unique<Draws>();
   d->logprobs = r.r.logprobs;
   d->top_logprobs = r.r.top_logprobs;
+  d->counts = r.r.sampling.presence_penalty != 0 || r.r.sampling.frequency_penalty != 0;
+  if (r.r.min_tokens > 0) {
+    if (!r.r.ignore_eos) d->banned = eog_ids_;
+    d->banned.insert(d->banned.end(), r.r.stop_token_ids.begin(), r.r.stop_token_ids.end());
+  }
+  std::shared_ptr<grammar::StackArena> arena;
+  if (r.r.grammar) {
+    arena = std::make_shared<grammar::StackArena>(r.r.grammar);
+    d->masks = std::make_unique<grammar::MaskCache>();
+    if (!trie_) {  // the first constrained request: the vocabulary's trie, once
+      pieces_ = vocab_pieces_();
+      trie_ = std::make_unique<grammar::VocabTrie>(pieces_);
+    }
+  }
   for (size_t i = 0; i < r.ch.size(); ++i) {
     SamplingParams sp = r.r.sampling;
     sp.seed += uint64_t(i);
     std::vector<int> hist;
     if (sp.repeat_penalty != 1.0f) hist.assign(r.r.prompt.begin(), r.r.prompt.end());
-    d->ch.push_back({Sampler(sp), std::move(hist)});
+    d->ch.push_back({Sampler(sp), std::move(hist), {}, std::nullopt});
+    if (arena) d->ch.back().matcher.emplace(arena);  // each choice its own state: forks diverge
   }
   return *d;
 }
@@ -163,6 +179,9 @@ void Scheduler::add_slice(StepPlan& plan, const Req& r, int ci, int from, int n)
   s.tokens.assign(c.ctx.begin() + from, c.ctx.begin() + from + n);
   s.decode = n == 1 && from + 1 == int(c.ctx.size()) && c.n_gen > 0;
   s.draws = !c.done && from + n == int(c.ctx.size());
+  s.ban_end = c.n_gen < r.r.min_tokens;
+  s.all_logits = r.r.prompt_logprobs && !r.prompt_lp_done && ci == 0;
+  if (s.all_logits && from + n < int(c.ctx.size())) s.next_token = c.ctx[size_t(from + n)];
   if (s.draws && ci == 0 && c.n_gen == 0 && r.ch.size() > 1)
     for (size_t j = 1; j < r.ch.size(); ++j)
       if (!r.ch[j].done && r.ch[j].n_gen == 0) s.forks.push_back(int(j));
@@ -181,7 +200,8 @@ void Scheduler::admit(Req* r, int& budget, StepPlan& plan) {
       c.fork_pending = true;
       continue;
     }
-    const SeqAdmission a = exec_.add(c.ctx, r->r.scope);
+    // Prompt logprobs need every prompt position's logits: no prefix hit.
+    const SeqAdmission a = exec_.add(c.ctx, r->r.scope, !(r->r.prompt_logprobs && !r->prompt_lp_done));
     c.seq = a.seq;
     c.have = a.cached_tokens;
     if (first && i == 0) {

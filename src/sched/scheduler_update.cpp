@@ -39,6 +39,21 @@ void fill_logprobs(const float* logits, int nv, int k, Sampled& s) {
 
 }  // namespace
 
+// Row i of an all-logits slice is position from + i; it scores the prompt
+// token after it: the slice's next one, for its last row the first token of
+// the next chunk (none after the prompt's last token: that row draws).
+void Scheduler::prompt_logprobs(const StepPlan& plan, size_t item, const StepResult& res, StepOutput& out) {
+  const StepPlan::Slice& sl = plan.slices[item];
+  const Draws& d = *draws_.at(sl.id);
+  for (int i = 0; i < sl.n; ++i) {
+    Sampled s;
+    s.token = i + 1 < sl.n ? sl.tokens[size_t(i) + 1] : sl.next_token;
+    if (s.token < 0) break;
+    fill_logprobs(res.logits_of(item, i), res.n_vocab, d.top_logprobs, s);
+    out.prompt_lps.push_back({sl.id, PromptLogprob{sl.from + i + 1, s.token, s.logprob->logprob, std::move(s.top)}});
+  }
+}
+
 // No lock held: the model runs over the plan's own token copies, then each
 // choice whose context is now complete draws from its row; a choice 0 that
 // just finished its prompt also draws for the choices that will fork off
@@ -49,7 +64,7 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
   if (plan.slices.empty()) return out;
   std::vector<SeqStep> items;
   items.reserve(plan.slices.size());
-  for (const StepPlan::Slice& s : plan.slices) items.push_back({s.seq, s.tokens, false});
+  for (const StepPlan::Slice& s : plan.slices) items.push_back({s.seq, s.tokens, s.all_logits});
   StepResult res = exec_.step(items);
   if (!res.ok) {
     out.no_room = std::move(res.no_room);
@@ -59,6 +74,7 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
   const int nv = res.n_vocab;
   for (size_t k = 0; k < plan.slices.size(); ++k) {
     const StepPlan::Slice& sl = plan.slices[k];
+    if (sl.all_logits) prompt_logprobs(plan, k, res, out);
     if (!sl.draws) continue;
     Draws& d = *draws_.at(sl.id);
     const float* row = res.logits_of(k);
@@ -68,7 +84,29 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
       s.id = sl.id;
       s.choice = ci;
       s.forks = forks;
-      s.token = pc.sampler.sample(row, nv, pc.hist);
+      DrawContext ctx;
+      ctx.history = &pc.hist;
+      if (d.counts) ctx.generated = &pc.counts;
+      // Forks have generated as little as choice 0; a grammar that must end
+      // now overrides min_tokens.
+      if (sl.ban_end && !(pc.matcher && pc.matcher->must_end())) ctx.banned = d.banned;
+      std::vector<uint64_t> mask;
+      if (pc.matcher && pc.sampler.params().temperature <= 0) {
+        // Greedy: the unconstrained argmax is the constrained one whenever
+        // the grammar allows it, so the mask is needed only when it does not.
+        s.token = pc.sampler.sample_with(row, nv, ctx);
+        if (!grammar_allows(*pc.matcher, s.token)) {
+          mask = grammar_mask(*pc.matcher, *d.masks);
+          ctx.allowed = &mask;
+          s.token = pc.sampler.sample_with(row, nv, ctx);
+        }
+      } else {
+        if (pc.matcher) {
+          mask = grammar_mask(*pc.matcher, *d.masks);
+          ctx.allowed = &mask;
+        }
+        s.token = pc.sampler.sample_with(row, nv, ctx);
+      }
       if (d.logprobs || d.top_logprobs > 0) fill_logprobs(row, nv, d.top_logprobs, s);
       out.samples.push_back(std::move(s));
     };
@@ -78,14 +116,37 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
   return out;
 }
 
+// What a choice's first event carries: position 0 (no logprob), then the rest.
+static std::vector<PromptLogprob> prompt_lp_of(const Scheduler::Req& r) {
+  std::vector<PromptLogprob> v;
+  v.reserve(r.prompt_lp.size() + 1);
+  v.push_back({0, r.r.prompt.at(0), std::nullopt, {}});
+  v.insert(v.end(), r.prompt_lp.begin(), r.prompt_lp.end());
+  return v;
+}
+
 void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
   Choice& c = r->ch[size_t(ci)];
   if (r->r.hand_off && c.n_gen == 0) {
     hand_off(r, ci, s, out);
     return;
   }
-  if (is_eog_ && !r->r.ignore_eos && is_eog_(s.token)) {
+  const bool first = c.n_gen == 0;
+  if (first && r->r.prompt_logprobs) r->prompt_lp_done = true;
+  const auto& stop_ids = r->r.stop_token_ids;
+  if ((is_eog_ && !r->r.ignore_eos && is_eog_(s.token)) ||
+      std::find(stop_ids.begin(), stop_ids.end(), s.token) != stop_ids.end()) {
     finish_choice(r, ci, FinishReason::Stop, -1, out);
+    if (first && r->r.prompt_logprobs) out.back().prompt_logprobs = prompt_lp_of(*r);
+    return;
+  }
+  Draws& d = draws_of(*r);
+  Draws::PerChoice& pc = d.ch[size_t(ci)];
+  if (pc.matcher && !pc.matcher->accept(pieces_.at(size_t(s.token)))) {
+    // Only a token from elsewhere (a hand-over's first) can break it.
+    ++st_.failed;
+    finish_choice(r, ci, FinishReason::Error, -1, out);
+    out.back().message = "token " + std::to_string(s.token) + " breaks the request's grammar";
     return;
   }
   TokenEvent e;
@@ -94,14 +155,34 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   e.token = s.token;
   e.logprob = s.logprob;
   e.top_logprobs = s.top;
+  if (first && r->r.prompt_logprobs) e.prompt_logprobs = prompt_lp_of(*r);
   out.push_back(std::move(e));
   c.ctx.push_back(s.token);
-  Draws::PerChoice& pc = draws_of(*r).ch[size_t(ci)];
   if (!pc.hist.empty()) pc.hist.push_back(s.token);
+  if (d.counts) ++pc.counts[s.token];
   ++c.n_gen;
   ++st_.generated_tokens;
-  if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
+  if (pc.matcher && pc.matcher->must_end()) finish_choice(r, ci, FinishReason::Stop, s.token, out);  // a whole sentence
+  else if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
     finish_choice(r, ci, FinishReason::Length, s.token, out);
+}
+
+std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache) {
+  std::vector<uint64_t> mask = cache.get(m, *trie_);
+  const bool dead = std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; });
+  // Where the grammar may end, end of generation is allowed too; where no
+  // token of this vocabulary continues it, only that is left.
+  if (m.can_end() || dead)
+    for (int32_t t : eog_ids_) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+  return mask;
+}
+
+bool Scheduler::grammar_allows(const grammar::Matcher& m, int32_t token) const {
+  if (std::binary_search(eog_ids_.begin(), eog_ids_.end(), token)) return m.can_end();
+  const std::string& p = pieces_.at(size_t(token));
+  if (p.empty()) return false;
+  grammar::Matcher c = m;
+  return c.accept(p);
 }
 
 // A prefill worker's request (Request::hand_off) ends at its first token,
@@ -171,6 +252,7 @@ bool Scheduler::update(StepPlan& plan, const StepOutput& res, double now, std::v
       }
       ++rep.seqs;
     }
+    for (const auto& [id, lp] : res.prompt_lps) reqs_.at(id)->prompt_lp.push_back(lp);
     for (const Sampled& s : res.samples) {
       auto it = reqs_.find(s.id);
       if (it == reqs_.end()) continue;

@@ -1,6 +1,11 @@
 #include "server/openai_codec.h"
 
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+#include "server/request_fields.h"
+
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace kvs::server {
@@ -101,17 +106,36 @@ std::optional<sched::SloClass> parse_priority(const json& o) {
   return *p <= 0 ? sched::SloClass::Interactive : sched::SloClass::Batch;
 }
 
-std::vector<int32_t> token_ids(const json& a, const std::string& where) {
+std::vector<int32_t> token_ids(const json& a, const std::string& where, const char* param = "prompt") {
   std::vector<int32_t> ids;
   for (const auto& t : a) {
     const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() <= uint64_t(INT32_MAX)
                     : t.is_number_integer() ? t.get<int64_t>() >= 0 && t.get<int64_t>() <= INT32_MAX
                                             : false;
     if (!ok)
-      throw bad_request("'" + where + "' token ids must be non-negative integers", "prompt");
+      throw bad_request("'" + where + "' token ids must be non-negative integers", param);
     ids.push_back(int32_t(t.get<int64_t>()));
   }
   return ids;
+}
+
+// OpenAI's shape: {"<token id>": bias in [-100, 100], ...} (at most 300).
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& j) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* b = field(j, "logit_bias");
+  if (!b) return out;
+  if (!b->is_object()) throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+  if (b->size() > 300) throw bad_request("'logit_bias' has more than 300 entries", "logit_bias");
+  for (const auto& [k, v] : b->items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(k.c_str(), &end, 10);
+    if (k.empty() || *end != 0 || id < 0 || id > INT32_MAX)
+      throw bad_request("'logit_bias' keys must be token ids (\"123\"), got \"" + k.substr(0, 32) + "\"", "logit_bias");
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < -100 || v.get<double>() > 100)
+      throw bad_request("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
+    out.push_back({int32_t(id), float(v.get<double>())});
+  }
+  return out;
 }
 
 // "prompt": a string, an array of strings, an array of token ids, or an
@@ -185,6 +209,39 @@ std::vector<std::string> parse_stop(const json& j) {
   return stop;
 }
 
+// response_format / grammar to a compiled grammar (null: free text). The
+// schema is read from the body again in order: properties must come out in
+// the order the client listed them.
+std::shared_ptr<const grammar::Grammar> parse_constraint(const json& j, const std::string& body) {
+  const json* rf = field(j, "response_format");
+  const json* g = field(j, "grammar");
+  if (rf && g) throw bad_request("give 'response_format' or 'grammar', not both", "grammar");
+  try {
+    if (g) {
+      if (!g->is_string()) throw bad_request("'grammar' must be a GBNF string", "grammar");
+      return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(g->get<std::string>()));
+    }
+    if (!rf) return nullptr;
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      throw bad_request("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = (*rf)["type"];
+    if (type == "text") return nullptr;
+    if (type == "json_object")
+      return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_object_gbnf()));
+    if (type != "json_schema")
+      throw bad_request("'response_format.type' must be text, json_object or json_schema", "response_format");
+    const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body);
+    const auto& js = o["response_format"]["json_schema"];
+    if (!js.is_object() || !js.contains("schema"))
+      throw bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+    if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+      throw bad_request("'response_format.json_schema.strict' must be true or false", "response_format");
+    return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_schema_gbnf(js["schema"])));
+  } catch (const grammar::GrammarError& e) {
+    throw bad_request(e.what(), g ? "grammar" : "response_format");
+  }
+}
+
 // nlohmann's own text quotes the bytes it last read (prompt text): the
 // client gets the offset instead.
 ApiError json_syntax_error(const json::exception& e, const std::string& body) {
@@ -205,6 +262,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     throw json_syntax_error(e, body);
   }
   if (!j.is_object()) throw bad_request("request body must be a JSON object");
+  check_fields(ep, j);
   ParsedRequest r;
   r.endpoint = ep;
   if (const json* m = field(j, "model")) {
@@ -227,6 +285,15 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   if (r.sampling.top_k < 0) r.sampling.top_k = 0;  // -1 (vLLM) = off
   r.sampling.min_p = float(get_number(j, "min_p", 0, 1).value_or(0.0));
   r.sampling.repeat_penalty = float(get_number(j, "repetition_penalty", 0.01, 10).value_or(1.0));
+  r.sampling.presence_penalty = float(get_number(j, "presence_penalty", -2, 2).value_or(0.0));
+  r.sampling.frequency_penalty = float(get_number(j, "frequency_penalty", -2, 2).value_or(0.0));
+  r.sampling.logit_bias = parse_logit_bias(j);
+  r.min_tokens = int(get_int(j, "min_tokens", 0, 1 << 24).value_or(0));
+  if (const json* st = field(j, "stop_token_ids")) {
+    if (!st->is_array()) throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    r.stop_token_ids = token_ids(*st, "stop_token_ids", "stop_token_ids");
+    if (r.stop_token_ids.size() > 64) throw bad_request("'stop_token_ids' has more than 64 ids", "stop_token_ids");
+  }
   if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
     r.sampling.seed = uint64_t(*s);
     r.seeded = true;
@@ -258,16 +325,15 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   }
   if (ep == Endpoint::Completions) {
     r.echo = get_bool(j, "echo").value_or(false);
-    // Prompt-token logprobs would need the prompt positions' logits, which
-    // the engine loop does not return.
-    if (r.echo && r.logprobs)
-      throw bad_request("'echo' together with 'logprobs' is not supported (prompt-token logprobs are not computed)",
-                        "echo");
+    // With logprobs, the prompt's own logprobs too (Request::prompt_logprobs).
   }
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.slo = parse_priority(j);
+  r.grammar = parse_constraint(j, body);
   return r;
 }
+
+std::vector<ChatMessage> parse_chat_messages(const json& body) { return parse_messages(body); }
 
 const char* finish_reason_name(FinishReason f) {
   switch (f) {
@@ -322,6 +388,21 @@ void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vecto
   lp["text_offset"].push_back(offset);
 }
 
+// Echo with logprobs: the prompt's tokens lead the arrays, the first one
+// with null logprob and alternatives (it is given, not predicted).
+void add_prompt_logprobs(json& lp, const std::vector<sched::PromptLogprob>& prompt, const TokenText& tt, int64_t& off) {
+  for (const sched::PromptLogprob& p : prompt) {
+    const std::string s = tt(p.token);
+    lp["tokens"].push_back(s);
+    lp["token_logprobs"].push_back(p.logprob ? json(*p.logprob) : json(nullptr));
+    json alts = p.logprob ? json::object() : json(nullptr);
+    for (const auto& a : p.top) alts[tt(a.token)] = a.logprob;
+    lp["top_logprobs"].push_back(alts);
+    lp["text_offset"].push_back(off);
+    off += int64_t(s.size());
+  }
+}
+
 // The fields every response object and chunk starts with.
 json response_head(const ResponseMeta& meta, const char* object) {
   json out;
@@ -363,6 +444,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
       } else {
         lp = empty_legacy_logprobs();
         int64_t off = 0;
+        add_prompt_logprobs(lp, c.prompt_logprobs, tt, off);
         for (size_t k = 0; k < c.logprobs.size(); ++k) {
           add_legacy_logprob(lp, c.logprobs[k], c.top_logprobs.at(k), tt, off);
           off += int64_t(tt(c.logprobs[k].token).size());
@@ -386,7 +468,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
 json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
                   const TokenText& tt) {
   const bool final = e.finish != FinishReason::None;
-  const bool has_lp = logprobs && e.logprob.has_value();
+  const bool has_lp = logprobs && (e.logprob.has_value() || !e.prompt_logprobs.empty());
   if (e.text.empty() && !final && !has_lp && !(first && ep == Endpoint::Chat)) return nullptr;
   json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
   json ch;
@@ -397,7 +479,9 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
       lp = chat_logprobs(json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)}));
     } else {
       lp = empty_legacy_logprobs();
-      add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, 0);
+      int64_t off = 0;
+      add_prompt_logprobs(lp, e.prompt_logprobs, tt, off);
+      if (e.logprob) add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, off);
     }
   }
   if (ep == Endpoint::Chat) {

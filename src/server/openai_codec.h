@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "sched/request.h"
 #include "server/chat_template.h"
 
@@ -30,7 +31,9 @@ struct ApiError {
 std::string error_body(const ApiError& e);
 ApiError bad_request(const std::string& message, const std::string& param = {});
 
-enum class Endpoint { Completions, Chat };
+// Responses (/v1/responses) is parsed and rendered by responses_codec.h;
+// the rest of the path treats it as a chat request.
+enum class Endpoint { Completions, Chat, Responses };
 
 // One completions prompt: text, or token ids fed verbatim (no BOS added).
 struct PromptInput {
@@ -54,6 +57,11 @@ struct ParsedRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool ignore_eos = false;
+  int min_tokens = 0;                         // vLLM's min_tokens
+  std::vector<int32_t> stop_token_ids;        // vLLM's stop_token_ids
+  // response_format json_object / json_schema, or llama-server's "grammar"
+  // (GBNF), compiled; null for free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<sched::SloClass> slo;         // "priority" / "slo_class"
 };
 
@@ -66,9 +74,13 @@ inline constexpr size_t kMaxStopBytes = 256;
 inline constexpr int kMaxTopLogprobs = 20;
 
 // Parses and validates a request body; throws ApiError (400) naming the
-// field. Unknown fields are ignored (as OpenAI-compatible servers do); a
-// field of the wrong type is an error; null counts as absent.
+// field. An unknown field, or a known one kvserve does not implement, is a
+// 400 naming it (server/request_fields.h); a field of the wrong type is an
+// error; null counts as absent.
 ParsedRequest parse_request(Endpoint ep, const std::string& body);
+
+// The "messages" array of a chat body (the same checks as parse_request's).
+std::vector<ChatMessage> parse_chat_messages(const nlohmann::json& body);
 
 // What one choice produced, for the non-streaming response.
 struct ChoiceResult {
@@ -76,6 +88,7 @@ struct ChoiceResult {
   sched::FinishReason finish = sched::FinishReason::None;
   std::vector<sched::TokenLogprob> logprobs;               // one per token, when asked
   std::vector<std::vector<sched::TokenLogprob>> top_logprobs;
+  std::vector<sched::PromptLogprob> prompt_logprobs;       // echo with logprobs: the prompt's tokens first
 };
 
 // Token id -> its text (bytes; may be a partial UTF-8 character).
