@@ -1,11 +1,16 @@
-// Decode attention micro-benchmark at the 1.1B Llama shape (32 query heads,
-// 4 kv heads, head_dim 64): one query token over a paged cache of `ctx`
-// tokens, one layer, every kv-head group, for each --kv-type. Counters:
-//   GFLOP/s   4 * n_heads * head_dim * ctx per call (QK^T and PV)
-//   KV_GB/s   bytes of K and V the call reads (the layer's cache)
-// The cache is spread over enough layers (>= 256 MiB) that calls stream it
-// from DRAM, as a real decode step does.
-// Run: build/bench_attention --benchmark_filter='attention/int8'
+// Attention micro-benchmarks, one thread, one layer, each --kv-type:
+//   attention/<type>/<ctx>  decode: one query token over a paged cache of
+//       `ctx` tokens (32 query heads, 4 kv heads, head_dim 64), every kv-head
+//       group; the cache is spread over >= 256 MiB so calls stream it from
+//       DRAM, as a real decode step does.
+//   prefill/<type>/<ctx>    a causal prompt of `ctx` tokens at the 1.1B
+//       bench model's shape (32 heads, 8 kv heads, head_dim 64): every query
+//       block (64 tokens; one token group of 16 for int8/int4) and kv group,
+//       head by head, as the engine runs them.
+// Counters:
+//   GFLOP/s   4 * n_heads * head_dim per (query, visible key) (QK^T and PV)
+//   KV_GB/s   decode: bytes of K and V the call reads (the layer's cache)
+// Run: build/bench_attention --benchmark_filter='prefill/f32'
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -30,6 +35,12 @@ struct Case {
 const Case kCases[] = {{KvType::F32, KeyScale::Channel, "f32"},     {KvType::F16, KeyScale::Channel, "f16"},
                        {KvType::BF16, KeyScale::Channel, "bf16"},   {KvType::Int8, KeyScale::Channel, "int8"},
                        {KvType::Int4, KeyScale::Channel, "int4"},   {KvType::Int4, KeyScale::Token, "int4_token"}};
+
+// Scratch floats for `rows` query rows.
+size_t scratch_floats(int rows, int ctx, int head_dim) {
+  (void)ctx;  // the tiled kernel keeps no score rows
+  return attention_scratch_floats(rows, head_dim);
+}
 
 void BM_attention(benchmark::State& st, Case c) {
   const int ctx = int(st.range(0));
@@ -58,7 +69,7 @@ void BM_attention(benchmark::State& st, Case c) {
   std::vector<float> q(size_t(kHeads) * kHeadDim), out(q.size());
   for (auto& x : q) x = nd(rng);
   const int r = kHeads / kKvHeads;
-  std::vector<float> scratch(attention_scratch_floats(r, ctx, kBlock, kHeadDim));
+  std::vector<float> scratch(scratch_floats(r, ctx, kHeadDim));
   const AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
   int cp = 0;
   for (auto _ : st) {
@@ -74,12 +85,61 @@ void BM_attention(benchmark::State& st, Case c) {
       benchmark::Counter(calls * double(L.block_bytes()) * ctx / kBlock / 1e9, benchmark::Counter::kIsRate);
 }
 
+void BM_prefill(benchmark::State& st, Case c) {
+  constexpr int kH = 32, kKv = 8;
+  const int ctx = int(st.range(0));
+  KvLayout L{1, kKv, kHeadDim, kBlock};
+  L.type = c.type;
+  L.key_scale = c.ks;
+  L.group_tokens = kBlock;
+  const int kT = L.quantized() ? L.group_tokens : 64;  // the engine's query blocks (batch_plan.cpp)
+  const int blocks = (ctx + kBlock - 1) / kBlock;
+  BlockStorage storage(L, blocks);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const size_t row = L.row_floats(), qdim = size_t(kH) * kHeadDim;
+  std::vector<float> k(size_t(blocks) * kBlock * row), v(k.size()), q(size_t(ctx) * qdim), out(q.size());
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  for (int b = 0; b < blocks; ++b) {
+    const size_t o = size_t(b) * kBlock * row;
+    if (L.quantized()) kvc::store_group(storage.view(), b, 0, 0, &k[o], &v[o]);
+    else kvc::store_rows(storage.view(), b, 0, 0, kBlock, &k[o], &v[o]);
+  }
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) table[size_t(b)] = b;
+  std::vector<float> scratch(scratch_floats(kH / kKv * kT, ctx, kHeadDim));
+  const AttnShape shape{kH, kKv, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  for (auto _ : st) {
+    // Head-major, as the engine hands out its tasks: one head's keys stay in cache.
+    for (int g = 0; g < kKv; ++g)
+      for (int t0 = 0; t0 < ctx; t0 += kT) {
+        const int T = std::min(kT, ctx - t0), n = t0 + T;
+        // A quantized cache: the block's own group is read from float rows.
+        const int ns = L.quantized() ? t0 : n;
+        const AttnSeq as{table.data(), n, ns, &k[size_t(ns) * row], &v[size_t(ns) * row]};
+        attention_group_block(&q[size_t(t0) * qdim], qdim, T, storage.view(), 0, as, g, shape, &out[size_t(t0) * qdim],
+                              qdim, scratch.data());
+      }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double pairs = double(ctx) * (ctx + 1) / 2;
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(double(st.iterations()) * 4.0 * kH * kHeadDim * pairs / 1e9, benchmark::Counter::kIsRate);
+}
+
 const bool registered = [] {
   for (const Case& c : kCases)
     benchmark::RegisterBenchmark((std::string("attention/") + c.name).c_str(), BM_attention, c)
         ->Arg(512)
         ->Arg(4096)
         ->Unit(benchmark::kMicrosecond);
+  for (const Case& c : kCases)
+    benchmark::RegisterBenchmark((std::string("prefill/") + c.name).c_str(), BM_prefill, c)
+        ->Arg(512)
+        ->Arg(2048)
+        ->Unit(benchmark::kMillisecond);
   return true;
 }();
 

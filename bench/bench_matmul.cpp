@@ -17,9 +17,14 @@
 // unless KVS_REPACK=0: run both to compare file layout and packed layout.
 // Decode variant (kernels/decode_variant.h) for every type:
 // KVS_DECODE_VARIANT=PANELS,PREFETCH, e.g. 4,1024 (default: the built-in one).
+// amx_vs_vnni/...: on a CPU with AMX, the AMX tile kernels and the AVX-512
+// VNNI ones on the same Panel16 weights, alternating call by call in one run;
+// counters GFLOP/s_amx, GFLOP/s_vnni and their ratio amx/vnni.
+// Run: bench_matmul --benchmark_filter='amx_vs_vnni
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +34,7 @@
 #include <ctime>
 #include <vector>
 
+#include "kernels/amx_rows.h"
 #include "kernels/cpu.h"
 #include "kernels/decode_variant.h"
 #include "kernels/matmul.h"
@@ -130,7 +136,49 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
                                                 benchmark::Counter::kIsRate);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + (packed.empty() ? "" : " panel16"));
+  const std::string path = kvs::amx_tiles_run(w, n) ? " amx tiles" : packed.empty() ? "" : " panel16";
+  state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + path);
+}
+
+// Both paths on one weight copy (its Panel16 copy), one call each per
+// iteration, each timed on its own; tiles forced from n = 1 for the run.
+void BM_amx_vs_vnni(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
+  kvs::set_isa_override(kvs::Isa::Amx);
+  const bool amx = kvs::active_isa() == kvs::Isa::Amx;
+  kvs::clear_isa_override();
+  if (!amx) {
+    state.SkipWithError("no AMX here (CPU, OS or permission)");
+    return;
+  }
+  Copies c = make_weights(t, s, false);
+  kvs::ThreadPool pool(threads);
+  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  kvs::WeightView w{t, c.mem.get(), s.rows, s.cols, kvs::row_bytes(t, s.cols)};
+  kvs::PackedArena arena(kvs::packed_size(w, kvs::PackLayout::Panel16));
+  kvs::pack_panels_into(w, kvs::PackLayout::Panel16, arena.data());
+  w.packed = arena.data();
+  w.pack = kvs::PackLayout::Panel16;
+  kvs::set_amx_min_rows(t, 1);
+  double sec[2] = {0, 0};  // [amx, vnni]
+  for (auto _ : state) {
+    for (int k = 0; k < 2; ++k) {
+      kvs::set_isa_override(k == 0 ? kvs::Isa::Amx : kvs::Isa::Avx512);
+      const auto t0 = std::chrono::steady_clock::now();
+      kvs::matmul(w, x.data(), s.cols, n, y.data(), s.rows, pool);
+      sec[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  kvs::clear_isa_override();
+  kvs::reset_amx_min_rows();
+  const double gflop = 2.0 * double(s.rows) * double(s.cols) * double(n) * double(state.iterations()) / 1e9;
+  state.counters["GFLOP/s_amx"] = gflop / sec[0];
+  state.counters["GFLOP/s_vnni"] = gflop / sec[1];
+  state.counters["amx/vnni"] = sec[1] / sec[0];
+  state.SetLabel(std::string(s.what) + " panel16");
 }
 
 // KVS_DECODE_VARIANT=PANELS,PREFETCH for every type; exits on a bad value.
@@ -161,6 +209,17 @@ int register_all() {
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
+        }
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (const Shape& s : kShapes)
+      for (int64_t n : {4, 8, 16, 128, 512})
+        for (int threads : {1, 2}) {
+          const std::string name = "amx_vs_vnni/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_amx_vs_vnni, t, s, n, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.5);
         }
   return 0;
 }

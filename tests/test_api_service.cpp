@@ -88,12 +88,22 @@ struct Result {
   std::vector<json> events; // streams: SSE data objects ([DONE] -> null)
 };
 
+// SSE frames' data objects ([DONE] -> null); a frame may name its event
+// first ("event: T"), which /v1/responses does: then the data object must
+// carry the same "type".
 std::vector<json> sse_events(const std::string& data) {
   std::vector<json> v;
   size_t p = 0, e;
   while ((e = data.find("\n\n", p)) != std::string::npos) {
-    const std::string d = data.substr(p + 6, e - p - 6);  // after "data: "
+    std::string frame = data.substr(p, e - p), name;
+    if (frame.rfind("event: ", 0) == 0) {
+      const size_t nl = frame.find('\n');
+      name = frame.substr(7, nl - 7);
+      frame = frame.substr(nl + 1);
+    }
+    const std::string d = frame.substr(6);  // after "data: "
     v.push_back(d == "[DONE]" ? json(nullptr) : json::parse(d));
+    if (!name.empty()) EXPECT_EQ(v.back()["type"], name);
     p = e + 2;
   }
   return v;
@@ -394,4 +404,72 @@ TEST(ApiService, RejectionsAreLoggedWithTheTenantHashAndNoText) {
   EXPECT_NE(lines[1].find("error=context_length_exceeded"), std::string::npos) << lines[1];
   EXPECT_NE(lines[2].find("status=404 error=model_not_found"), std::string::npos) << lines[2];
   for (const auto& l : lines) EXPECT_EQ(l.find("private"), std::string::npos) << l;
+}
+
+// /v1/responses: the object (instructions, usage, incomplete at the token
+// limit), the streamed events in order with increasing sequence numbers,
+// previous_response_id continuing a stored conversation (and only for its
+// own tenant), and the fields it refuses by name.
+TEST(ApiService, ResponsesObjectStreamAndPreviousResponse) {
+  RigOptions o;
+  o.keys_json = json{{"keys", {{{"key_sha256", sha256_hex("ka")}, {"tenant", "a"}},
+                               {{"key_sha256", sha256_hex("kb")}, {"tenant", "b"}}}}}.dump();
+  Rig rig(o);
+  auto resp = [&](const json& body, const std::string& key = "ka") {
+    return drive(rig.api->handle(post("/v1/responses", body, "Bearer " + key), [] {}));
+  };
+  const Result r = resp({{"input", "Tell me"}, {"instructions", "Be brief."}, {"max_output_tokens", 5},
+                         {"ignore_eos", true}});
+  EXPECT_EQ(r.status, 400) << "ignore_eos is not a Responses field";
+  EXPECT_EQ(r.body["error"]["param"], "ignore_eos");
+  const Result a = resp({{"input", "Tell me"}, {"instructions", "Be brief."}, {"max_output_tokens", 5}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.body["object"], "response");
+  EXPECT_EQ(a.body["id"].get<std::string>().rfind("resp_", 0), 0u);
+  EXPECT_EQ(a.body["instructions"], "Be brief.");
+  const json& msg = a.body["output"][0];
+  EXPECT_EQ(msg["type"], "message");
+  EXPECT_EQ(msg["role"], "assistant");
+  EXPECT_EQ(msg["content"][0]["type"], "output_text");
+  const int first_input = a.body["usage"]["input_tokens"];
+  if (a.body["usage"]["output_tokens"] == 5) {
+    EXPECT_EQ(a.body["status"], "incomplete");
+    EXPECT_EQ(a.body["incomplete_details"]["reason"], "max_output_tokens");
+  }
+  // A continuation: the stored conversation plus the new input, without the
+  // earlier instructions (they are not carried over).
+  const std::string id = a.body["id"];
+  const Result b = resp({{"input", json::array({{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "More"}}}}}})},
+                         {"previous_response_id", id}, {"max_output_tokens", 3}});
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.body["previous_response_id"], id);
+  EXPECT_GT(b.body["usage"]["input_tokens"].get<int>(), first_input);
+  const Result other = resp({{"input", "x"}, {"previous_response_id", id}}, "kb");
+  EXPECT_EQ(other.status, 400);
+  EXPECT_EQ(other.body["error"]["param"], "previous_response_id");
+  // Streamed: the Responses events, in order.
+  const Result s = resp({{"input", "Hi"}, {"max_output_tokens", 4}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  std::vector<std::string> types;
+  std::string deltas;
+  for (size_t i = 0; i < s.events.size(); ++i) {
+    ASSERT_FALSE(s.events[i].is_null()) << "no [DONE] on /v1/responses";
+    EXPECT_EQ(s.events[i]["sequence_number"], int(i));
+    const std::string t = s.events[i]["type"];
+    if (t == "response.output_text.delta") deltas += s.events[i]["delta"].get<std::string>();
+    else types.push_back(t);
+  }
+  const std::string last = s.events.back()["type"];
+  EXPECT_TRUE(last == "response.completed" || last == "response.incomplete") << last;
+  EXPECT_EQ(types, (std::vector<std::string>{"response.created", "response.in_progress", "response.output_item.added",
+                                              "response.content_part.added", "response.output_text.done",
+                                              "response.content_part.done", "response.output_item.done", last}));
+  EXPECT_EQ(s.events.back()["response"]["output"][0]["content"][0]["text"], deltas);
+  for (const char* k : {"tools", "reasoning", "include"}) {
+    json body = {{"input", "x"}};
+    body[k] = k == std::string("tools") ? json::array({{{"type", "function"}, {"name", "f"}}})
+              : k == std::string("include") ? json::array({"reasoning.encrypted_content"})
+                                             : json{{"effort", "high"}};
+    EXPECT_EQ(resp(body).body["error"]["param"], k);
+  }
 }

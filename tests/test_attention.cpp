@@ -1,18 +1,25 @@
 // Paged attention (through a block table, scattered blocks) against a
-// double-precision contiguous reference, for MHA, GQA and MQA shapes.
+// double-precision contiguous reference, for MHA, GQA and MQA shapes, every
+// KV type, windows, sinks and rotated keys; query blocks and chunkings
+// against one token at a time (bit for bit); the tile kernels of every ISA
+// against the scalar one (bit for bit) and a double-precision softmax.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "kernels/attention.h"
-#include "kernels/attention_simd.h"
 #include "kernels/cpu.h"
 #include "kernels/exp_poly.h"
+#include "kernels/flash_attention.h"
 #include "kernels/kv_codec.h"
 #include "kernels/ops.h"
 #include "kv/block_storage.h"
+#include "kv/window_policy.h"
 
 using namespace kvs;
 
@@ -48,7 +55,7 @@ TEST_P(AttentionIsa, PagedMatchesContiguousReference) {
     }
     AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
     std::vector<float> out(sh.nh * sh.hd, -7.f), ref(sh.nh * sh.hd);
-    std::vector<float> scratch(attention_scratch_floats(sh.nh / sh.nkv, sh.n_ctx, sh.bs, sh.hd));
+    std::vector<float> scratch(attention_scratch_floats(sh.nh / sh.nkv, sh.hd));
     const AttnSeq as{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
     for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, as, g, s, out.data(), scratch.data());
     attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
@@ -83,7 +90,7 @@ TEST_P(AttentionIsa, QueryBlockMatchesOneTokenAtATime) {
     const AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
     const int r = sh.nh / sh.nkv;
     std::vector<float> blk(sh.T * qdim, -7.f), one(sh.T * qdim, -9.f);
-    std::vector<float> scratch(attention_scratch_floats(r * sh.T, sh.n_ctx, sh.bs, sh.hd));
+    std::vector<float> scratch(attention_scratch_floats(r * sh.T, sh.hd));
     const AttnSeq last{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
     for (int g = 0; g < sh.nkv; ++g)
       attention_group_block(q.data(), qdim, sh.T, st.view(), 0, last, g, s, blk.data(), qdim, scratch.data());
@@ -97,82 +104,347 @@ TEST_P(AttentionIsa, QueryBlockMatchesOneTokenAtATime) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPaths, AttentionIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
-                         [](const auto& i) { return isa_name(i.param); });
+// --- the tiled kernel through the block table, every KV type ---------------
 
-// The SIMD inner loops against the scalar ones at every width 1..80 (masked
-// and unmasked tails), random inputs.
-TEST(Attention, VecOpsMatchScalar) {
-  std::mt19937 rng(9);
-  std::uniform_real_distribution<float> ud(-2.f, 2.f);
-  const attn::VecOps& sc = attn::vec_ops_scalar();
-  const CpuFeatures& f = cpu_features();
-  std::vector<const attn::VecOps*> paths;
-  if (f.avx2 && f.fma) paths.push_back(&attn::vec_ops_avx2());
-  if (f.avx512f) paths.push_back(&attn::vec_ops_avx512());
-  for (int n = 1; n <= 80; ++n) {
-    std::vector<float> a(n), b(n), y0(n), y1(n);
-    for (int i = 0; i < n; ++i) a[i] = ud(rng), b[i] = ud(rng), y0[i] = y1[i] = ud(rng);
-    const float ref = sc.dot(a.data(), b.data(), n);
-    sc.axpy(0.37f, a.data(), y0.data(), n);
-    for (const attn::VecOps* p : paths) {
-      EXPECT_NEAR(p->dot(a.data(), b.data(), n), ref, 1e-5f * n) << n;
-      std::vector<float> y = y1;
-      p->axpy(0.37f, a.data(), y.data(), n);
-      for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y0[i], 1e-6f) << n << " " << i;
+// One sequence's K/V in a pool of kPoolBlocks blocks under a random block
+// table (so block offsets are large and scattered).
+constexpr int kPoolBlocks = 32768;
+
+struct PagedSeq {
+  KvLayout lay;
+  std::unique_ptr<BlockStorage> st;
+  std::vector<int32_t> table;
+  int n = 0;
+  size_t row = 0;
+  std::vector<float> k, v;    // [n, kvdim] as written (a quantized cache's own rows)
+  std::vector<float> kd, vd;  // [n, kvdim] as the cache gives stored rows back
+  int group() const { return lay.quantized() ? lay.group_tokens : 1; }
+  // Stored rows a token with context ctx reads from the cache (the engine's rule).
+  int n_stored(int ctx) const { return lay.quantized() ? (ctx - 1) / group() * group() : ctx; }
+  AttnSeq seq(int ctx) const {
+    const int ns = n_stored(ctx);
+    return AttnSeq{table.data(), ctx, ns, k.data() + size_t(ns) * row, v.data() + size_t(ns) * row};
+  }
+};
+
+PagedSeq make_paged(const KvLayout& lay, int n, unsigned seed) {
+  PagedSeq ps;
+  ps.lay = lay;
+  ps.n = n;
+  ps.row = lay.row_floats();
+  ps.st = std::make_unique<BlockStorage>(lay, kPoolBlocks);
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(kPoolBlocks);
+  for (int i = 0; i < kPoolBlocks; ++i) ids[size_t(i)] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ps.table.assign(ids.begin(), ids.begin() + (n + lay.block_size - 1) / lay.block_size);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  ps.k.resize(size_t(n) * ps.row);
+  ps.v.resize(ps.k.size());
+  for (auto& x : ps.k) x = 1.5f * nd(rng);
+  for (auto& x : ps.v) x = nd(rng);
+  const KvStorage& kv = ps.st->view();
+  const int bs = lay.block_size, G = ps.group(), stored = lay.quantized() ? n / G * G : n;
+  for (int p = 0; p < stored; p += G) {
+    const size_t o = size_t(p) * ps.row;
+    if (lay.quantized()) kvc::store_group(kv, ps.table[size_t(p / bs)], 0, p % bs, &ps.k[o], &ps.v[o]);
+    else kvc::store_rows(kv, ps.table[size_t(p / bs)], 0, p % bs, 1, &ps.k[o], &ps.v[o]);
+  }
+  ps.kd = ps.k;
+  ps.vd = ps.v;
+  for (int p = 0; p < stored; ++p)
+    for (int g = 0; g < lay.n_kv_heads; ++g) {
+      const size_t o = size_t(p) * ps.row + size_t(g) * lay.head_dim;
+      kvc::load_k(kv, ps.table[size_t(p / bs)], 0, g, p % bs, 1, &ps.kd[o]);
+      kvc::load_v(kv, ps.table[size_t(p / bs)], 0, g, p % bs, 1, &ps.vd[o]);
+    }
+  return ps;
+}
+
+// What a token with context ctx should get: double-precision softmax over
+// its keys (stored rows as the cache returns them, own rows as written).
+std::vector<float> reference_for(const PagedSeq& ps, const float* q, int ctx, const AttnShape& s) {
+  const int ns = ps.n_stored(ctx);
+  std::vector<float> k(size_t(ctx) * ps.row), v(k.size()), out(size_t(s.n_heads) * s.head_dim);
+  for (int t = 0; t < ctx; ++t) {
+    const size_t o = size_t(t) * ps.row;
+    std::copy_n((t < ns ? ps.kd : ps.k).data() + o, ps.row, &k[o]);
+    std::copy_n((t < ns ? ps.vd : ps.v).data() + o, ps.row, &v[o]);
+  }
+  attention_reference(q, k.data(), v.data(), ctx, s, out.data());
+  return out;
+}
+
+// Attention of tokens [0, n) computed chunk by chunk, each chunk in query
+// blocks of at most tmax tokens that stay inside one token group (the
+// engine's plan): out [n, n_heads * head_dim].
+std::vector<float> run_chunked(const PagedSeq& ps, const std::vector<float>& q, const AttnShape& s, int chunk,
+                               int tmax) {
+  const size_t qdim = size_t(s.n_heads) * s.head_dim;
+  std::vector<float> out(size_t(ps.n) * qdim, -7.f);
+  std::vector<float> scratch(attention_scratch_floats(s.n_heads / s.n_kv_heads * tmax, s.head_dim));
+  for (int c0 = 0; c0 < ps.n; c0 += chunk) {
+    const int c1 = std::min(ps.n, c0 + chunk);
+    for (int p = c0; p < c1;) {
+      const int T = std::min({tmax, c1 - p, ps.group() - p % ps.group()});
+      const AttnSeq as = ps.seq(p + T);  // the block's last token
+      for (int g = 0; g < s.n_kv_heads; ++g)
+        attention_group_block(&q[size_t(p) * qdim], qdim, T, ps.st->view(), 0, as, g, s, &out[size_t(p) * qdim],
+                              qdim, scratch.data());
+      p += T;
+    }
+  }
+  return out;
+}
+
+struct TypeCase {
+  KvType type;
+  KeyScale ks;
+};
+const TypeCase kTypes[] = {{KvType::F32, KeyScale::Channel},  {KvType::F16, KeyScale::Channel},
+                           {KvType::BF16, KeyScale::Channel}, {KvType::Int8, KeyScale::Channel},
+                           {KvType::Int4, KeyScale::Channel}, {KvType::Int8, KeyScale::Token},
+                           {KvType::Int4, KeyScale::Token}};
+
+// Every KV type, GQA (hd 32: the generic kernel) and MQA (hd 64: the
+// specialized one), a length that is no multiple of 16: one token at a time
+// matches the double reference, and every query block size T = 1..16 and
+// every chunking gives exactly the one-at-a-time bits.
+TEST_P(AttentionIsa, TiledMatchesReferenceAndIgnoresChunkingAndBlockSize) {
+  struct Shape { int nh, nkv, hd, bs, G, n; };
+  for (Shape sh : {Shape{8, 2, 32, 4, 4, 75}, Shape{4, 1, 64, 8, 8, 43}}) {
+    for (TypeCase tc : kTypes) {
+      SCOPED_TRACE(::testing::Message() << to_string(tc.type) << "/" << to_string(tc.ks) << " hd " << sh.hd);
+      KvLayout lay{1, sh.nkv, sh.hd, sh.bs};
+      lay.type = tc.type;
+      lay.key_scale = tc.ks;
+      lay.group_tokens = sh.G;
+      const PagedSeq ps = make_paged(lay, sh.n, 31 + sh.hd);
+      const AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
+      const size_t qdim = size_t(sh.nh) * sh.hd;
+      std::vector<float> q(size_t(sh.n) * qdim);
+      std::mt19937 rng(3);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (auto& x : q) x = nd(rng);
+      const std::vector<float> one = run_chunked(ps, q, s, 1, 1);
+      for (int p = 0; p < sh.n; ++p) {
+        const std::vector<float> ref = reference_for(ps, &q[size_t(p) * qdim], p + 1, s);
+        for (size_t e = 0; e < qdim; ++e)
+          ASSERT_NEAR(one[size_t(p) * qdim + e], ref[e], 2e-5 * (1 + std::fabs(ref[e]))) << "position " << p;
+      }
+      std::vector<std::pair<int, int>> runs;  // (chunk, tmax)
+      for (int T = 2; T <= 16; ++T) runs.push_back({sh.n, T});
+      for (int c : {3, 16, 29}) runs.push_back({c, 16});
+      for (auto [chunk, tmax] : runs)
+        ASSERT_EQ(0, std::memcmp(run_chunked(ps, q, s, chunk, tmax).data(), one.data(), one.size() * 4))
+            << "chunk " << chunk << ", T " << tmax << ": bits differ from one token at a time";
     }
   }
 }
 
-// The tile kernels (scores, accum, softmax) of every SIMD path against the
-// scalar ones on random inputs, at head_dim 8 (masked), 24, 64, 128 and 136
-// (wider than the register-resident path); and a row's result is
-// bit-identical whether it is computed alone or among R rows.
-TEST(Attention, TileKernelsMatchScalarAndAreRowIndependent) {
-  std::mt19937 rng(21);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  const attn::VecOps& sc = attn::vec_ops_scalar();
-  const CpuFeatures& f = cpu_features();
-  std::vector<const attn::VecOps*> paths{&sc};
-  if (f.avx2 && f.fma) paths.push_back(&attn::vec_ops_avx2());
-  if (f.avx512f) paths.push_back(&attn::vec_ops_avx512());
-  for (int hd : {8, 24, 64, 128, 136}) {
-    const int R = 8, n = 19;
-    const size_t ldk = size_t(hd) * 3, lds = 23;
-    std::vector<float> q(size_t(R) * hd), k(size_t(n) * ldk), p(size_t(R) * lds), o0(size_t(R) * hd);
-    for (auto& x : q) x = nd(rng);
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : p) x = std::fabs(nd(rng));
-    for (auto& x : o0) x = nd(rng);
-    std::vector<float> s_ref(size_t(R) * lds, 0.f), out_ref = o0;
-    sc.scores(q.data(), R, k.data(), ldk, n, hd, 0.125f, s_ref.data(), lds);
-    sc.accum(p.data(), lds, R, k.data(), ldk, n, hd, out_ref.data());
-    for (const attn::VecOps* ops : paths) {
-      std::vector<float> s(size_t(R) * lds, 0.f), out = o0;
-      ops->scores(q.data(), R, k.data(), ldk, n, hd, 0.125f, s.data(), lds);
-      ops->accum(p.data(), lds, R, k.data(), ldk, n, hd, out.data());
-      for (int j = 0; j < R; ++j)
-        for (int i = 0; i < n; ++i)
-          EXPECT_NEAR(s[size_t(j) * lds + i], s_ref[size_t(j) * lds + i], 1e-5f * (1 + std::fabs(s_ref[size_t(j) * lds + i])))
-              << hd;
-      for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], out_ref[i], 1e-4f * (1 + std::fabs(out_ref[i]))) << hd;
-      // Row 5 alone (R = 1) gives the same bits as inside the R = 8 tile.
-      std::vector<float> s1(lds, 0.f), out1(o0.begin() + 5 * hd, o0.begin() + 6 * hd);
-      ops->scores(q.data() + 5 * hd, 1, k.data(), ldk, n, hd, 0.125f, s1.data(), lds);
-      ops->accum(p.data() + 5 * lds, lds, 1, k.data(), ldk, n, hd, out1.data());
-      EXPECT_EQ(0, std::memcmp(s1.data(), s.data() + 5 * lds, size_t(n) * 4)) << hd;
-      EXPECT_EQ(0, std::memcmp(out1.data(), out.data() + 5 * hd, size_t(hd) * 4)) << hd;
-      // Softmax: against the scalar one, any length.
-      for (int len : {1, 7, 16, 33, 300}) {
-        std::vector<float> a(static_cast<size_t>(len)), b;
-        for (auto& x : a) x = 8 * nd(rng);
-        b = a;
-        sc.softmax(a.data(), len);
-        ops->softmax(b.data(), len);
-        for (int i = 0; i < len; ++i) EXPECT_NEAR(b[size_t(i)], a[size_t(i)], 1e-6f + 2e-6f * a[size_t(i)]) << len;
+// A key that only later tokens of a block see never reaches an earlier
+// token, even when it holds inf (the masked updates leave the row as it was).
+TEST_P(AttentionIsa, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) {
+  const int nh = 4, nkv = 1, hd = 64, n = 37, T = 16;
+  KvLayout lay{1, nkv, hd, 16};
+  PagedSeq ps = make_paged(lay, n, 5);
+  const KvStorage& kv = ps.st->view();
+  for (int i = 0; i < hd; ++i) {
+    kv.k(ps.table[2], 0, (n - 1) % 16)[i] = INFINITY;
+    kv.v(ps.table[2], 0, (n - 1) % 16)[i] = INFINITY;
+  }
+  const AttnShape s{nh, nkv, hd, 0.125f};
+  const size_t qdim = size_t(nh) * hd;
+  std::vector<float> q(size_t(T) * qdim, 0.3f), blk(q.size()), lone(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
+  std::vector<float> scratch(attention_scratch_floats(nh * T, hd));
+  attention_group_block(q.data(), qdim, T, kv, 0, ps.seq(n), 0, s, blk.data(), qdim, scratch.data());
+  for (int i = 0; i < T - 1; ++i)
+    attention_group(&q[size_t(i) * qdim], kv, 0, ps.seq(n - (T - 1 - i)), 0, s, &lone[size_t(i) * qdim],
+                    scratch.data());
+  for (size_t e = 0; e < (T - 1) * qdim; ++e) ASSERT_TRUE(std::isfinite(lone[e]));
+  EXPECT_EQ(0, std::memcmp(blk.data(), lone.data(), (T - 1) * qdim * 4));
+}
+
+// Windows (hidden keys, their blocks freed), StreamingLLM sinks and keys
+// rotated at attention time, f32 and quantized caches with own rows: the
+// tiled kernel against the reference on the visible keys, rotated at the
+// documented positions.
+TEST_P(AttentionIsa, WindowsSinksAndRotationMatchReference) {
+  const int nh = 4, nkv = 2, hd = 32, bs = 8, n = 100, n_rot = 32, half = n_rot / 2;
+  std::vector<float> cs(size_t(n) * half), sn(cs.size());
+  RopeTable rt;
+  for (int i = 0; i < n; ++i) rt.compute(i, n_rot, 10000.f, &cs[size_t(i) * half], &sn[size_t(i) * half]);
+  const AttnShape s{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
+  for (TypeCase tc : {kTypes[0], kTypes[1], kTypes[3], kTypes[6]}) {
+    KvLayout lay{1, nkv, hd, bs};
+    lay.type = tc.type;
+    lay.key_scale = tc.ks;
+    lay.group_tokens = 4;
+    const PagedSeq ps = make_paged(lay, n, 77);
+    for (const WindowPolicy& w : {WindowPolicy::streaming(20, 3), WindowPolicy::native(33),
+                                  WindowPolicy::streaming(40, 0), WindowPolicy::context_shift(48, 5)}) {
+      for (int ctx : {1, 17, 50, 99, 100}) {
+        SCOPED_TRACE(::testing::Message() << to_string(tc.type) << " " << w.describe() << " ctx " << ctx);
+        const WindowView vw = w.view(ctx - 1);
+        AttnSeq as = ps.seq(ctx);
+        std::vector<int32_t> table = ps.table;  // blocks no key of this query lies in are gone
+        for (int b = 0; b < int(table.size()); ++b)
+          if (b * bs >= vw.sink_end && (b + 1) * bs <= vw.win_start) table[size_t(b)] = -1;
+        as.block_table = table.data();
+        as.sink_end = vw.sink_end;
+        as.win_start = vw.win_start;
+        if (w.rotates()) {
+          as.rope_cos = cs.data(), as.rope_sin = sn.data(), as.shift = vw.shift, as.n_rot = n_rot;
+        }
+        std::vector<float> q(size_t(nh) * hd), out(q.size()), scratch(attention_scratch_floats(nh / nkv, hd));
+        for (size_t i = 0; i < q.size(); ++i) q[i] = std::cos(0.7f * float(i) + float(ctx));
+        for (int g = 0; g < nkv; ++g) attention_group(q.data(), ps.st->view(), 0, as, g, s, out.data(), scratch.data());
+        std::vector<float> kr, vr;  // the visible keys as the reference sees them
+        const int ns = ps.n_stored(ctx);
+        for (int t = 0; t < ctx; ++t) {
+          if (t >= vw.sink_end && t < vw.win_start) continue;
+          const size_t o = size_t(t) * ps.row;
+          std::vector<float> kk((t < ns ? ps.kd : ps.k).begin() + o, (t < ns ? ps.kd : ps.k).begin() + o + ps.row);
+          const int pos = t < vw.sink_end ? t : t - vw.shift;
+          if (w.rotates()) rope_apply(kk.data(), nkv, hd, n_rot, false, &cs[size_t(pos) * half], &sn[size_t(pos) * half]);
+          kr.insert(kr.end(), kk.begin(), kk.end());
+          vr.insert(vr.end(), (t < ns ? ps.vd : ps.v).begin() + o, (t < ns ? ps.vd : ps.v).begin() + o + ps.row);
+        }
+        ASSERT_EQ(int(kr.size() / ps.row), as.n_visible());
+        std::vector<float> ref(q.size());
+        attention_reference(q.data(), kr.data(), vr.data(), as.n_visible(), s, ref.data());
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i;
       }
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, AttentionIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+                         [](const auto& i) { return isa_name(i.param); });
+
+// On f32, f16 and bf16 caches the tiles hold the same floats on every ISA,
+// and every kernel runs the definition's operations: the same bits on every
+// path, for a query block and for one token.
+TEST(Attention, FloatCachesGiveTheSameBitsOnEveryIsa) {
+  const int nh = 8, nkv = 2, hd = 64, n = 53, T = 16;
+  const AttnShape s{nh, nkv, hd, 0.125f};
+  const size_t qdim = size_t(nh) * hd;
+  std::vector<float> q(size_t(T) * qdim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.3f * float(i));
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16}) {
+    KvLayout lay{1, nkv, hd, 16};
+    lay.type = t;
+    const PagedSeq ps = make_paged(lay, n, 9);
+    std::vector<std::vector<float>> outs;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+      set_isa_override(isa);
+      if (active_isa() != isa) continue;
+      std::vector<float> out(q.size() + qdim), scratch(attention_scratch_floats(nh / nkv * T, hd));
+      for (int g = 0; g < nkv; ++g) {
+        attention_group_block(q.data(), qdim, T, ps.st->view(), 0, ps.seq(n), g, s, out.data(), qdim, scratch.data());
+        attention_group(q.data(), ps.st->view(), 0, ps.seq(n - 9), g, s, &out[q.size()], scratch.data());
+      }
+      outs.push_back(out);
+    }
+    clear_isa_override();
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(outs[i].data(), outs[0].data(), outs[0].size() * 4)) << to_string(t) << " path " << i;
+  }
+}
+
+// --- the tile kernels alone -------------------------------------------------
+
+// Runs `k` over the tiles: kt/vt [tiles, 16, hd]; vis [tiles, T] (a tile
+// whose tokens all see every key goes in unmasked).
+std::vector<float> run_kernel(const attn::FlashKernel& k, const attn::FlashQuery& fq, const std::vector<float>& kt,
+                              const std::vector<float>& vt, const std::vector<uint16_t>& vis, int tiles) {
+  std::vector<float> state(attn::flash_state_floats(fq.rows(), fq.hd) + 16);
+  float* st = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(state.data()) + 63) & ~uintptr_t(63));
+  const size_t ldo = size_t(fq.r) * fq.hd + 5;
+  std::vector<float> out(size_t(fq.T) * ldo, -3.f);
+  k.begin(fq, st);
+  for (int j = 0; j < tiles; ++j) {
+    const uint16_t* m = &vis[size_t(j) * fq.T];
+    const bool whole = std::all_of(m, m + fq.T, [](uint16_t b) { return b == 0xFFFF; });
+    k.tile(fq, st, &kt[size_t(j) * 16 * fq.hd], &vt[size_t(j) * 16 * fq.hd], whole ? nullptr : m);
+  }
+  k.finish(fq, st, out.data(), ldo);
+  return out;
+}
+
+// Random queries, tiles and masks (tokens that see nothing of a tile, or
+// nothing of the first ones; unseen keys hold large values): every SIMD
+// kernel gives the scalar kernel's bits, and the scalar kernel matches the
+// softmax over the seen keys computed in double.
+TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
+  const CpuFeatures& f = cpu_features();
+  std::vector<const attn::FlashKernel*> simd;
+  if (f.avx2 && f.fma) simd.push_back(&attn::flash_kernel_avx2());
+  if (f.avx512f) simd.push_back(&attn::flash_kernel_avx512());
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Case { int T, r, hd, tiles; };
+  for (Case c : {Case{1, 4, 64, 9}, Case{16, 4, 64, 5}, Case{7, 1, 8, 4}, Case{3, 8, 24, 6}, Case{16, 2, 128, 3},
+                 Case{5, 3, 136, 4}, Case{13, 4, 16, 7}, Case{2, 1, 1, 3}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << c.T << " r " << c.r << " hd " << c.hd);
+    const size_t ldq = size_t(c.r) * c.hd + 3, tile = size_t(16) * c.hd;
+    std::vector<float> q(size_t(c.T) * ldq), kt(c.tiles * tile), vt(kt.size());
+    for (auto& x : q) x = nd(rng);
+    for (int j = 0; j < c.tiles; ++j)  // tiles of growing spread: the running max moves
+      for (size_t e = 0; e < tile; ++e) kt[j * tile + e] = (1 + 0.5f * j) * nd(rng), vt[j * tile + e] = nd(rng);
+    std::vector<uint16_t> vis(size_t(c.tiles) * c.T);
+    for (int j = 0; j < c.tiles; ++j)
+      for (int i = 0; i < c.T; ++i) {
+        const unsigned u = rng();
+        vis[size_t(j) * c.T + i] = uint16_t(j % 3 == 1 ? 0xFFFF : (u % 4 == 0 ? 0 : (u >> 8)));
+      }
+    for (int i = 0; i < c.T; ++i) vis[size_t(c.tiles - 1) * c.T + i] |= 1;  // every token sees a key
+    for (int j = 0; j < c.tiles; ++j)  // keys no token sees: large, finite
+      for (int t = 0; t < 16; ++t) {
+        bool seen = false;
+        for (int i = 0; i < c.T; ++i) seen |= (vis[size_t(j) * c.T + i] >> t & 1) != 0;
+        if (!seen)
+          for (int d = 0; d < c.hd; ++d) kt[j * tile + t * c.hd + d] = vt[j * tile + t * c.hd + d] = 1e6f;
+      }
+    const attn::FlashQuery fq{q.data(), ldq, c.T, c.r, c.hd, 1.0f / std::sqrt(float(c.hd))};
+    const std::vector<float> ref = run_kernel(attn::flash_kernel_scalar(), fq, kt, vt, vis, c.tiles);
+    const size_t ldo = size_t(c.r) * c.hd + 5;
+    for (int i = 0; i < c.T; ++i)
+      for (int h = 0; h < c.r; ++h) {
+        std::vector<double> sc, p;
+        std::vector<const float*> vrows;
+        for (int j = 0; j < c.tiles; ++j)
+          for (int t = 0; t < 16; ++t) {
+            if (!(vis[size_t(j) * c.T + i] >> t & 1)) continue;
+            double d = 0;
+            for (int e = 0; e < c.hd; ++e) d += double(q[i * ldq + h * c.hd + e]) * kt[j * tile + t * c.hd + e];
+            sc.push_back(d * fq.scale);
+            vrows.push_back(&vt[j * tile + t * c.hd]);
+          }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double sum = 0;
+        for (double x : sc) p.push_back(std::exp(x - mx)), sum += p.back();
+        for (int e = 0; e < c.hd; ++e) {
+          double o = 0;
+          for (size_t u = 0; u < p.size(); ++u) o += p[u] / sum * vrows[u][e];
+          ASSERT_NEAR(ref[i * ldo + h * c.hd + e], o, 1e-5 * (1 + std::fabs(o))) << "token " << i << " head " << h;
+        }
+      }
+    for (const attn::FlashKernel* k : simd)
+      EXPECT_EQ(0, std::memcmp(run_kernel(*k, fq, kt, vt, vis, c.tiles).data(), ref.data(), ref.size() * 4))
+          << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512");
+  }
+}
+
+// The polynomial exp2 of the softmax against std::exp2 over its range.
+TEST(FlashKernels, Exp2MatchesLibm) {
+  for (float x = -100.f; x <= 0.f; x += 0.001953125f) {
+    const double want = std::exp2(double(x));
+    ASSERT_LE(std::fabs(attn::exp2n_scalar(x) - want), 2.5e-7 * want) << x;
+  }
+  EXPECT_EQ(attn::exp2n_scalar(0.0f), 1.0f);  // a row left as it is: alpha = exp2n(m - m) = 1
+  EXPECT_EQ(attn::exp2n_scalar(-INFINITY), attn::exp2n_scalar(attn::kExp2Lo));
 }
 
 TEST(Ops, RopeNormalAndNeoxRotatePairs) {

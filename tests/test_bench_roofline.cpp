@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tools/bench_roofline.h"
@@ -37,6 +38,20 @@ TEST(BenchRoofline, PointAtTheThreadCountElseTheBest) {
   EXPECT_DOUBLE_EQ(two.peak_int8, 4e11);  // 2 threads not measured: the best
   const BenchRoofline five = bench_roofline(p, "x", 5);
   EXPECT_DOUBLE_EQ(five.bandwidth, 30e9);
+}
+
+// Under AMX the int8 path is the tiles': their measured peak, where the
+// profile has one (VNNI's otherwise, and always under KVS_ISA=avx512).
+TEST(BenchRoofline, Int8PeakOfThePathThatRuns) {
+  HardwareProfile p = synthetic_profile();
+  p.int8_amx = {"amx_int8 tdpbssd", {{1, 6e12}, {2, 1.2e13}}, 1.2e13};
+  const bool amx = active_isa() == Isa::Amx;
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, amx ? 1.2e13 : 4e11);
+  set_isa_override(Isa::Avx512);
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, 4e11);
+  clear_isa_override();
+  p.int8_amx = {};
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, 4e11);
 }
 
 TEST(BenchRoofline, PrefillOpsOfStories260K) {

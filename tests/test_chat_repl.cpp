@@ -24,7 +24,7 @@ struct Fixture {
   std::shared_ptr<const Model> model = Model::load(test::shared("models/stories260K/stories260K.gguf"));
   std::unique_ptr<Tokenizer> tok = Tokenizer::create(model->vocab());
   Engine engine{model, EngineOptions{1}};
-  chat::ChatSession session{engine, *tok, server::ChatFamily::Plain, opts()};
+  chat::ChatSession session{engine, *tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), opts()};
   static chat::ChatOptions opts() {
     chat::ChatOptions o;
     o.hard_cap = 256;

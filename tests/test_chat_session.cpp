@@ -36,7 +36,7 @@ chat::ChatOptions small_opts() {
 TEST(ChatSession, TwoHundredTurnsStayWithinAFixedBlockCount) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
   const int cap_blocks = chat.stats().capacity_blocks;
   EXPECT_EQ(cap_blocks, 192 / 16);
   size_t gaps = 0;  // one TPOT sample per generated token after a reply's first
@@ -66,7 +66,7 @@ TEST(ChatSession, LaterTurnsAppendToTheKvInsteadOfRecomputing) {
   o.hard_cap = 512;
   o.window = 256;
   for (server::ChatFamily f : {server::ChatFamily::ChatML, server::ChatFamily::Plain}) {
-    chat::ChatSession chat(s.engine, *s.tok, f, o);
+    chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(f), o);
     const chat::ReplyResult a = chat.reply("Once upon a time");
     EXPECT_TRUE(a.rebuilt);
     for (const char* next : {"And then?", "What did the cat do?", "Tell me more."}) {
@@ -83,7 +83,7 @@ TEST(ChatSession, LaterTurnsAppendToTheKvInsteadOfRecomputing) {
 TEST(ChatSession, SummaryFollowsTheSystemPromptAfterAnEviction) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
   while (chat.stats().summaries == 0) chat.reply("Lily had a red ball and a small dog.");
   const std::string text = chat.conversation().render("next");
   const size_t sys = text.find("You tell short stories."), sum = text.find("Summary of the earlier conversation");
@@ -98,7 +98,7 @@ TEST(ChatSession, WithoutSummaryTheWindowSlides) {
   Stories s;
   chat::ChatOptions o = small_opts();
   o.summary = false;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), o);
   const int cap = chat.stats().capacity_blocks;
   for (int t = 0; t < 30; ++t) chat.reply("Tell me more about the dog.");
   const chat::ChatStats st = chat.stats();
@@ -114,7 +114,7 @@ TEST(ChatSession, DeviceCapsAndInt4AtTheNextRebuild) {
   Stories s;
   chat::ChatOptions o = small_opts();
   o.sampling.temperature = 0;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), o);
   chat.set_max_tokens_cap(3);
   chat::ChatOptions o2 = o;
   const chat::ReplyResult r = chat.reply("Once upon a time");
@@ -131,7 +131,7 @@ TEST(ChatSession, DeviceCapsAndInt4AtTheNextRebuild) {
 TEST(ChatSession, AMessageLongerThanTheCapIsRefusedClearly) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession chat(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
   std::string huge;
   for (int i = 0; i < 200; ++i) huge += "the cat sat on the mat ";
   EXPECT_THROW(chat.reply(huge), std::length_error);
@@ -140,7 +140,7 @@ TEST(ChatSession, AMessageLongerThanTheCapIsRefusedClearly) {
   EXPECT_GT(r.prompt_tokens, 0);
   EXPECT_GT(r.tokens + int(r.finish_reason == "stop"), 0) << r.finish_reason;
   // Exactly what a fresh session prefills for the same first message.
-  chat::ChatSession fresh(s.engine, *s.tok, server::ChatFamily::Plain, small_opts());
+  chat::ChatSession fresh(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
   EXPECT_EQ(r.prompt_tokens, fresh.reply("Hello").prompt_tokens);
 }
 
@@ -149,10 +149,10 @@ TEST(ChatSession, InconsistentOptionsAreRejected) {
   Stories s;
   chat::ChatOptions o = small_opts();
   o.window = o.hard_cap;
-  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatFamily::Plain, o), std::invalid_argument);
+  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), o), std::invalid_argument);
   o = small_opts();
   o.max_tokens = o.window;
-  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatFamily::Plain, o), std::invalid_argument);
+  EXPECT_THROW(chat::ChatSession(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), o), std::invalid_argument);
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(ChatStore, ResumedChatContinuesExactlyWithoutRecompute) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   a.reply("Once upon a time there was a cat.");
   a.reply("What did the cat do?");
   chat::SessionStore store(fresh_dir("resume"), {}, s.model->identity());
@@ -80,7 +80,7 @@ TEST(ChatStore, ResumedChatContinuesExactlyWithoutRecompute) {
   EXPECT_EQ(fs::status(store.dir() + "/session.key").permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
 
-  chat::ChatSession b(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession b(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   b.restore(store.load("evening"));
   EXPECT_EQ(b.stats().n_past, a.stats().n_past);
   EXPECT_EQ(b.stats().turns_kept, 2);
@@ -97,12 +97,12 @@ TEST(ChatStore, QuantizedKvResumesWithItsResidual) {
   Stories s;
   chat::ChatOptions o = s.opts();
   o.cache.type = KvType::Int8;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, o);
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), o);
   a.reply("Once upon a time there was a dog.");
   ASSERT_NE(a.stats().n_past % 16, 0) << "the open group should be non-empty for this test";
   chat::SessionStore store(fresh_dir("int8"), {}, s.model->identity());
   store.save("q", a.snapshot());
-  chat::ChatSession b(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());  // f32 until restored
+  chat::ChatSession b(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());  // f32 until restored
   b.restore(store.load("q"));
   EXPECT_NE(b.stats().kv_desc.find("int8"), std::string::npos) << b.stats().kv_desc;
   EXPECT_EQ(b.reply("What next?").text, a.reply("What next?").text);
@@ -111,7 +111,7 @@ TEST(ChatStore, QuantizedKvResumesWithItsResidual) {
 TEST(ChatStore, FilesHoldNoPlaintextTextOrTokenIds) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   const std::string secret = "The treasure is buried under the old oak tree.";
   const chat::ReplyResult r = a.reply(secret);
   chat::SessionStore store(fresh_dir("plain"), {}, s.model->identity());
@@ -141,7 +141,7 @@ TEST(ChatStore, FilesHoldNoPlaintextTextOrTokenIds) {
 TEST(ChatStore, TamperedTruncatedForeignAndWrongKeysGiveClearErrors) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   a.reply("Hello");
   const std::string dir = fresh_dir("tamper");
   chat::SessionStore store(dir, {}, s.model->identity());
@@ -185,7 +185,7 @@ TEST(ChatStore, TamperedTruncatedForeignAndWrongKeysGiveClearErrors) {
 TEST(ChatStore, PassphraseSessionsNeedTheRightPassphrase) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   a.reply("Hello");
   const std::string dir = fresh_dir("pass");
   chat::SessionKeying k;
@@ -206,7 +206,7 @@ TEST(ChatStore, PassphraseSessionsNeedTheRightPassphrase) {
 TEST(ChatStore, WipeAndTheCliLeaveNothingReadable) {
   SKIP_WITHOUT_SHARED();
   Stories s;
-  chat::ChatSession a(s.engine, *s.tok, server::ChatFamily::Plain, s.opts());
+  chat::ChatSession a(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), s.opts());
   a.reply("Hello");
   const std::string dir = fresh_dir("wipe");
   chat::SessionStore store(dir, {}, s.model->identity());

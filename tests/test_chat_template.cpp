@@ -1,17 +1,44 @@
-// Chat templates without a model: family detection from template text, the
-// start-up choice (and its errors), and the rendered prompt of each family.
+// Chat templates without a model: the start-up choice (the model's Jinja
+// template, a named variant, a file, a hand-written family, and their
+// errors), the BOS rule, content in the form a template reads, template
+// errors as a ChatTemplateError, and the rendered prompt of each family.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
 
 #include "server/chat_template.h"
+#include "tokenizer/vocab.h"
 
 using namespace kvs::server;
+using nlohmann::ordered_json;
 
 namespace {
 
 const std::vector<ChatMessage> kChat = {
     {"system", "Be kind."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Tell a story"}};
+
+// A vocabulary with BOS "<s>" (added by the tokenizer) and EOS "</s>".
+kvs::Vocab vocab_with(const std::string& chat_template, bool add_bos = true) {
+  kvs::Vocab v;
+  v.tokens = {"<unk>", "<s>", "</s>", "a"};
+  v.bos = 1;
+  v.eos = 2;
+  v.add_bos = add_bos;
+  v.chat_template = chat_template;
+  return v;
+}
+
+ChatInputs user_says(const ordered_json& content) {
+  ChatInputs in;
+  in.messages = ordered_json::array({{{"role", "user"}, {"content", content}}});
+  return in;
+}
+
+const char* kChatml =
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 }  // namespace
 
@@ -23,25 +50,98 @@ TEST(ChatTemplate, NamesRoundTrip) {
   EXPECT_FALSE(parse_chat_family("jinja"));
 }
 
-TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
-  EXPECT_EQ(detect_chat_family("{{'<|start_header_id|>' + role + '<|end_header_id|>'}}{{'<|eot_id|>'}}"),
-            ChatFamily::Llama3);
-  EXPECT_EQ(detect_chat_family("{% for m in messages %}<|im_start|>{{m.role}}{% endfor %}"), ChatFamily::ChatML);
-  EXPECT_EQ(detect_chat_family("[INST] <<SYS>>{{system}}<</SYS>> {{user}} [/INST]"), ChatFamily::Llama2);
-  EXPECT_EQ(detect_chat_family("[INST] {{user}} [/INST]"), ChatFamily::Mistral);
-  EXPECT_FALSE(detect_chat_family("{{ messages }}"));
+TEST(ChatTemplate, AutoRendersTheModelsOwnTemplate) {
+  std::string note;
+  const ChatTemplate t = ChatTemplate::choose("auto", vocab_with(kChatml), &note);
+  EXPECT_FALSE(t.family());
+  EXPECT_NE(note.find("tokenizer.chat_template"), std::string::npos) << note;
+  // The tokenizer adds BOS itself: the template's leading "<s>" is dropped
+  // from the prompt text, kept in the raw render.
+  EXPECT_EQ(t.render(user_says("Hi")), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.render_raw(user_says("Hi")), "<s><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  const ChatTemplate keep = ChatTemplate::choose("auto", vocab_with(kChatml, false), nullptr);
+  EXPECT_EQ(keep.render(user_says("Hi")).rfind("<s><|im_start|>", 0), 0u);
 }
 
-TEST(ChatTemplate, ChoiceAtStartUp) {
+TEST(ChatTemplate, AutoWithoutATemplateIsThePlainFallback) {
   std::string note;
-  EXPECT_EQ(choose_chat_family("auto", "", &note), ChatFamily::Plain);
+  const ChatTemplate t = ChatTemplate::choose("auto", vocab_with(""), &note);
+  EXPECT_EQ(t.family(), ChatFamily::Plain);
   EXPECT_NE(note.find("plain"), std::string::npos);
-  EXPECT_EQ(choose_chat_family("auto", "<|im_start|>", &note), ChatFamily::ChatML);
-  EXPECT_NE(note.find("detected"), std::string::npos);
-  EXPECT_EQ(choose_chat_family("llama3", "<|im_start|>", &note), ChatFamily::Llama3);
+  EXPECT_EQ(t.render(user_says("Hi")), "user: Hi\nassistant:");
+}
+
+TEST(ChatTemplate, NamedFamilyVariantAndFile) {
+  kvs::Vocab v = vocab_with(kChatml);
+  v.chat_template_variants = {{"tool_use", "TOOLS{% for m in messages %}[{{ m.content }}]{% endfor %}"}};
+  std::string note;
+  EXPECT_EQ(ChatTemplate::choose("llama3", v, &note).family(), ChatFamily::Llama3);
   EXPECT_NE(note.find("--chat-template"), std::string::npos);
-  EXPECT_THROW(choose_chat_family("auto", "{{ unknown }}", nullptr), std::runtime_error);
-  EXPECT_THROW(choose_chat_family("bogus", "", nullptr), std::runtime_error);
+  EXPECT_EQ(ChatTemplate::choose("tool_use", v, &note).render(user_says("x")), "TOOLS[x]");
+  const std::string path = testing::TempDir() + "kvs_chat_template_test.jinja";
+  {
+    std::ofstream f(path);
+    f << "FILE{{ messages[0].content | upper }}";
+  }
+  EXPECT_EQ(ChatTemplate::choose(path, v, &note).render(user_says("hi")), "FILEHI");
+  std::remove(path.c_str());
+  try {
+    ChatTemplate::choose("bogus", v, nullptr);
+    FAIL() << "an unknown name must be refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tool_use"), std::string::npos) << "the error lists the file's variants";
+  }
+}
+
+TEST(ChatTemplate, ATemplateThatDoesNotParseIsRefusedAtStartUp) {
+  EXPECT_THROW(ChatTemplate::choose("auto", vocab_with("{% for m in messages %}no end"), nullptr), std::runtime_error);
+  EXPECT_THROW(ChatTemplate::jinja("{{ 1 + }}", "t", vocab_with("")), ChatTemplateError);
+}
+
+TEST(ChatTemplate, RenderErrorsNameTheLineAndTellRaiseFromBugs) {
+  const kvs::Vocab v = vocab_with("");
+  const ChatTemplate raising = ChatTemplate::jinja(
+      "line one\n{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}", "t", v);
+  try {
+    raising.render(user_says("x"));
+    FAIL();
+  } catch (const ChatTemplateError& e) {
+    EXPECT_TRUE(e.raised());
+    EXPECT_NE(std::string(e.what()).find("system first"), std::string::npos) << e.what();
+  }
+  const ChatTemplate buggy = ChatTemplate::jinja("a\nb\n{{ messages[0].content + 1 }}", "t", v);
+  try {
+    buggy.render(user_says("x"));
+    FAIL();
+  } catch (const ChatTemplateError& e) {
+    EXPECT_FALSE(e.raised());
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, ContentArrivesInTheFormTheTemplateReads) {
+  const kvs::Vocab v = vocab_with("");
+  const ordered_json parts = ordered_json::array({{{"type", "text"}, {"text", "A"}}, {{"type", "text"}, {"text", "B"}}});
+  // A template that prints strings gets text parts joined.
+  const ChatTemplate strings = ChatTemplate::jinja("{{ messages[0].content }}", "t", v);
+  EXPECT_EQ(strings.render(user_says(parts)), "AB");
+  // One that only reads parts gets a string as one text part.
+  const ChatTemplate reads_parts =
+      ChatTemplate::jinja("{% for p in messages[0].content %}<{{ p.text }}>{% endfor %}", "t", v);
+  EXPECT_EQ(reads_parts.render(user_says("S")), "<S>");
+  EXPECT_EQ(reads_parts.render(user_says(parts)), "<A><B>");
+}
+
+TEST(ChatTemplate, ToolsAndExtraVariablesReachTheTemplate) {
+  const ChatTemplate t = ChatTemplate::jinja(
+      "{% if tools %}{% for t in tools %}{{ t.function.name }};{% endfor %}{% endif %}"
+      "{{ enable_thinking | default(true) }}",
+      "t", vocab_with(""));
+  ChatInputs in = user_says("x");
+  EXPECT_EQ(t.render(in), "True");
+  in.tools = ordered_json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}});
+  in.extra = {{"enable_thinking", false}};
+  EXPECT_EQ(t.render(in), "get_weather;False");
 }
 
 TEST(ChatTemplate, RendersEachFamily) {

@@ -322,7 +322,7 @@ TEST(KvAttention, QuantizedPagedMatchesDequantizedReference) {
           }
         const AttnSeq as{table.data(), cs.n_ctx, cs.n_stored, &k[size_t(cs.n_stored) * n], &v[size_t(cs.n_stored) * n]};
         std::vector<float> out(size_t(nh) * hd, -7.f), ref_deq(out.size()), ref_f32(out.size());
-        std::vector<float> scratch(attention_scratch_floats(r, cs.n_ctx, bs, hd));
+        std::vector<float> scratch(attention_scratch_floats(r, hd));
         for (int g = 0; g < nkv; ++g) attention_group(q.data(), st.view(), layer, as, g, s, out.data(), scratch.data());
         attention_reference(q.data(), kd.data(), vd.data(), cs.n_ctx, s, ref_deq.data());
         attention_reference(q.data(), k.data(), v.data(), cs.n_ctx, s, ref_f32.data());

@@ -147,7 +147,7 @@ TEST(WindowAttention, RotatesKeysToTheirWindowPositions) {
     as.n_rot = n_rot;
     as.neox = neox;
     const AttnShape shape{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
-    std::vector<float> out(q.size()), scratch(attention_scratch_floats(r, as.n_visible(), bs, hd));
+    std::vector<float> out(q.size()), scratch(attention_scratch_floats(r, hd));
     for (int g = 0; g < nkv; ++g) attention_group(q.data(), st.view(), 0, as, g, shape, out.data(), scratch.data());
     // Reference: the visible keys, rotated at the documented positions
     // (sinks at 0, 1, 2; the window at 3 .. 22), in a contiguous cache.

@@ -202,7 +202,7 @@ TEST(OpenAiCodec, UnknownAndUnsupportedFieldsAre400NamingThem) {
   // A chat-only field on completions is unknown there.
   EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"top_logprobs", 2}}).param, "top_logprobs");
   const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
-  for (const char* k : {"tools", "tool_choice", "response_format", "functions", "audio", "prediction"}) {
+  for (const char* k : {"tools", "tool_choice", "functions", "audio", "prediction"}) {
     json body = {{"messages", msgs}};
     body[k] = k == std::string("tool_choice") ? json("required") : json::object({{"type", "json_object"}});
     if (k == std::string("tools")) body[k] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
@@ -215,7 +215,6 @@ TEST(OpenAiCodec, UnknownAndUnsupportedFieldsAre400NamingThem) {
   // Trivial forms change nothing and are accepted; so is bookkeeping.
   EXPECT_NO_THROW(cmpl({{"prompt", "hi"}, {"best_of", 1}, {"user", "u-1"}, {"metadata", {{"a", "b"}}}}));
   EXPECT_NO_THROW(parse_request(Endpoint::Chat, json{{"messages", msgs},
-                                                     {"response_format", {{"type", "text"}}},
                                                      {"tool_choice", "none"},
                                                      {"modalities", {"text"}},
                                                      {"store", false},
@@ -243,4 +242,34 @@ TEST(OpenAiCodec, PenaltiesLogitBiasMinTokensAndStopIds) {
   EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"logit_bias", json::array()}}).param, "logit_bias");
   EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"stop_token_ids", {-1}}}).param, "stop_token_ids");
   EXPECT_EQ(cmpl_error({{"prompt", "hi"}, {"min_tokens", -1}}).param, "min_tokens");
+}
+
+// response_format and grammar compile to a grammar at parse time: an error
+// is a 400 naming the field, and for a schema the keyword.
+TEST(OpenAiCodec, ResponseFormatAndGrammar) {
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto chat = [&](const json& extra) {
+    json b = {{"messages", msgs}};
+    b.update(extra);
+    return b.dump();
+  };
+  EXPECT_EQ(parse_request(Endpoint::Chat, chat({{"response_format", {{"type", "text"}}}})).grammar, nullptr);
+  EXPECT_NE(parse_request(Endpoint::Chat, chat({{"response_format", {{"type", "json_object"}}}})).grammar, nullptr);
+  const std::string schema =
+      R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "x", "strict": true, "schema": {"type": "object",
+          "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": false}}}})";
+  EXPECT_NE(parse_request(Endpoint::Chat, schema).grammar, nullptr);
+  std::string bad = schema;
+  bad.replace(bad.find("\"type\": \"string\""), 16, "\"type\": \"string\", \"pattern\": \"x+\"");
+  const ApiError e = error_of(Endpoint::Chat, bad);
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(e.message.find("'pattern'"), std::string::npos) << e.message;
+  EXPECT_NE(cmpl({{"prompt", "x"}, {"grammar", "root ::= \"a\"+"}}).grammar, nullptr);
+  const ApiError g = cmpl_error({{"prompt", "x"}, {"grammar", "root ::= \"a\"\nroot ::= b"}});
+  EXPECT_EQ(g.param, "grammar");
+  EXPECT_NE(g.message.find("line 2"), std::string::npos) << g.message;
+  EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "yaml"}}}})).param, "response_format");
+  EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}})).param,
+            "grammar");
 }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/amx_rows.h"
 #include "kernels/cpu.h"
 #include "kernels/decode_variant.h"
 #include "kernels/quant.h"
@@ -86,6 +87,8 @@ TEST(Probe, StagesCountTheLoggedMeasurements) {
   o.kernel_types = {"q8_0"};
   o.kernel_rows = 256;
   o.kernel_cols = 256;
+  o.amx_n = {2, 16};  // where AMX is in use: two crossover points on a small buffer
+  o.amx_buffer_bytes = 1 << 20;
   int64_t lines = 0;
   run_probe(o, [&](const std::string&) { ++lines; });
   EXPECT_EQ(lines, probe_stages(o));
@@ -111,7 +114,8 @@ TEST(Probe, DecodeVariantChosenStoredAndApplied) {
   p.cpu = machine_cpu_name();
   p.mem_total_bytes = 1ull << 30;
   p.bandwidth = 1e10;
-  p.decode.isa = isa_name(active_isa());
+  p.decode.isa = decode_isa_name();  // the AVX-512 decode kernels under AMX too
+  EXPECT_EQ(p.decode.isa, isa_name(active_isa() == Isa::Amx ? Isa::Avx512 : active_isa()));
   p.decode.types.push_back({"q4_0", DecodeVariant{1, 2048}, 1.3});
   const HardwareProfile q = profile_from_json(profile_to_json(p));
   ASSERT_EQ(q.decode.types.size(), 1u);
@@ -147,4 +151,94 @@ TEST(Probe, DecodeVariantChosenStoredAndApplied) {
   nlohmann::json bad = profile_to_json(p);
   bad["decode_variants"]["types"]["q4_0"]["panels"] = 3;  // not a candidate
   EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
+}
+
+// Tiles take over from the smallest n from which they win at every larger
+// measured n; never when they lose at the largest.
+TEST(Probe, AmxCrossoverRule) {
+  EXPECT_EQ(amx_crossover({}), kAmxNever);
+  EXPECT_EQ(amx_crossover({{2, 10, 5}, {4, 10, 11}, {8, 10, 9}, {16, 10, 20}, {32, 10, 30}}), 16);
+  EXPECT_EQ(amx_crossover({{2, 10, 11}, {4, 10, 12}}), 2);
+  EXPECT_EQ(amx_crossover({{2, 10, 11}, {4, 10, 9}}), kAmxNever);
+  EXPECT_EQ(amx_crossover({{2, 10, 10}}), kAmxNever);  // a tie is no win
+}
+
+// The thresholds round-trip through the profile (null = never) and apply
+// only on the CPU they were measured on, and only where AMX is in use.
+TEST(Probe, AmxChoicesRoundTripAndApply) {
+  HardwareProfile p;
+  p.cpu = machine_cpu_name();
+  p.mem_total_bytes = 1ull << 30;
+  p.bandwidth = 1e10;
+  p.int8_amx = {"amx_int8 tdpbssd", {{1, 3e12}}, 3e12};
+  p.amx.types.push_back({"q8_0", 6, {{4, 1e11, 0.9e11}, {8, 1e11, 1.3e11}}});
+  p.amx.types.push_back({"q4_k", kAmxNever, {{4, 1e11, 0.5e11}}});
+  const nlohmann::json j = profile_to_json(p);
+  EXPECT_TRUE(j["amx_tiles"]["types"]["q4_k"]["min_rows"].is_null());
+  const HardwareProfile q = profile_from_json(j);
+  EXPECT_DOUBLE_EQ(q.int8_amx.peak, 3e12);
+  ASSERT_EQ(q.amx.types.size(), 2u);
+  const auto type = [&](const std::string& t) {
+    for (const AmxChoice& a : q.amx.types)
+      if (a.type == t) return a;
+    ADD_FAILURE() << t << " missing";
+    return AmxChoice{};
+  };
+  EXPECT_EQ(type("q8_0").min_rows, 6);
+  EXPECT_EQ(type("q4_k").min_rows, kAmxNever);
+  ASSERT_EQ(type("q8_0").points.size(), 2u);
+  EXPECT_DOUBLE_EQ(type("q8_0").points[1].amx, 1.3e11);
+  EXPECT_NE(format_profile(q).find("q8_0: n >= 6"), std::string::npos) << format_profile(q);
+  HardwareProfile none = p;  // without AMX: no keys, and an older profile still reads
+  none.int8_amx = {};
+  none.amx = {};
+  const nlohmann::json jn = profile_to_json(none);
+  EXPECT_FALSE(jn.contains("amx_tiles"));
+  EXPECT_FALSE(jn["flops"].contains("int8_amx"));
+  EXPECT_EQ(profile_from_json(jn).int8_amx.peak, 0.0);
+  nlohmann::json bad = j;
+  bad["amx_tiles"]["types"]["f16"] = {{"min_rows", 4}};
+  EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
+  bad = j;
+  bad["amx_tiles"]["types"]["q8_0"]["min_rows"] = 0;
+  EXPECT_THROW(profile_from_json(bad), std::invalid_argument);
+
+  reset_amx_min_rows();
+  const std::string other = apply_amx_choices(q.amx, "some other CPU");
+  EXPECT_EQ(amx_min_rows(GgmlType::Q8_0), default_amx_min_rows(GgmlType::Q8_0));
+  EXPECT_EQ(apply_amx_choices(q.amx, p.cpu), "");
+  if (active_isa() == Isa::Amx) {
+    EXPECT_NE(other.find("some other CPU"), std::string::npos) << other;
+    EXPECT_EQ(amx_min_rows(GgmlType::Q8_0), 6);
+    EXPECT_EQ(amx_min_rows(GgmlType::Q4_K), kAmxNever);
+  } else {
+    EXPECT_EQ(other, "");  // nothing to say where tiles do not run
+    EXPECT_EQ(amx_min_rows(GgmlType::Q8_0), default_amx_min_rows(GgmlType::Q8_0));
+  }
+  reset_amx_min_rows();
+}
+
+// Where AMX is in use the probe times its peak and both matmul paths; the
+// threshold in force is left as it was. Elsewhere both refuse.
+TEST(Probe, AmxMeasurements) {
+  if (active_isa() != Isa::Amx) {
+    EXPECT_THROW(measure_peak("int8_amx", 1, 0.01), std::invalid_argument);
+    if (!cpu_features().amx_permitted) {  // (under KVS_ISA=avx512 the timing itself still could run)
+      EXPECT_THROW(measure_amx_rows("q8_0", 64, 256, {2}, 1u << 20, 1, 1), std::invalid_argument);
+    }
+    GTEST_SKIP() << "AMX not in use here";
+  }
+  const PeakRate amx = measure_peak("int8_amx", 1, 0.02), vnni = measure_peak("int8", 1, 0.02);
+  EXPECT_EQ(amx.isa, "amx_int8 tdpbssd");
+  EXPECT_GT(amx.peak, vnni.peak) << "a tile product does 16x the work of a vpdpbusd";
+  set_amx_min_rows(GgmlType::Q6_K, 9);
+  const AmxChoice c = measure_amx_rows("q6_k", 64, 512, {16, 2}, 1u << 20, 1, 1);
+  EXPECT_EQ(amx_min_rows(GgmlType::Q6_K), 9);
+  EXPECT_EQ(c.type, "q6_k");
+  ASSERT_EQ(c.points.size(), 2u);
+  EXPECT_EQ(c.points[0].n, 2);
+  for (const AmxPoint& q : c.points) EXPECT_TRUE(q.amx > 0 && q.vnni > 0);
+  EXPECT_EQ(c.min_rows, amx_crossover(c.points));
+  EXPECT_THROW(measure_amx_rows("f16", 64, 256, {2}, 1u << 20, 1, 1), std::invalid_argument);
+  reset_amx_min_rows();
 }

@@ -98,7 +98,7 @@ TEST(RouterHasher, HashesEqualTheWorkersBlockKeys) {
   worker->set_secret(secret);
   router->set_secret(secret);
   const std::string identity = "model-identity";
-  RequestHasher h(*tok, server::ChatFamily::Plain, *router);
+  RequestHasher h(*tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), *router);
   h.set_model(identity, 4);
 
   const std::string body = R"({"prompt": "the quick brown fox jumps", "max_tokens": 4})";

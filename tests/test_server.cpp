@@ -705,5 +705,41 @@ TEST(Server, TokenizeDetokenizeApplyTemplate) {
   EXPECT_EQ(unknown.status, 400);
   EXPECT_EQ(unknown.js()["error"]["param"], "add_bos");
   EXPECT_EQ(request(s.port(), "GET", "/tokenize").status, 405);
+  const Reply emb = post(s.port(), "/v1/embeddings", {{"input", "x"}});
+  EXPECT_EQ(emb.status, 404);
+  EXPECT_EQ(emb.js()["error"]["code"], "embeddings_not_served");
   EXPECT_EQ(post(s.port(), "/v1/completions", {{"prompt", "x"}, {"temprature", 1}}).js()["error"]["param"], "temprature");
+}
+
+// --chat-template FILE: the prompt is the Jinja template's rendering (the
+// text Jinja2 gives for Qwen3's template), chat_template_kwargs reach it,
+// and a conversation the template refuses (its raise_exception) is a 400
+// naming the template's message, on /apply-template and the chat endpoint.
+TEST(Server, ChatTemplateFromAJinjaFile) {
+  REQUIRE_SHARED();
+  Server qwen({"-m", stories(), "--chat-template", kvs::test::shared("chat-templates/Qwen-Qwen3-0.6B.jinja")});
+  const json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  Reply r = post(qwen.port(), "/apply-template", {{"messages", msgs}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["prompt"], "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  r = post(qwen.port(), "/apply-template", {{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["prompt"],
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+            "<think>\n\n</think>\n\n");
+  r = post(qwen.port(), "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(post(qwen.port(), "/apply-template", {{"messages", msgs}, {"chat_template_kwargs", {{"tools", 1}}}}).status,
+            400);
+
+  Server nemo({"-m", stories(), "--chat-template",
+               kvs::test::shared("chat-templates/mistralai-Mistral-Nemo-Instruct-2407.jinja")});
+  const json twice = {{{"role", "user"}, {"content", "A"}}, {{"role", "user"}, {"content", "B"}}};
+  for (const char* path : {"/apply-template", "/v1/chat/completions"}) {
+    const Reply bad = post(nemo.port(), path, {{"messages", twice}, {"max_tokens", 2}});
+    ASSERT_EQ(bad.status, 400) << path << ": " << bad.body;
+    EXPECT_EQ(bad.js()["error"]["code"], "chat_template_error") << bad.body;
+    EXPECT_NE(bad.body.find("roles must alternate"), std::string::npos) << bad.body;
+  }
 }

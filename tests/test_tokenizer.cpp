@@ -490,5 +490,18 @@ TEST(TokenizerSpeed, PathologicalRunsAreLinearish) {
   }
 }
 
+// For a tool-call parser: control tokens add their own text when asked
+// (never BOS), nothing otherwise.
+TEST(Detokenizer, ControlTokensTextOnlyWhenAsked) {
+  const Tokenizer& t = spm();
+  const int eos = t.vocab().eos;
+  ASSERT_GE(eos, 0);
+  ASSERT_EQ(t.vocab().types.at(size_t(eos)), int32_t(TokenAttr::Control));
+  Detokenizer plain(t), marked(t, true);
+  EXPECT_EQ(plain.push(1) + plain.push(eos), "");
+  EXPECT_EQ(marked.push(1), "");  // BOS stays silent
+  EXPECT_EQ(marked.push(eos), t.vocab().tokens.at(size_t(eos)));
+}
+
 }  // namespace
 }  // namespace kvs

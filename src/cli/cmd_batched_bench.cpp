@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -15,6 +16,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "kv/capacity.h"
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "sched/engine_loop.h"
 
 namespace kvs::cli {
@@ -31,7 +34,29 @@ struct Args {
   int burst_fit = 8;      // the pool holds this many burst requests
   int burst_queue = 8;    // --max-queue in burst mode
   bool json = false;
+  // Constrained decoding: every request under this grammar (--grammar FILE
+  // in GBNF, --json-object, --json-schema FILE), at --temp.
+  std::string grammar_file, schema_file;
+  bool json_object = false;
+  float temp = 0;
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
+
+std::shared_ptr<const grammar::Grammar> load_grammar(const Args& a) {
+  auto read = [](const std::string& f) {
+    std::ifstream in(f);
+    if (!in) throw std::runtime_error("batched-bench: cannot read " + f);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  std::string gbnf;
+  if (!a.grammar_file.empty()) gbnf = read(a.grammar_file);
+  else if (!a.schema_file.empty()) gbnf = grammar::json_schema_gbnf(nlohmann::ordered_json::parse(read(a.schema_file)));
+  else if (a.json_object) gbnf = grammar::json_object_gbnf();
+  else return nullptr;
+  return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(gbnf));
+}
 
 struct Tracker {
   std::mutex mu;
@@ -52,12 +77,14 @@ struct Tracker {
   }
 };
 
-sched::Request make_req(const std::vector<int32_t>& prompt, int n) {
+sched::Request make_req(const std::vector<int32_t>& prompt, int n, const Args* a = nullptr, uint64_t seed = 0) {
   sched::Request r;
   r.prompt = prompt;
   r.max_tokens = n;
-  r.sampling.temperature = 0;
+  r.sampling.temperature = a ? a->temp : 0;
+  r.sampling.seed = seed;
   r.ignore_eos = true;
+  if (a) r.grammar = a->grammar;
   return r;
 }
 
@@ -76,7 +103,8 @@ int run_throughput(const Args& a, Loaded& l) {
   std::mt19937 rng(42);
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json)
-    std::printf("| PP | TG | B | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| PP | TG | B | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s | TPOT ms (p50) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int b : npls) {
     sched::EngineLoopOptions o;
     o.block_size = a.block_size;
@@ -97,7 +125,7 @@ int run_throughput(const Args& a, Loaded& l) {
     Tracker tr(b);
     const double t0 = sched::steady_now();
     for (int i = 0; i < b; ++i) {
-      sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);
+      sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n, &a, uint64_t(i));
       r.sink = tr.sink(i);
       const auto res = loop.submit(std::move(r));
       if (!res.accepted) throw std::runtime_error("batched-bench: request rejected: " + res.message);
@@ -106,14 +134,24 @@ int run_throughput(const Args& a, Loaded& l) {
     const double t_pp = *std::max_element(tr.first.begin(), tr.first.end()) - t0;
     const double t_end = *std::max_element(tr.last.begin(), tr.last.end()) - t0;
     const double t_tg = t_end - t_pp;
-    const double s_pp = double(b) * a.p / t_pp, s_tg = double(b) * (a.n - 1) / t_tg;
+    // Tokens as generated (a grammar may end a request before -n).
+    int64_t gen = 0;
+    for (int k : tr.tokens) gen += std::max(0, k - 1);
+    const double s_pp = double(b) * a.p / t_pp, s_tg = double(gen) / t_tg;
     const double s = double(b) * (a.p + a.n) / t_end;
+    // Per request: seconds per token after its first (median over requests).
+    std::vector<double> tpot;
+    for (int i = 0; i < b; ++i)
+      if (tr.tokens[size_t(i)] > 1) tpot.push_back((tr.last[size_t(i)] - tr.first[size_t(i)]) / (tr.tokens[size_t(i)] - 1));
+    std::sort(tpot.begin(), tpot.end());
+    const double tpot_ms = tpot.empty() ? 0 : tpot[tpot.size() / 2] * 1e3;
     if (a.json)
       rows.push_back({{"pp", a.p}, {"tg", a.n}, {"b", b}, {"t_pp", t_pp}, {"s_pp", s_pp}, {"t_tg", t_tg},
-                      {"s_tg", s_tg}, {"t", t_end}, {"s", s}, {"steps", loop.metrics().steps}});
+                      {"s_tg", s_tg}, {"t", t_end}, {"s", s}, {"tpot_ms_p50", tpot_ms}, {"generated", gen + b},
+                      {"steps", loop.metrics().steps}});
     else
-      std::printf("| %d | %d | %d | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n", a.p, a.n, b, t_pp, s_pp, t_tg, s_tg,
-                  t_end, s);
+      std::printf("| %d | %d | %d | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f |\n", a.p, a.n, b, t_pp, s_pp, t_tg,
+                  s_tg, t_end, s, tpot_ms);
     std::fflush(stdout);
   }
   if (a.json)
@@ -195,12 +233,17 @@ void add_batched_bench(CLI::App& app, Runner& run) {
   c->add_option("--npl", a->npl, "Concurrent sequences, comma-separated")->capture_default_str();
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "Token budget per step")->capture_default_str();
   c->add_option("--block-size", a->block_size, "KV block size")->capture_default_str();
+  c->add_option("--grammar", a->grammar_file, "Constrain every request to this GBNF grammar");
+  c->add_option("--json-schema", a->schema_file, "Constrain every request to JSON matching this schema file");
+  c->add_flag("--json-object", a->json_object, "Constrain every request to a JSON object");
+  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--burst", a->burst, "Long-burst mode: this many requests at once")->capture_default_str();
   c->add_option("--burst-fit", a->burst_fit, "Burst mode: requests the pool holds")->capture_default_str();
   c->add_option("--burst-queue", a->burst_queue, "Burst mode: --max-queue")->capture_default_str();
   c->add_flag("--json", a->json, "Print JSON");
   c->callback([a, &run] {
     run = [a] {
+      a->grammar = load_grammar(*a);  // errors before the model loads
       Loaded l = load_all(a->m);
       return a->burst > 0 ? run_burst(*a, l) : run_throughput(*a, l);
     };

@@ -42,13 +42,11 @@ void plan_chunks(const std::vector<SeqChunk>& batch, const ModelConfig& c, const
   }
 }
 
-// Per row: position, chunk, visible keys; the most keys a row sees and the
-// highest position a key rotated at attention time takes.
+// Per row: position, chunk, visible keys; the highest position a key rotated at attention time takes.
 void plan_rows(const std::vector<SeqChunk>& batch, BatchPlan& p) {
   p.pos.resize(size_t(p.n_tokens));
   p.chunk_of.resize(size_t(p.n_tokens));
   p.view.resize(size_t(p.n_tokens));
-  p.max_visible = 0;
   p.max_key_pos = -1;
   int64_t t = 0;
   for (size_t ci = 0; ci < batch.size(); ++ci) {
@@ -60,8 +58,6 @@ void plan_rows(const std::vector<SeqChunk>& batch, BatchPlan& p) {
       p.pos[size_t(t)] = pos;
       p.chunk_of[size_t(t)] = int32_t(ci);
       p.view[size_t(t)] = v;
-      const int nvis = v.sink_end >= v.win_start ? pos + 1 : v.sink_end + (pos + 1 - v.win_start);
-      p.max_visible = std::max(p.max_visible, nvis);
       if (rotates) p.max_key_pos = std::max(p.max_key_pos, pos - v.shift);
     }
   }
@@ -71,12 +67,12 @@ void plan_rows(const std::vector<SeqChunk>& batch, BatchPlan& p) {
 // long prefill re-read, and for int8/int4 dequantized, the whole cache per
 // token). Only where every token sees all keys before it, unrotated; with a
 // quantized cache a block stays inside one token group, so its tokens share
-// the stored groups and the open group's rows. Else one token per block. The
-// block is capped so its score rows stay within ~4 MB.
-void plan_query_blocks(int gqa_ratio, const KvLayout& layout, BatchPlan& p) {
-  const int kMaxBlock = 16;
-  const int tb_max = int(std::clamp<int64_t>(
-      (int64_t(1) << 20) / (int64_t(gqa_ratio) * std::max(1, p.max_visible)), 1, kMaxBlock));
+// the stored groups and the open group's rows. Else one token per block.
+// Attention keeps no score rows (kernels/flash_attention.h), so the block
+// size does not depend on the context length: the larger the block, the
+// fewer passes over the cache, until its rows' state leaves L2.
+void plan_query_blocks(const KvLayout& layout, BatchPlan& p) {
+  const int tb_max = 64;
   const int G = layout.quantized() ? layout.group_tokens : 0;
   p.attn_blocks.clear();
   for (const ChunkPlan& ch : p.chunks) {
@@ -110,7 +106,7 @@ void plan_outputs(const std::vector<SeqChunk>& batch, BatchPlan& p) {
 void plan_batch(const std::vector<SeqChunk>& batch, const ModelConfig& c, const KvLayout& layout, BatchPlan& plan) {
   plan_chunks(batch, c, layout, plan);
   plan_rows(batch, plan);
-  plan_query_blocks(c.n_heads / c.n_kv_heads, layout, plan);
+  plan_query_blocks(layout, plan);
   plan_outputs(batch, plan);
 }
 

@@ -38,7 +38,6 @@ struct BatchPlan {
   // that share every loaded K/V tile (kernels/attention.h).
   std::vector<std::pair<int64_t, int>> attn_blocks;
   std::vector<int64_t> out_rows;  // rows whose logits are wanted, in output order
-  int max_visible = 0;            // most keys one row sees
   int max_key_pos = -1;           // highest RoPE position of a key rotated at attention time; -1: none
   int max_block_rows = 1;         // rows of the longest query block
   int64_t stage_rows = 0;         // quantized cache: staged rows of all chunks

@@ -36,7 +36,7 @@ struct Engine::Impl {
   std::vector<float> gate, up;      // [T, ffn]
   std::vector<float> rope_cos, rope_sin;    // [T, n_rot/2]: each query's RoPE position
   std::vector<float> krope_cos, krope_sin;  // [positions, n_rot/2]: keys stored before RoPE
-  std::vector<std::vector<float>> attn_scratch;  // per thread: scores [block, r, n_ctx] + one tile
+  std::vector<std::vector<float>> attn_scratch;  // per thread: a query block's row state + one K/V tile
   std::vector<float> stage_k, stage_v;  // quantized cache: [stage_rows, kvdim] float rows of each chunk's open groups
   std::vector<float> out_rows;      // [n_out, dim]
 
@@ -111,7 +111,7 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   rope_sin.resize(T * half);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
-    a.resize(attention_scratch_floats(r * plan.max_block_rows, plan.max_visible, layout.block_size, c.head_dim));
+    a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim));
   // Keys stored before RoPE are rotated at attention time: cos/sin of every
   // position a key can take (grown on demand, kept across calls).
   if (plan.max_key_pos >= 0 && int64_t(krope_cos.size()) < int64_t(plan.max_key_pos + 1) * half) {
@@ -162,17 +162,19 @@ void Engine::Impl::store_quantized(const KvStorage& kv, int l) {
 }
 
 // Attention of every query block over the keys its window shows, one task
-// per (query block, kv head).
+// per (kv head, query block), head by head: a thread's consecutive tasks
+// read the same head's keys and values, which stay in its cache.
 void Engine::Impl::attend(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
   const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, qdim = nh * hd, kvdim = nkv * hd;
   const AttnShape shape{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const int G = kv.layout.group_tokens;
-  pool->parallel_for(int64_t(plan.attn_blocks.size()) * nkv, [&](int64_t task, int thread) {
-    const auto [t0, tb] = plan.attn_blocks[size_t(task / nkv)];
+  const int64_t n_blocks = int64_t(plan.attn_blocks.size());
+  pool->parallel_for(n_blocks * nkv, [&](int64_t task, int thread) {
+    const auto [t0, tb] = plan.attn_blocks[size_t(task % n_blocks)];
     const int64_t t = t0 + tb - 1;  // the block's last token describes the block (attention.h)
-    const int g = int(task % nkv);
+    const int g = int(task / n_blocks);
     const ChunkPlan& ch = plan.chunks[size_t(plan.chunk_of[t])];
     const WindowView& wv = plan.view[t];
     AttnSeq as{ch.block_table, plan.pos[t] + 1, plan.pos[t] + 1, nullptr, nullptr};

@@ -52,6 +52,11 @@ void Sampler::adjust(int n_vocab, const DrawContext& ctx) {
         cand_[size_t(id)].first -= p_.frequency_penalty * float(count) + p_.presence_penalty;
   for (int32_t id : ctx.banned)
     if (token_in_vocab(id, n_vocab)) cand_[size_t(id)].first = -INFINITY;
+  if (ctx.allowed) {
+    const std::vector<uint64_t>& m = *ctx.allowed;
+    for (int i = 0; i < n_vocab; ++i)
+      if (size_t(i) / 64 >= m.size() || !(m[size_t(i) / 64] >> (i % 64) & 1)) cand_[size_t(i)].first = -INFINITY;
+  }
 }
 
 int Sampler::sample_with(const float* logits, int n_vocab, const DrawContext& ctx) {

@@ -32,6 +32,7 @@ struct DrawContext {
   const std::vector<int>* history = nullptr;                  // prompt + generated: the repetition penalty
   const std::unordered_map<int32_t, int>* generated = nullptr;  // count per generated token: presence / frequency
   std::span<const int32_t> banned;                            // never drawn now (min_tokens: end-of-generation ids)
+  const std::vector<uint64_t>* allowed = nullptr;             // one bit per token: only these (a grammar's mask)
 };
 
 class Sampler {

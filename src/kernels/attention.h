@@ -43,28 +43,26 @@ struct AttnSeq {
 // positions [0, n_ctx) of `layer`:
 //   q:   [n_heads, head_dim]   (only heads g*r .. g*r+r-1 are read, r = n_heads/n_kv_heads)
 //   out: [n_heads, head_dim]   (only those heads are written)
-// scratch: attention_scratch_floats(r, seq.n_visible(), ...) floats (scores,
-// then a dequantized tile). Keys are visited in position order, so the result for
-// a position does not depend on how the prompt was chunked or on the block
-// size.
+// scratch: attention_scratch_floats(r, head_dim) floats. The keys are
+// visited in 16-key tiles fixed by absolute position with an online
+// softmax (kernels/flash_attention.h), so the result for a position does not
+// depend on how the prompt was chunked or on the block size.
 void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
                      const AttnShape& s, float* out, float* scratch);
-// Scratch floats attention_group needs.
-inline size_t attention_scratch_floats(int r, int n_visible, int block_size, int head_dim) {
-  return size_t(r) * n_visible + size_t(block_size) * head_dim;
-}
+// Scratch floats attention_group_block needs for `rows` = r * T query rows:
+// the rows' running state, one K and one V tile, the tokens' tile masks.
+size_t attention_scratch_floats(int rows, int head_dim);
 
 // T consecutive query tokens of one sequence at once (a prefill's query
 // block): token i (q + i * ldq, out + i * ldo, rows as above) has context
 // seq.n_ctx - (T - 1 - i), i.e. `seq` describes the last token. Each key and
-// value tile is loaded (dequantized, rotated) once for all T tokens instead
-// of once per token; every token's scores, softmax and sums are the same
-// operations as attention_group's, so results are bit-identical to T calls.
+// value tile is loaded (dequantized, rotated) once for all T tokens; each
+// token runs the tile kernel's operations on the tiles it sees, with its own
+// mask on the last ones, so results are bit-identical to T calls.
 // For T > 1 the sequence must have no hidden keys (sink_end >= win_start)
-// and no rotation at attention time, and all T tokens must share n_stored
-// and own_k / own_v (a quantized cache: the block lies in one token group;
-// token i reads the first n_ctx_i - n_stored own rows).
-// scratch: attention_scratch_floats(r * T, seq.n_visible(), ...) floats.
+// and no rotation at attention time (else std::invalid_argument), and all T
+// tokens must share n_stored and own_k / own_v (a quantized cache: the block
+// lies in one token group; token i reads the first n_ctx_i - n_stored own rows).
 void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
                            int g, const AttnShape& s, float* out, size_t ldo, float* scratch);
 

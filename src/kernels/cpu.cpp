@@ -7,9 +7,18 @@
 // Isa::Avx512 means the set our AVX-512 kernels are compiled for:
 // F + BW + VL + DQ + VNNI (vpdpbusd is the core of the int8 dot products),
 // plus the AVX2 set. A Skylake-X without VNNI therefore runs the AVX2 path.
+//
+// Isa::Amx adds AMX-TILE + AMX-INT8. Tile state is large, so Linux enables
+// it per process on request (arch_prctl ARCH_REQ_XCOMP_PERM): until then the
+// first tile instruction faults. The request is made once, at detection; a
+// refusal (old kernel, seccomp) leaves the machine at Isa::Avx512.
 #include "kernels/cpu.h"
 
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +35,17 @@ uint64_t read_xcr0() {
   // xgetbv with ecx = 0; encoded as bytes so no -mxsave is needed.
   __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(eax), "=d"(edx) : "c"(0));
   return (uint64_t(edx) << 32) | eax;
+}
+
+// Asks Linux for the tile data state; true when granted (or already held).
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr long kXfeatureXtiledata = 18;  // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -49,7 +69,7 @@ CpuFeatures detect() {
   if (!os_ymm || max_leaf < 7) return f;
 
   __get_cpuid_count(7, 0, &a, &b, &c, &d);
-  const unsigned ebx7 = b, ecx7 = c;
+  const unsigned ebx7 = b, ecx7 = c, edx7 = d;
   unsigned eax7_1 = 0;
   if (a >= 1) {
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
@@ -68,12 +88,18 @@ CpuFeatures detect() {
     f.avx512vnni = (ecx7 >> 11) & 1;
     f.avx512bf16 = (eax7_1 >> 5) & 1;
   }
+  f.amx_tile = (edx7 >> 24) & 1;
+  f.amx_int8 = (edx7 >> 25) & 1;
+  f.amx_os = (xcr0 & 0x60000) == 0x60000;  // XTILECFG (17) + XTILEDATA (18)
+  if (f.amx_tile && f.amx_int8 && f.amx_os) f.amx_permitted = request_amx_permission();
   return f;
 }
 
 Isa best_isa(const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
-  if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) return Isa::Avx512;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+  if (avx512 && f.amx_tile && f.amx_int8 && f.amx_os && f.amx_permitted) return Isa::Amx;
+  if (avx512) return Isa::Avx512;
   if (avx2) return Isa::Avx2;
   return Isa::Scalar;
 }
@@ -85,6 +111,7 @@ int env_isa() {
   if (!std::strcmp(s, "scalar")) return int(Isa::Scalar);
   if (!std::strcmp(s, "avx2")) return int(Isa::Avx2);
   if (!std::strcmp(s, "avx512")) return int(Isa::Avx512);
+  if (!std::strcmp(s, "amx")) return int(Isa::Amx);
   return -1;
 }
 
@@ -114,6 +141,7 @@ std::string isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Amx: return "amx";
   }
   return "unknown";
 }

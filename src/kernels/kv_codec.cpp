@@ -178,6 +178,43 @@ void store_group(const KvStorage& kv, int32_t block, int layer, int slot0, const
   for (int t = 0; t < G; ++t) store_token_row(L, va + size_t(slot0 + t) * L.token_row_bytes(), v + size_t(t) * n);
 }
 
+namespace {
+void prefetch_span(const uint8_t* p, size_t bytes) {
+  for (uintptr_t a = uintptr_t(p) & ~uintptr_t(63); a < uintptr_t(p) + bytes; a += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
+}
+}  // namespace
+
+void prefetch_rows(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n) {
+  const KvLayout& L = kv.layout;
+  const int hd = L.head_dim;
+  const uint8_t *ka = kv.k_area(block, layer), *va = kv.v_area(block, layer);
+  if (!L.quantized()) {
+    const size_t eb = L.elem_bytes(), row = L.row_floats() * eb, off = size_t(g) * hd * eb;
+    for (int r = slot0; r < slot0 + n; ++r) {
+      prefetch_span(ka + size_t(r) * row + off, size_t(hd) * eb);
+      prefetch_span(va + size_t(r) * row + off, size_t(hd) * eb);
+    }
+    return;
+  }
+  const size_t rb = L.token_row_bytes(), codes = size_t(L.n_cgroups()) * 4;
+  const size_t q0 = L.type == KvType::Int8 ? size_t(g) * hd : size_t(g) * hd / 2, qn = L.type == KvType::Int8 ? hd : hd / 2;
+  for (int r = slot0; r < slot0 + n; ++r) {  // per-token rows: scales at the record's start, then the codes
+    if (L.key_scale == KeyScale::Token) prefetch_span(ka + size_t(r) * rb, codes), prefetch_span(ka + size_t(r) * rb + codes + q0, qn);
+    prefetch_span(va + size_t(r) * rb, codes);
+    prefetch_span(va + size_t(r) * rb + codes + q0, qn);
+  }
+  if (L.key_scale == KeyScale::Token) return;
+  const int G = L.group_tokens;
+  for (int grp = slot0 / G; grp <= (slot0 + n - 1) / G; ++grp) {  // channel keys: the group's scales, then its code rows
+    const uint8_t* rec = ka + size_t(grp) * L.channel_group_bytes();
+    prefetch_span(rec + size_t(g) * hd * 2, size_t(hd) * 2);
+    prefetch_span(rec + size_t(L.kvdim()) * 2 + size_t(g) * hd * 2, size_t(hd) * 2);
+    for (int r = std::max(slot0, grp * G); r < std::min(slot0 + n, grp * G + G); ++r)
+      prefetch_span(rec + size_t(L.kvdim()) * 4 + size_t(r % G) * L.row_q_bytes() + q0, qn);
+  }
+}
+
 static void load_k_generic(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
   const int hd = L.head_dim;
@@ -308,6 +345,16 @@ void load_channel_keys_avx512(const KvLayout& L, const uint8_t* ka, int g, int s
   }
 }
 
+// f32 rows: a plain 16-lane copy (the tiled attention copies every tile;
+// a libc call per row cost more than the copy itself).
+void load_f32_rows_avx512(const float* src0, size_t row, int g, int hd, int slot0, int n, float* out) {
+  for (int r = 0; r < n; ++r) {
+    const float* src = src0 + size_t(slot0 + r) * row + size_t(g) * hd;
+    float* o = out + size_t(r) * hd;
+    for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(o + i, _mm512_loadu_ps(src + i));
+  }
+}
+
 void load_half_rows_avx512(const uint16_t* src0, bool f16, size_t row, int g, int hd, int slot0, int n, float* out) {
   for (int r = 0; r < n; ++r) {
     const uint16_t* src = src0 + size_t(slot0 + r) * row + size_t(g) * hd;
@@ -326,13 +373,15 @@ KVS_TARGET_END()
 namespace {
 bool fast512(const KvLayout& L) {
   // A head spans at most 16 channel groups (one register of scales).
-  return active_isa() == Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
+  return active_isa() >= Isa::Avx512 && L.head_dim % 16 == 0 && L.head_dim <= 512 &&
          (!L.quantized() || (L.group_channels % 16 == 0 && L.head_dim <= 16 * L.group_channels));
 }
 }  // namespace
 
 void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
+  if (L.type == KvType::F32 && fast512(L))
+    return load_f32_rows_avx512(kv.k(block, layer, 0), L.row_floats(), g, L.head_dim, slot0, n, out);
   if (L.type != KvType::F32 && fast512(L)) {
     if (!L.quantized())
       return load_half_rows_avx512(reinterpret_cast<const uint16_t*>(kv.k_area(block, layer)), L.type == KvType::F16,
@@ -345,6 +394,8 @@ void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int
 
 void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
+  if (L.type == KvType::F32 && fast512(L))
+    return load_f32_rows_avx512(kv.v(block, layer, 0), L.row_floats(), g, L.head_dim, slot0, n, out);
   if (L.type != KvType::F32 && fast512(L)) {
     if (!L.quantized())
       return load_half_rows_avx512(reinterpret_cast<const uint16_t*>(kv.v_area(block, layer)), L.type == KvType::F16,

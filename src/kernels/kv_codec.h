@@ -22,6 +22,10 @@ void store_group(const KvStorage& kv, int32_t block, int layer, int slot0, const
 void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out);
 void load_v(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out);
 
+// Asks the cache for the bytes load_k and load_v of the same rows will read
+// (a software prefetch: no fault, no effect on results).
+void prefetch_rows(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n);
+
 // Asymmetric quantization of n values x[i * stride] to `bits` (8 or 4):
 // scale and min are stored as fp16 and the codes are computed against the
 // rounded values, so x ≈ min + scale * code with |error| <= scale / 2 (plus

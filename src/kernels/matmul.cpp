@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/amx_rows.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/threadpool.h"
@@ -18,9 +19,11 @@ namespace {
 
 using mm::IsaKernels;
 using mm::XBlock;
+using mm::XTile;
 
 const IsaKernels& kernels_for(Isa isa) {
   switch (isa) {
+    case Isa::Amx: return mm::amx_kernels();
     case Isa::Avx512: return mm::avx512_kernels();
     case Isa::Avx2: return mm::avx2_kernels();
     default: return mm::scalar_kernels();
@@ -56,24 +59,41 @@ mm::Scratch thread_scratch() {
   return {buf.p, mm::kScratchBytes};
 }
 
-// Quantized activations for this call, reused across calls on the caller thread.
-XBlock* x_buffer(size_t blocks) {
+// Quantized activations (XBlock, XTile) for this call, reused across calls
+// on the caller thread; 64-byte aligned.
+template <class T>
+T* x_buffer(size_t count) {
   struct Buf {
-    XBlock* p = nullptr;
+    T* p = nullptr;
     size_t cap = 0;
     ~Buf() { std::free(p); }
   };
   thread_local Buf buf;
-  if (blocks > buf.cap) {
+  if (count > buf.cap) {
     std::free(buf.p);
-    const size_t cap = std::max<size_t>(blocks, 1024);
+    const size_t cap = std::max<size_t>(count, 1024);
     // aligned_alloc requires a size that is a multiple of the alignment.
-    const size_t bytes = (cap * sizeof(XBlock) + 63) / 64 * 64;
-    buf.p = static_cast<XBlock*>(std::aligned_alloc(64, bytes));
+    const size_t bytes = (cap * sizeof(T) + 63) / 64 * 64;
+    buf.p = static_cast<T*>(std::aligned_alloc(64, bytes));
     if (!buf.p) throw std::bad_alloc();
     buf.cap = cap;
   }
   return buf.p;
+}
+
+int64_t m_tiles(int64_t n) { return (n + 15) / 16; }
+
+// xq [count][n, nb] XBlock -> out [count][ceil(n / 16), nb] XTile, one task
+// per M tile; copy c's format is f[c].
+void tile_activations(const IsaKernels& k, const XBlock* xq, const mm::QFormat* f, int count, int64_t n, int64_t nb,
+                      XTile* out, ThreadPool& pool) {
+  const int64_t mt = m_tiles(n), tasks = count * mt;
+  const auto one = [&](int64_t t) {
+    const int64_t c = t / mt;
+    k.tile_x(xq + c * n * nb, n, nb, t % mt, t % mt + 1, f[c].has_min, out + c * mt * nb);
+  };
+  if (tasks > 1 && pool.size() > 1) pool.parallel_for(tasks, [&](int64_t t, int) { one(t); });
+  else for (int64_t t = 0; t < tasks; ++t) one(t);
 }
 
 // Output rows per task: a multiple of the kernel's panel height, ~8 tasks per
@@ -116,11 +136,19 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
   // Quantize each activation row once; every weight row reuses it.
   const mm::QFormat f = mm::qformat(w.type, k.signed_q8);
   const int64_t nb = w.cols / mm::kQBlock;
-  XBlock* xq = x_buffer(size_t(n * nb));  // [n, nb]
+  XBlock* xq = x_buffer<XBlock>(size_t(n * nb));  // [n, nb]
   if (n >= 8 && pool.size() > 1) {
     pool.parallel_for(n, [&](int64_t i, int) { k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb); });
   } else {
     for (int64_t i = 0; i < n; ++i) k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb);
+  }
+  if (k.quant_rows_tiles && amx_tiles_apply(w, n)) {
+    XTile* xt = x_buffer<XTile>(size_t(m_tiles(n) * nb));  // [ceil(n / 16), nb]
+    tile_activations(k, xq, &f, 1, n, nb, xt, pool);
+    run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
+      k.quant_rows_tiles(w, r0, r1, xt, n, y, ldy, s);
+    });
+    return;
   }
   run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
     k.quant_rows(w, r0, r1, xq, n, y, ldy, s);
@@ -151,11 +179,21 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     if (i == n_formats) formats[n_formats++] = f;
     fmt_of[j] = i;
   }
-  XBlock* xq = x_buffer(size_t(n_formats) * size_t(n * nb));
+  XBlock* xq = x_buffer<XBlock>(size_t(n_formats) * size_t(n * nb));  // [n_formats][n, nb]
   const int64_t rows_q = int64_t(n_formats) * n;  // (format, row) pairs
   const auto quantize = [&](int64_t i) { k.quantize_x(x + (i % n) * ldx, cols, formats[i / n], xq + i * nb); };
   if (n >= 8 && pool.size() > 1) pool.parallel_for(rows_q, [&](int64_t i, int) { quantize(i); });
   else for (int64_t i = 0; i < rows_q; ++i) quantize(i);
+  // Tile layouts of every format when any of its outputs runs on tiles.
+  bool tiles[kMaxOuts] = {};
+  bool any_tiles = false;
+  for (int j = 0; j < count; ++j)
+    if (fmt_of[j] >= 0 && k.quant_rows_tiles && amx_tiles_apply(*outs[j].w, n)) tiles[j] = any_tiles = true;
+  XTile* xt = nullptr;  // [n_formats][ceil(n / 16), nb]
+  if (any_tiles) {
+    xt = x_buffer<XTile>(size_t(n_formats) * size_t(m_tiles(n) * nb));
+    tile_activations(k, xq, formats, n_formats, n, nb, xt, pool);
+  }
   // Tasks: output j's row chunks, in order; task t belongs to the output
   // whose first task index is the largest one <= t.
   int64_t total = 0, first[kMaxOuts + 1];
@@ -170,6 +208,8 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     const int64_t r0 = (t - first[j]) * chunk, r1 = std::min(o.w->rows, r0 + chunk);
     if (fmt_of[j] < 0)
       k.float_rows(*o.w, r0, r1, x, ldx, n, o.y, o.ldy, thread_scratch());
+    else if (tiles[j])
+      k.quant_rows_tiles(*o.w, r0, r1, xt + int64_t(fmt_of[j]) * m_tiles(n) * nb, n, o.y, o.ldy, thread_scratch());
     else
       k.quant_rows(*o.w, r0, r1, xq + int64_t(fmt_of[j]) * n * nb, n, o.y, o.ldy, thread_scratch());
   });

@@ -4,7 +4,8 @@
 // so only the functions defined in this file carry the ISA; nothing from a
 // shared header (std templates, inline helpers) is emitted with AVX-512 code
 // that the linker could pick for a baseline caller. Reached only through
-// avx512_kernels() when active_isa() == Isa::Avx512.
+// avx512_kernels() when active_isa() is Isa::Avx512, or Isa::Amx for what
+// the tile kernels leave to it (amx_kernels(), matmul_amx.cpp).
 //
 // Layout: a "panel" is 16 weight rows, one per zmm lane. A 32-element weight
 // block of the panel is unpacked to 8 vectors W[k] whose lane r holds the

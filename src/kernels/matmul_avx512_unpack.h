@@ -1,4 +1,5 @@
-// AVX-512 weight unpackers for matmul_avx512.cpp (include it from there only).
+// AVX-512 weight unpackers for the AVX-512 and AMX kernel files
+// (matmul_avx512*.cpp, matmul_amx.cpp; include it from those only).
 //
 // A panel is 16 weight rows, one per zmm lane. An unpacker turns one storage
 // unit of the 16 rows (a 32-element block, or a 256-element K-quant

@@ -1,5 +1,5 @@
 // Internal interface between the matmul driver (matmul.cpp) and the per-ISA
-// kernels (matmul_scalar.cpp, matmul_avx2*.cpp, matmul_avx512*.cpp).
+// kernels (matmul_scalar.cpp, matmul_avx2*.cpp, matmul_avx512*.cpp, matmul_amx.cpp).
 //
 // The arithmetic is defined once here and every path reproduces it exactly,
 // so results are bit-identical across n, batch composition AND ISA paths:
@@ -47,6 +47,20 @@ struct XBlock {
   int32_t corr[2];  // -off * sum(q): [0] whole block, or [0]/[1] = halves for sub16 formats
 };
 static_assert(sizeof(XBlock) == 48);
+
+// The same activations for the AMX tile kernels: rows 16t .. 16t+15 of one
+// 32-element block, as one A tile (levels row by row) and the per-row
+// values as arrays, so a kernel reads each with fixed offsets. A call holds
+// [ceil(n / 16), cols / 32] of these; rows past n are zero.
+struct XTile {
+  int8_t q[16][32];  // XBlock::q of the 16 rows
+  float d[16];       // XBlock::d
+  union {            // formats with a min need s; the others may need corr
+    float s[16];        // XBlock::s
+    int32_t corr[16];   // XBlock::corr[0] (kernels that take the weights as u = q + off)
+  };
+};
+static_assert(sizeof(XTile) == 640);
 
 // How a weight format maps onto the int8 dot product. SIMD kernels feed
 // weights as unsigned bytes u = q + off (vpdpbusd / maddubs take u8 x s8),
@@ -103,10 +117,21 @@ struct IsaKernels {
                      float* y, int64_t ldy, Scratch scratch);
   void (*float_rows)(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,
                      int64_t n, float* y, int64_t ldy, Scratch scratch);
+  // Tile kernels (nullptr where the ISA has none): the driver calls them
+  // instead of quant_rows when amx_tiles_apply(w, n), with the activations
+  // also laid out as XTiles by tile_x (M tiles [t0, t1), all blocks; s
+  // when the format has a min, else corr).
+  void (*tile_x)(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min,
+                 XTile* out) = nullptr;
+  void (*quant_rows_tiles)(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y,
+                           int64_t ldy, Scratch scratch) = nullptr;
 };
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
+// Isa::Amx: avx512_kernels() except quantized Panel16 weights at n >=
+// amx_min_rows(type), which run AMX-INT8 tiles (matmul_amx.cpp).
+const IsaKernels& amx_kernels();
 
 // Float-weight kernels, one file per ISA (matmul_avx2_float.cpp, matmul_avx512_float.cpp).
 void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,

@@ -25,6 +25,7 @@ void swiglu_inplace(float* g, const float* u, int n) {
   // libm's expf was ~6% of a 1.1B pp128 profile; the polynomial exp runs
   // 16 lanes at a time and gives the same bits on every ISA.
   switch (active_isa()) {
+    case Isa::Amx:
     case Isa::Avx512: return simd::swiglu_avx512(g, u, n);
     case Isa::Avx2: return simd::swiglu_avx2(g, u, n);
     default:

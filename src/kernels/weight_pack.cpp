@@ -50,6 +50,7 @@ bool repack_enabled() {
 
 PackLayout pack_layout_for(Isa isa) {
   switch (isa) {
+    case Isa::Amx:  // the AMX kernels read the same copy
     case Isa::Avx512: return PackLayout::Panel16;
     case Isa::Avx2: return PackLayout::Panel8;
     default: return PackLayout::None;

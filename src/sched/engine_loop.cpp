@@ -467,6 +467,17 @@ EngineLoop::EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* toke
   std::function<bool(int32_t)> eog;
   if (tokenizer) eog = [tokenizer](int32_t t) { return ends_generation(*tokenizer, t); };
   m.sched = std::make_unique<Scheduler>(*m.exec, m.opts.sched, eog, m.opts.log);
+  if (tokenizer) {
+    const int nv = m.exec->n_vocab();
+    m.sched->set_vocabulary([tokenizer, nv] {
+      // A token's text as it adds to what came before (no leading-space
+      // rule: the grammar sees the completion, not the text after BOS).
+      std::vector<std::string> pieces(static_cast<size_t>(nv));
+      for (int id = 0; id < nv && id < tokenizer->n_vocab(); ++id)
+        if (!tokenizer->is_eog(id)) pieces[size_t(id)] = tokenizer->token_bytes(id, -1);
+      return pieces;
+    });
+  }
   m.publish(m.now());
   m.th = std::thread([&m] {
     mark_compute_thread();  // the forward runs here too (pool thread 0)
@@ -493,7 +504,7 @@ SubmitResult EngineLoop::submit(Request req) {
   L.min_tokens = req.min_tokens;
   L.ch.resize(size_t(std::clamp(req.n, 0, m.opts.sched.max_seqs)));
   for (ChoiceText& c : L.ch) {
-    if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok);
+    if (m.tok) c.detok = std::make_unique<Detokenizer>(*m.tok, req.special_text);
     c.stop = std::make_unique<StopMatcher>(req.stop);
   }
   L.scope = req.scope;

@@ -9,11 +9,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/prefix_hash.h"
 
 namespace kvs::sched {
@@ -74,6 +76,13 @@ struct Request {
   // top_logprobs alternatives), on each choice's first event: the prompt is
   // computed whole, without prefix-cache hits (OpenAI's echo + logprobs).
   bool prompt_logprobs = false;
+  // Constrained decoding (a JSON schema, json_object, or GBNF): every
+  // choice's text is a prefix of a sentence of this grammar, and ends only
+  // where the grammar may end (finish "stop").
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Control tokens' own text in the event text (a tool-call parser reads
+  // the markers); end-of-generation tokens still end a choice unseen.
+  bool special_text = false;
   EventSink sink;                     // may be empty (events dropped; tests, benchmarks)
   bool hand_off = false;              // prefill worker: stop after the first token, hand the sequence over (n == 1)
   std::optional<Handover> handover;   // decode worker: continue a handed-over sequence (n == 1)

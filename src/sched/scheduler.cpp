@@ -84,6 +84,31 @@ static void log_reject(const std::function<void(const std::string&)>& log, Rejec
   log("reject reason=" + std::string(to_string(why)) + " " + fields + " retry_after_s=" + ra);
 }
 
+// mu_ held. What makes a request invalid whatever the load ("" when nothing).
+std::string Scheduler::invalid_fields(const Request& req) const {
+  const int nv = exec_.n_vocab();
+  if (req.prompt.empty()) return "the prompt has no tokens";
+  if (std::string e = token_ids_error(req.prompt, nv, "prompt"); !e.empty()) return e;
+  if (req.n < 1 || req.n > cfg_.max_seqs) return "n must be between 1 and " + std::to_string(cfg_.max_seqs);
+  if ((req.hand_off || req.handover) && req.prompt_logprobs)
+    return "prompt logprobs (echo with logprobs) are not computed across a KV hand-over";
+  if ((req.hand_off || req.handover) && req.n != 1)
+    return "a request handed between prefill and decode workers must have n = 1";
+  if (req.handover)
+    if (std::string e = token_ids_error({&req.handover->first_token, 1}, nv, "the handed-over first"); !e.empty())
+      return e;
+  if (req.top_logprobs < 0 || req.top_logprobs > 20) return "top_logprobs must be between 0 and 20";
+  if (std::string e = token_ids_error(req.stop_token_ids, nv, "stop_token_ids:"); !e.empty()) return e;
+  for (const auto& [id, bias] : req.sampling.logit_bias)
+    if (!token_in_vocab(id, nv))
+      return "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(nv) +
+             " tokens";
+  if (req.min_tokens < 0) return "min_tokens must be >= 0";
+  if (req.grammar && !vocab_pieces_) return "constrained decoding needs the model's vocabulary (none is loaded)";
+  if (req.id != 0 && reqs_.count(req.id)) return "request id " + std::to_string(req.id) + " is in use";
+  return "";
+}
+
 // mu_ held. Every reason to turn a request away at submit, cheapest first.
 SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   SubmitCheck c;
@@ -100,30 +125,7 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     if (shed_.retry_after_s > 0) c.res.retry_after_s = shed_.retry_after_s;
     return c;
   }
-  if (P == 0) return reject(RejectReason::Invalid, "the prompt has no tokens");
-  if (std::string e = token_ids_error(req.prompt, exec_.n_vocab(), "prompt"); !e.empty())
-    return reject(RejectReason::Invalid, e);
-  if (req.n < 1 || req.n > cfg_.max_seqs)
-    return reject(RejectReason::Invalid, "n must be between 1 and " + std::to_string(cfg_.max_seqs));
-  if ((req.hand_off || req.handover) && req.prompt_logprobs)
-    return reject(RejectReason::Invalid, "prompt logprobs (echo with logprobs) are not computed across a KV hand-over");
-  if ((req.hand_off || req.handover) && req.n != 1)
-    return reject(RejectReason::Invalid, "a request handed between prefill and decode workers must have n = 1");
-  if (req.handover)
-    if (std::string e = token_ids_error({&req.handover->first_token, 1}, exec_.n_vocab(), "the handed-over first");
-        !e.empty())
-      return reject(RejectReason::Invalid, e);
-  if (req.top_logprobs < 0 || req.top_logprobs > 20)
-    return reject(RejectReason::Invalid, "top_logprobs must be between 0 and 20");
-  if (std::string e = token_ids_error(req.stop_token_ids, exec_.n_vocab(), "stop_token_ids:"); !e.empty())
-    return reject(RejectReason::Invalid, e);
-  for (const auto& [id, bias] : req.sampling.logit_bias)
-    if (!token_in_vocab(id, exec_.n_vocab()))
-      return reject(RejectReason::Invalid, "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " +
-                                               std::to_string(exec_.n_vocab()) + " tokens");
-  if (req.min_tokens < 0) return reject(RejectReason::Invalid, "min_tokens must be >= 0");
-  if (req.id != 0 && reqs_.count(req.id))
-    return reject(RejectReason::Invalid, "request id " + std::to_string(req.id) + " is in use");
+  if (std::string e = invalid_fields(req); !e.empty()) return reject(RejectReason::Invalid, e);
   const TokenBudget budget = token_budget(P, req.max_tokens, max_ctx, cfg_.default_max_tokens);
   if (!budget.ok()) return reject(budget.context_length ? RejectReason::ContextLength : RejectReason::Invalid, budget.error);
   // max_tokens is a hard stop; device shedding may shorten it.

@@ -64,6 +64,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "grammar/token_mask.h"
 #include "sched/admission.h"
 #include "sched/ranked_mutex.h"
 #include "sched/retry_ledger.h"
@@ -123,6 +124,10 @@ class Scheduler {
   // Thread-safe. Marks the request; step() frees it before planning.
   bool cancel(RequestId id);
   void set_accepting(bool on);
+  // Before serving: the text each token id adds (pieces()[id]; "" for
+  // control tokens), for constrained decoding. Without it a request with a
+  // grammar is refused.
+  void set_vocabulary(std::function<std::vector<std::string>()> pieces) { vocab_pieces_ = std::move(pieces); }
   // Thread-safe. Device shedding on top of the configuration (shed_limits.h):
   // new requests' max_tokens, the step's token budget and the sequences
   // admitted shrink; with stop_admissions submit() answers DeviceBusy.
@@ -169,6 +174,10 @@ class Scheduler {
   int bs_;
   std::function<bool(int32_t)> is_eog_;
   std::vector<int32_t> eog_ids_;  // every id is_eog_ accepts (min_tokens bans them)
+  std::function<std::vector<std::string>()> vocab_pieces_;
+  // Engine thread, made at the first constrained request.
+  std::vector<std::string> pieces_;
+  std::unique_ptr<grammar::VocabTrie> trie_;
   std::function<void(const std::string&)> log_;
 
   mutable RankedMutex mu_{LockRank::Scheduler};  // guards everything submit()/cancel() touch
@@ -229,6 +238,10 @@ class Scheduler {
   // execute() and update() (scheduler_update.cpp)
   StepOutput execute(const StepPlan& plan);
   void prompt_logprobs(const StepPlan& plan, size_t item, const StepResult& res, StepOutput& out);
+  // The grammar's mask for a constrained choice's next draw (end of
+  // generation in it where the grammar may end).
+  std::vector<uint64_t> grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache);
+  bool grammar_allows(const grammar::Matcher& m, int32_t token) const;
   // True when the step must plan again (it ran out of blocks and preempted).
   bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);
   void preempt_for_room(StepPlan& plan, double now);
@@ -249,6 +262,7 @@ class Scheduler {
   int64_t running_prefill_tokens(SloClass cls, double now) const;
   // submit and bookkeeping (scheduler.cpp)
   SubmitCheck check_submit(const Request& req, double now);
+  std::string invalid_fields(const Request& req) const;
   void release_seq(Choice& c);
   void end_request(Req* r);
   void finish_choice(Req* r, int c, FinishReason why, int32_t token, std::vector<TokenEvent>& out);

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
 #include "sched/scheduler.h"
 
 namespace kvs::sched {
@@ -61,8 +63,10 @@ struct Scheduler::Draws {
     Sampler sampler;
     std::vector<int> hist;       // prompt + generated as int, only with a repetition penalty
     std::unordered_map<int32_t, int> counts;  // generated tokens, only with a presence / frequency penalty
+    std::optional<grammar::Matcher> matcher;  // Request::grammar: where this choice's text is in it
   };
   bool counts = false;           // keep `counts`
+  std::unique_ptr<grammar::MaskCache> masks;  // Request::grammar: its choices' masks by state
   std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens
   std::vector<PerChoice> ch;
   bool logprobs = false;

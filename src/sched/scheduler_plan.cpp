@@ -145,12 +145,22 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
     if (!r.r.ignore_eos) d->banned = eog_ids_;
     d->banned.insert(d->banned.end(), r.r.stop_token_ids.begin(), r.r.stop_token_ids.end());
   }
+  std::shared_ptr<grammar::StackArena> arena;
+  if (r.r.grammar) {
+    arena = std::make_shared<grammar::StackArena>(r.r.grammar);
+    d->masks = std::make_unique<grammar::MaskCache>();
+    if (!trie_) {  // the first constrained request: the vocabulary's trie, once
+      pieces_ = vocab_pieces_();
+      trie_ = std::make_unique<grammar::VocabTrie>(pieces_);
+    }
+  }
   for (size_t i = 0; i < r.ch.size(); ++i) {
     SamplingParams sp = r.r.sampling;
     sp.seed += uint64_t(i);
     std::vector<int> hist;
     if (sp.repeat_penalty != 1.0f) hist.assign(r.r.prompt.begin(), r.r.prompt.end());
-    d->ch.push_back({Sampler(sp), std::move(hist)});
+    d->ch.push_back({Sampler(sp), std::move(hist), {}, std::nullopt});
+    if (arena) d->ch.back().matcher.emplace(arena);  // each choice its own state: forks diverge
   }
   return *d;
 }

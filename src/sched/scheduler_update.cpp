@@ -87,8 +87,26 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
       DrawContext ctx;
       ctx.history = &pc.hist;
       if (d.counts) ctx.generated = &pc.counts;
-      if (sl.ban_end) ctx.banned = d.banned;  // forks have generated as little as choice 0
-      s.token = pc.sampler.sample_with(row, nv, ctx);
+      // Forks have generated as little as choice 0; a grammar that must end
+      // now overrides min_tokens.
+      if (sl.ban_end && !(pc.matcher && pc.matcher->must_end())) ctx.banned = d.banned;
+      std::vector<uint64_t> mask;
+      if (pc.matcher && pc.sampler.params().temperature <= 0) {
+        // Greedy: the unconstrained argmax is the constrained one whenever
+        // the grammar allows it, so the mask is needed only when it does not.
+        s.token = pc.sampler.sample_with(row, nv, ctx);
+        if (!grammar_allows(*pc.matcher, s.token)) {
+          mask = grammar_mask(*pc.matcher, *d.masks);
+          ctx.allowed = &mask;
+          s.token = pc.sampler.sample_with(row, nv, ctx);
+        }
+      } else {
+        if (pc.matcher) {
+          mask = grammar_mask(*pc.matcher, *d.masks);
+          ctx.allowed = &mask;
+        }
+        s.token = pc.sampler.sample_with(row, nv, ctx);
+      }
       if (d.logprobs || d.top_logprobs > 0) fill_logprobs(row, nv, d.top_logprobs, s);
       out.samples.push_back(std::move(s));
     };
@@ -122,6 +140,15 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
     if (first && r->r.prompt_logprobs) out.back().prompt_logprobs = prompt_lp_of(*r);
     return;
   }
+  Draws& d = draws_of(*r);
+  Draws::PerChoice& pc = d.ch[size_t(ci)];
+  if (pc.matcher && !pc.matcher->accept(pieces_.at(size_t(s.token)))) {
+    // Only a token from elsewhere (a hand-over's first) can break it.
+    ++st_.failed;
+    finish_choice(r, ci, FinishReason::Error, -1, out);
+    out.back().message = "token " + std::to_string(s.token) + " breaks the request's grammar";
+    return;
+  }
   TokenEvent e;
   e.request = r->id;
   e.choice = ci;
@@ -131,14 +158,31 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   if (first && r->r.prompt_logprobs) e.prompt_logprobs = prompt_lp_of(*r);
   out.push_back(std::move(e));
   c.ctx.push_back(s.token);
-  Draws& d = draws_of(*r);
-  Draws::PerChoice& pc = d.ch[size_t(ci)];
   if (!pc.hist.empty()) pc.hist.push_back(s.token);
   if (d.counts) ++pc.counts[s.token];
   ++c.n_gen;
   ++st_.generated_tokens;
-  if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
+  if (pc.matcher && pc.matcher->must_end()) finish_choice(r, ci, FinishReason::Stop, s.token, out);  // a whole sentence
+  else if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
     finish_choice(r, ci, FinishReason::Length, s.token, out);
+}
+
+std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache) {
+  std::vector<uint64_t> mask = cache.get(m, *trie_);
+  const bool dead = std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; });
+  // Where the grammar may end, end of generation is allowed too; where no
+  // token of this vocabulary continues it, only that is left.
+  if (m.can_end() || dead)
+    for (int32_t t : eog_ids_) mask[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+  return mask;
+}
+
+bool Scheduler::grammar_allows(const grammar::Matcher& m, int32_t token) const {
+  if (std::binary_search(eog_ids_.begin(), eog_ids_.end(), token)) return m.can_end();
+  const std::string& p = pieces_.at(size_t(token));
+  if (p.empty()) return false;
+  grammar::Matcher c = m;
+  return c.accept(p);
 }
 
 // A prefill worker's request (Request::hand_off) ends at its first token,

@@ -174,18 +174,27 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     r.response = models(req);
     return r;
   }
+  if (path == "/v1/embeddings" || path == "/embeddings") {
+    // Said plainly rather than a bare 404: clients probing for embeddings
+    // learn why and where to look.
+    r.response = error_response(make_error(
+        404, "not_found_error", "embeddings_not_served",
+        "kvserve serves generation only: /v1/embeddings (mean-pooled hidden states) is not implemented"));
+    return r;
+  }
   if (path == "/tokenize" || path == "/detokenize" || path == "/apply-template") {
     r.response = token_tools(req, path);
     return r;
   }
   const bool cmpl = path == "/v1/completions" || path == "/completions";
   const bool chat = path == "/v1/chat/completions" || path == "/chat/completions";
-  if (cmpl || chat) {
+  const bool resp = path == "/v1/responses" || path == "/responses";
+  if (cmpl || chat || resp) {
     if (req.method != "POST") {
       r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use POST"));
       return r;
     }
-    return completions(chat ? Endpoint::Chat : Endpoint::Completions, req, std::move(wake));
+    return completions(resp ? Endpoint::Responses : chat ? Endpoint::Chat : Endpoint::Completions, req, std::move(wake));
   }
   static const std::string kAdmin = "/admin/tenants/", kRevoke = "/revoke";
   if (path.size() > kAdmin.size() + kRevoke.size() && path.compare(0, kAdmin.size(), kAdmin) == 0 &&
@@ -251,7 +260,7 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
   Prepared pr;
   std::optional<HandoverQuery> hq;
   try {
-    pr = prepare(ep, req);
+    pr = prepare(ep, req, *caller);
     hq = handover_query(req.target);
     pr.decode_peer = decode_peer_query(req.target);
     if ((hq || opts_.hand_off_sink) && (pr.prompts.size() != 1 || pr.p.n != 1))
@@ -317,9 +326,22 @@ std::optional<ApiService::HandoverQuery> ApiService::handover_query(const std::s
   return h;
 }
 
-ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) const {
+// previous_response_id names a conversation only its own tenant stored.
+ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, const Caller& caller) {
   Prepared pr;
-  pr.p = parse_request(ep, req.body);
+  if (ep == Endpoint::Responses) {
+    auto rq = std::make_shared<ResponsesRequest>();
+    const std::string prev = previous_response_id(req.body);
+    if (!prev.empty()) {
+      auto h = responses_.get(caller.policy.id, prev, sched::steady_now());
+      if (!h) throw bad_request("previous response '" + prev + "' not found (expired, or never stored)", "previous_response_id");
+      pr.history = std::move(*h);
+    }
+    pr.p = parse_responses(req.body, *rq, pr.history);
+    pr.responses = std::move(rq);
+  } else {
+    pr.p = parse_request(ep, req.body);
+  }
   const ParsedRequest& p = pr.p;
   if (!p.model.empty() && p.model != opts_.model_id &&
       std::find(opts_.model_aliases.begin(), opts_.model_aliases.end(), p.model) == opts_.model_aliases.end())
@@ -329,7 +351,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req) co
   // `kvserve generate`) or ids as given; chat: the rendered template, whose
   // markers are special tokens.
   const bool add_bos = tok_.vocab().add_bos;
-  if (ep == Endpoint::Chat) {
+  if (ep != Endpoint::Completions) {
     const std::vector<int> ids = tok_.encode(chat_prompt(opts_.chat, p), add_bos, true);
     pr.prompts.emplace_back(ids.begin(), ids.end());
   }
@@ -395,7 +417,8 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.echo = std::move(pr.echo);
   s.prompt_tokens = pr.prompt_tokens;
   char idbuf[40];
-  std::snprintf(idbuf, sizeof idbuf, "%s%s%06llx", ep == Endpoint::Chat ? "chatcmpl-" : "cmpl-", id_salt_.c_str(),
+  std::snprintf(idbuf, sizeof idbuf, "%s%s%06llx",
+                ep == Endpoint::Responses ? "resp_" : ep == Endpoint::Chat ? "chatcmpl-" : "cmpl-", id_salt_.c_str(),
                 static_cast<unsigned long long>(next_id_++));
   s.meta.id = idbuf;
   s.meta.created = int64_t(std::time(nullptr));
@@ -407,6 +430,20 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
                  " class=" + sched::to_string(slo) + (s.prompts > 1 ? " prompts=" + std::to_string(s.prompts) : "") +
                  (p.stream ? " stream" : "") + (hq ? " handover=" + std::to_string(hq->h.handle) : "");
   s.queue_events = opts_.stream_queue_events;
+  if (pr.responses) {
+    s.responses = pr.responses;
+    if (pr.responses->store) {
+      // The conversation this response continues, its input, its output.
+      std::vector<ChatMessage> conv = pr.history;
+      conv.insert(conv.end(), pr.responses->input.begin(), pr.responses->input.end());
+      const double ttl = caller.policy.retention_s > 0 ? caller.policy.retention_s : 3600.0;
+      s.on_done = [this, conv = std::move(conv), tenant = caller.policy.id, id = std::string(idbuf), ttl](
+                      const std::string& text) mutable {
+        conv.push_back({"assistant", text});
+        responses_.put(tenant, id, std::move(conv), sched::steady_now(), ttl);
+      };
+    }
+  }
   s.log = opts_.log;
   const uint64_t seed = hq ? hq->seed : p.seeded ? p.sampling.seed : std::random_device{}();
   s.seed = seed;
@@ -430,6 +467,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.retention_s = caller.policy.retention_s;
     r.logprobs = p.logprobs;
     r.prompt_logprobs = p.echo && p.logprobs;
+    r.grammar = p.grammar;
     r.top_logprobs = p.top_logprobs;
     r.sink = ex->sink_for(int(i));
     if (opts_.hand_off_sink) {

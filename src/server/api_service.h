@@ -19,6 +19,7 @@
 #include "server/dashboard.h"
 #include "server/dashboard_hub.h"
 #include "server/exchange.h"
+#include "server/response_store.h"
 #include "server/metrics_text.h"
 #include "server/tenants.h"
 
@@ -103,9 +104,11 @@ class ApiService {
     int prompt_tokens = 0;
     int64_t need_blocks = 0;             // worst case of all prompts' choices
     int decode_peer = 0;                 // prefill worker: ?kv_decode_peer=, as an index
+    std::shared_ptr<const ResponsesRequest> responses;  // /v1/responses
+    std::vector<ChatMessage> history;    // /v1/responses: the conversation previous_response_id names
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
-  Prepared prepare(Endpoint ep, const HttpRequest& req) const;  // throws ApiError
+  Prepared prepare(Endpoint ep, const HttpRequest& req, const Caller& caller);  // throws ApiError
   // A hand-over named by the request target (decode worker), its seed.
   struct HandoverQuery {
     sched::Handover h;
@@ -132,6 +135,7 @@ class ApiService {
   TenantRegistry& tenants_;
   ApiOptions opts_;
   ServerCounters counters_;
+  ResponseStore responses_;  // /v1/responses kept for previous_response_id
   std::atomic<bool> ready_{false}, draining_{false};
   std::atomic<uint64_t> next_id_{1};
   std::string id_salt_;

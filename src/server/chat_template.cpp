@@ -78,6 +78,7 @@ ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& n
   // Probes: does the template print a string content, and does it read
   // text parts? (Many only do one of the two; a request may send either.)
   static const std::string kProbe = "kvserve-content-probe-7f3a";
+  t.takes_string_ = t.takes_parts_ = true;  // the probes see content as given
   auto shows = [&](const ordered_json& content) {
     ChatInputs in;
     in.messages = ordered_json::array({{{"role", "user"}, {"content", content}}});

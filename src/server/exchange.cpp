@@ -87,6 +87,7 @@ Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n * s_.prompts), t0_(sc
   choices_.resize(size_t(s_.n) * size_t(s_.prompts));
   for (size_t i = 0; i < choices_.size() && i / size_t(s_.n) < s_.echo.size(); ++i)
     choices_[i].result.text = s_.echo[i / size_t(s_.n)];
+  if (s_.endpoint == Endpoint::Responses && s_.stream) events_ = std::make_unique<ResponsesEvents>(s_.meta, *s_.responses);
 }
 
 sched::EventSink Exchange::sink_for(int prompt) const {
@@ -196,7 +197,12 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     return false;
   }
   if (e.token >= 0 && t_first_ < 0) t_first_ = sched::steady_now();
-  if (s_.stream) {
+  if (events_) {
+    if (c.first) out.data += events_->start();
+    c.first = false;
+    out.data += events_->delta(e.text);
+    c.result.text += e.text;
+  } else if (s_.stream) {
     // Echo: the prompt text leads the choice's first chunk.
     const size_t pi = size_t(e.choice / s_.n);
     if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
@@ -227,6 +233,7 @@ void Exchange::finish(Output& out) {
   finished_ = true;
   out.done = true;
   const sched::Usage usage = total_usage();
+  if (s_.endpoint == Endpoint::Responses) return finish_response(out, usage);
   if (s_.stream) {
     if (s_.include_usage) out.data += sse_data(dump(usage_chunk(s_.endpoint, s_.meta, usage)));
     // A stream the engine failed part-way: its choice ended with
@@ -260,6 +267,28 @@ void Exchange::finish(Output& out) {
   r.body = dump(completion_response(s_.endpoint, s_.meta, res, usage, s_.logprobs, tt));
   out.full = std::move(r);
   final_status_ = 200;
+}
+
+// /v1/responses: the object, or the stream's closing events (no [DONE]);
+// the text is kept for previous_response_id.
+void Exchange::finish_response(Output& out, const sched::Usage& usage) {
+  const Choice& c = choices_.at(0);
+  if (events_) {
+    if (c.first) out.data += events_->start();  // nothing was generated
+    if (!engine_error_.empty()) {
+      const ApiError e = engine_failure(engine_error_);
+      out.data += "event: error\ndata: " +
+                  dump(nlohmann::json{{"type", "error"}, {"code", e.code}, {"message", e.message}, {"param", nullptr}}) +
+                  "\n\n";
+    }
+    out.data += events_->finish(c.result.finish, usage);
+  } else {
+    HttpResponse r;
+    r.body = dump(response_object(s_.meta, *s_.responses, c.result.text, c.result.finish, usage));
+    out.full = std::move(r);
+    final_status_ = 200;
+  }
+  if (s_.on_done && engine_error_.empty()) s_.on_done(c.result.text);
 }
 
 Exchange::Output Exchange::poll() {

@@ -17,6 +17,7 @@
 
 #include "sched/engine_loop.h"
 #include "server/openai_codec.h"
+#include "server/responses_codec.h"
 #include "server/response_stream.h"
 #include "server/sse_stream.h"
 
@@ -62,6 +63,10 @@ class Exchange final : public ResponseStream {
     std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
     bool hand_off = false;     // prefill worker: answered with the hand-over, not text
     uint64_t seed = 0;         // the sampling seed (a hand-over passes it on)
+    // Endpoint::Responses: its own fields, and what to do with the output
+    // text once complete (keep it for previous_response_id).
+    std::shared_ptr<const ResponsesRequest> responses;
+    std::function<void(const std::string& text)> on_done;
   };
   explicit Exchange(Setup s);
   ~Exchange();
@@ -97,6 +102,7 @@ class Exchange final : public ResponseStream {
   // False when the event ended the whole exchange (a rejection before any byte was sent).
   bool take_event(sched::TokenEvent& e, Output& out);
   void finish(Output& out);
+  void finish_response(Output& out, const sched::Usage& usage);
   sched::Usage total_usage() const;
   void cancel_open();
   void log_line();
@@ -111,6 +117,7 @@ class Exchange final : public ResponseStream {
   int final_status_ = 0;
   double t0_, t_first_ = -1;
   std::optional<sched::HandOff> handed_;  // the prefill worker's hand-over
+  std::unique_ptr<ResponsesEvents> events_;  // Endpoint::Responses, streamed
 };
 
 }  // namespace kvs::server

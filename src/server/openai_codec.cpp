@@ -1,5 +1,7 @@
 #include "server/openai_codec.h"
 
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
 #include "server/request_fields.h"
 
 #include <cmath>
@@ -229,6 +231,39 @@ std::vector<std::string> parse_stop(const json& j) {
   return stop;
 }
 
+// response_format / grammar to a compiled grammar (null: free text). The
+// schema is read from the body again in order: properties must come out in
+// the order the client listed them.
+std::shared_ptr<const grammar::Grammar> parse_constraint(const json& j, const std::string& body) {
+  const json* rf = field(j, "response_format");
+  const json* g = field(j, "grammar");
+  if (rf && g) throw bad_request("give 'response_format' or 'grammar', not both", "grammar");
+  try {
+    if (g) {
+      if (!g->is_string()) throw bad_request("'grammar' must be a GBNF string", "grammar");
+      return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(g->get<std::string>()));
+    }
+    if (!rf) return nullptr;
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      throw bad_request("'response_format' must be an object with a 'type'", "response_format");
+    const std::string type = (*rf)["type"];
+    if (type == "text") return nullptr;
+    if (type == "json_object")
+      return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_object_gbnf()));
+    if (type != "json_schema")
+      throw bad_request("'response_format.type' must be text, json_object or json_schema", "response_format");
+    const nlohmann::ordered_json o = nlohmann::ordered_json::parse(body);
+    const auto& js = o["response_format"]["json_schema"];
+    if (!js.is_object() || !js.contains("schema"))
+      throw bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+    if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
+      throw bad_request("'response_format.json_schema.strict' must be true or false", "response_format");
+    return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_schema_gbnf(js["schema"])));
+  } catch (const grammar::GrammarError& e) {
+    throw bad_request(e.what(), g ? "grammar" : "response_format");
+  }
+}
+
 // nlohmann's own text quotes the bytes it last read (prompt text): the
 // client gets the offset instead.
 ApiError json_syntax_error(const json::exception& e, const std::string& body) {
@@ -318,6 +353,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
   }
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.slo = parse_priority(j);
+  r.grammar = parse_constraint(j, body);
   return r;
 }
 

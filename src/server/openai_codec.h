@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "sched/request.h"
 #include "server/chat_family.h"
 
@@ -30,7 +31,9 @@ struct ApiError {
 std::string error_body(const ApiError& e);
 ApiError bad_request(const std::string& message, const std::string& param = {});
 
-enum class Endpoint { Completions, Chat };
+// Responses (/v1/responses) is parsed and rendered by responses_codec.h;
+// the rest of the path treats it as a chat request.
+enum class Endpoint { Completions, Chat, Responses };
 
 // One completions prompt: text, or token ids fed verbatim (no BOS added).
 struct PromptInput {
@@ -60,6 +63,9 @@ struct ParsedRequest {
   bool ignore_eos = false;
   int min_tokens = 0;                         // vLLM's min_tokens
   std::vector<int32_t> stop_token_ids;        // vLLM's stop_token_ids
+  // response_format json_object / json_schema, or llama-server's "grammar"
+  // (GBNF), compiled; null for free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<sched::SloClass> slo;         // "priority" / "slo_class"
 };
 

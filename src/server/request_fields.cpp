@@ -44,8 +44,8 @@ const std::vector<FieldSpec>& request_fields() {
       // Known, not implemented (or only in a trivial form).
       {"suffix", true, false, FieldUse::Unsupported, "insertion (a suffix after the completion) is not supported"},
       {"best_of", true, false, FieldUse::Unsupported, "best_of other than 1 is not supported; use n"},
-      {"response_format", false, true, FieldUse::Unsupported,
-       "structured outputs (response_format json_object / json_schema) are not supported yet"},
+      {"response_format", true, true, FieldUse::Used, ""},
+      {"grammar", true, true, FieldUse::Used, ""},
       {"tools", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
       {"tool_choice", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
       {"parallel_tool_calls", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
@@ -67,7 +67,6 @@ namespace {
 bool trivial(const std::string& k, const json& v) {
   if (k == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
   if (k == "modalities") return v == json::array({"text"});
-  if (k == "response_format") return v.is_object() && v.size() == 1 && v.value("type", "") == "text";
   if (k == "tool_choice") return v == "none";
   if (k == "tools") return v.is_array() && v.empty();
   if (k == "parallel_tool_calls") return v.is_boolean();  // without tools it changes nothing

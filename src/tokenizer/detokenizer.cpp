@@ -7,7 +7,9 @@
 namespace kvs {
 
 std::string Detokenizer::push(int id) {
-  pending_ += tok_.token_bytes(id, prev_);
+  const Vocab& v = tok_.vocab();
+  const bool control = size_t(id) < v.types.size() && v.types[size_t(id)] == int32_t(TokenAttr::Control);
+  pending_ += specials_ && control && id != v.bos ? v.tokens[size_t(id)] : tok_.token_bytes(id, prev_);
   prev_ = id;
   const size_t done = utf8::complete_prefix(pending_);
   if (done == 0) return {};

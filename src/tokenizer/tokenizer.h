@@ -39,11 +39,15 @@ class Tokenizer {
 // of a split multi-byte character are held until the rest arrives.
 class Detokenizer {
  public:
-  explicit Detokenizer(const Tokenizer& tok) : tok_(tok) {}
+  // `specials`: control tokens add their own text ("<|python_tag|>"), for
+  // parsers that read the markers a chat template taught the model (tool
+  // calls); otherwise they add nothing.
+  explicit Detokenizer(const Tokenizer& tok, bool specials = false) : tok_(tok), specials_(specials) {}
   std::string push(int id);  // returns newly completed text (may be "")
   std::string flush();       // whatever is held, invalid bytes replaced by U+FFFD
  private:
   const Tokenizer& tok_;
+  bool specials_ = false;
   std::string pending_;
   int prev_ = -1;
 };

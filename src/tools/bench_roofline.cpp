@@ -1,5 +1,6 @@
 #include "tools/bench_roofline.h"
 
+#include "kernels/cpu.h"
 #include "tools/plan.h"
 
 namespace kvs::tools {
@@ -17,7 +18,9 @@ BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source
   BenchRoofline r;
   r.source = source;
   r.bandwidth = at_threads(p.bandwidth_by_threads, p.bandwidth, threads);
-  r.peak_int8 = at_threads(p.int8.by_threads, p.int8.peak, threads);
+  // The int8 path that runs: AMX tiles where they are in use and measured.
+  const PeakRate& int8 = active_isa() == Isa::Amx && p.int8_amx.peak > 0 ? p.int8_amx : p.int8;
+  r.peak_int8 = at_threads(int8.by_threads, int8.peak, threads);
   r.peak_fp32 = at_threads(p.fp32.by_threads, p.fp32.peak, threads);
   return r;
 }

@@ -3,7 +3,8 @@
 // work one token costs in this model.
 //
 //   decode:  bytes read per token × tok/s  vs  bandwidth
-//   prefill: per token, matmul ops on the int8 path (quantized weights, VNNI)
+//   prefill: per token, matmul ops on the int8 path (quantized weights, VNNI
+//            or, where they run, AMX tiles: the profile's int8_amx peak)
 //            and on the fp32 path (float weights, FMA) plus attention ops
 //            (fp32); the roofline time is Σ ops / peak of their path, and
 //            the fraction of peak is that time ÷ the measured time.

@@ -1,4 +1,5 @@
-// Decode-variant timing, its JSON form, and applying a stored choice.
+// Decode-variant timing, the AMX crossover, their JSON forms, and applying
+// stored choices.
 #include "tools/kernel_choice.h"
 
 #include <algorithm>
@@ -29,6 +30,8 @@ DecodeTuning tune_decode_variant(GgmlType t, int rounds, const std::function<dou
   return out;
 }
 
+std::string decode_isa_name() { return isa_name(std::min(active_isa(), Isa::Avx512)); }
+
 nlohmann::json decode_choices_to_json(const DecodeChoices& c) {
   nlohmann::json types = nlohmann::json::object();
   for (const DecodeChoice& d : c.types)
@@ -58,7 +61,7 @@ DecodeChoices decode_choices_from_json(const nlohmann::json& j) {
 
 std::string apply_decode_choices(const DecodeChoices& c, const std::string& cpu) {
   if (c.empty()) return "";
-  const std::string here = machine_cpu_name(), isa = isa_name(active_isa());
+  const std::string here = machine_cpu_name(), isa = decode_isa_name();
   if (cpu != here)
     return "decode kernels: the profile was measured on '" + cpu + "', this is '" + here +
            "': using the default variants (run `kvserve probe` here to choose)";
@@ -69,13 +72,62 @@ std::string apply_decode_choices(const DecodeChoices& c, const std::string& cpu)
   return "";
 }
 
+int amx_crossover(const std::vector<AmxPoint>& points) {
+  int from = kAmxNever;
+  for (auto it = points.rbegin(); it != points.rend() && it->amx > it->vnni; ++it) from = it->n;
+  return from;
+}
+
+nlohmann::json amx_choices_to_json(const AmxChoices& c) {
+  nlohmann::json types = nlohmann::json::object();
+  for (const AmxChoice& a : c.types) {
+    nlohmann::json pts = nlohmann::json::array();
+    for (const AmxPoint& q : a.points) pts.push_back({{"n", q.n}, {"vnni_ops_per_s", q.vnni}, {"amx_ops_per_s", q.amx}});
+    types[a.type] = {{"min_rows", a.min_rows >= kAmxNever ? nlohmann::json() : nlohmann::json(a.min_rows)},
+                     {"points", pts}};
+  }
+  return {{"types", types}};
+}
+
+AmxChoices amx_choices_from_json(const nlohmann::json& j) {
+  AmxChoices c;
+  try {
+    for (const auto& [name, e] : j.at("types").items()) {
+      AmxChoice a;
+      a.type = lower_ascii(name);
+      if (!amx_tile_type(weight_type_from_name(a.type)))
+        throw std::invalid_argument("amx_tiles." + name + ": no AMX kernels for this type");
+      const auto& m = e.at("min_rows");
+      a.min_rows = m.is_null() ? kAmxNever : m.get<int>();
+      if (a.min_rows < 1) throw std::invalid_argument("amx_tiles." + name + ".min_rows must be >= 1 or null");
+      for (const auto& q : e.value("points", nlohmann::json::array()))
+        a.points.push_back({q.at("n").get<int>(), q.at("vnni_ops_per_s").get<double>(), q.at("amx_ops_per_s").get<double>()});
+      c.types.push_back(std::move(a));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("malformed amx_tiles: ") + e.what());
+  }
+  return c;
+}
+
+std::string apply_amx_choices(const AmxChoices& c, const std::string& cpu) {
+  if (c.empty() || active_isa() != Isa::Amx) return "";
+  const std::string here = machine_cpu_name();
+  if (cpu != here)
+    return "amx tiles: the profile was measured on '" + cpu + "', this is '" + here +
+           "': using the default thresholds (run `kvserve probe` here to choose)";
+  for (const AmxChoice& a : c.types) set_amx_min_rows(weight_type_from_name(a.type), a.min_rows);
+  return "";
+}
+
 std::string apply_default_profile_choices() {
   const std::string path = default_profile_path();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return "";
   try {
     const HardwareProfile p = load_profile(path);
-    return apply_decode_choices(p.decode, p.cpu);
+    const std::string d = apply_decode_choices(p.decode, p.cpu), a = apply_amx_choices(p.amx, p.cpu);
+    return d.empty() || a.empty() ? d + a : d + "\n" + a;
   } catch (const std::exception& e) {
     return std::string("decode kernels: default variants; the profile could not be read: ") + e.what();
   }

@@ -1,14 +1,18 @@
-// Per-machine choice of the packed decode kernels' variant (panels per pass,
-// prefetch distance; kernels/decode_variant.h): `kvserve probe` times every
-// candidate on the real matmul, interleaved, and keeps the fastest in the
-// profile; every command that loads a model applies the profile's choice when
-// it was measured on this CPU with this ISA.
+// Per-machine kernel choices that `kvserve probe` makes on the real matmul
+// and keeps in the profile; every command that loads a model applies them
+// when they were measured on this CPU:
+//  - the packed decode kernels' variant (panels per pass, prefetch distance;
+//    kernels/decode_variant.h), timed candidate by candidate, interleaved;
+//    applied with the ISA it was timed on (AMX runs the AVX-512 decode);
+//  - where AMX tiles take over from VNNI (kernels/amx_rows.h): per weight
+//    type the smallest n from which tiles won, both timed side by side.
 #pragma once
 #include <functional>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "kernels/amx_rows.h"
 #include "kernels/decode_variant.h"
 
 namespace kvs::tools {
@@ -36,6 +40,10 @@ struct DecodeTuning {
 };
 DecodeTuning tune_decode_variant(GgmlType t, int rounds, const std::function<double()>& pass);
 
+// The ISA name decode choices are stored and applied under: the active
+// one, with Isa::Amx as "avx512" (its decode kernels are the AVX-512 ones).
+std::string decode_isa_name();
+
 nlohmann::json decode_choices_to_json(const DecodeChoices& c);
 DecodeChoices decode_choices_from_json(const nlohmann::json& j);  // throws std::invalid_argument
 
@@ -44,6 +52,33 @@ DecodeChoices decode_choices_from_json(const nlohmann::json& j);  // throws std:
 // active ISA differ (another machine's best is no guide). Returns a one-line
 // note for stderr, empty when there was nothing to say.
 std::string apply_decode_choices(const DecodeChoices& c, const std::string& cpu);
+
+// One weight type's AMX-vs-VNNI timing at n activation rows (ops/s each).
+struct AmxPoint {
+  int n = 0;
+  double vnni = 0, amx = 0;
+};
+struct AmxChoice {
+  std::string type;          // lower-case ggml name
+  int min_rows = kAmxNever;  // tiles from this n on; kAmxNever: tiles never won
+  std::vector<AmxPoint> points;  // ascending n
+};
+struct AmxChoices {
+  std::vector<AmxChoice> types;
+  bool empty() const { return types.empty(); }
+};
+
+// The smallest point n from which tiles beat VNNI at every larger point
+// too; kAmxNever when they lose at the largest.
+int amx_crossover(const std::vector<AmxPoint>& points);
+
+nlohmann::json amx_choices_to_json(const AmxChoices& c);  // "min_rows": null for never
+AmxChoices amx_choices_from_json(const nlohmann::json& j);  // throws std::invalid_argument
+
+// Sets the AMX thresholds from a profile measured on `cpu`; applies nothing,
+// and says why, when the CPU differs. Silent where AMX is not in use (the
+// thresholds then change nothing).
+std::string apply_amx_choices(const AmxChoices& c, const std::string& cpu);
 
 // The default profile's choices applied (load_all calls this once): silent
 // without a profile; a malformed one is reported, not fatal.

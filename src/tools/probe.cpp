@@ -289,7 +289,12 @@ Kernel pick_kernel(const std::string& path) {
     if (a2) return {"avx2 vpmaddubsw+vpmaddwd", 12 * 32 * 2, int8_avx2};
     return {"scalar int32 mul+add", 8 * 2, int8_scalar};
   }
-  throw std::invalid_argument("unknown compute path '" + path + "' (expected fp32, bf16 or int8)");
+  if (path == "int8_amx") {
+    // 4 tdpbssd of 16 x 16 outputs x 64 products, each a multiply and an add.
+    if (isa == Isa::Amx) return {"amx_int8 tdpbssd", 4 * 16 * 16 * 64 * 2, amx_int8_loop};
+    throw std::invalid_argument("compute path int8_amx: AMX is not in use here");
+  }
+  throw std::invalid_argument("unknown compute path '" + path + "' (expected fp32, bf16, int8 or int8_amx)");
 }
 
 std::vector<int> thread_counts(int max_threads) {
@@ -554,8 +559,10 @@ std::string machine_cpu_name() {
 }
 
 int64_t probe_stages(const ProbeOptions& opt) {
-  // Bandwidth per thread count, three peaks, one matmul per type, attention.
-  return int64_t(thread_counts(resolve_threads(opt.max_threads)).size()) + 3 + int64_t(opt.kernel_types.size()) + 1;
+  // Bandwidth per thread count, three peaks, one matmul per type, the AMX
+  // stages, attention.
+  return int64_t(thread_counts(resolve_threads(opt.max_threads)).size()) + 3 + int64_t(opt.kernel_types.size()) +
+         amx_probe_stages(opt) + 1;
 }
 
 HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(const std::string&)>& log) {
@@ -579,6 +586,7 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
     *dst = measure_peak(name, n, opt.flops_seconds);
     say(std::string(name) + " peak (" + dst->isa + "): " + format_si(dst->peak, "OP/s"));
   }
+
   if (!opt.kernel_types.empty()) {
     p.kernel_threads = n;
     p.kernel_rows = opt.kernel_rows;
@@ -594,13 +602,14 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
                 format_si(q.weight_bytes_per_s, "B/s") + " of weights)";
       if (k.tuned) {
         line += "; decode " + to_string(k.decode.variant) + " (" + format_ratio(k.decode.gain) + " the default)";
-        p.decode.isa = isa_name(active_isa());
+        p.decode.isa = decode_isa_name();
         p.decode.types.push_back(k.decode);
       }
       say(line);
       p.kernels.push_back(std::move(k));
     }
   }
+  run_amx_probe(opt, n, p, say);
   p.attention = measure_attention(512, n, opt.flops_seconds);
   say("decode attention (f32 KV, ctx 512): " + format_si(p.attention.ops_per_s, "OP/s"));
   return p;
@@ -608,8 +617,10 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json flops;
-  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8}})
-    flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
+  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
+                         std::pair{"int8_amx", &p.int8_amx}})
+    if (r->peak > 0 || r != &p.int8_amx)
+      flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
   nlohmann::json j = {{"kvserve_profile", 1},
                       {"cpu", p.cpu},
                       {"logical_cores", p.logical_cores},
@@ -635,6 +646,7 @@ nlohmann::json profile_to_json(const HardwareProfile& p) {
                    {"types", types}};
   }
   if (!p.decode.empty()) j["decode_variants"] = decode_choices_to_json(p.decode);
+  if (!p.amx.empty()) j["amx_tiles"] = amx_choices_to_json(p.amx);
   if (p.attention.ops_per_s > 0)
     j["attention"] = {{"ctx", p.attention.ctx}, {"threads", p.attention.threads}, {"ops_per_s", p.attention.ops_per_s}};
   return j;
@@ -651,7 +663,9 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
     p.bandwidth = bw.at("read_bytes_per_s").get<double>();
     p.buffer_bytes = bw.value("buffer_bytes", uint64_t(0));
     if (bw.contains("by_threads")) p.bandwidth_by_threads = points_from(bw["by_threads"], "bytes_per_s");
-    for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8}}) {
+    for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
+                           std::pair{"int8_amx", &p.int8_amx}}) {
+      if (r == &p.int8_amx && !j.at("flops").contains(name)) continue;  // optional: machines without AMX
       const auto& e = j.at("flops").at(name);
       r->isa = e.value("isa", "");
       r->peak = e.at("peak_ops_per_s").get<double>();
@@ -667,6 +681,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
         throw std::invalid_argument("malformed hardware profile: attention.ops_per_s must be positive");
     }
     if (j.contains("decode_variants")) p.decode = decode_choices_from_json(j.at("decode_variants"));  // optional
+    if (j.contains("amx_tiles")) p.amx = amx_choices_from_json(j.at("amx_tiles"));  // optional
     if (j.contains("matmul")) {  // optional: older profiles have no kernel rates
       const auto& m = j.at("matmul");
       p.kernel_threads = m.value("threads", 0);
@@ -730,8 +745,10 @@ std::string format_profile(const HardwareProfile& p) {
     << " buffer)\n";
   for (const auto& r : p.bandwidth_by_threads)
     o << "  " << r.threads << " thread(s): " << format_si(r.rate, "B/s") << "\n";
-  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8}}) {
-    o << name << " peak:      " << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
+  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
+                         std::pair{"int8_amx", &p.int8_amx}}) {
+    if (r == &p.int8_amx && !(r->peak > 0)) continue;
+    o << name << (r == &p.int8_amx ? " peak:  " : " peak:      ") << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
     for (const auto& t : r->by_threads) o << "  " << t.threads << " thread(s): " << format_si(t.rate, "OP/s") << "\n";
   }
   if (!p.kernels.empty()) {
@@ -749,6 +766,7 @@ std::string format_profile(const HardwareProfile& p) {
     for (const DecodeChoice& d : p.decode.types)
       o << "  " << d.type << ": " << to_string(d.variant) << ", " << format_ratio(d.gain) << " the default\n";
   }
+  o << format_amx(p);
   if (p.attention.ops_per_s > 0)
     o << "decode attention (f32 KV, ctx " << p.attention.ctx << ", " << p.attention.threads
       << " thread(s)): " << format_si(p.attention.ops_per_s, "OP/s") << "\n";

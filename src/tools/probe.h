@@ -22,6 +22,10 @@ struct ProbeOptions {
   std::vector<std::string> kernel_types = default_kernel_types();
   int64_t kernel_rows = 8192, kernel_cols = 2048;  // one weight matrix (a 1.1B-class FFN projection)
   std::vector<int> kernel_n = {1, 16, 128};         // activation rows: decode, batched decode, prefill
+  // Where AMX is in use: the n values at which tiles and VNNI are timed
+  // side by side per AMX type, on weights cycled through this many bytes.
+  std::vector<int> amx_n = {2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+  uint64_t amx_buffer_bytes = 256ull << 20;
 
   static std::vector<std::string> default_kernel_types() { return {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}; }
 };
@@ -77,6 +81,7 @@ struct HardwareProfile {
   std::vector<RatePoint> bandwidth_by_threads;
   double bandwidth = 0;       // best read bandwidth, bytes/s
   PeakRate fp32, bf16, int8;
+  PeakRate int8_amx;          // tdpbssd where AMX is in use (peak 0 otherwise, and in older profiles)
   // Real kernel rates (absent in profiles written before they were measured).
   int kernel_threads = 0;
   int64_t kernel_rows = 0, kernel_cols = 0;
@@ -85,6 +90,7 @@ struct HardwareProfile {
   const KernelRate* kernel(const std::string& type) const;  // case-insensitive; nullptr if not measured
   AttentionRate attention;    // absent in older profiles (ops_per_s 0)
   DecodeChoices decode;       // the decode kernel variants chosen here (absent in older profiles)
+  AmxChoices amx;             // where AMX tiles take over, per type (absent without AMX)
   std::string created;        // UTC ISO-8601
 };
 
@@ -95,13 +101,33 @@ int64_t probe_stages(const ProbeOptions& opt);
 
 // Single measurements, exposed for tests and quick checks.
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
-PeakRate measure_peak(const std::string& path, int max_threads, double seconds);  // path: fp32|bf16|int8
+// path: fp32|bf16|int8|int8_amx (int8_amx throws std::invalid_argument where AMX is not in use).
+PeakRate measure_peak(const std::string& path, int max_threads, double seconds);
 // Times kvs::matmul for `type` (a ggml type name) on a rows×cols matrix copied
 // until the copies fill at least buffer_bytes, on a ThreadPool of `threads`;
 // n = 1 is the best of `runs` full passes over the copies, larger n run for
 // about `seconds`. Throws std::invalid_argument for unknown / unsupported types.
 KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
                           uint64_t buffer_bytes, int threads, int runs, double seconds);
+
+// AMX tiles against VNNI on the real matmul for `type` (an AMX type) at each
+// n (probe_amx.cpp): a rows x cols matrix copied until the copies fill
+// buffer_bytes, Panel16 as Model::load packs it, both paths over every copy
+// in turn, `rounds` rounds, the best pass of each; min_rows from
+// amx_crossover(). Leaves the type's threshold as it was. Throws
+// std::invalid_argument where AMX is not in use or the type has no AMX kernels.
+AmxChoice measure_amx_rows(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
+                           uint64_t buffer_bytes, int threads, int rounds);
+// The AMX int8 peak loop: `iters` rounds of 4 independent 16x16x64
+// tdpbssd (131072 operations each); the tile state is released after.
+double amx_int8_loop(int64_t iters);
+// run_probe's AMX part where AMX is in use (nothing otherwise): the int8
+// tile peak (p.int8_amx) and the crossover of every AMX type among
+// opt.kernel_types (p.amx), one `say` line each; how many lines that is.
+void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
+                   const std::function<void(const std::string&)>& say);
+int64_t amx_probe_stages(const ProbeOptions& opt);
+std::string format_amx(const HardwareProfile& p);  // the profile's AMX lines ("" without)
 
 // Times the decode attention kernel for about `seconds` (probe_attention.cpp).
 AttentionRate measure_attention(int ctx, int threads, double seconds);

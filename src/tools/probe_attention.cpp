@@ -42,7 +42,7 @@ AttentionRate measure_attention(int ctx, int threads, double seconds) {
   const AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
   const int r = kHeads / kKvHeads;
   std::vector<std::vector<float>> scratch(size_t(threads),
-                                          std::vector<float>(attention_scratch_floats(r, ctx, kBlock, kHeadDim)));
+                                          std::vector<float>(attention_scratch_floats(r, kHeadDim)));
   ThreadPool pool(threads);
   // One "step": every sequence's token, every kv-head group, spread over
   // the pool as the engine spreads (token, group) tasks.

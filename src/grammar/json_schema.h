@@ -1,0 +1,25 @@
+// JSON schemas (OpenAI's structured outputs) to GBNF, so the sampler can
+// only ever produce JSON that matches. The subset OpenAI documents for
+// strict mode, plus the length and item bounds:
+//   type: object (properties, required, additionalProperties false or
+//         absent: only the listed properties), array (items, minItems,
+//         maxItems), string (minLength, maxLength), number, integer,
+//         boolean, null, and a list of types
+//   enum, const, anyOf, $ref into $defs / definitions (or "#"), recursion
+//   annotations: title, description, $schema, $id, $comment, examples, default
+// Any other keyword (pattern, format, minimum, oneOf, allOf, ...) throws a
+// GrammarError naming it. Properties come in the schema's order; optional
+// ones may be left out. Whitespace between tokens is bounded, and so are a
+// number's digits, so a constrained output always closes.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kvs::grammar {
+
+// Ordered: properties come out in the order the schema lists them.
+std::string json_schema_gbnf(const nlohmann::ordered_json& schema);
+// Any JSON object (response_format json_object).
+std::string json_object_gbnf();
+
+}  // namespace kvs::grammar

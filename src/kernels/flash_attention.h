@@ -1,0 +1,95 @@
+// The attention algorithm, one key tile at a time (flash-attention style):
+// online softmax over fixed 16-key tiles, no score matrix in memory. This
+// header is its definition; the scalar kernel is that definition in code and
+// the SIMD kernels run the same IEEE operations in the same order.
+//
+// For one row (a query token's head) with scaled query qs = q * (scale * log2 e):
+//   m = -inf, l = 0, o[d] = 0
+//   for each key tile, in position order (a tile is positions [16j, 16j + 16);
+//   only tiles holding a key the row sees; vis_k: key k of the tile is seen):
+//     s_k   = vis_k ? the fma chain acc = fma(qs[d], K_k[d], acc), d = 0..hd-1
+//                     from acc = 0 : -inf
+//     mn    = max(m, max_k s_k)
+//     alpha = exp2n(m - mn)
+//     p_k   = vis_k ? exp2n(s_k - mn) : 0
+//     l     = fma(l, alpha, tree16(p))
+//     o[d]  = o[d] * alpha, then o[d] = fma(p_k, V_k[d], o[d]) for each seen k in order
+//     m     = mn
+//   out[d] = o[d] * (1 / l)
+// where exp2n is exp2n_scalar() below and tree16 sums lanes k and k + 8,
+// then k and k + 4, k + 2, k + 1.
+//
+// Why the result cannot depend on batching or chunking: the tiles are fixed
+// by absolute position, so a row visits the same tiles with the same masks
+// whatever query block it is in; a row that sees none of a tile's keys
+// would be left exactly as it was (alpha = exp2n(0) = 1, p = 0), and the
+// SIMD kernels keep it so with masked updates; every operation is per row.
+// Hence a query block gives each token the bits of a lone token (T = 1), and
+// on f32/f16/bf16 tiles every ISA gives the scalar kernel's bits.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace kvs::attn {
+
+constexpr int kTile = 16;  // keys per tile; tiles start at multiples of it
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kExp2Lo = -100.0f;  // exp2n's clamp: results stay normal floats
+// 2^f for f in [-0.5, 0.5], highest degree first (relative error < 2e-7).
+constexpr float kExp2C[7] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                             5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};
+
+// 2^x for x <= 0: x clamped to kExp2Lo (a NaN becomes kExp2Lo, as vmaxps does),
+// n = nearest integer (ties to even), f = x - n, Horner polynomial, times 2^n.
+inline float exp2n_scalar(float x) {
+  x = x > kExp2Lo ? x : kExp2Lo;
+  const float n = std::nearbyint(x);
+  const float f = x - n;
+  float y = kExp2C[0];
+  for (int i = 1; i < 7; ++i) y = std::fma(y, f, kExp2C[i]);
+  return std::ldexp(y, int(n));
+}
+
+inline float tree16_scalar(const float* p) {
+  float a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) a[i] = p[i] + p[i + 8];
+  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
+  for (int i = 0; i < 2; ++i) c[i] = b[i] + b[i + 2];
+  return c[0] + c[1];
+}
+
+// One query block's rows for one kv group: token i's r heads are
+// q + i * ldq ([r, hd], head after head); row i * r + j is token i, head j.
+struct FlashQuery {
+  const float* q = nullptr;
+  size_t ldq = 0;
+  int T = 1, r = 1, hd = 0;
+  float scale = 1.0f;
+  int rows() const { return T * r; }
+};
+
+// A kernel keeps each row's state (scaled query, o, m, l) in `state`
+// (flash_state_floats, 64-byte aligned) from begin to finish.
+//   tile:  k, v  [kTile, hd] rows of the tile's keys and values (rows no
+//          token sees may hold anything finite); vis [T]: bit k set when
+//          token i sees key k, nullptr when every token sees all 16.
+//   finish: out + i * ldo: token i's [r, hd].
+struct FlashKernel {
+  void (*begin)(const FlashQuery& fq, float* state);
+  void (*tile)(const FlashQuery& fq, float* state, const float* k, const float* v, const uint16_t* vis);
+  void (*finish)(const FlashQuery& fq, const float* state, float* out, size_t ldo);
+};
+
+// Enough state floats for any kernel: rows rounded up to 16 lanes.
+inline size_t flash_state_floats(int rows, int hd) {
+  const size_t lanes = size_t(rows + 15) / 16 * 16;
+  return 2 * lanes * size_t(hd) + 2 * lanes;
+}
+
+const FlashKernel& flash_kernel_scalar();
+const FlashKernel& flash_kernel_avx2();    // needs AVX2 + FMA
+const FlashKernel& flash_kernel_avx512();  // needs AVX-512F
+const FlashKernel& flash_kernel();         // for active_isa()
+
+}  // namespace kvs::attn

@@ -1,0 +1,242 @@
+// The SIMD tile kernel of flash_attention.h, written once over a vector
+// traits type V and compiled per ISA: include it only inside a
+// KVS_TARGET_BEGIN region, after <immintrin.h> and flash_attention.h, with
+// V defined (flash_avx512.cpp, flash_avx2.cpp). It includes nothing itself,
+// so no std code is compiled for the wider ISA.
+//
+// Layout: lanes are rows (16 or 8 rows of the query block per vector), so
+// the online softmax is vertical (no horizontal reduction per score):
+//   scores   s_t = sum_d qT[d] * K_t[d]   qT [hd, L] per row group, K_t[d]
+//            broadcast from the tile (one fma chain per key, over d)
+//   values   oT[d] += V_t[d] * p_t        oT [hd, L], V_t[d] broadcast
+// V provides: reg, mask, L (lanes), KB (keys per score pass), load, store,
+// bcast, zero, set1, add, sub, mul, div, max, fma (a * b + c), fma_m (lanes
+// outside the mask keep c), select (mask ? a : b), exp2n, all_equal,
+// mask_of (lane bits -> mask), gather (base[off[lane]]), scatter (the
+// lanes whose bit is set to base[off[lane]]).
+
+namespace flash_rows {
+
+using kvs::attn::FlashQuery;
+using kvs::attn::kTile;
+
+struct Layout {
+  int G;           // row groups of V::L lanes
+  float* qt;       // [G, hd, L] scaled queries, zero on pad lanes
+  float* ot;       // [G, hd, L] unnormalized outputs
+  float* m;        // [G, L] running max (log2 units)
+  float* l;        // [G, L] running sum
+};
+
+template <class V>
+inline Layout layout(const FlashQuery& fq, float* st) {
+  const int G = (fq.rows() + V::L - 1) / V::L;
+  const size_t n = size_t(G) * fq.hd * V::L;
+  return {G, st, st + n, st + 2 * n, st + 2 * n + size_t(G) * V::L};
+}
+
+// Row of lane `lane` in group g (pad lanes repeat the last row, so they
+// stay finite and are never written out).
+inline int row_of(const FlashQuery& fq, int g, int lane, int L) {
+  const int row = g * L + lane;
+  return row < fq.rows() ? row : fq.rows() - 1;
+}
+
+// Float offsets from base of row `row`'s element 0, per lane of group g.
+template <class V>
+inline void lane_offsets(const FlashQuery& fq, int g, size_t ld, int* off) {
+  for (int lane = 0; lane < V::L; ++lane) {
+    const int row = row_of(fq, g, lane, V::L);
+    off[lane] = int(size_t(row / fq.r) * ld + size_t(row % fq.r) * fq.hd);
+  }
+}
+
+// Lanes of group g that hold a row (the others are padding).
+template <class V>
+inline unsigned live_lanes(const FlashQuery& fq, int g) {
+  const int n = fq.rows() - g * V::L;
+  return n >= V::L ? (1u << V::L) - 1 : (1u << n) - 1;
+}
+
+template <class V>
+void begin(const FlashQuery& fq, float* st) {
+  using R = typename V::reg;
+  const Layout lo = layout<V>(fq, st);
+  const R c = V::set1(fq.scale * kvs::attn::kLog2e);
+  for (int g = 0; g < lo.G; ++g) {
+    int off[V::L];
+    lane_offsets<V>(fq, g, fq.ldq, off);
+    const typename V::mask live = V::mask_of(live_lanes<V>(fq, g));
+    float* qt = lo.qt + size_t(g) * fq.hd * V::L;  // [hd, L]
+    for (int d = 0; d < fq.hd; ++d)
+      V::store(qt + size_t(d) * V::L, V::select(live, V::mul(V::gather(fq.q + d, off), c), V::zero()));
+  }
+  const size_t n = size_t(lo.G) * fq.hd * V::L;
+  for (size_t e = 0; e < n; e += V::L) V::store(lo.ot + e, V::zero());
+  for (int e = 0; e < lo.G * V::L; e += V::L) {
+    V::store(lo.m + e, V::set1(-__builtin_inff()));
+    V::store(lo.l + e, V::zero());
+  }
+}
+
+// s[t] for the 16 keys of the tile, V::KB keys per pass (their chains run
+// side by side).
+template <class V, int HD>
+inline void scores(const float* qt, const float* k, int hd_rt, typename V::reg* s) {
+  const int hd = HD ? HD : hd_rt;
+  for (int kb = 0; kb < kTile; kb += V::KB) {
+    typename V::reg acc[V::KB];
+#pragma GCC unroll 16
+    for (int t = 0; t < V::KB; ++t) acc[t] = V::zero();
+    const float* kt = k + size_t(kb) * hd;
+#pragma GCC unroll 4
+    for (int d = 0; d < hd; ++d) {
+      const typename V::reg qd = V::load(qt + size_t(d) * V::L);
+#pragma GCC unroll 16
+      for (int t = 0; t < V::KB; ++t) acc[t] = V::fma(V::bcast(kt + size_t(t) * hd + d), qd, acc[t]);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < V::KB; ++t) s[kb + t] = acc[t];
+  }
+}
+
+// 16 values to one by the fixed tree of flash_attention.h (Max = false:
+// sums) or the maximum (exact in any order). No lambdas in this file: GCC
+// compiles a lambda's body without the region's target.
+template <class V, bool Max>
+inline typename V::reg op2(typename V::reg a, typename V::reg b) {
+  return Max ? V::max(a, b) : V::add(a, b);
+}
+template <class V, bool Max>
+inline typename V::reg tree16(const typename V::reg* x) {
+  using R = typename V::reg;
+  R a[8], b[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) a[i] = op2<V, Max>(x[i], x[i + 8]);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) b[i] = op2<V, Max>(a[i], a[i + 4]);
+  return op2<V, Max>(op2<V, Max>(b[0], b[2]), op2<V, Max>(b[1], b[3]));
+}
+
+// Online softmax step of one row group: scores s -> probabilities p, the
+// rescale factor alpha, m and l updated. km: per key, the lanes that see it.
+template <class V, bool Masked>
+inline typename V::reg softmax(typename V::reg* s, const typename V::mask* km, float* m, float* l,
+                               typename V::reg* p) {
+  using R = typename V::reg;
+  if constexpr (Masked)
+    for (int t = 0; t < kTile; ++t) s[t] = V::select(km[t], s[t], V::set1(-__builtin_inff()));
+  const R mt = tree16<V, true>(s);
+  const R m_old = V::load(m), mn = V::max(m_old, mt);
+  const R alpha = V::exp2n(V::sub(m_old, mn));
+#pragma GCC unroll 16
+  for (int t = 0; t < kTile; ++t) {
+    p[t] = V::exp2n(V::sub(s[t], mn));
+    if constexpr (Masked) p[t] = V::select(km[t], p[t], V::zero());
+  }
+  const R sum = tree16<V, false>(p);
+  V::store(l, V::fma(V::load(l), alpha, sum));
+  V::store(m, mn);
+  return alpha;
+}
+
+// acc + V_t[d] * p_t (masked: lanes that do not see key t keep acc).
+template <class V, bool Masked>
+inline typename V::reg pv_step(typename V::reg acc, const float* vtd, typename V::reg pt, const typename V::mask* km,
+                               int t) {
+  if constexpr (Masked) return V::fma_m(V::bcast(vtd), pt, acc, km[t]);
+  else return V::fma(V::bcast(vtd), pt, acc);
+}
+
+// oT[d] = oT[d] * alpha, then += V_t[d] * p_t for t in order; eight d at a
+// time so eight independent chains hide the fma latency.
+template <class V, int HD, bool Masked>
+inline void accumulate(float* ot, const float* v, int hd_rt, const typename V::reg* p, typename V::reg alpha,
+                       const typename V::mask* km) {
+  using R = typename V::reg;
+  const int hd = HD ? HD : hd_rt;
+  const bool rescale = !V::all_equal(alpha, 1.0f);  // times 1 changes no bit
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    R acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      acc[j] = V::load(ot + size_t(d + j) * V::L);
+      if (rescale) acc[j] = V::mul(acc[j], alpha);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < kTile; ++t)
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) acc[j] = pv_step<V, Masked>(acc[j], v + size_t(t) * hd + d + j, p[t], km, t);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) V::store(ot + size_t(d + j) * V::L, acc[j]);
+  }
+  for (; d < hd; ++d) {
+    R acc = V::load(ot + size_t(d) * V::L);
+    if (rescale) acc = V::mul(acc, alpha);
+    for (int t = 0; t < kTile; ++t) acc = pv_step<V, Masked>(acc, v + size_t(t) * hd + d, p[t], km, t);
+    V::store(ot + size_t(d) * V::L, acc);
+  }
+}
+
+// Per key, the lanes of group g that see it (vis: per token, bit t = key t).
+template <class V>
+inline unsigned lane_masks(const FlashQuery& fq, int g, const uint16_t* vis, typename V::mask* km) {
+  unsigned lanes[kTile] = {}, any = 0;
+  for (int lane = 0; lane < V::L; ++lane) {
+    const unsigned bits = vis[row_of(fq, g, lane, V::L) / fq.r];
+    any |= bits;
+    for (int t = 0; t < kTile; ++t) lanes[t] |= (bits >> t & 1u) << lane;
+  }
+  for (int t = 0; t < kTile; ++t) km[t] = V::mask_of(lanes[t]);
+  return any;
+}
+
+template <class V, int HD>
+void tile(const FlashQuery& fq, float* st, const float* k, const float* v, const uint16_t* vis) {
+  using R = typename V::reg;
+  const Layout lo = layout<V>(fq, st);
+  const size_t gq = size_t(fq.hd) * V::L;
+  for (int g = 0; g < lo.G; ++g) {
+    float* m = lo.m + size_t(g) * V::L;
+    float* l = lo.l + size_t(g) * V::L;
+    R s[kTile], p[kTile];
+    if (!vis) {
+      scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
+      const R alpha = softmax<V, false>(s, nullptr, m, l, p);
+      accumulate<V, HD, false>(lo.ot + g * gq, v, fq.hd, p, alpha, nullptr);
+      continue;
+    }
+    typename V::mask km[kTile];
+    if (lane_masks<V>(fq, g, vis, km) == 0) continue;  // no lane sees the tile: left as it is
+    scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
+    const R alpha = softmax<V, true>(s, km, m, l, p);
+    accumulate<V, HD, true>(lo.ot + g * gq, v, fq.hd, p, alpha, km);
+  }
+}
+
+template <class V>
+void tile_any(const FlashQuery& fq, float* st, const float* k, const float* v, const uint16_t* vis) {
+  switch (fq.hd) {
+    case 64: return tile<V, 64>(fq, st, k, v, vis);
+    case 128: return tile<V, 128>(fq, st, k, v, vis);
+    default: return tile<V, 0>(fq, st, k, v, vis);
+  }
+}
+
+// out = oT * (1 / l), lanes back to rows.
+template <class V>
+void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
+  using R = typename V::reg;
+  const Layout lo = layout<V>(fq, const_cast<float*>(st));
+  for (int g = 0; g < lo.G; ++g) {
+    int off[V::L];
+    lane_offsets<V>(fq, g, ldo, off);
+    const unsigned live = live_lanes<V>(fq, g);
+    const R inv = V::div(V::set1(1.0f), V::load(lo.l + size_t(g) * V::L));
+    const float* ot = lo.ot + size_t(g) * fq.hd * V::L;  // [hd, L]
+    for (int d = 0; d < fq.hd; ++d) V::scatter(out + d, off, live, V::mul(V::load(ot + size_t(d) * V::L), inv));
+  }
+}
+
+}  // namespace flash_rows

@@ -1,0 +1,330 @@
+// AMX-INT8 tile kernels for Panel16 Q8_0 / Q4_0 / Q4_K / Q6_K weights, run
+// from n >= amx_min_rows(type) activation rows (kernels/amx_rows.h); smaller
+// n, the file layout and every other format run the AVX-512 VNNI kernels.
+//
+// One tile product per 32-element block b gives the exact integer block dots
+// of 16 activation rows x the 16 weight rows of a panel:
+//   A [16, 32] s8  activation levels of rows 16t .. 16t+15 (XTile::q, laid
+//                  out by the driver once per call: one contiguous tile)
+//   B [8, 64] s8   weight levels in the tile's dword-group order, which is
+//                  the Panel16 vector order: row k, dword r = elements
+//                  4k..4k+3 of weight row r. A K slice of the panel is
+//                  copied into scratch as signed levels q (not q + off), so
+//                  the XBlock correction is not needed: sum(q_w * q_x) is the
+//                  integer corr + sum(u * q_x) that block_step() computes.
+//   C [16, 16] s32 tdpbssd(A, B): C[m][r] = isum of activation row 16t + m
+//                  and weight row r
+// C goes through a 1 KiB buffer into zmm registers, lane r = weight row r as
+// in block_step(), and the float chain of matmul_internal.h runs per row m:
+//   acc[m] = fma(float(C[m]), ws * xd_m, acc[m])   (+ fma(wm, xs_m, acc[m]))
+// so the results are bit-identical to the VNNI kernels. Q6_K needs one isum
+// per 16-element half: two K = 16 products per block (lo, then hi).
+//
+// A product and its store cost the same for 2 rows as for 16, so up to 8
+// rows (Q8_0, Q4_0, Q4_K) share one K = 64 product between two blocks: A
+// rows 0..7 hold block 2c's levels and zeros, rows 8..15 zeros and block
+// 2c+1's; B holds both blocks' levels. C rows 0..7 are then block 2c's
+// sums, rows 8..15 block 2c+1's, each an exact integer as before.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/matmul_amx_tiles.h"
+#include "kernels/matmul_avx512_unpack.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
+
+namespace kvs::mm {
+
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+
+namespace {
+
+using namespace avx512_detail;
+using namespace amx_detail;
+
+constexpr int kPairRows = 8;  // up to this many activation rows run two blocks per product
+
+// The next weight slice, requested a few lines per block: all of it at once
+// stalled on the fill buffers.
+struct Ahead {
+  const uint8_t* p;  // first line
+  int64_t lines;
+  int64_t per = 0;  // lines per block (set by spread)
+  void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
+  void at(int64_t bb) const {
+    for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+  }
+};
+
+// Where a slice's B levels and float scales come from (passed by value: a
+// pointer and an offset).
+// The scratch copy: signed levels, float scales.
+struct SliceSrc {
+  static constexpr bool kU8 = false;
+  const uint8_t* s;
+  const uint8_t* lev(int64_t bb) const { return amx_detail::lev(s, bb); }
+  __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
+  __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
+  __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
+};
+// Q8_0's Panel16 copy in place (u = q + 128, fp16 scales), from block kb0:
+// where a slice serves a single M tile, copying it cost more than the
+// per-row correction (docs/PERFORMANCE.md).
+struct PanelSrc {
+  static constexpr bool kU8 = true;
+  const uint8_t* pan;
+  int64_t kb0;
+  const uint8_t* lev(int64_t bb) const { return Pk<false>::lev(pan, kb0 + bb); }
+  __m512 ws0(int64_t bb) const { return Pk<false>::scale(pan, kb0 + bb); }
+  __m512 ws1(int64_t bb) const { return ws0(bb); }  // (no second scale, no min)
+  __m512 wm(int64_t bb) const { return ws0(bb); }
+};
+
+// One M tile (activation rows of xt, `rows` of them real; y at its first
+// row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
+// The accumulators live in y between slices (exact round trip), as in the
+// VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the float
+// chain: two paid where several M tiles share a slice, one where a single M
+// tile runs right after the slice's copy (docs/PERFORMANCE.md).
+template <bool SUB16, bool MIN, bool FULL, int G, class Src>
+inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
+               __mmask16 valid, int32_t* cbuf, Ahead ahead) {
+  constexpr bool U8 = Src::kU8;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+  }
+  const XTile* x = xt + kb0;
+  constexpr int64_t kC = kCInts<SUB16>;
+  int32_t* const ring0 = cbuf;           // even groups' integers
+  int32_t* const ring1 = cbuf + 2 * kC;  // odd groups'
+  products<SUB16, U8>(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
+  for (int64_t g = 0; g < kb; g += G) {  // no inner loop: the accumulators stay in registers
+    const bool odd = (g / G) & 1;
+    int32_t* const cur = odd ? ring1 : ring0;
+    const int64_t nx = g + G;
+    if (nx < kb)
+      products<SUB16, U8>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
+                          odd ? ring0 : ring1);
+    chain<SUB16, MIN, FULL>(cur, src, g, x[g], rows, acc);
+    ahead.at(g);
+    if (G == 2 && g + 1 < kb) {
+      chain<SUB16, MIN, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
+      ahead.at(g + 1);
+    }
+  }
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
+// Up to kPairRows activation rows against one slice, a pair of blocks per
+// product (TileMode::Pair); pa: the pairs' A tiles from block 0 ([nb / 2
+// rounded up][16, 64] s8). An odd last block's pair has zero levels for
+// its missing second block; its sums are not read.
+template <bool MIN, class Src>
+inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int rows, float* y,
+               int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
+  constexpr bool U8 = Src::kU8;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (m >= rows) break;
+    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+  }
+  const XTile* x = xt + kb0;
+  const int8_t* a = pa + kb0 / 2 * 1024;  // kb0 is even
+  int32_t* const ring[2] = {cbuf, cbuf + 256};
+  pair_product<U8>(0, a, src.lev(0), ring[0]);
+  for (int64_t g = 0; g < kb; g += 2) {
+    const int k = (g / 2) & 1;
+    if (g + 2 < kb) pair_product<U8>(k ^ 1, a + (g + 2) / 2 * 1024, src.lev(g + 2), ring[k ^ 1]);
+    chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
+    ahead.at(g);
+    if (g + 1 < kb) {
+      chain<false, MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      ahead.at(g + 1);
+    }
+  }
+  for (int m = 0; m < 16; ++m) {
+    if (m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
+// Every M tile against one slice of the panel at weight row p0; the M
+// tiles share the prefetch of the next slice. pa: the pair tiles when n <=
+// kPairRows runs in pairs, else nullptr.
+template <bool SUB16, bool MIN, class Src>
+void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
+              int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
+  const int64_t mt = (n + 15) / 16;
+  for (int64_t t = 0; t < mt; ++t) {
+    const XTile* x = xt + t * nb;
+    float* yt = y + 16 * t * ldy + p0;
+    const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
+    Ahead a{next.p + 64 * l0, l1 - l0};
+    a.spread(kb);
+    const int rows = int(std::min<int64_t>(16, n - 16 * t));
+    if (!SUB16 && pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else tile_rows<SUB16, MIN, false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+  }
+}
+
+// Blocks [kb0, kb0 + kb) of one packed panel into the scratch slice with
+// signed levels (Panel16 holds u = q + off).
+template <bool Q4>
+void fill_q(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
+  using P = Pk<Q4>;
+  const __m512i off = _mm512_set1_epi8(Q4 ? 8 : char(0x80));
+  for (int64_t bb = 0; bb < kb; ++bb) {
+    const uint8_t* l = P::lev(pan, kb0 + bb);
+    uint8_t* o = lev(dst, bb);
+    for (int k = 0; k < 8; ++k) {
+      const __m512i u = P::vec(l, k);
+      _mm512_store_si512(o + 64 * k, Q4 ? _mm512_sub_epi8(u, off) : _mm512_xor_si512(u, off));
+    }
+    _mm512_store_ps(scl(dst, bb), P::scale(pan, kb0 + bb));
+  }
+}
+
+// K-quants (U = PkK: levels 0..15, already signed; PkQ6K: u = q + 32).
+template <class U>
+void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
+  const __m512i off = _mm512_set1_epi8(U::kSub16 ? 32 : 0);
+  for (int64_t bb = 0; bb < kb; bb += 8)
+    U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+      uint8_t* o = lev(dst, bb + j);
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, U::kSub16 ? _mm512_sub_epi8(W[k], off) : W[k]);
+      float* s = scl(dst, bb + j);
+      _mm512_store_ps(s, ws0);
+      _mm512_store_ps(s + 16, ws1);
+      _mm512_store_ps(s + 32, wm);
+    });
+}
+
+// The pair A tiles of rows 0..7 (XTile rows; rows past n are zero) for
+// every pair of blocks: dst [ceil(nb / 2)][16, 64] s8.
+void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
+  for (int64_t c = 0; 2 * c < nb; ++c) {
+    int8_t* a = dst + c * 1024;
+    std::memset(a, 0, 1024);
+    for (int m = 0; m < kPairRows; ++m) {
+      std::memcpy(a + 64 * m, xt[2 * c].q[m], 32);
+      if (2 * c + 1 < nb) std::memcpy(a + 64 * (8 + m) + 32, xt[2 * c + 1].q[m], 32);
+    }
+  }
+}
+
+// Activation rows in chunks whose XTiles stay in L2 while every panel of
+// the task runs against them: each panel reads all of a chunk's XTiles, so
+// a long prompt's would otherwise stream from L3 or DRAM once per 16
+// weight rows. (Grouping panels too, so a group's weights come from L2 for
+// the later chunks, measured no faster.)
+constexpr int64_t kChunkBytes = 1 << 20;
+
+// One panel at a time, K slice by K slice: fill the slice (DIRECT, Q8_0:
+// not for a single M tile, which reads the panel in place), then every
+// activation row against it. The next slice (of this panel or the next;
+// panels are contiguous) is requested while this one's tiles run, up to
+// `end`. r0 % 16 == 0.
+template <bool SUB16, bool MIN, bool DIRECT, class Fill>
+void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+                 int64_t n, float* y, int64_t ldy, Scratch scratch, Fill fill) {
+  const int64_t nb = w.cols / kQBlock;
+  uint8_t* slice = scratch.buf;                                                   // [KB / 2] pairs of kPairBytes
+  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB / 2 * kPairBytes);  // [2][2][kCInts] int32
+  int8_t* pa = reinterpret_cast<int8_t*>(cbuf + 4 * kCInts<SUB16>);              // [ceil(nb / 2)][16, 64] s8
+  const bool pairs = !SUB16 && n <= kPairRows &&
+                     (reinterpret_cast<uint8_t*>(pa) - scratch.buf) + (nb + 1) / 2 * 1024 <= int64_t(scratch.bytes);
+  if (pairs) make_pairs(xt, nb, pa);
+  const int8_t* p = pairs ? pa : nullptr;
+  TileScope tiles(pairs ? TileMode::Pair : SUB16 ? TileMode::Sub16 : TileMode::K32);
+  for (int64_t p0 = r0; p0 < r1; p0 += L) {
+    const uint8_t* pan = w.packed + (p0 / L) * pbytes;
+    const __mmask16 valid = lanes(r1 - p0);
+    for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
+      const int64_t kb = std::min<int64_t>(KB, nb - kb0);  // KB, kb0: whole K-quant super-blocks
+      const uint8_t* from = pan + (kb0 + kb) * pbytes / nb;
+      const uint8_t* to = std::min(end, from + KB * pbytes / nb);
+      const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
+      if constexpr (DIRECT) {
+        if (n <= 16) {
+          all_rows<SUB16, MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+          continue;
+        }
+      }
+      fill(pan, kb0, kb, slice);
+      all_rows<SUB16, MIN>(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+    }
+  }
+}
+
+template <bool SUB16, bool MIN, bool DIRECT, class Fill>
+void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
+              float* y, int64_t ldy, Scratch scratch, Fill fill) {
+  const int64_t nb = w.cols / kQBlock;
+  const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
+  const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
+  for (int64_t i0 = 0; i0 < n; i0 += chunk)
+    panels_rows<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, end, xt + i0 / 16 * nb, std::min(chunk, n - i0),
+                                    y + i0 * ldy, ldy, scratch, fill);
+}
+
+// Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past n zero.
+void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min, XTile* out) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      XTile& o = out[t * nb + b];
+      for (int m = 0; m < 16; ++m) {
+        const int64_t i = 16 * t + m;
+        const __m256i q = i < n ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i * nb + b].q))
+                                : _mm256_setzero_si256();
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[m]), q);
+        o.d[m] = i < n ? xq[i * nb + b].d : 0.0f;
+        if (has_min) o.s[m] = i < n ? xq[i * nb + b].s : 0.0f;
+        else o.corr[m] = i < n ? xq[i * nb + b].corr[0] : 0;
+      }
+    }
+}
+
+void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y,
+                    int64_t ldy, Scratch s) {
+  const int64_t nb = w.cols / kQBlock;
+  switch (w.type) {  // the driver sends amx_tiles_apply() weights only
+    case GgmlType::Q8_0:
+      return gemm_amx<false, false, true>(w, (nb + 1) / 2 * Pk<false>::UB, r0, r1, xt, n, y, ldy, s, fill_q<false>);
+    case GgmlType::Q4_0:
+      return gemm_amx<false, false, false>(w, (nb + 1) / 2 * Pk<true>::UB, r0, r1, xt, n, y, ldy, s, fill_q<true>);
+    case GgmlType::Q4_K:
+      return gemm_amx<false, true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
+    default:  // Q6_K
+      return gemm_amx<true, false, false>(w, nb / 8 * PkQ6K::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkQ6K>);
+  }
+}
+
+}  // namespace
+
+const IsaKernels& amx_kernels() {
+  static const IsaKernels k = [] {
+    IsaKernels a = avx512_kernels();  // the rest: the AVX-512 kernels
+    a.tile_x = tile_x_amx;
+    a.quant_rows_tiles = quant_rows_amx;
+    return a;
+  }();
+  return k;
+}
+
+KVS_TARGET_END()
+
+}  // namespace kvs::mm

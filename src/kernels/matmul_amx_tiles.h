@@ -1,0 +1,187 @@
+// AMX tile primitives for matmul_amx.cpp (include it from there only): the
+// tile configuration, tile loads and stores, the integer block products and
+// the float chain that turns a block's integer sums into the accumulators.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/matmul_internal.h"
+#include "kernels/target_region.h"
+
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+
+namespace kvs::mm::amx_detail {
+
+constexpr int KB = 32;  // blocks per K slice of one panel in scratch (even)
+// A slice in scratch: per pair of blocks (2c, 2c + 1) their B levels
+// [2][512] (contiguous, so one K = 64 tile takes both), then per block ws0,
+// ws1, wm [3][16 floats].
+constexpr int64_t kPairBytes = 2 * 512 + 2 * 192;
+inline uint8_t* lev(uint8_t* slice, int64_t bb) { return slice + (bb >> 1) * kPairBytes + (bb & 1) * 512; }
+inline const uint8_t* lev(const uint8_t* slice, int64_t bb) { return lev(const_cast<uint8_t*>(slice), bb); }
+inline float* scl(uint8_t* slice, int64_t bb) {
+  return reinterpret_cast<float*>(slice + (bb >> 1) * kPairBytes + 1024 + (bb & 1) * 192);
+}
+inline const float* scl(const uint8_t* slice, int64_t bb) { return scl(const_cast<uint8_t*>(slice), bb); }
+
+// int32 per block in a C buffer ([16, 16]; Q6_K lo then hi).
+template <bool SUB16>
+constexpr int64_t kCInts = SUB16 ? 512 : 256;
+
+// Palette-1 tile configuration (the layout LDTILECFG reads).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Which products a call runs. Two tile sets alternate block by block:
+//   K32:   C0 A4 B6 / C1 A5 B7, A [16, 32], B [8, 64]
+//   Sub16: C0 C1 / C2 C3 (lo, hi accumulators), A4 A5 (lo, hi halves,
+//          [16, 16]) and B6 B7 ([4, 64]) shared
+//   Pair:  C0 A4 B6 / C1 A5 B7, A [16, 64], B [16, 64]: two blocks in one
+//          K = 64 product for up to 8 activation rows (below)
+enum class TileMode { K32, Sub16, Pair };
+
+// Loads the configuration; releases the tiles when the call ends, so no
+// tile state outlives a kernel on a pool thread.
+class TileScope {
+ public:
+  explicit TileScope(TileMode mode) {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+    if (mode == TileMode::K32) c.colsb[4] = c.colsb[5] = 32, c.rows[6] = c.rows[7] = 8;
+    if (mode == TileMode::Sub16) c.colsb[4] = c.colsb[5] = 16, c.rows[6] = c.rows[7] = 4;
+    // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other
+    // stores to c could be dropped: the whole struct is the operand here.
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
+  }
+  ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// Tile loads and stores with the exact bytes they touch as memory operands
+// (GCC 12's intrinsics name none, or clobber all memory, which keeps the
+// accumulator array out of registers). The tile number is a literal.
+#define KVS_TILE_LOAD(t, base, stride, bytes)                                               \
+  __asm__ volatile("tileloadd (%1,%2,1), %%tmm" #t ::"m"(*(const uint8_t(*)[bytes])(base)), \
+                   "r"(base), "r"(int64_t(stride)))
+#define KVS_TILE_STORE(t, base)                                                                          \
+  __asm__ volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(*(int32_t(*)[256])(base)) : "r"(base), \
+                   "r"(int64_t(64)))
+
+// The block product: signed levels (a scratch copy) or u8 levels u = q +
+// off read in place, whose sums then need the XTile correction.
+#define KVS_DP(U8, C, A, B) \
+  if (U8) _tile_dpbsud(C, A, B); \
+  else _tile_dpbssd(C, A, B)
+// One block's product on a tile set: a its activation tile, b its levels.
+#define KVS_PRODUCT_K32(U8, C, A, B, a, b) \
+  KVS_TILE_LOAD(A, (a)->q, 32, 512);       \
+  KVS_TILE_LOAD(B, (b), 64, 512);          \
+  _tile_zero(C);                           \
+  KVS_DP(U8, C, A, B)
+#define KVS_PRODUCT_SUB16(CL, CH, a, b)                                        \
+  KVS_TILE_LOAD(4, (a)->q, 32, 512);                                           \
+  KVS_TILE_LOAD(5, &(a)->q[0][16], 32, 496); /* bytes 16..31 of each row */ \
+  KVS_TILE_LOAD(6, (b), 64, 256);                                              \
+  KVS_TILE_LOAD(7, (b) + 256, 64, 256);                                        \
+  _tile_zero(CL);                                                              \
+  _tile_zero(CH);                                                              \
+  _tile_dpbssd(CL, 4, 6);                                                      \
+  _tile_dpbssd(CH, 5, 7)
+// Two blocks at once (TileMode::Pair): a the pair's A tile [16, 64], b the
+// pair's levels [16, 64].
+#define KVS_PRODUCT_PAIR(U8, C, A, B, a, b) \
+  KVS_TILE_LOAD(A, (a), 64, 1024);          \
+  KVS_TILE_LOAD(B, (b), 64, 1024);          \
+  _tile_zero(C);                            \
+  KVS_DP(U8, C, A, B)
+
+// Integer products of cnt (1 or 2) blocks into out ([cnt][kCInts] int32):
+// one block on tile set `set`, two on both sets, both products issued
+// before the stores (a store waits for its product; the float chain that
+// follows reads a buffer stored the round before). a: the blocks'
+// activation tiles; b0, b1: their levels (u8 when U8; Q6_K: signed only).
+template <bool SUB16, bool U8>
+inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* b1, int cnt, int32_t* out) {
+  if (!SUB16) {
+    if (cnt == 2) {
+      KVS_PRODUCT_K32(U8, 0, 4, 6, a, b0);
+      KVS_PRODUCT_K32(U8, 1, 5, 7, a + 1, b1);
+      KVS_TILE_STORE(0, out);
+      KVS_TILE_STORE(1, out + 256);
+    } else if (set == 0) {
+      KVS_PRODUCT_K32(U8, 0, 4, 6, a, b0);
+      KVS_TILE_STORE(0, out);
+    } else {
+      KVS_PRODUCT_K32(U8, 1, 5, 7, a, b0);
+      KVS_TILE_STORE(1, out);
+    }
+  } else if (cnt == 2) {
+    KVS_PRODUCT_SUB16(0, 1, a, b0);
+    KVS_PRODUCT_SUB16(2, 3, a + 1, b1);
+    KVS_TILE_STORE(0, out);
+    KVS_TILE_STORE(1, out + 256);
+    KVS_TILE_STORE(2, out + 512);
+    KVS_TILE_STORE(3, out + 768);
+  } else if (set == 0) {
+    KVS_PRODUCT_SUB16(0, 1, a, b0);
+    KVS_TILE_STORE(0, out);
+    KVS_TILE_STORE(1, out + 256);
+  } else {
+    KVS_PRODUCT_SUB16(2, 3, a, b0);
+    KVS_TILE_STORE(2, out);
+    KVS_TILE_STORE(3, out + 256);
+  }
+}
+
+// A pair's product into out ([16, 16] int32: rows 0..7 the first block's
+// sums, rows 8..15 the second's) on tile set `set`.
+template <bool U8>
+inline void pair_product(int set, const int8_t* a, const uint8_t* b, int32_t* out) {
+  if (set == 0) {
+    KVS_PRODUCT_PAIR(U8, 0, 4, 6, a, b);
+    KVS_TILE_STORE(0, out);
+  } else {
+    KVS_PRODUCT_PAIR(U8, 1, 5, 7, a, b);
+    KVS_TILE_STORE(1, out);
+  }
+}
+#undef KVS_PRODUCT_K32
+#undef KVS_PRODUCT_SUB16
+#undef KVS_PRODUCT_PAIR
+#undef KVS_DP
+
+// The float chain step of block bb for rows m < rows (all 16 when FULL):
+// exactly block_step()'s operations on the tile's integer sums c ([rows]
+// of 16 int32; Q6_K's hi half at c + 256), plus the XTile correction first
+// where the product took u8 levels (Src::kU8). src gives the block's float
+// scales (lanes = the panel's weight rows), loaded here, where they are used.
+template <bool SUB16, bool MIN, bool FULL, class Src>
+inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int rows, __m512* acc) {
+  const __m512 ws0 = src.ws0(bb);
+  const __m512 ws1 = SUB16 ? src.ws1(bb) : ws0;
+  const __m512 wm = MIN ? src.wm(bb) : ws0;
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    const __m512 xd = _mm512_set1_ps(x.d[m]);
+    __m512i isum = _mm512_load_si512(c + 16 * m);
+    if (Src::kU8) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(x.corr[m]));
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws0, xd), acc[m]);
+    if (SUB16) {
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(c + 256 + 16 * m));
+      acc[m] = _mm512_fmadd_ps(hi, _mm512_mul_ps(ws1, xd), acc[m]);
+    }
+    if (MIN) acc[m] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[m]), acc[m]);
+  }
+}
+
+}  // namespace kvs::mm::amx_detail
+
+KVS_TARGET_END()

@@ -1,0 +1,45 @@
+// What /v1/responses keeps for previous_response_id: each stored response's
+// whole conversation (its input, after the previous responses it continued,
+// and its output), per tenant. A response is found only by the tenant that
+// made it, expires after the tenant's retention (an hour without one), and
+// the store is bounded: the oldest go first. The KV blocks of the
+// conversation stay in the prefix cache under the tenant's scope and
+// retention, so a continuation is mostly prefix hits.
+//
+// Thread-safe (HTTP threads).
+#pragma once
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/chat_template.h"
+
+namespace kvs::server {
+
+class ResponseStore {
+ public:
+  explicit ResponseStore(size_t max_entries = 10000) : max_(max_entries) {}
+  // `now` and `ttl_s` in seconds on one clock.
+  void put(const std::string& tenant, const std::string& id, std::vector<ChatMessage> conversation, double now,
+           double ttl_s);
+  std::optional<std::vector<ChatMessage>> get(const std::string& tenant, const std::string& id, double now);
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::vector<ChatMessage> conversation;
+    double expires = 0;
+    std::list<std::string>::iterator age;
+  };
+  static std::string key(const std::string& tenant, const std::string& id) { return tenant + '\n' + id; }
+  size_t max_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> order_;  // oldest first
+};
+
+}  // namespace kvs::server
