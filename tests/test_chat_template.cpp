@@ -130,6 +130,10 @@ TEST(ChatTemplate, ContentArrivesInTheFormTheTemplateReads) {
       ChatTemplate::jinja("{% for p in messages[0].content %}<{{ p.text }}>{% endfor %}", "t", v);
   EXPECT_EQ(reads_parts.render(user_says("S")), "<S>");
   EXPECT_EQ(reads_parts.render(user_says(parts)), "<A><B>");
+  // A tool-calling assistant turn's null content is empty text (Qwen3's
+  // template tests it with `in`, which null would fail).
+  const ChatTemplate tests_in = ChatTemplate::jinja("{% if '</think>' in messages[0].content %}T{% endif %}ok", "t", v);
+  EXPECT_EQ(tests_in.render(user_says(nullptr)), "ok");
 }
 
 TEST(ChatTemplate, ToolsAndExtraVariablesReachTheTemplate) {

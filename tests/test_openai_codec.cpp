@@ -205,7 +205,8 @@ TEST(OpenAiCodec, UnknownAndUnsupportedFieldsAre400NamingThem) {
   for (const char* k : {"tools", "tool_choice", "functions", "audio", "prediction"}) {
     json body = {{"messages", msgs}};
     body[k] = k == std::string("tool_choice") ? json("required") : json::object({{"type", "json_object"}});
-    if (k == std::string("tools")) body[k] = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+    // (tools in the Responses API's shape: no "function" object)
+    if (k == std::string("tools")) body[k] = json::array({{{"type", "function"}, {"name", "f"}}});
     const ApiError e = error_of(Endpoint::Chat, body.dump());
     EXPECT_EQ(e.param, k);
     EXPECT_EQ(e.status, 400);

@@ -287,8 +287,11 @@ TEST(Server, OpenAiSdkConformance) {
   Server s({"-m", stories(), "--api-keys", keys});
   Server q({"-m", tiny_llama(), "--ctx", "2048", "--max-seqs", "1", "--max-queue", "1", "--max-request-share", "1",
             "--interactive-wait", "120"});
+  Server t({"-m", kvs::test::shared("models/tiny-random/tiny-qwen2-q8_0.gguf"), "--ctx", "1024", "--chat-template",
+            kvs::test::shared("chat-templates/Qwen-Qwen3-0.6B.jinja")});
   const std::string cmd = "cd '" + dir.string() + "' && timeout 600 node sdk_test.mjs " + s.url() +
-                          " stories260K sdk-key sdk-quota-key " + q.url() + " tiny-llama-f16 2>&1";
+                          " stories260K sdk-key sdk-quota-key " + q.url() + " tiny-llama-f16 " + t.url() +
+                          " tiny-qwen2-q8_0 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -300,6 +303,7 @@ TEST(Server, OpenAiSdkConformance) {
   EXPECT_NE(out.find("SDK OK"), std::string::npos) << "the script did not finish (output above)";
   EXPECT_EQ(s.stop(), 0);
   EXPECT_EQ(q.stop(), 0);
+  EXPECT_EQ(t.stop(), 0);
 }
 
 TEST(Server, MalformedInputCorpus) {

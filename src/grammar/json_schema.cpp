@@ -52,16 +52,19 @@ std::string lit(const std::string& s) {
 
 class Compiler {
  public:
-  explicit Compiler(const json& root) : root_(root) {}
-  std::string run() {
-    const std::string top = rule_for(root_, "#");
-    std::string out = "root ::= ws " + top + " ws\n";
+  Compiler(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
+  // The schema's own rules (not the common ones); `top` gets the symbol
+  // that matches a value of the schema.
+  std::string run(std::string& top) {
+    top = rule_for(root_, "#");
+    std::string out;
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kCommon;
+    return out;
   }
 
  private:
   const json& root_;
+  const std::string prefix_;
   std::map<std::string, std::string> rules_;  // name -> body
   std::map<std::string, std::string> refs_;   // $ref -> rule name
   int next_ = 0;
@@ -73,7 +76,7 @@ class Compiler {
     std::string h;
     for (char c : hint) h += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
     if (h.size() > 24) h.resize(24);
-    return "s" + std::to_string(next_++) + (h.empty() ? "" : "-" + h);
+    return prefix_ + "s" + std::to_string(next_++) + (h.empty() ? "" : "-" + h);
   }
   std::string define(const std::string& hint, const std::string& body) {
     const std::string n = fresh(hint);
@@ -240,7 +243,19 @@ std::string Compiler::string_rule(const json& s, const std::string& where) {
 
 }  // namespace
 
-std::string json_schema_gbnf(const json& schema) { return Compiler(schema).run(); }
+std::string json_schema_gbnf(const json& schema) {
+  std::string top;
+  const std::string rules = Compiler(schema, "").run(top);
+  return "root ::= ws " + top + " ws\n" + rules + kCommon;
+}
+
+std::string json_schema_rules(const json& schema, const std::string& prefix, std::string& top) {
+  return Compiler(schema, prefix).run(top);
+}
+
+const char* json_common_gbnf() { return kCommon; }
+
+std::string gbnf_literal(const std::string& bytes) { return lit(bytes); }
 
 std::string json_object_gbnf() { return std::string("root ::= ws json-object ws\n") + kCommon; }
 

@@ -469,12 +469,13 @@ EngineLoop::EngineLoop(std::unique_ptr<StepExecutor> exec, const Tokenizer* toke
   m.sched = std::make_unique<Scheduler>(*m.exec, m.opts.sched, eog, m.opts.log);
   if (tokenizer) {
     const int nv = m.exec->n_vocab();
-    m.sched->set_vocabulary([tokenizer, nv] {
+    m.sched->set_vocabulary([tokenizer, nv](bool specials) {
       // A token's text as it adds to what came before (no leading-space
-      // rule: the grammar sees the completion, not the text after BOS).
+      // rule: the grammar sees the completion, not the text after BOS), as
+      // the request's detokenizer renders it.
       std::vector<std::string> pieces(static_cast<size_t>(nv));
       for (int id = 0; id < nv && id < tokenizer->n_vocab(); ++id)
-        if (!tokenizer->is_eog(id)) pieces[size_t(id)] = tokenizer->token_bytes(id, -1);
+        if (!tokenizer->is_eog(id)) pieces[size_t(id)] = token_text(*tokenizer, id, specials);
       return pieces;
     });
   }

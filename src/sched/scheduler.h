@@ -124,10 +124,14 @@ class Scheduler {
   // Thread-safe. Marks the request; step() frees it before planning.
   bool cancel(RequestId id);
   void set_accepting(bool on);
-  // Before serving: the text each token id adds (pieces()[id]; "" for
-  // control tokens), for constrained decoding. Without it a request with a
-  // grammar is refused.
-  void set_vocabulary(std::function<std::vector<std::string>()> pieces) { vocab_pieces_ = std::move(pieces); }
+  // Before serving: the text each token id adds (pieces(specials)[id]; ""
+  // for end-of-generation tokens, and for control tokens unless `specials`:
+  // a request with Request::special_text sees their text, so its grammar
+  // matches them by it), for constrained decoding. Without it a request
+  // with a grammar is refused.
+  void set_vocabulary(std::function<std::vector<std::string>(bool specials)> pieces) {
+    vocab_pieces_ = std::move(pieces);
+  }
   // Thread-safe. Device shedding on top of the configuration (shed_limits.h):
   // new requests' max_tokens, the step's token budget and the sequences
   // admitted shrink; with stop_admissions submit() answers DeviceBusy.
@@ -174,10 +178,14 @@ class Scheduler {
   int bs_;
   std::function<bool(int32_t)> is_eog_;
   std::vector<int32_t> eog_ids_;  // every id is_eog_ accepts (min_tokens bans them)
-  std::function<std::vector<std::string>()> vocab_pieces_;
-  // Engine thread, made at the first constrained request.
-  std::vector<std::string> pieces_;
-  std::unique_ptr<grammar::VocabTrie> trie_;
+  std::function<std::vector<std::string>(bool)> vocab_pieces_;
+  // Engine thread, each made at the first constrained request that needs
+  // it: [0] without control tokens' text, [1] with it.
+  struct GrammarVocab {
+    std::vector<std::string> pieces;
+    std::unique_ptr<grammar::VocabTrie> trie;
+  };
+  GrammarVocab vocabs_[2];
   std::function<void(const std::string&)> log_;
 
   mutable RankedMutex mu_{LockRank::Scheduler};  // guards everything submit()/cancel() touch
@@ -240,8 +248,8 @@ class Scheduler {
   void prompt_logprobs(const StepPlan& plan, size_t item, const StepResult& res, StepOutput& out);
   // The grammar's mask for a constrained choice's next draw (end of
   // generation in it where the grammar may end).
-  std::vector<uint64_t> grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache);
-  bool grammar_allows(const grammar::Matcher& m, int32_t token) const;
+  std::vector<uint64_t> grammar_mask(const grammar::Matcher& m, const Draws& d);
+  bool grammar_allows(const grammar::Matcher& m, int32_t token, const Draws& d) const;
   // True when the step must plan again (it ran out of blocks and preempted).
   bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);
   void preempt_for_room(StepPlan& plan, double now);

@@ -67,6 +67,7 @@ struct Scheduler::Draws {
   };
   bool counts = false;           // keep `counts`
   std::unique_ptr<grammar::MaskCache> masks;  // Request::grammar: its choices' masks by state
+  const GrammarVocab* vocab = nullptr;        // Request::grammar: the token texts it is matched against
   std::vector<int32_t> banned;   // end-of-generation ids and stop_token_ids: banned before min_tokens
   std::vector<PerChoice> ch;
   bool logprobs = false;

@@ -149,10 +149,12 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
   if (r.r.grammar) {
     arena = std::make_shared<grammar::StackArena>(r.r.grammar);
     d->masks = std::make_unique<grammar::MaskCache>();
-    if (!trie_) {  // the first constrained request: the vocabulary's trie, once
-      pieces_ = vocab_pieces_();
-      trie_ = std::make_unique<grammar::VocabTrie>(pieces_);
+    GrammarVocab& v = vocabs_[r.r.special_text ? 1 : 0];
+    if (!v.trie) {  // the first such request: the vocabulary's trie, once
+      v.pieces = vocab_pieces_(r.r.special_text);
+      v.trie = std::make_unique<grammar::VocabTrie>(v.pieces);
     }
+    d->vocab = &v;
   }
   for (size_t i = 0; i < r.ch.size(); ++i) {
     SamplingParams sp = r.r.sampling;

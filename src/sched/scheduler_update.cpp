@@ -95,14 +95,14 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
         // Greedy: the unconstrained argmax is the constrained one whenever
         // the grammar allows it, so the mask is needed only when it does not.
         s.token = pc.sampler.sample_with(row, nv, ctx);
-        if (!grammar_allows(*pc.matcher, s.token)) {
-          mask = grammar_mask(*pc.matcher, *d.masks);
+        if (!grammar_allows(*pc.matcher, s.token, d)) {
+          mask = grammar_mask(*pc.matcher, d);
           ctx.allowed = &mask;
           s.token = pc.sampler.sample_with(row, nv, ctx);
         }
       } else {
         if (pc.matcher) {
-          mask = grammar_mask(*pc.matcher, *d.masks);
+          mask = grammar_mask(*pc.matcher, d);
           ctx.allowed = &mask;
         }
         s.token = pc.sampler.sample_with(row, nv, ctx);
@@ -142,7 +142,7 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   }
   Draws& d = draws_of(*r);
   Draws::PerChoice& pc = d.ch[size_t(ci)];
-  if (pc.matcher && !pc.matcher->accept(pieces_.at(size_t(s.token)))) {
+  if (pc.matcher && !pc.matcher->accept(d.vocab->pieces.at(size_t(s.token)))) {
     // Only a token from elsewhere (a hand-over's first) can break it.
     ++st_.failed;
     finish_choice(r, ci, FinishReason::Error, -1, out);
@@ -167,8 +167,8 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
     finish_choice(r, ci, FinishReason::Length, s.token, out);
 }
 
-std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, grammar::MaskCache& cache) {
-  std::vector<uint64_t> mask = cache.get(m, *trie_);
+std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, const Draws& d) {
+  std::vector<uint64_t> mask = d.masks->get(m, *d.vocab->trie);
   const bool dead = std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; });
   // Where the grammar may end, end of generation is allowed too; where no
   // token of this vocabulary continues it, only that is left.
@@ -177,9 +177,9 @@ std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, grammar
   return mask;
 }
 
-bool Scheduler::grammar_allows(const grammar::Matcher& m, int32_t token) const {
+bool Scheduler::grammar_allows(const grammar::Matcher& m, int32_t token, const Draws& d) const {
   if (std::binary_search(eog_ids_.begin(), eog_ids_.end(), token)) return m.can_end();
-  const std::string& p = pieces_.at(size_t(token));
+  const std::string& p = d.vocab->pieces.at(size_t(token));
   if (p.empty()) return false;
   grammar::Matcher c = m;
   return c.accept(p);

@@ -13,6 +13,7 @@
 
 #include "kv/prefix_chain.h"
 #include "kv/prefix_hash.h"
+#include "grammar/gbnf.h"
 #include "server/chat_prompt.h"
 #include "server/dashboard_page.h"
 #include "server/token_endpoints.h"
@@ -326,6 +327,27 @@ std::optional<ApiService::HandoverQuery> ApiService::handover_query(const std::s
   return h;
 }
 
+// Tools need a template that teaches a call format (the reply is parsed in
+// it); a forced choice becomes the request's grammar.
+void ApiService::prepare_tools(ParsedRequest& p) const {
+  const ToolFormat f = opts_.chat.tool_format();
+  if (f == ToolFormat::None)
+    throw bad_request("'tools': the chat template (" + opts_.chat.description() +
+                          ") teaches no tool-call format; serve with --chat-template set to one that does "
+                          "(docs/SERVER.md, \"Tool calls\")",
+                      "tools");
+  if (!p.tools.forced()) return;
+  if (p.grammar)
+    throw bad_request("'tool_choice' required or named constrains the reply itself; it cannot be combined with "
+                      "'response_format' or 'grammar'",
+                      "tool_choice");
+  try {
+    p.grammar = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(forced_tool_gbnf(f, p.tools)));
+  } catch (const grammar::GrammarError& e) {
+    throw bad_request(std::string("the tool-call grammar does not compile: ") + e.what(), "tools");
+  }
+}
+
 // previous_response_id names a conversation only its own tenant stored.
 ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, const Caller& caller) {
   Prepared pr;
@@ -355,6 +377,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, co
     const std::vector<int> ids = tok_.encode(chat_prompt(opts_.chat, p), add_bos, true);
     pr.prompts.emplace_back(ids.begin(), ids.end());
   }
+  if (p.tools.active()) prepare_tools(pr.p);
   for (const PromptInput& in : p.prompts) {
     if (in.ids) {
       // Before the echo decodes them: the same rule as the engine's.
@@ -445,6 +468,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     }
   }
   s.log = opts_.log;
+  if (p.tools.active()) s.tool_format = opts_.chat.tool_format();
   const uint64_t seed = hq ? hq->seed : p.seeded ? p.sampling.seed : std::random_device{}();
   s.seed = seed;
   auto ex = std::make_shared<Exchange>(std::move(s));
@@ -468,6 +492,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     r.logprobs = p.logprobs;
     r.prompt_logprobs = p.echo && p.logprobs;
     r.grammar = p.grammar;
+    r.special_text = p.tools.active();  // the parser reads the markers, control tokens included
     r.top_logprobs = p.top_logprobs;
     r.sink = ex->sink_for(int(i));
     if (opts_.hand_off_sink) {

@@ -109,6 +109,7 @@ class ApiService {
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
   Prepared prepare(Endpoint ep, const HttpRequest& req, const Caller& caller);  // throws ApiError
+  void prepare_tools(ParsedRequest& p) const;
   // A hand-over named by the request target (decode worker), its seed.
   struct HandoverQuery {
     sched::Handover h;

@@ -71,6 +71,7 @@ ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& n
     throw ChatTemplateError(e.what(), false);
   }
   t.description_ = name + " (Jinja)";
+  t.tool_format_ = tool_format_of(source);
   t.bos_ = token_text(vocab, vocab.bos);
   t.eos_ = token_text(vocab, vocab.eos);
   t.strip_bos_ = vocab.add_bos && t.bos_ && !t.bos_->empty();
@@ -144,12 +145,15 @@ ChatTemplate ChatTemplate::choose(const std::string& option, const Vocab& vocab,
 ordered_json ChatTemplate::adapt_messages(const ordered_json& messages) const {
   // Content in the form the template reads: text parts joined into a string
   // for a template that only prints strings, a string made one text part for
-  // one that only reads parts.
+  // one that only reads parts, null as empty.
   ordered_json out = messages;
   for (auto& m : out) {
     if (!m.is_object() || !m.contains("content")) continue;
     ordered_json& c = m["content"];
-    if (c.is_array() && !takes_parts_) c = parts_text(c);
+    // A null content (an assistant turn that only calls tools) is empty
+    // text, as vLLM and llama.cpp hand it over: templates test it with `in`.
+    if (c.is_null()) c = takes_string_ ? ordered_json("") : ordered_json::array();
+    else if (c.is_array() && !takes_parts_) c = parts_text(c);
     else if (c.is_string() && !takes_string_) c = ordered_json::array({{{"type", "text"}, {"text", c}}});
   }
   return out;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/chat_family.h"
+#include "server/tool_calls.h"
 
 namespace kvs {
 struct Vocab;
@@ -74,6 +75,9 @@ class ChatTemplate {
   // Set for a hand-written family, empty for a Jinja template.
   std::optional<ChatFamily> family() const { return family_; }
   const std::string& description() const { return description_; }
+  // The tool-call format the template's text teaches (None for the
+  // hand-written families and templates without tools).
+  ToolFormat tool_format() const { return tool_format_; }
 
  private:
   ChatTemplate() = default;
@@ -83,6 +87,7 @@ class ChatTemplate {
   std::optional<ChatFamily> family_;
   std::shared_ptr<const jinja::Template> jinja_;
   std::string description_;
+  ToolFormat tool_format_ = ToolFormat::None;
   std::optional<std::string> bos_, eos_;  // token texts, when the vocabulary has them
   bool strip_bos_ = false, strip_eos_ = false;
   // What the template does with message content, found by rendering probes:

@@ -87,6 +87,10 @@ Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n * s_.prompts), t0_(sc
   choices_.resize(size_t(s_.n) * size_t(s_.prompts));
   for (size_t i = 0; i < choices_.size() && i / size_t(s_.n) < s_.echo.size(); ++i)
     choices_[i].result.text = s_.echo[i / size_t(s_.n)];
+  if (s_.tool_format != ToolFormat::None)
+    for (size_t i = 0; i < choices_.size(); ++i)
+      choices_[i].tools = std::make_unique<ToolCallParser>(
+          s_.tool_format, "call_" + s_.meta.id.substr(s_.meta.id.find('-') + 1) + "_" + std::to_string(i) + "_");
   if (s_.endpoint == Endpoint::Responses && s_.stream) events_ = std::make_unique<ResponsesEvents>(s_.meta, *s_.responses);
 }
 
@@ -166,6 +170,18 @@ void Exchange::client_gone() {
   s_.counters->client_disconnect();
 }
 
+void Exchange::parse_tools(Choice& c, sched::TokenEvent& e, ToolParse& out) {
+  out = c.tools->push(e.text);
+  if (e.finish != FinishReason::None) {
+    ToolParse rest = c.tools->finish();
+    out.content += rest.content;
+    out.reasoning += rest.reasoning;
+    out.calls.insert(out.calls.end(), rest.calls.begin(), rest.calls.end());
+  }
+  e.text = std::move(out.content);
+  out.content.clear();
+}
+
 bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
   if (e.choice < 0 || size_t(e.choice) >= choices_.size()) return true;
   Choice& c = choices_[size_t(e.choice)];
@@ -207,12 +223,25 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     const size_t pi = size_t(e.choice / s_.n);
     if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
     const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
-    const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt);
+    ChatExtras x;
+    if (c.tools) {
+      const int before = c.tools->calls();
+      parse_tools(c, e, x.parsed);
+      x.first_call = before;
+      x.tool_finish = c.tools->calls() > 0;
+    }
+    const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr);
     if (!chunk.is_null()) {
       out.data += sse_data(dump(chunk));
       c.first = false;
     }
   } else {
+    if (c.tools) {
+      ToolParse x;
+      parse_tools(c, e, x);
+      c.result.reasoning += x.reasoning;
+      c.result.tool_calls.insert(c.result.tool_calls.end(), x.calls.begin(), x.calls.end());
+    }
     c.result.text += e.text;
     if (!e.prompt_logprobs.empty()) c.result.prompt_logprobs = std::move(e.prompt_logprobs);
     if (s_.logprobs && e.logprob) {

@@ -67,6 +67,9 @@ class Exchange final : public ResponseStream {
     // text once complete (keep it for previous_response_id).
     std::shared_ptr<const ResponsesRequest> responses;
     std::function<void(const std::string& text)> on_done;
+    // Chat with tools: calls are parsed out of each choice's text in this
+    // format (None: plain text).
+    ToolFormat tool_format = ToolFormat::None;
   };
   explicit Exchange(Setup s);
   ~Exchange();
@@ -92,7 +95,11 @@ class Exchange final : public ResponseStream {
   struct Choice {
     bool first = true, done = false;
     ChoiceResult result;
+    std::unique_ptr<ToolCallParser> tools;  // Setup::tool_format
   };
+  // The event's text through the choice's tool-call parser (its calls and
+  // reasoning in `out`, the rest left as the event's text).
+  void parse_tools(Choice& c, sched::TokenEvent& e, ToolParse& out);
   struct Prompt {
     sched::RequestId id = 0;
     int open = 0;             // choices not finished

@@ -191,16 +191,15 @@ std::vector<ChatMessage> parse_messages(const json& j) {
 
 // The messages again, in the client's key order (tojson shows it), with the
 // role parse_messages settled on.
-nlohmann::ordered_json ordered_messages(const std::string& body, const std::vector<ChatMessage>& checked) {
-  nlohmann::ordered_json m = nlohmann::ordered_json::parse(body)["messages"];
+nlohmann::ordered_json ordered_messages(const nlohmann::ordered_json& body, const std::vector<ChatMessage>& checked) {
+  nlohmann::ordered_json m = body["messages"];
   for (size_t i = 0; i < m.size() && i < checked.size(); ++i) m[i]["role"] = checked[i].role;
   return m;
 }
 
 // Variables for the chat template (vLLM's and llama.cpp's
 // chat_template_kwargs), except those the server itself sets.
-nlohmann::ordered_json parse_template_kwargs(const std::string& body) {
-  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body);
+nlohmann::ordered_json parse_template_kwargs(const nlohmann::ordered_json& j) {
   auto it = j.find("chat_template_kwargs");
   if (it == j.end() || it->is_null()) return nlohmann::ordered_json::object();
   if (!it->is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
@@ -297,8 +296,10 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     r.prompts = parse_prompts(*p);
   } else {
     r.messages = parse_messages(j);
-    r.chat_messages = ordered_messages(body, r.messages);
-    r.chat_template_kwargs = parse_template_kwargs(body);
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+    r.chat_messages = ordered_messages(ordered, r.messages);
+    r.chat_template_kwargs = parse_template_kwargs(ordered);
+    r.tools = parse_tool_request(ordered);
   }
 
   // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
@@ -437,6 +438,20 @@ json response_head(const ResponseMeta& meta, const char* object) {
 }
 
 // Chat logprobs carry a "refusal" list beside "content"; this server never refuses.
+// OpenAI's tool_calls array; in a stream each entry also carries its index.
+json tool_calls_json(const std::vector<ToolCall>& calls, int first_index, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c;
+    if (indexed) c["index"] = first_index + int(i);
+    c["id"] = calls[i].id;
+    c["type"] = "function";
+    c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json chat_logprobs(json content) { return json{{"content", std::move(content)}, {"refusal", nullptr}}; }
 
 json empty_legacy_logprobs() {
@@ -473,13 +488,19 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
         }
       }
     }
+    const bool called = !c.tool_calls.empty();
     if (ep == Endpoint::Chat) {
-      ch["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      // With calls and no other text, content is null (as OpenAI sends it).
+      const bool blank = c.text.find_first_not_of(" \t\r\n") == std::string::npos;
+      ch["message"] = {{"role", "assistant"}, {"content", called && blank ? json(nullptr) : json(c.text)},
+                       {"refusal", nullptr}};
+      if (!c.reasoning.empty()) ch["message"]["reasoning_content"] = c.reasoning;
+      if (called) ch["message"]["tool_calls"] = tool_calls_json(c.tool_calls, 0, false);
     } else {
       ch["text"] = c.text;
     }
     ch["logprobs"] = lp;
-    ch["finish_reason"] = finish_reason_name(c.finish);
+    ch["finish_reason"] = called && c.finish == FinishReason::Stop ? "tool_calls" : finish_reason_name(c.finish);
     arr.push_back(std::move(ch));
   }
   out["choices"] = std::move(arr);
@@ -488,10 +509,11 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
 }
 
 json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
-                  const TokenText& tt) {
+                  const TokenText& tt, const ChatExtras* x) {
   const bool final = e.finish != FinishReason::None;
   const bool has_lp = logprobs && (e.logprob.has_value() || !e.prompt_logprobs.empty());
-  if (e.text.empty() && !final && !has_lp && !(first && ep == Endpoint::Chat)) return nullptr;
+  const bool has_x = x && (!x->parsed.calls.empty() || !x->parsed.reasoning.empty());
+  if (e.text.empty() && !final && !has_lp && !has_x && !(first && ep == Endpoint::Chat)) return nullptr;
   json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
   json ch;
   ch["index"] = e.choice;
@@ -511,12 +533,16 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
     if (first) delta["role"] = "assistant";
     if (!e.text.empty() || first) delta["content"] = e.text;
     if (first) delta["refusal"] = nullptr;
+    if (x && !x->parsed.reasoning.empty()) delta["reasoning_content"] = x->parsed.reasoning;
+    if (x && !x->parsed.calls.empty()) delta["tool_calls"] = tool_calls_json(x->parsed.calls, x->first_call, true);
     ch["delta"] = std::move(delta);
   } else {
     ch["text"] = e.text;
   }
   ch["logprobs"] = lp;
-  ch["finish_reason"] = final ? json(finish_reason_name(e.finish)) : json(nullptr);
+  ch["finish_reason"] = final ? json(x && x->tool_finish && e.finish == FinishReason::Stop ? "tool_calls"
+                                                                                          : finish_reason_name(e.finish))
+                              : json(nullptr);
   out["choices"] = json::array({std::move(ch)});
   return out;
 }

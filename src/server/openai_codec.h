@@ -15,6 +15,7 @@
 #include "grammar/grammar.h"
 #include "sched/request.h"
 #include "server/chat_family.h"
+#include "server/tool_request.h"
 
 namespace kvs::server {
 
@@ -51,6 +52,7 @@ struct ParsedRequest {
   // "developer" role as "system"), and chat_template_kwargs, for the template.
   nlohmann::ordered_json chat_messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  ToolRequest tools;                          // chat: tools, tool_choice, parallel_tool_calls
   std::optional<int> max_tokens;
   SamplingParams sampling;
   bool seeded = false;                        // "seed" given (else the server draws one)
@@ -90,6 +92,16 @@ struct ChoiceResult {
   std::vector<sched::TokenLogprob> logprobs;               // one per token, when asked
   std::vector<std::vector<sched::TokenLogprob>> top_logprobs;
   std::vector<sched::PromptLogprob> prompt_logprobs;       // echo with logprobs: the prompt's tokens first
+  std::vector<ToolCall> tool_calls;                        // chat with tools: the calls, in order
+  std::string reasoning;                                   // chat with tools: harmony's analysis channel
+};
+
+// Chat with tools, for one streamed chunk: what the tool-call parser took
+// out of the event's text.
+struct ChatExtras {
+  ToolParse parsed;        // its calls and reasoning (content stays the event's text)
+  int first_call = 0;      // the tool_calls index of parsed.calls[0]
+  bool tool_finish = false;  // a call was made: a "stop" finish is "tool_calls"
 };
 
 // Token id -> its text (bytes; may be a partial UTF-8 character).
@@ -114,7 +126,7 @@ nlohmann::json completion_response(Endpoint ep, const ResponseMeta& meta, const 
 // `first` marks the choice's first chunk (chat: carries the role). Returns
 // null JSON when the event has nothing to say (no text, no logprob, not final).
 nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first,
-                            bool logprobs, const TokenText& token_text);
+                            bool logprobs, const TokenText& token_text, const ChatExtras* extras = nullptr);
 // The usage-only chunk sent before [DONE] when stream_options.include_usage.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u);
 

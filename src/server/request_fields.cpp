@@ -36,6 +36,9 @@ const std::vector<FieldSpec>& request_fields() {
       {"priority", true, true, FieldUse::Used, ""},
       {"slo_class", true, true, FieldUse::Used, ""},
       {"chat_template_kwargs", false, true, FieldUse::Used, ""},
+      {"tools", false, true, FieldUse::Used, ""},
+      {"tool_choice", false, true, FieldUse::Used, ""},
+      {"parallel_tool_calls", false, true, FieldUse::Used, ""},
       // The client's own bookkeeping.
       {"user", true, true, FieldUse::Metadata, ""},
       {"metadata", true, true, FieldUse::Metadata, ""},
@@ -46,9 +49,6 @@ const std::vector<FieldSpec>& request_fields() {
       {"best_of", true, false, FieldUse::Unsupported, "best_of other than 1 is not supported; use n"},
       {"response_format", true, true, FieldUse::Used, ""},
       {"grammar", true, true, FieldUse::Used, ""},
-      {"tools", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
-      {"tool_choice", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
-      {"parallel_tool_calls", false, true, FieldUse::Unsupported, "tool calling is not supported yet"},
       {"functions", false, true, FieldUse::Unsupported, "function calling (the deprecated 'functions') is not supported"},
       {"function_call", false, true, FieldUse::Unsupported,
        "function calling (the deprecated 'function_call') is not supported"},
@@ -67,9 +67,6 @@ namespace {
 bool trivial(const std::string& k, const json& v) {
   if (k == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
   if (k == "modalities") return v == json::array({"text"});
-  if (k == "tool_choice") return v == "none";
-  if (k == "tools") return v.is_array() && v.empty();
-  if (k == "parallel_tool_calls") return v.is_boolean();  // without tools it changes nothing
   return false;
 }
 
@@ -77,7 +74,6 @@ bool trivial(const std::string& k, const json& v) {
 
 void check_fields(Endpoint ep, const json& body) {
   const bool chat = ep == Endpoint::Chat;
-  const bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
   for (const auto& [k, v] : body.items()) {
     const auto& f = request_fields();
     auto it = std::find_if(f.begin(), f.end(), [&](const FieldSpec& s) { return k == s.name; });
@@ -86,7 +82,7 @@ void check_fields(Endpoint ep, const json& body) {
                             " (docs/SERVER.md lists the fields kvserve takes)",
                         k);
     if (it->use != FieldUse::Unsupported || v.is_null()) continue;
-    if (trivial(k, v) && !(k == "parallel_tool_calls" && has_tools)) continue;
+    if (trivial(k, v)) continue;
     throw bad_request("'" + k + "': " + it->why, k);
   }
 }

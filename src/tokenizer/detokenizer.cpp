@@ -6,10 +6,14 @@
 
 namespace kvs {
 
-std::string Detokenizer::push(int id) {
-  const Vocab& v = tok_.vocab();
+std::string token_text(const Tokenizer& tok, int id, bool specials, int prev) {
+  const Vocab& v = tok.vocab();
   const bool control = size_t(id) < v.types.size() && v.types[size_t(id)] == int32_t(TokenAttr::Control);
-  pending_ += specials_ && control && id != v.bos ? v.tokens[size_t(id)] : tok_.token_bytes(id, prev_);
+  return specials && control && id != v.bos ? v.tokens[size_t(id)] : tok.token_bytes(id, prev);
+}
+
+std::string Detokenizer::push(int id) {
+  pending_ += token_text(tok_, id, specials_, prev_);
   prev_ = id;
   const size_t done = utf8::complete_prefix(pending_);
   if (done == 0) return {};

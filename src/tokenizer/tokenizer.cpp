@@ -39,10 +39,10 @@ bool Tokenizer::is_eog(int id) const {
   if (token_attr(vocab_, id) != TokenAttr::Control) return false;
   // Chat models end a turn with a control token other than EOS; these are the
   // spellings used by the common families (GPT-2/Qwen, ChatML, Llama 2/3,
-  // Phi-3, Gemma).
+  // Phi-3, Gemma; gpt-oss ends a tool-call turn with <|call|>).
   static constexpr std::string_view kEnd[] = {
       "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-      "</s>",          "<|end|>",    "<end_of_turn>", "<|return|>",
+      "</s>",          "<|end|>",    "<end_of_turn>", "<|return|>", "<|call|>",
   };
   const std::string& t = vocab_.tokens[static_cast<size_t>(id)];
   for (std::string_view e : kEnd)

@@ -35,6 +35,10 @@ class Tokenizer {
   Vocab vocab_;
 };
 
+// The bytes token `id` adds after token `prev` (-1: none); with `specials`
+// a control token other than BOS adds its own text ("<|python_tag|>").
+std::string token_text(const Tokenizer& tok, int id, bool specials, int prev = -1);
+
 // Streaming detokenizer: feed tokens, get text that is complete UTF-8. Bytes
 // of a split multi-byte character are held until the rest arrives.
 class Detokenizer {

@@ -1,14 +1,16 @@
 // The official OpenAI Node SDK against kvserve, as user code calls it:
-//   node sdk_test.mjs URL MODEL KEY QUOTA_KEY QUEUE_URL QUEUE_MODEL
+//   node sdk_test.mjs URL MODEL KEY QUOTA_KEY QUEUE_URL QUEUE_MODEL TOOLS_URL TOOLS_MODEL
 // URL serves MODEL under --api-keys (KEY: a plain tenant, QUOTA_KEY: a
 // tenant whose block quota no request fits); QUEUE_URL serves QUEUE_MODEL
-// without keys, one sequence at a time and one waiting request at most.
+// without keys, one sequence at a time and one waiting request at most;
+// TOOLS_URL serves TOOLS_MODEL with a chat template that teaches tool calls
+// (Qwen3's, Hermes format).
 // Each check prints "ok <name>"; the first failure exits non-zero naming it.
 // Prints "SDK OK" at the end.
 import OpenAI from "openai";
 import assert from "node:assert/strict";
 
-const [url, model, key, quotaKey, queueUrl, queueModel] = process.argv.slice(2);
+const [url, model, key, quotaKey, queueUrl, queueModel, toolsUrl, toolsModel] = process.argv.slice(2);
 const opts = { maxRetries: 0, timeout: 120000 };
 const client = new OpenAI({ baseURL: url + "/v1", apiKey: key, ...opts });
 
@@ -363,6 +365,79 @@ await check("429: queue full; abort mid-stream frees blocks", async () => {
   const ok = await qc.completions.create({ model: queueModel, prompt: "Once", max_tokens: 4 });
   assert.equal(ok.choices.length, 1);
   assert.equal(await metric(queueUrl, "kvserve_kv_blocks_used"), 0);
+});
+
+const tc = new OpenAI({ baseURL: toolsUrl + "/v1", apiKey: "none", ...opts });
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather", description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 }, unit: { enum: ["c", "f"] } },
+                  required: ["city", "unit"], additionalProperties: false },
+  },
+};
+const clock = { type: "function", function: { name: "get_time", parameters: { type: "object",
+  properties: { tz: { type: "string", maxLength: 8 } }, required: ["tz"] } } };
+const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+
+function checkCalls(calls, names) {
+  assert.ok(Array.isArray(calls) && calls.length >= 1, "no tool_calls");
+  for (const c of calls) {
+    assert.equal(c.type, "function");
+    assert.ok(typeof c.id === "string" && c.id.length > 0);
+    assert.ok(names.includes(c.function.name), c.function.name);
+    const a = JSON.parse(c.function.arguments);
+    if (c.function.name === "get_weather") {
+      assert.equal(typeof a.city, "string");
+      assert.ok(["c", "f"].includes(a.unit));
+    } else {
+      assert.equal(typeof a.tz, "string");
+    }
+  }
+}
+
+await check("tools: required, not streamed, over seeds", async () => {
+  for (let seed = 0; seed < 10; ++seed) {
+    const r = await tc.chat.completions.create({ model: toolsModel, messages: ask, tools: [weather, clock],
+      tool_choice: "required", parallel_tool_calls: false, temperature: 1, seed, max_tokens: 120 });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, "tool_calls", JSON.stringify(ch));
+    assert.equal(ch.message.tool_calls.length, 1);
+    checkCalls(ch.message.tool_calls, ["get_weather", "get_time"]);
+    assert.equal(ch.message.content, null);
+  }
+});
+
+await check("tools: named, streamed, deltas assembled by the SDK", async () => {
+  const stream = tc.chat.completions.stream({ model: toolsModel, messages: ask, tools: [weather, clock],
+    tool_choice: { type: "function", function: { name: "get_weather" } }, temperature: 0.8, seed: 7, max_tokens: 120 });
+  let deltas = 0;
+  for await (const chunk of stream) if (chunk.choices[0]?.delta?.tool_calls) ++deltas;
+  const done = await stream.finalChatCompletion();
+  assert.ok(deltas >= 1);
+  assert.equal(done.choices[0].finish_reason, "tool_calls");
+  assert.equal(done.choices[0].message.tool_calls.length, 1);
+  checkCalls(done.choices[0].message.tool_calls, ["get_weather"]);
+});
+
+await check("tools: auto, and a tool result back through the template", async () => {
+  const r = await tc.chat.completions.create({ model: toolsModel, messages: ask, tools: [weather], temperature: 0,
+    max_tokens: 8 });
+  assert.ok(["stop", "length", "tool_calls"].includes(r.choices[0].finish_reason));
+  const call = { id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris","unit":"c"}' } };
+  const msgs = [...ask, { role: "assistant", content: null, tool_calls: [call] },
+                { role: "tool", tool_call_id: "call_1", content: "18 C, sunny" }];
+  const after = await tc.chat.completions.create({ model: toolsModel, messages: msgs, tools: [weather], max_tokens: 4 });
+  assert.equal(after.choices.length, 1);
+  const prompt = await (await fetch(toolsUrl + "/apply-template", { method: "POST",
+    body: JSON.stringify({ messages: msgs, tools: [weather] }) })).json();
+  assert.ok(prompt.prompt.includes("<tool_response>\n18 C, sunny\n</tool_response>"), prompt.prompt);
+  assert.ok(prompt.prompt.includes('"arguments": {"city": "Paris", "unit": "c"}'), prompt.prompt);
+  const e = await apiError(tc.chat.completions.create({ model: toolsModel, messages: ask, tools: [weather],
+    tool_choice: "required", response_format: { type: "json_object" } }));
+  assert.equal(e.param, "tool_choice");
+  const plain = await apiError(client.chat.completions.create({ model, messages: ask, tools: [weather] }));
+  assert.equal(plain.param, "tools");  // stories260K's plain template teaches no call format
 });
 
 console.log("SDK OK");
