@@ -457,12 +457,12 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     s.responses = pr.responses;
     if (pr.responses->store) {
       // The conversation this response continues, its input, its output.
-      std::vector<ChatMessage> conv = pr.history;
-      conv.insert(conv.end(), pr.responses->input.begin(), pr.responses->input.end());
+      Conversation conv = pr.history;
+      for (const auto& m : pr.responses->input) conv.push_back(m);
       const double ttl = caller.policy.retention_s > 0 ? caller.policy.retention_s : 3600.0;
       s.on_done = [this, conv = std::move(conv), tenant = caller.policy.id, id = std::string(idbuf), ttl](
-                      const std::string& text) mutable {
-        conv.push_back({"assistant", text});
+                      const std::string& text, const std::vector<ToolCall>& calls) mutable {
+        conv.push_back(assistant_turn(text, calls));
         responses_.put(tenant, id, std::move(conv), sched::steady_now(), ttl);
       };
     }

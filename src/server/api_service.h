@@ -105,7 +105,7 @@ class ApiService {
     int64_t need_blocks = 0;             // worst case of all prompts' choices
     int decode_peer = 0;                 // prefill worker: ?kv_decode_peer=, as an index
     std::shared_ptr<const ResponsesRequest> responses;  // /v1/responses
-    std::vector<ChatMessage> history;    // /v1/responses: the conversation previous_response_id names
+    Conversation history = Conversation::array();  // /v1/responses: the conversation previous_response_id names
   };
   Routed completions(Endpoint ep, const HttpRequest& req, std::function<void()> wake);
   Prepared prepare(Endpoint ep, const HttpRequest& req, const Caller& caller);  // throws ApiError

@@ -90,7 +90,7 @@ Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n * s_.prompts), t0_(sc
   if (s_.tool_format != ToolFormat::None)
     for (size_t i = 0; i < choices_.size(); ++i)
       choices_[i].tools = std::make_unique<ToolCallParser>(
-          s_.tool_format, "call_" + s_.meta.id.substr(s_.meta.id.find('-') + 1) + "_" + std::to_string(i) + "_");
+          s_.tool_format, "call_" + s_.meta.id.substr(s_.meta.id.find_first_of("-_") + 1) + "_" + std::to_string(i) + "_");
   if (s_.endpoint == Endpoint::Responses && s_.stream) events_ = std::make_unique<ResponsesEvents>(s_.meta, *s_.responses);
 }
 
@@ -216,6 +216,11 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
   if (events_) {
     if (c.first) out.data += events_->start();
     c.first = false;
+    if (c.tools) {
+      ToolParse x;
+      parse_tools(c, e, x);
+      c.result.tool_calls.insert(c.result.tool_calls.end(), x.calls.begin(), x.calls.end());
+    }
     out.data += events_->delta(e.text);
     c.result.text += e.text;
   } else if (s_.stream) {
@@ -310,14 +315,14 @@ void Exchange::finish_response(Output& out, const sched::Usage& usage) {
                   dump(nlohmann::json{{"type", "error"}, {"code", e.code}, {"message", e.message}, {"param", nullptr}}) +
                   "\n\n";
     }
-    out.data += events_->finish(c.result.finish, usage);
+    out.data += events_->finish(c.result.finish, usage, c.result.tool_calls);
   } else {
     HttpResponse r;
-    r.body = dump(response_object(s_.meta, *s_.responses, c.result.text, c.result.finish, usage));
+    r.body = dump(response_object(s_.meta, *s_.responses, c.result.text, c.result.tool_calls, c.result.finish, usage));
     out.full = std::move(r);
     final_status_ = 200;
   }
-  if (s_.on_done && engine_error_.empty()) s_.on_done(c.result.text);
+  if (s_.on_done && engine_error_.empty()) s_.on_done(c.result.text, c.result.tool_calls);
 }
 
 Exchange::Output Exchange::poll() {

@@ -66,7 +66,7 @@ class Exchange final : public ResponseStream {
     // Endpoint::Responses: its own fields, and what to do with the output
     // text once complete (keep it for previous_response_id).
     std::shared_ptr<const ResponsesRequest> responses;
-    std::function<void(const std::string& text)> on_done;
+    std::function<void(const std::string& text, const std::vector<ToolCall>& calls)> on_done;
     // Chat with tools: calls are parsed out of each choice's text in this
     // format (None: plain text).
     ToolFormat tool_format = ToolFormat::None;

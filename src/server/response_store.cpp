@@ -2,7 +2,7 @@
 
 namespace kvs::server {
 
-void ResponseStore::put(const std::string& tenant, const std::string& id, std::vector<ChatMessage> conversation,
+void ResponseStore::put(const std::string& tenant, const std::string& id, Conversation conversation,
                         double now, double ttl_s) {
   std::lock_guard lk(mu_);
   const std::string k = key(tenant, id);
@@ -19,7 +19,7 @@ void ResponseStore::put(const std::string& tenant, const std::string& id, std::v
   entries_[k] = Entry{std::move(conversation), now + ttl_s, std::prev(order_.end())};
 }
 
-std::optional<std::vector<ChatMessage>> ResponseStore::get(const std::string& tenant, const std::string& id,
+std::optional<Conversation> ResponseStore::get(const std::string& tenant, const std::string& id,
                                                            double now) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(key(tenant, id));

@@ -16,22 +16,25 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/chat_template.h"
+#include <nlohmann/json.hpp>
 
 namespace kvs::server {
+
+// Chat messages in OpenAI's shape (role, content, tool_calls, tool_call_id).
+using Conversation = nlohmann::ordered_json;
 
 class ResponseStore {
  public:
   explicit ResponseStore(size_t max_entries = 10000) : max_(max_entries) {}
   // `now` and `ttl_s` in seconds on one clock.
-  void put(const std::string& tenant, const std::string& id, std::vector<ChatMessage> conversation, double now,
+  void put(const std::string& tenant, const std::string& id, Conversation conversation, double now,
            double ttl_s);
-  std::optional<std::vector<ChatMessage>> get(const std::string& tenant, const std::string& id, double now);
+  std::optional<Conversation> get(const std::string& tenant, const std::string& id, double now);
   size_t size() const;
 
  private:
   struct Entry {
-    std::vector<ChatMessage> conversation;
+    Conversation conversation;
     double expires = 0;
     std::list<std::string>::iterator age;
   };

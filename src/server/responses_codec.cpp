@@ -33,10 +33,10 @@ const Field kFields[] = {
     {"prompt_cache_key", Use::Metadata, ""},
     {"safety_identifier", Use::Metadata, ""},
     {"stream_options", Use::Metadata, ""},
-    {"tools", Use::Unsupported, "tool calling is not supported yet"},
-    {"tool_choice", Use::Unsupported, "tool calling is not supported yet"},
-    {"parallel_tool_calls", Use::Unsupported, "tool calling is not supported yet"},
-    {"max_tool_calls", Use::Unsupported, "tool calling is not supported yet"},
+    {"tools", Use::Own, ""},
+    {"tool_choice", Use::Own, ""},
+    {"parallel_tool_calls", Use::Own, ""},
+    {"max_tool_calls", Use::Unsupported, "a cap on tool calls is not supported (parallel_tool_calls false gives one)"},
     {"reasoning", Use::Unsupported, "reasoning options are not supported for these models"},
     {"include", Use::Unsupported, "extra output items are not supported"},
     {"truncation", Use::Unsupported, "only truncation \"disabled\" is supported"},
@@ -47,9 +47,6 @@ const Field kFields[] = {
 };
 
 bool trivial(const std::string& k, const json& v) {
-  if (k == "tools") return v.is_array() && v.empty();
-  if (k == "tool_choice") return v == "none" || v == "auto";
-  if (k == "parallel_tool_calls") return v.is_boolean();
   if (k == "include") return v.is_array() && v.empty();
   if (k == "truncation") return v == "disabled";
   if (k == "background") return v == false;
@@ -79,25 +76,78 @@ std::string content_text(const ojson& c, const std::string& where) {
   return s;
 }
 
-std::vector<ChatMessage> input_messages(const ojson& in) {
-  if (in.is_string()) return {ChatMessage{"user", in.get<std::string>()}};
+std::string item_string(const ojson& it, const char* k, const std::string& where) {
+  if (!it.contains(k) || !it[k].is_string()) throw bad_request(where + " needs a string '" + k + "'", "input");
+  return it[k].get<std::string>();
+}
+
+// Input items as chat messages: messages by role, function_call items as
+// the tool_calls of one assistant turn (consecutive calls share it), and
+// function_call_output items as tool messages.
+ojson input_messages(const ojson& in) {
+  if (in.is_string()) return ojson::array({{{"role", "user"}, {"content", in.get<std::string>()}}});
   if (!in.is_array() || in.empty()) throw bad_request("'input' must be a string or a non-empty array of items", "input");
-  std::vector<ChatMessage> out;
+  ojson out = ojson::array();
   for (size_t i = 0; i < in.size(); ++i) {
     const ojson& it = in[i];
     const std::string where = "input[" + std::to_string(i) + "]";
     if (!it.is_object()) throw bad_request(where + " must be an object", "input");
     const std::string type = it.contains("type") && it["type"].is_string() ? it["type"].get<std::string>() : "message";
+    if (type == "function_call") {
+      const ojson call = {{"id", item_string(it, "call_id", where)},
+                          {"type", "function"},
+                          {"function", {{"name", item_string(it, "name", where)},
+                                        {"arguments", item_string(it, "arguments", where)}}}};
+      if (out.empty() || out.back()["role"] != "assistant" || !out.back().contains("tool_calls"))
+        out.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ojson::array()}});
+      out.back()["tool_calls"].push_back(call);
+      continue;
+    }
+    if (type == "function_call_output") {
+      out.push_back({{"role", "tool"}, {"tool_call_id", item_string(it, "call_id", where)},
+                     {"content", item_string(it, "output", where)}});
+      continue;
+    }
     if (type != "message")
-      throw bad_request(where + ": items of type '" + type + "' are not supported (only messages)", "input");
+      throw bad_request(where + ": items of type '" + type +
+                            "' are not supported (messages, function_call and function_call_output are)",
+                        "input");
     if (!it.contains("role") || !it["role"].is_string()) throw bad_request(where + " needs a string 'role'", "input");
     std::string role = it["role"];
     if (role == "developer") role = "system";
     if (role != "user" && role != "assistant" && role != "system")
       throw bad_request(where + ".role must be user, assistant, system or developer", "input");
-    out.push_back({role, content_text(it.contains("content") ? it["content"] : ojson(""), where)});
+    out.push_back({{"role", role}, {"content", content_text(it.contains("content") ? it["content"] : ojson(""), where)}});
   }
   return out;
+}
+
+// Responses' function tools ({"type": "function", "name", ...}) in chat's
+// shape, and its tool_choice.
+ojson chat_tools(const ojson& tools) {
+  if (!tools.is_array()) throw bad_request("'tools' must be an array", "tools");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ojson& t = tools[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+      throw bad_request(where + ": only function tools are supported (built-in tools are not)", "tools");
+    ojson fn = ojson::object();
+    for (const auto& [k, v] : t.items()) {
+      if (k == "type") continue;
+      if (k != "name" && k != "description" && k != "parameters" && k != "strict")
+        throw bad_request(where + "." + k + " is not a known field", "tools");
+      fn[k] = v;
+    }
+    out.push_back({{"type", "function"}, {"function", fn}});
+  }
+  return out;
+}
+
+ojson chat_tool_choice(const ojson& c) {
+  if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("name"))
+    return {{"type", "function"}, {"function", {{"name", c["name"]}}}};
+  return c;  // strings as they are; anything else is refused by the chat parser
 }
 
 // Responses' text.format to chat's response_format.
@@ -125,7 +175,7 @@ std::string previous_response_id(const std::string& body) {
   return "";
 }
 
-ParsedRequest parse_responses(const std::string& body, ResponsesRequest& out, const std::vector<ChatMessage>& history) {
+ParsedRequest parse_responses(const std::string& body, ResponsesRequest& out, const ojson& history) {
   ojson b;
   try {
     b = ojson::parse(body);
@@ -156,12 +206,16 @@ ParsedRequest parse_responses(const std::string& body, ResponsesRequest& out, co
     const ojson rf = response_format(b["text"]);
     if (!rf.is_null()) chat["response_format"] = rf;
   }
+  if (b.contains("tools") && !b["tools"].is_null()) chat["tools"] = chat_tools(b["tools"]);
+  if (b.contains("tool_choice") && !b["tool_choice"].is_null()) chat["tool_choice"] = chat_tool_choice(b["tool_choice"]);
+  if (b.contains("parallel_tool_calls")) chat["parallel_tool_calls"] = b["parallel_tool_calls"];
   ojson msgs = ojson::array();
   if (!out.instructions.empty()) msgs.push_back({{"role", "system"}, {"content", out.instructions}});
-  for (const auto& v : {std::cref(history), std::cref(out.input)})
-    for (const ChatMessage& m : v.get()) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ojson* v : {&history, static_cast<const ojson*>(&out.input)})
+    for (const ojson& m : *v) msgs.push_back(m);
   chat["messages"] = msgs;
-  for (const char* k : {"temperature", "top_p", "max_output_tokens", "text", "metadata"})
+  for (const char* k : {"temperature", "top_p", "max_output_tokens", "text", "metadata", "tools", "tool_choice",
+                        "parallel_tool_calls"})
     if (b.contains(k)) out.params[k] = json::parse(b[k].dump());
   try {
     ParsedRequest p = parse_request(Endpoint::Chat, chat.dump());
@@ -175,8 +229,34 @@ ParsedRequest parse_responses(const std::string& body, ResponsesRequest& out, co
   }
 }
 
+namespace {
+
+std::string suffix(const std::string& id) { return id.substr(std::min<size_t>(5, id.size())); }
+
+json call_item(const ResponseMeta& meta, const ToolCall& c, size_t k, bool done) {
+  return {{"type", "function_call"},
+          {"id", "fc_" + suffix(meta.id) + "_" + std::to_string(k)},
+          {"call_id", c.id},
+          {"name", c.name},
+          {"arguments", done ? c.arguments : ""},
+          {"status", done ? "completed" : "in_progress"}};
+}
+
+}  // namespace
+
+ojson assistant_turn(const std::string& text, const std::vector<ToolCall>& calls) {
+  ojson m = {{"role", "assistant"}, {"content", text}};
+  if (calls.empty()) return m;
+  m["tool_calls"] = ojson::array();
+  for (const ToolCall& c : calls)
+    m["tool_calls"].push_back(
+        {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return m;
+}
+
 json response_object(const ResponseMeta& meta, const ResponsesRequest& rq, const std::string& text,
-                     sched::FinishReason finish, const sched::Usage& usage, bool done) {
+                     const std::vector<ToolCall>& calls, sched::FinishReason finish, const sched::Usage& usage,
+                     bool done) {
   const bool length = finish == sched::FinishReason::Length;
   json out = {{"id", meta.id},
               {"object", "response"},
@@ -192,9 +272,9 @@ json response_object(const ResponseMeta& meta, const ResponsesRequest& rq, const
               {"top_p", rq.params.value("top_p", json(1.0))},
               {"text", rq.params.value("text", json{{"format", {{"type", "text"}}}})},
               {"metadata", rq.params.value("metadata", json::object())},
-              {"parallel_tool_calls", true},
-              {"tool_choice", "auto"},
-              {"tools", json::array()},
+              {"parallel_tool_calls", rq.params.value("parallel_tool_calls", json(true))},
+              {"tool_choice", rq.params.value("tool_choice", json("auto"))},
+              {"tools", rq.params.value("tools", json::array())},
               {"store", rq.store}};
   json items = json::array();
   if (done) {
@@ -203,6 +283,7 @@ json response_object(const ResponseMeta& meta, const ResponsesRequest& rq, const
                      {"status", length ? "incomplete" : "completed"},
                      {"role", "assistant"},
                      {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}})}});
+    for (size_t k = 0; k < calls.size(); ++k) items.push_back(call_item(meta, calls[k], k, true));
     out["usage"] = {{"input_tokens", usage.prompt_tokens},
                     {"input_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
                     {"output_tokens", usage.completion_tokens},
@@ -227,7 +308,7 @@ std::string ResponsesEvents::event(json e) {
 // Events are numbered in the order they are built: one statement each (the
 // operands of a + b are evaluated in no fixed order).
 std::string ResponsesEvents::start() {
-  const json r = response_object(meta_, rq_, "", sched::FinishReason::None, {}, false);
+  const json r = response_object(meta_, rq_, "", {}, sched::FinishReason::None, {}, false);
   const json item = {{"type", "message"}, {"id", item_id_}, {"status", "in_progress"}, {"role", "assistant"},
                      {"content", json::array()}};
   std::string out = event({{"type", "response.created"}, {"response", r}});
@@ -245,15 +326,27 @@ std::string ResponsesEvents::delta(const std::string& text) {
                 {"content_index", 0}, {"delta", text}, {"logprobs", json::array()}});
 }
 
-std::string ResponsesEvents::finish(sched::FinishReason finish, const sched::Usage& usage) {
+std::string ResponsesEvents::finish(sched::FinishReason finish, const sched::Usage& usage,
+                                    const std::vector<ToolCall>& calls) {
   const json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}};
-  const json r = response_object(meta_, rq_, text_, finish, usage);
+  const json r = response_object(meta_, rq_, text_, calls, finish, usage);
   const bool length = finish == sched::FinishReason::Length;
   std::string out = event({{"type", "response.output_text.done"}, {"item_id", item_id_}, {"output_index", 0},
                            {"content_index", 0}, {"text", text_}, {"logprobs", json::array()}});
   out += event({{"type", "response.content_part.done"}, {"item_id", item_id_}, {"output_index", 0}, {"content_index", 0},
                 {"part", part}});
   out += event({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", r["output"][0]}});
+  for (size_t k = 0; k < calls.size(); ++k) {
+    // A call comes out of the parser whole: its arguments in one delta.
+    const json item = r["output"][k + 1];
+    const size_t at = k + 1;
+    out += event({{"type", "response.output_item.added"}, {"output_index", at}, {"item", call_item(meta_, calls[k], k, false)}});
+    out += event({{"type", "response.function_call_arguments.delta"}, {"item_id", item["id"]}, {"output_index", at},
+                  {"delta", calls[k].arguments}});
+    out += event({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]}, {"output_index", at},
+                  {"arguments", calls[k].arguments}});
+    out += event({{"type", "response.output_item.done"}, {"output_index", at}, {"item", item}});
+  }
   out += event({{"type", length ? "response.incomplete" : "response.completed"}, {"response", r}});
   return out;
 }

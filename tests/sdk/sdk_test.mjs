@@ -440,4 +440,30 @@ await check("tools: auto, and a tool result back through the template", async ()
   assert.equal(plain.param, "tools");  // stories260K's plain template teaches no call format
 });
 
+await check("responses: function tools, streamed, and a function_call_output continued", async () => {
+  const rtool = { type: "function", name: "get_weather", parameters: weather.function.parameters, strict: true };
+  const r = await tc.responses.create({ model: toolsModel, input: "What is the weather in Paris?", tools: [rtool],
+    tool_choice: "required", parallel_tool_calls: false, max_output_tokens: 120, temperature: 0.7, seed: 3 });
+  const calls = r.output.filter((o) => o.type === "function_call");
+  assert.equal(calls.length, 1, JSON.stringify(r.output));
+  assert.equal(calls[0].name, "get_weather");
+  assert.ok(["c", "f"].includes(JSON.parse(calls[0].arguments).unit));
+  assert.equal(r.tool_choice, "required");
+  const stream = await tc.responses.create({ model: toolsModel, input: "Weather?", tools: [rtool], stream: true,
+    tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 120 });
+  let args = "", done;
+  for await (const ev of stream) {
+    if (ev.type === "response.function_call_arguments.delta") args += ev.delta;
+    if (ev.type === "response.completed") done = ev.response;
+  }
+  assert.ok(done, "no response.completed");
+  const item = done.output.find((o) => o.type === "function_call");
+  assert.equal(item.arguments, args);
+  JSON.parse(args);
+  const next = await tc.responses.create({ model: toolsModel, previous_response_id: r.id, tools: [rtool],
+    input: [{ type: "function_call_output", call_id: calls[0].call_id, output: "18 C, sunny" }], max_output_tokens: 4 });
+  assert.equal(next.previous_response_id, r.id);
+  assert.equal(next.output[0].type, "message");
+});
+
 console.log("SDK OK");
