@@ -31,7 +31,7 @@ def cpu_model():
         fields[key.strip()] = value.strip()
     flags = set(fields.get("Flags", "").split())
     if {"avx512f", "avx512_vnni"} <= flags:
-        isa = "AVX-512 VNNI" + (" BF16" if "avx512_bf16" in flags else "")
+        isa = "AVX-512 VNNI" + (" BF16" if "avx512_bf16" in flags else "") + (" + AMX" if "amx_int8" in flags else "")
     elif "avx2" in flags:
         isa = "AVX2, no AVX-512"
     else:
