@@ -29,9 +29,10 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_option("--preset", a->preset, "Start from a named shape: tiny (dim 64, 2 layers) or 1.1b (dim 2048, 16 layers, "
                                        "32 heads, 8 KV heads, ffn 8192, vocab 32000); other options override it")
       ->check(CLI::IsMember({"tiny", "1.1b"}));
-  c->add_option("--arch", o.arch, "Architecture: llama or qwen2 (q/k/v biases, NEOX RoPE)")
+  c->add_option("--arch", o.arch, "Architecture: llama, qwen2 (q/k/v biases, NEOX RoPE), qwen2moe (qwen2 + experts "
+                                  "+ a shared expert), qwen3moe (per-head q/k norms + experts)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"llama", "qwen2"}));
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen2moe", "qwen3moe"}));
   // Shape options remember whether they were given, so a preset only fills the rest.
   auto* dim = c->add_option("--dim", o.dim, "Embedding width")->capture_default_str();
   auto* layers = c->add_option("--layers", o.n_layers, "Number of transformer blocks")->capture_default_str();
@@ -48,6 +49,10 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd");
   c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
   c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
+  c->add_option("--experts", o.n_expert, "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe default 8)");
+  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2)");
+  c->add_option("--expert-ffn", o.expert_ffn, "qwen2moe/qwen3moe: each expert's width (default --ffn)");
+  c->add_option("--shared-ffn", o.shared_ffn, "qwen2moe: the shared expert's width (default --ffn)");
   c->add_flag("-q,--quiet", a->quiet, "No progress output");
   c->callback([a, dim, layers, heads, kv, ffn, vocab, ctx, &run] {
     run = [a, dim, layers, heads, kv, ffn, vocab, ctx] {

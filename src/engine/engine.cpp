@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/batch_plan.h"
+#include "engine/moe_ffn.h"
 #include "kernels/attention.h"
 #include "kernels/kv_codec.h"
 #include "kernels/kv_layout.h"
@@ -34,6 +35,7 @@ struct Engine::Impl {
   std::vector<float> att;           // [T, n_heads*hd]
   std::vector<float> proj;          // [T, dim]
   std::vector<float> gate, up;      // [T, ffn]
+  MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   std::vector<float> rope_cos, rope_sin;    // [T, n_rot/2]: each query's RoPE position
   std::vector<float> krope_cos, krope_sin;  // [positions, n_rot/2]: keys stored before RoPE
   std::vector<std::vector<float>> attn_scratch;  // per thread: a query block's row state + one K/V tile
@@ -106,7 +108,8 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   for (auto* b : {&x, &xn, &proj}) b->resize(T * dim);
   for (auto* b : {&q, &att}) b->resize(T * qdim);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
-  for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
+  if (c.moe.n_expert == 0)
+    for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
   rope_cos.resize(T * half);
   rope_sin.resize(T * half);
   const int r = c.n_heads / c.n_kv_heads;
@@ -234,13 +237,19 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   per_token([&](int64_t t) { add_inplace(&x[t * dim], &proj[t * dim], dim); });
 }
 
-// RMSNorm, gate/up, SwiGLU, down projection, residual add.
+// RMSNorm, gate/up, SwiGLU, down projection (or the mixture of experts),
+// residual add.
 void Engine::Impl::ffn_block(int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, ffn = c.ffn_dim;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
+  if (c.moe.n_expert > 0) {
+    moe.forward(c.moe, L.moe, xn.data(), T, dim, proj.data(), *pool, exact);  // [T, dim]
+    per_token([&](int64_t t) { add_inplace(&x[t * dim], &proj[t * dim], dim); });
+    return;
+  }
   mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
   per_token([&](int64_t t) { swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn); });
   mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]

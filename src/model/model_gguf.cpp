@@ -12,7 +12,7 @@ namespace kvs {
 
 namespace {
 
-const char* kSupportedArchs = "llama, mistral, qwen2";
+const char* kSupportedArchs = "llama, mistral, qwen2, qwen2moe";
 
 // Architecture integer `key`: required unless `def` is given; must lie in [lo, hi].
 int meta_int(const GgufFile& f, const std::string& key, std::optional<int> def, int64_t lo, int64_t hi) {
@@ -27,12 +27,15 @@ int meta_int(const GgufFile& f, const std::string& key, std::optional<int> def, 
   return static_cast<int>(*v);
 }
 
-// A weight matrix [rows, cols] is stored with ggml dims {cols, rows}.
-WeightView matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
-  const GgufTensorInfo& t = f.tensor(name, {cols, rows});
+}  // namespace
+
+namespace detail {
+
+// A weight [rows, cols] viewing tensor t, whose type kvserve must compute.
+WeightView weight_view(const GgufFile& f, const GgufTensorInfo& t, int64_t rows, int64_t cols) {
   const TypeTraits& tt = type_traits(t.type);
   if (!tt.supported)
-    throw ModelError(f.path() + ": tensor '" + name + "' has type " + tt.name +
+    throw ModelError(f.path() + ": tensor '" + t.name + "' has type " + tt.name +
                      ", which kvserve cannot compute (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
                      "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
   WeightView w;
@@ -42,6 +45,11 @@ WeightView matrix(const GgufFile& f, const std::string& name, int64_t rows, int6
   w.cols = cols;
   w.row_stride = row_bytes(t.type, cols);
   return w;
+}
+
+// A weight matrix [rows, cols] is stored with ggml dims {cols, rows}.
+WeightView matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
+  return weight_view(f, f.tensor(name, {cols, rows}), rows, cols);
 }
 
 // A 1-D float vector [n] (norm weights, biases). Kept in the mapping when it
@@ -59,12 +67,15 @@ const float* vector_f32(Model& m, const std::string& name, int64_t n) {
   return buf.data();
 }
 
-}  // namespace
+}  // namespace detail
 
 ModelConfig config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.get_str("general.architecture");
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2")
+  if (c.arch == "qwen3moe")
+    throw ModelError(f.path() + ": architecture 'qwen3moe' (key 'general.architecture') needs qwen3 attention "
+                     "(per-head q/k RMSNorm), which kvserve does not have yet; supported: " + kSupportedArchs);
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen2moe")
     throw ModelError(f.path() + ": unsupported architecture '" + c.arch + "' (key 'general.architecture'; supported: " +
                      kSupportedArchs + ")");
   const std::string a = c.arch + ".";
@@ -87,7 +98,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (value_length != c.head_dim)
     throw ModelError(f.path() + ": key '" + a + "attention.value_length' = " + std::to_string(value_length) +
                      " differs from key_length " + std::to_string(c.head_dim) + " (not supported)");
-  c.ffn_dim = meta_int(f, a + "feed_forward_length", std::nullopt, 1, 16 * kBig);
+  // MoE-only architectures may give only the experts' widths.
+  const bool moe_only = c.arch == "qwen2moe";
+  c.ffn_dim = meta_int(f, a + "feed_forward_length", moe_only ? std::optional<int>(0) : std::nullopt, moe_only ? 0 : 1,
+                       16 * kBig);
   c.n_ctx_train = meta_int(f, a + "context_length", std::nullopt, 1, 1 << 30);
   c.n_rot = meta_int(f, a + "rope.dimension_count", c.head_dim, 2, c.head_dim);
   if (c.n_rot % 2 != 0)
@@ -100,7 +114,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     throw ModelError(f.path() + ": key '" + a + "attention.layer_norm_rms_epsilon' = " + std::to_string(c.rms_eps) +
                      " is not in (0, 1)");
   c.sliding_window = meta_int(f, a + "attention.sliding_window", 0, 0, 1 << 30);
-  c.rope = c.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Normal;
+  c.rope = c.arch == "qwen2" || c.arch == "qwen2moe" ? RopeStyle::Neox : RopeStyle::Normal;
+  c.moe = detail::moe_config_from_gguf(f, c.arch, c.ffn_dim);
 
   // Vocabulary size: the token list is authoritative, then the optional
   // vocab_size key, then the embedding table's shape.
@@ -157,6 +172,10 @@ void load_gguf(Model& m, const std::string& path) {
       L.bv = vector_f32(m, p + "attn_v.bias", kvdim);             // [n_kv*hd]
     }
     L.ffn_norm = vector_f32(m, p + "ffn_norm.weight", dim);       // [dim]
+    if (c.moe.n_expert > 0) {
+      load_moe_layer(m, l, L);
+      continue;
+    }
     L.w_gate = matrix(f, p + "ffn_gate.weight", c.ffn_dim, dim);  // [ffn, dim]
     L.w_up = matrix(f, p + "ffn_up.weight", c.ffn_dim, dim);      // [ffn, dim]
     L.w_down = matrix(f, p + "ffn_down.weight", dim, c.ffn_dim);  // [dim, ffn]

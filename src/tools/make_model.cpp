@@ -14,6 +14,7 @@
 #include "model/gguf_writer.h"
 #include "model/model.h"
 #include "tools/byte_vocab.h"
+#include "tools/make_model_moe.h"
 
 namespace kvs {
 
@@ -164,10 +165,12 @@ void apply_model_preset(const std::string& preset, MakeModelOptions& o) {
   }
 }
 
-void make_random_model(const MakeModelOptions& o) {
-  if (o.out.empty()) throw std::invalid_argument("make-model: no output path");
-  if (o.arch != "llama" && o.arch != "qwen2")
-    throw std::invalid_argument("make-model: unsupported arch '" + o.arch + "' (supported: llama, qwen2)");
+void make_random_model(const MakeModelOptions& opts) {
+  if (opts.out.empty()) throw std::invalid_argument("make-model: no output path");
+  if (opts.arch != "llama" && opts.arch != "qwen2" && opts.arch != "qwen2moe" && opts.arch != "qwen3moe")
+    throw std::invalid_argument("make-model: unsupported arch '" + opts.arch +
+                                "' (supported: llama, qwen2, qwen2moe, qwen3moe)");
+  const MakeModelOptions o = moe_defaults(opts);
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("make-model: " + what);
   };
@@ -199,6 +202,7 @@ void make_random_model(const MakeModelOptions& o) {
                                           : o.name;
   set_arch(w, o.arch, name, o.n_ctx, o.dim, o.n_layers, o.ffn_dim, o.n_heads, o.n_kv_heads,
            o.arch == "llama" ? hd : 0, o.rope_theta, o.rms_eps, o.type);
+  if (moe_model(o)) set_moe_keys(w, o);
   if (src) {
     for (const auto& [k, v] : src->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);  // verbatim, every type
@@ -217,6 +221,13 @@ void make_random_model(const MakeModelOptions& o) {
                       [rng, cols, stddev](int64_t, float* out) {
                         for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
                       });
+  };
+  auto random = [&](const std::string& tn, const std::vector<int64_t>& dims, float stddev, GgmlType t) {
+    auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
+    const int64_t cols = dims[0];
+    w.add_tensor_rows(tn, type_for_cols(t, cols, tn, o.progress), dims, [rng, cols, stddev](int64_t, float* out) {
+      for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
+    });
   };
   auto constant = [&](const std::string& tn, int64_t n, float value) {
     std::vector<float> v(n, value);
@@ -239,13 +250,21 @@ void make_random_model(const MakeModelOptions& o) {
     matrix(p + "attn_q.weight", qdim, dim, s_in);   // [n_heads*hd, dim]
     matrix(p + "attn_k.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
     matrix(p + "attn_v.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
-    if (o.arch == "qwen2") {
+    if (o.arch == "qwen2" || o.arch == "qwen2moe") {
       bias(p + "attn_q.bias", qdim);
       bias(p + "attn_k.bias", kvdim);
       bias(p + "attn_v.bias", kvdim);
     }
+    if (o.arch == "qwen3moe") {  // per-head q/k RMSNorm before RoPE
+      constant(p + "attn_q_norm.weight", hd, 1.f);  // [head_dim]
+      constant(p + "attn_k_norm.weight", hd, 1.f);  // [head_dim]
+    }
     matrix(p + "attn_output.weight", dim, qdim, s_branch / std::sqrt(float(qdim)));  // [dim, n_heads*hd]
     constant(p + "ffn_norm.weight", dim, 1.f);
+    if (moe_model(o)) {
+      add_moe_ffn(o, p, s_branch, random);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", ffn, dim, s_in);  // [ffn, dim]
     matrix(p + "ffn_up.weight", ffn, dim, s_in);    // [ffn, dim]
     matrix(p + "ffn_down.weight", dim, ffn, s_branch / std::sqrt(float(ffn)));  // [dim, ffn]

@@ -12,7 +12,7 @@ namespace kvs {
 
 struct MakeModelOptions {
   std::string out;                 // output .gguf path (required)
-  std::string arch = "llama";      // "llama" or "qwen2" (qwen2 adds q/k/v biases, NEOX RoPE)
+  std::string arch = "llama";      // "llama", "qwen2" (q/k/v biases, NEOX RoPE), "qwen2moe", "qwen3moe"
   std::string name;                // general.name; default "random-<arch>-<dim>x<layers>"
   int dim = 64;
   int n_layers = 2;
@@ -30,6 +30,12 @@ struct MakeModelOptions {
   // token list); empty = built-in byte-level SPM vocabulary of n_vocab pieces.
   std::string vocab_from;
   bool progress = true;            // per-tensor progress lines on stderr
+  // Mixture of experts (tools/make_model_moe.h): llama with n_expert > 0 is
+  // Mixtral-style; qwen2moe and qwen3moe always are. 0 = the default.
+  int n_expert = 0;                // experts per layer (MoE archs: 8)
+  int n_expert_used = 0;           // experts per token (2)
+  int expert_ffn = 0;              // qwen2moe / qwen3moe: each expert's width (ffn_dim)
+  int shared_ffn = 0;              // qwen2moe: the shared expert's width (ffn_dim)
 };
 
 // Named shapes: "tiny" (dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192,
