@@ -82,11 +82,15 @@ void products(const std::vector<MatmulGroup>& gs, ThreadPool& pool, bool exact) 
   for (const MatmulGroup& g : gs) product(*g.w, g.x, g.ldx, g.n, g.y, g.ldy, pool, true);
 }
 
-// fn(i) for i in [0, n): over the pool when there is more than one.
+// fn(i, thread) for i in [0, n), each item about `work` floats of work:
+// over the pool when that pays for a dispatch (a decode step's few rows run
+// inline). Items are independent, so the split never changes a bit.
 template <class Fn>
-void each(ThreadPool& pool, int64_t n, const Fn& fn) {
-  if (n > 1) pool.parallel_for(n, [&](int64_t i, int thread) { fn(i, thread); });
-  else if (n == 1) fn(0, 0);
+void each(ThreadPool& pool, int64_t n, int64_t work, const Fn& fn) {
+  constexpr int64_t kMinParallelWork = 1 << 15;
+  if (n > 1 && n * work >= kMinParallelWork) pool.parallel_for(n, [&](int64_t i, int thread) { fn(i, thread); });
+  else
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
 }
 
 }  // namespace
@@ -133,7 +137,7 @@ void MoeFfn::route(const MoeConfig& c, const MoeWeights& w, const float* xn, int
   ids_.resize(size_t(T * K));
   weights_.resize(size_t(T * K));
   route_scratch_.resize(size_t(pool.size()) * E);
-  each(pool, T, [&](int64_t t, int thread) {
+  each(pool, T, int64_t(E) * 8, [&](int64_t t, int thread) {
     float* lg = &logits_[size_t(t * E)];
     if (w.router_bias) add_row(lg, w.router_bias, E);
     moe_route(c, lg, &ids_[size_t(t * K)], &weights_[size_t(t * K)], &route_scratch_[size_t(thread) * E]);
@@ -160,7 +164,7 @@ void MoeFfn::group(const MoeConfig& c, const float* xn, int64_t T, int dim, Thre
     expert_of_[size_t(r)] = e;
   }
   xg_.resize(size_t(P) * dim);  // [P, dim]
-  each(pool, P, [&](int64_t r, int) {
+  each(pool, P, dim, [&](int64_t r, int) {
     std::copy_n(xn + int64_t(token_of_[size_t(r)]) * dim, dim, &xg_[size_t(r) * dim]);
   });
 }
@@ -192,7 +196,7 @@ void MoeFfn::experts(const MoeConfig& c, const MoeWeights& w, const float* xn, i
     groups_.push_back({&w.sh_up, xn, dim, T, su_.data(), SF});
   }
   products(groups_, pool, exact);
-  each(pool, P, [&](int64_t r, int) {
+  each(pool, P, int64_t(F) * 8, [&](int64_t r, int) {
     float* h = &hg_[size_t(r) * F];
     float* u = &ug_[size_t(r) * F];
     const int64_t e = expert_of_[size_t(r)];
@@ -200,7 +204,8 @@ void MoeFfn::experts(const MoeConfig& c, const MoeWeights& w, const float* xn, i
     if (w.up_bias) add_row(u, w.up_bias + e * F, F);
     moe_activation(c, h, u, F);
   });
-  if (shared) each(pool, T, [&](int64_t t, int) { swiglu_inplace(&sg_[size_t(t) * SF], &su_[size_t(t) * SF], SF); });
+  if (shared)
+    each(pool, T, int64_t(SF) * 8, [&](int64_t t, int) { swiglu_inplace(&sg_[size_t(t) * SF], &su_[size_t(t) * SF], SF); });
   groups_.clear();
   for (int e = 0; e < E; ++e) {
     const int64_t r0 = first_[size_t(e)], n = first_[size_t(e) + 1] - r0;
@@ -214,7 +219,7 @@ void MoeFfn::experts(const MoeConfig& c, const MoeWeights& w, const float* xn, i
 void MoeFfn::combine(const MoeConfig& c, const MoeWeights& w, const float* xn, int64_t T, int dim, float* out,
                      ThreadPool& pool) {
   const int K = c.n_used;
-  each(pool, T, [&](int64_t t, int) {
+  each(pool, T, int64_t(dim) * (K + 1), [&](int64_t t, int) {
     float* o = out + t * dim;  // [dim]
     for (int j = 0; j < K; ++j) {
       const int64_t r = row_of_[size_t(t * K + j)];
