@@ -344,6 +344,8 @@ TEST(MoeModel, BadFilesAreRefusedNamingKeyOrTensor) {
                  [](const std::string& k) {
                    return k != "qwen2moe.expert_shared_feed_forward_length" && k != "qwen2moe.feed_forward_length";
                  });
+  expect_refused(qwen, "no-bias.gguf", nullptr, [](TensorCopy& t) { return t.name.find(".bias") == std::string::npos; },
+                 {"tensor 'blk.0.attn_q.bias' is missing"});
   expect_refused(qwen, "no-experts.gguf", nullptr, nullptr, {"'qwen2moe.expert_count'", "missing"},
                  [](const std::string& k) { return k != "qwen2moe.expert_count"; });
   // A llama MoE has no shared expert: its tensors would be ignored.

@@ -132,6 +132,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (c.n_vocab <= 0) throw ModelError(f.path() + ": key 'tokenizer.ggml.tokens' is empty");
 
   c.has_qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (c.arch == "qwen2moe" && !c.has_qkv_bias)  // the peers require them there
+    throw ModelError(f.path() + ": tensor 'blk.0.attn_q.bias' is missing (qwen2moe has q/k/v biases)");
   c.tied_output = f.find_tensor("output.weight") == nullptr;
   c.weight_bytes = 0;
   for (const auto& t : f.tensors()) c.weight_bytes += t.nbytes;
