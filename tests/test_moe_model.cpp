@@ -14,6 +14,8 @@
 
 #include "engine/local_sequence.h"
 #include "engine/moe_ffn.h"
+#include "engine/paged_engine.h"
+#include "engine/sampler.h"
 #include "gguf_test_util.h"
 #include "kernels/cpu.h"
 #include "kernels/threadpool.h"
@@ -230,6 +232,50 @@ TEST(MoeModel, TokenOutputIndependentOfBatchAndChunking) {
       }
     }
   }
+}
+
+// The serving path: a prompt whose prefix is already cached (another
+// request's blocks) gives the tokens and bits of the same prompt computed
+// cold, and of a private sequence.
+TEST(MoeModel, PrefixHitGivesTheColdResult) {
+  auto model = Model::load(made("qwen2moe", GgmlType::Q8_0));
+  Engine engine(model, EngineOptions{2});
+  const int nv = model->config().n_vocab;
+  std::vector<int32_t> prefix = random_tokens(40, nv, 21), p1 = prefix, p2 = prefix;
+  for (int32_t t : random_tokens(7, nv, 22)) p1.push_back(t);
+  for (int32_t t : random_tokens(9, nv, 23)) p2.push_back(t);
+  PagedEngineOptions po;
+  po.block_size = 16;
+  po.n_blocks = 32;
+  po.max_ctx = 128;
+  const Scope sc = make_scope("", "tenant");
+  auto run = [&](PagedEngine& pe, const std::vector<int32_t>& prompt, int* cached) {
+    auto a = pe.add(prompt, sc);
+    *cached = a.cached_tokens;
+    StepResult r = pe.step({{a.seq, uncached_tail(prompt, a)}});
+    EXPECT_TRUE(r.ok);
+    std::vector<float> logits(r.logits_of(0), r.logits_of(0) + nv);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 8; ++i) {
+      toks.push_back(argmax(r.logits_of(0), nv));
+      r = pe.step({{a.seq, std::span<const int32_t>(&toks.back(), 1)}});
+      EXPECT_TRUE(r.ok);
+    }
+    return std::make_pair(logits, toks);
+  };
+  int cached = -1;
+  PagedEngine cold(engine, po);
+  const auto want = run(cold, p2, &cached);
+  EXPECT_EQ(cached, 0);
+  PagedEngine warm(engine, po);
+  run(warm, p1, &cached);
+  const auto got = run(warm, p2, &cached);
+  EXPECT_EQ(cached, 32);  // two full blocks of the shared prefix
+  EXPECT_EQ(got.second, want.second);
+  EXPECT_EQ(0, std::memcmp(got.first.data(), want.first.data(), size_t(nv) * 4));
+  LocalSequence solo(engine, 128);
+  const std::vector<float>& l = solo.eval(p2);
+  EXPECT_EQ(0, std::memcmp(l.data(), want.first.data(), size_t(nv) * 4));
 }
 
 // qwen3moe's attention comes with the qwen3 architecture; its FFN part is
