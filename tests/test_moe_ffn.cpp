@@ -225,6 +225,13 @@ TEST(MoeFfn, RoutingFollowsTheDefinitions) {
   EXPECT_NEAR(w3[0], std::exp(3.0) / z3, 1e-7);
   EXPECT_NEAR(w3[2], std::exp(2.5) / z3, 1e-7);
   EXPECT_NEAR(double(w3[0]) + w3[1] + w3[2], 1.0, 1e-6);
+  // NaN scores (a broken hidden state) still give k distinct, valid experts.
+  const float nan = std::nanf("");
+  const float bad[5] = {nan, 2.0f, nan, nan, nan};
+  moe_route(c, bad, ids3, w3, scratch);
+  EXPECT_EQ(ids3[0], 1);
+  for (int j = 0; j < 3; ++j) EXPECT_TRUE(ids3[j] >= 0 && ids3[j] < 5);
+  EXPECT_TRUE(ids3[0] != ids3[1] && ids3[1] != ids3[2] && ids3[0] != ids3[2]);
 }
 
 TEST(MoeFfn, ClampedSwigluMatchesGptOssDefinition) {

@@ -30,21 +30,19 @@ void softmax_to(const float* x, int n, float* y) {
   for (int i = 0; i < n; ++i) y[i] *= inv;
 }
 
-// The k best of s[0..n): descending score, ties to the lower index. Each
-// pick is the best entry ranked after the previous pick, so no bookkeeping
-// of taken entries is needed.
+// The k best of s[0..n) (n <= kMaxExperts): descending score, ties to the
+// lower index. A NaN score never wins but is still picked when nothing else
+// is left, so every id is a valid expert whatever the input.
 void top_k(const float* s, int n, int k, int32_t* ids) {
+  uint64_t taken[kMaxExperts / 64] = {};
   for (int j = 0; j < k; ++j) {
     int best = -1;
     for (int e = 0; e < n; ++e) {
-      if (j > 0) {
-        const int p = ids[j - 1];
-        const bool after = s[e] < s[p] || (s[e] == s[p] && e > p);
-        if (!after) continue;
-      }
+      if (taken[e / 64] >> (e % 64) & 1) continue;
       if (best < 0 || s[e] > s[best]) best = e;
     }
     ids[j] = best;
+    taken[best / 64] |= uint64_t(1) << (best % 64);
   }
 }
 

@@ -26,6 +26,10 @@ enum class MoeActivation : uint8_t {
   SwiGLUClamped,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit): g * sigmoid(alpha g) * (u + 1)
 };
 
+// The most experts a layer may have (the loader refuses more; routing keeps
+// a bit per expert on the stack).
+constexpr int kMaxExperts = 1024;
+
 // Mixture-of-experts FFN shape and routing (n_expert == 0: a dense FFN).
 struct MoeConfig {
   int n_expert = 0;         // experts per layer

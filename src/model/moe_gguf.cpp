@@ -85,7 +85,7 @@ MoeConfig moe_config_from_gguf(const GgufFile& f, const std::string& arch, int f
   if (!am) return c;
   const std::string a = arch + ".";
   const bool has_router = f.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr;
-  const int count = key_int(f, a + "expert_count", 0, 0, 1024, am->required || has_router);
+  const int count = key_int(f, a + "expert_count", 0, 0, kMaxExperts, am->required || has_router);
   if (!has_router) {
     if (count > 0 || am->required)
       throw ModelError(f.path() + ": tensor 'blk.0.ffn_gate_inp.weight' is missing (key '" + a + "expert_count' = " +
@@ -95,7 +95,7 @@ MoeConfig moe_config_from_gguf(const GgufFile& f, const std::string& arch, int f
   if (count == 0)
     throw ModelError(f.path() + ": key '" + a + "expert_count' = 0 but tensor 'blk.0.ffn_gate_inp.weight' exists");
   c.n_expert = count;
-  c.n_used = key_int(f, a + "expert_used_count", 0, 1, 1024, true);
+  c.n_used = key_int(f, a + "expert_used_count", 0, 1, kMaxExperts, true);
   if (c.n_used > c.n_expert)
     throw ModelError(f.path() + ": key '" + a + "expert_used_count' = " + std::to_string(c.n_used) +
                      " exceeds expert_count " + std::to_string(c.n_expert));
