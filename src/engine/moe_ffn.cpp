@@ -39,7 +39,8 @@ void top_k(const float* s, int n, int k, int32_t* ids) {
     int best = -1;
     for (int e = 0; e < n; ++e) {
       if (taken[e / 64] >> (e % 64) & 1) continue;
-      if (best < 0 || s[e] > s[best]) best = e;
+      const bool nan_best = best >= 0 && s[best] != s[best];  // any number beats a NaN
+      if (best < 0 || s[e] > s[best] || (nan_best && s[e] == s[e])) best = e;
     }
     ids[j] = best;
     taken[best / 64] |= uint64_t(1) << (best % 64);
