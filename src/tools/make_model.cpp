@@ -13,6 +13,7 @@
 
 #include "model/gguf_writer.h"
 #include "model/model.h"
+#include "tokenizer/pre_type.h"
 #include "tools/byte_vocab.h"
 
 namespace kvs {
@@ -180,6 +181,10 @@ void make_random_model(const MakeModelOptions& o) {
   need(hd % 2 == 0, "head dim " + std::to_string(hd) + " must be even (RoPE pairs)");
   need(o.rope_theta > 1.f && o.rms_eps > 0.f, "rope theta must be > 1 and rms eps > 0");
   check_writable(o.type);
+  if (!o.tokenizer_pre.empty() && !find_pre_type(o.tokenizer_pre))
+    throw std::invalid_argument("make-model: unknown --tokenizer-pre '" + o.tokenizer_pre + "' (known: " +
+                                known_pre_types() + ")");
+  need(o.tokenizer_pre.empty() || !o.vocab_from.empty(), "--tokenizer-pre needs --vocab-from");
 
   GgufWriter w;
   Vocab vocab;
@@ -191,6 +196,12 @@ void make_random_model(const MakeModelOptions& o) {
     if (!toks || !toks->is_array())
       throw ModelError(o.vocab_from + ": key 'tokenizer.ggml.tokens' is missing (no vocabulary to copy)");
     n_vocab = static_cast<int>(toks->as_arr().size());
+    if (!o.tokenizer_pre.empty()) {
+      const GgufValue* model = src->find("tokenizer.ggml.model");
+      if (!model || !model->is_string() || model->as_str() != "gpt2")
+        throw std::invalid_argument("make-model: --tokenizer-pre needs a gpt2 (byte-level BPE) vocabulary; " +
+                                    o.vocab_from + " has none");
+    }
   } else {
     vocab = builtin_byte_vocab(n_vocab);
   }
@@ -202,6 +213,7 @@ void make_random_model(const MakeModelOptions& o) {
   if (src) {
     for (const auto& [k, v] : src->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);  // verbatim, every type
+    if (!o.tokenizer_pre.empty()) w.set_str("tokenizer.ggml.pre", o.tokenizer_pre);
   } else {
     set_vocab(w, vocab);
   }

@@ -29,6 +29,9 @@ struct MakeModelOptions {
   // Copy every tokenizer.* key from this GGUF (n_vocab then comes from its
   // token list); empty = built-in byte-level SPM vocabulary of n_vocab pieces.
   std::string vocab_from;
+  // With vocab_from a gpt2 (byte-level BPE) vocabulary: write this
+  // tokenizer.ggml.pre instead of the copied one (a name pre_type.h knows).
+  std::string tokenizer_pre;
   bool progress = true;            // per-tensor progress lines on stderr
 };
 
