@@ -4,9 +4,10 @@
 // each pre-type and the SentencePiece flags of Gemma and Phi-3, must turn
 // every input of tests/pretok/cases.json (plus llama.cpp's own vocab test
 // strings and a page of ../shared/eval text) into exactly the ids that
-// llama.cpp b4748 and ik_llama.cpp produced for the same files. Those ids are
-// data in tests/pretok/peer_ids.json; tests/pretok/record_peer_ids.py wrote
-// it (the commands and peer versions are in the file). Also: an unknown
+// llama.cpp b4748 produced for the same files (ik_llama.cpp's for gpt-4o,
+// which b4748 predates; the two peers agree on every other input). Those
+// ids are data in tests/pretok/peer_ids.json; tests/pretok/record_peer_ids.py
+// wrote it (the commands and peer versions are in the file). Also: an unknown
 // pre-type is refused at load, naming the key, the value and the known names.
 #include <gtest/gtest.h>
 
@@ -70,6 +71,7 @@ const std::vector<Variant>& variants() {
       {"dbrx", kGpt2, pre("dbrx")},
       {"qwen2", kGpt2, pre("qwen2")},
       {"tekken", kGpt2, pre("tekken")},
+      {"gpt-4o", kGpt2, pre("gpt-4o")},
       // Overlapping user-defined texts: "ello" (longer) is split out before "Hel".
       {"llama-bpe-user", kGpt2,
        [](const Vocab& v, GgufWriter& w) {
@@ -209,6 +211,7 @@ std::string ids_str(const std::vector<int>& ids) {
 TEST(PretokPeer, EveryVariantLoads) {
   for (const Variant& v : variants()) EXPECT_GT(tokenizer(v.name).n_vocab(), 0) << v.name;
   EXPECT_TRUE(tokenizer("llama-bpe").vocab().add_bos);  // the pre-type's default
+  EXPECT_FALSE(tokenizer("gpt-4o").vocab().add_bos);
   EXPECT_FALSE(tokenizer("gemma-spm").vocab().add_space_prefix);
   EXPECT_FALSE(tokenizer("phi3-spm").vocab().strip.empty());
   EXPECT_TRUE(tokenizer("llama-spm").vocab().strip.empty());
@@ -250,7 +253,8 @@ TEST_P(PretokVariant, PlainTextAsThePeer) { expect_peer_ids(GetParam(), false); 
 TEST_P(PretokVariant, SpecialTextAndBosAsThePeer) { expect_peer_ids(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(All, PretokVariant,
-                         ::testing::Values("default", "gpt-2", "llama-bpe", "dbrx", "qwen2", "tekken", "llama-bpe-user", "llama-spm", "gemma-spm", "phi3-spm"),
+                         ::testing::Values("default", "gpt-2", "llama-bpe", "dbrx", "qwen2", "tekken", "gpt-4o",
+                                           "llama-bpe-user", "llama-spm", "gemma-spm", "phi3-spm"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -283,6 +287,10 @@ TEST(PretokPeer, RulesThatSeparateThePreTypes) {
   EXPECT_EQ(pre_split("gpt-2", "DON'T"), (Words{"DON", "'", "T"}));
   EXPECT_EQ(pre_split("llama-bpe", "DON'T"), (Words{"DON", "'T"}));
   EXPECT_EQ(pre_split("gpt-4o", "DON'T"), (Words{"DON'T"}));
+  // An upper-case contraction before a letter is a piece of its own (not
+  // the apostrophe before a word).
+  EXPECT_EQ(pre_split("llama-bpe", "DON'Tknow"), (Words{"DON", "'T", "know"}));
+  EXPECT_EQ(pre_split("qwen2", "YOU'REright"), (Words{"YOU", "'RE", "right"}));
   // tekken and o200k cut words where the case changes...
   EXPECT_EQ(pre_split("tekken", "XMLHttpRequest"), (Words{"XMLHttp", "Request"}));
   EXPECT_EQ(pre_split("llama-bpe", "XMLHttpRequest"), (Words{"XMLHttpRequest"}));
