@@ -95,6 +95,17 @@ int token_id(const GgufFile& f, const std::string& key, size_t n_vocab) {
   return static_cast<int>(*id);
 }
 
+// Only byte-level BPE has a pre-tokenizer; llama.cpp reads the key for
+// nothing else (SentencePiece files say "default" or nothing): nullptr there.
+const PreType* checked_pre_type(const GgufFile& f, const Vocab& v) {
+  if (v.kind != VocabKind::Gpt2) return nullptr;
+  const PreType* t = find_pre_type(v.pre);
+  if (!t)
+    fail(f, "tokenizer.ggml.pre", "= '" + v.pre + "' names a pre-tokenizer kvserve does not know (known: " +
+                                      known_pre_types() + ")");
+  return t;
+}
+
 // llama.cpp marks the special tokens of a model whose general.name contains
 // "phi-3" or "phi3" (any case) to drop the white space after them, except
 // <unk>, <s> and <|endoftext|>: the chat template's "<|user|>\n" tokenizes
@@ -127,15 +138,7 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     fail(f, model_key, "= '" + *model + "' names an unsupported tokenizer (supported: llama, gpt2)");
   }
   v.pre = opt_string(f, "tokenizer.ggml.pre").value_or("");
-  // Only byte-level BPE has a pre-tokenizer; llama.cpp reads the key for
-  // nothing else (SentencePiece files say "default" or nothing).
-  const PreType* pre_type = nullptr;
-  if (v.kind == VocabKind::Gpt2) {
-    pre_type = find_pre_type(v.pre);
-    if (!pre_type)
-      fail(f, "tokenizer.ggml.pre", "= '" + v.pre + "' names a pre-tokenizer kvserve does not know (known: " +
-                                        known_pre_types() + ")");
-  }
+  const PreType* pre_type = checked_pre_type(f, v);
 
   const GgufArray* tokens = opt_array(f, "tokenizer.ggml.tokens");
   if (tokens) v.tokens = string_array(f, "tokenizer.ggml.tokens", *tokens);
