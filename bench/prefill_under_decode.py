@@ -44,11 +44,12 @@ def post(port, path, body, timeout=900):
     return json.loads(data)
 
 
-def sized_prompt(port, n_tokens):
-    """Words from the bench text, cut so the prompt is exactly n_tokens tokens."""
+def sized_prompt(port, n_tokens, seed):
+    """Words from the bench text, cut so the prompt is exactly n_tokens tokens
+    (each seed starts differently: no prefix-cache hit between them)."""
     words = n_tokens
     while True:
-        t = text(words, 3)
+        t = f"Document {seed}. " + text(words, seed)
         ids = post(port, "/tokenize", {"content": t})["tokens"]
         if len(ids) >= n_tokens:
             break
@@ -65,11 +66,11 @@ def stream(port, prompt, n, stamps, stop):
         c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
         r = c.getresponse()
         times = []
+        stamps.append(times)  # filled as tokens arrive: a phase may end mid-completion
         for line in r:
             if line.startswith(b"data: {"):
                 times.append(time.perf_counter())
         c.close()
-        stamps.append(times)
 
 
 def gaps(stamps, lo=None, hi=None):
@@ -87,7 +88,7 @@ def run_budget(args, budget):
            "--ctx", str(args.ctx), "--max-seqs", str(args.streams + 2), "--max-batch-tokens", str(budget)]
     proc, port = start(cmd, "listening on", log)
     try:
-        long_prompt = sized_prompt(port, args.prompt_tokens)
+        long_prompts = [sized_prompt(port, args.prompt_tokens, 3 + i) for i in range(args.long_prompts)]
         stamps, stop = [], threading.Event()
         clients = [threading.Thread(target=stream, args=(port, text(12, 100 + i), args.stream_tokens, stamps, stop))
                    for i in range(args.streams)]
@@ -100,7 +101,7 @@ def run_budget(args, budget):
         ttfts, windows = [], []
         for i in range(args.long_prompts):
             s = time.perf_counter()
-            post(port, "/v1/completions", {"prompt": long_prompt + f" {i}", "max_tokens": 1, "temperature": 0})
+            post(port, "/v1/completions", {"prompt": long_prompts[i], "max_tokens": 1, "temperature": 0})
             e = time.perf_counter()
             ttfts.append(e - s)
             windows.append((s, e))
