@@ -219,7 +219,10 @@ void make_random_model(const MakeModelOptions& given) {
   } else {
     vocab = builtin_byte_vocab(n_vocab);
   }
-  const std::string name = o.name.empty() ? "random-" + o.arch + "-" + std::to_string(o.dim) + "x" +
+  // A name containing "phi3" makes llama.cpp mark Phi-3's own special
+  // tokens, which another vocabulary lacks (it fails to load): "phi" then.
+  const std::string tag = o.arch == "phi3" ? "phi" : o.arch;
+  const std::string name = o.name.empty() ? "random-" + tag + "-" + std::to_string(o.dim) + "x" +
                                                 std::to_string(o.n_layers)
                                           : o.name;
   // rope.dimension_count as the converters write it: llama-like and phi3.

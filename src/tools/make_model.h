@@ -15,7 +15,7 @@ struct MakeModelOptions {
   // llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3: the keys and
   // tensors llama.cpp / ik_llama.cpp expect of each (make_model_arch.h).
   std::string arch = "llama";
-  std::string name;                // general.name; default "random-<arch>-<dim>x<layers>"
+  std::string name;                // general.name; default "random-<arch>-<dim>x<layers>" (phi3: "random-phi-...")
   int dim = 64;
   int n_layers = 2;
   int n_heads = 4;
