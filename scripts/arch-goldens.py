@@ -91,6 +91,11 @@ def main():
     ap.add_argument("--ik-llama", required=True, help="ik_llama.cpp's bin/ folder")
     ap.add_argument("--only", help="one model's name")
     a = ap.parse_args()
+    if not os.access(a.kvserve, os.X_OK):
+        sys.exit(f"arch-goldens: {a.kvserve} is not an executable kvserve (build it first: scripts/build.sh)")
+    if not any(os.path.exists(os.path.join(d, "llama-perplexity")) for d in (a.llama_cpp, a.ik_llama)):
+        sys.exit(f"arch-goldens: no llama-perplexity in {a.llama_cpp} or {a.ik_llama}; build the peers with "
+                 "../shared/peer/build-llama-cpp.sh (../shared/peer/README.md)")
     data = json.load(open(DATA))
     bins = {"llama.cpp": a.llama_cpp, "ik_llama.cpp": a.ik_llama}
     text = os.path.join(SHARED, data["eval"])
