@@ -57,6 +57,13 @@ TEST(QuantTypes, TraitsAndRowBytes) {
   EXPECT_EQ(type_traits(GgmlType::Q5_K).block_bytes, 176u);
   EXPECT_EQ(type_traits(GgmlType::Q6_K).block_bytes, 210u);
   EXPECT_EQ(type_traits(GgmlType::Q6_K).block_elems, 256);
+  EXPECT_EQ(type_traits(GgmlType::MXFP4).block_bytes, 17u);
+  EXPECT_EQ(type_traits(GgmlType::MXFP4).block_elems, 32);
+  EXPECT_TRUE(type_traits(GgmlType::MXFP4).supported);
+  EXPECT_EQ(type_name(GgmlType::MXFP4), "MXFP4");
+  EXPECT_TRUE(is_known_type(39));  // ggml's id, the same in llama.cpp and ik_llama.cpp
+  EXPECT_EQ(row_bytes(GgmlType::MXFP4, 2880), 90u * 17);  // gpt-oss's expert width
+  EXPECT_THROW(row_bytes(GgmlType::MXFP4, 16), std::invalid_argument);
   EXPECT_TRUE(type_traits(GgmlType::Q4_K).supported);
   EXPECT_FALSE(type_traits(GgmlType::Q2_K).supported);
   EXPECT_EQ(type_name(GgmlType::Q5_K), "Q5_K");
@@ -345,6 +352,101 @@ TEST(QuantBlocks, Q6_K) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * b.scales[i / 16] * (q[i] - 32)) << i;
 }
 
+namespace {
+
+// The e2m1 value of a 4-bit code from the OCP MX spec's definition: sign,
+// 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal.
+double e2m1(int c) {
+  const int sign = c >> 3, ex = (c >> 1) & 3, man = c & 1;
+  const double mag = ex == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, ex - 1);
+  return sign ? -mag : mag;
+}
+
+}  // namespace
+
+TEST(QuantMxfp4, ValueTableIsDoubledE2m1) {
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(kMxfp4Values[c], 2 * e2m1(c)) << c;
+  EXPECT_EQ(e2m1(7), 6.0);    // the largest magnitude
+  EXPECT_EQ(e2m1(1), 0.5);    // the subnormal step
+  EXPECT_EQ(e2m1(15), -6.0);
+}
+
+TEST(QuantMxfp4, E8m0HalfScaleEveryByte) {
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(e8m0_half(uint8_t(e)), std::ldexp(1.0f, e - 128)) << e;
+  EXPECT_EQ(bits(e8m0_half(0)), 0x00200000u);  // 2^-128: subnormal
+  EXPECT_EQ(bits(e8m0_half(1)), 0x00400000u);  // 2^-127: subnormal
+  EXPECT_EQ(bits(e8m0_half(2)), 0x00800000u);  // 2^-126: the smallest normal
+  EXPECT_EQ(e8m0_half(127), 0.5f);
+  EXPECT_EQ(e8m0_half(128), 1.0f);
+  EXPECT_EQ(bits(e8m0_half(254)), 0x7E800000u);  // 2^126
+  EXPECT_EQ(bits(e8m0_half(255)), 0x7F000000u);  // 2^127: ggml reads the OCP NaN code as a number
+}
+
+TEST(QuantBlocks, MXFP4) {
+  BlockMXFP4 b{};
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  // e = 127: scale 1, the values are e2m1's own; elements 0..15 in the low
+  // nibbles, 16..31 in the high ones, as Q4_0.
+  b.e = 127;
+  auto y = deq(GgmlType::MXFP4, b, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], e2m1(j)) << j;
+    EXPECT_EQ(y[16 + j], e2m1(15 - j)) << j;
+  }
+  EXPECT_EQ(bits(y[8]), 0u);  // code 8, e2m1's -0, is +0: ggml's table holds the integer 0
+  b.e = 130;  // scale 8
+  y = deq(GgmlType::MXFP4, b, 32);
+  EXPECT_EQ(y[7], 48.f);
+  EXPECT_EQ(y[16], -48.f);
+  b.e = 0;  // scale 2^-127: every value a subnormal, still exact
+  y = deq(GgmlType::MXFP4, b, 32);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(y[j], float(std::ldexp(e2m1(j), -127))) << j;
+  EXPECT_EQ(bits(y[1]), 0x00200000u);
+  b.e = 255;  // scale 2^128: 0.5 x 2^128 is finite, 6 x 2^128 overflows to inf
+  y = deq(GgmlType::MXFP4, b, 32);
+  EXPECT_EQ(y[1], 0x1p127f);
+  EXPECT_TRUE(std::isinf(y[7]));
+}
+
+TEST(QuantMxfp4, QuantizerGridTiesAndClipping) {
+  BlockMXFP4 b;
+  float x[32], y[32];
+  // On the grid: e2m1 values times 2^3 come back exactly (amax 48: e = 130).
+  for (int j = 0; j < 32; ++j) x[j] = float(e2m1(j % 16) * 8);
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 130);
+  dequantize_row(GgmlType::MXFP4, &b, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]) << j;
+  // amax 4 puts the scale at 1 (e = 127). Ties go to the first code in table
+  // order: 2.5 -> 2 (code 4), -2.5 -> -2 (code 12), 0.25 and -0.25 -> +0
+  // (code 0), never -0. Above the largest value: 6 (code 7), -6 (code 15).
+  const float in[8] = {4.f, 2.5f, -2.5f, 0.25f, -0.25f, 5.f, 7.5f, -100.f};
+  const int want[8] = {6, 4, 12, 0, 0, 6, 7, 15};
+  for (int j = 0; j < 32; ++j) x[j] = j < 8 ? in[j] : 0.f;
+  x[7] = -3.9f;  // keep amax at 4 for now
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 127);
+  for (int j = 0; j < 7; ++j) EXPECT_EQ(b.qs[j] & 0xF, want[j]) << j;
+  x[7] = -7.9f;  // the block's largest magnitude: e stays 127, -7.9 clips to -6
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 127);
+  EXPECT_EQ(b.qs[7] & 0xF, 15);
+  x[7] = -8.f;  // a power of two moves the scale up: e = 128
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 128);
+  // Extremes: zeros give e = 0 and code 0. FLT_MAX gives e = 253, not 252:
+  // log2f(FLT_MAX) rounds up to 128 (the peers' glibc does the same), and
+  // at that scale only codes up to 6 stay finite, so -FLT_MAX takes -3 x 2^126.
+  for (float& v : x) v = 0.f;
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 0);
+  for (uint8_t q : b.qs) EXPECT_EQ(q, 0);
+  x[3] = -3.4028235e38f;
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 253);
+  EXPECT_EQ(b.qs[3] & 0xF, 13);
+}
+
 TEST(QuantBlocks, MultipleBlocksInARow) {
   BlockQ8_0 b[2]{};
   b[0].d = 0x3C00;
@@ -378,7 +480,7 @@ TEST(QuantRoundTrip, ExactlyRepresentableInputs) {
 TEST(QuantRoundTrip, ZerosStayZero) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K}) {
+                     GgmlType::Q6_K, GgmlType::MXFP4}) {
     std::vector<float> x(256, 0.f), y(256, 1.f);
     std::vector<uint8_t> buf(row_bytes(t, 256));
     quantize_row(t, x.data(), buf.data(), 256);
@@ -412,6 +514,9 @@ TEST(QuantRoundTrip, RandomInputsWithinBounds) {
       {GgmlType::Q4_K, 0.15, 0.10},
       {GgmlType::Q5_K, 0.08, 0.05},
       {GgmlType::Q6_K, 0.04, 0.025},
+      // The block maximum sits in [4, 8) scale units and e2m1 stops at 6:
+      // clipping near 8 and the gap from 4 to 6 each cost at most a quarter.
+      {GgmlType::MXFP4, 0.25, 0.13},
   };
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -459,7 +564,8 @@ TEST(QuantRoundTrip, LargeAndTinyMagnitudes) {
     std::uniform_real_distribution<float> ud(-1.f, 1.f);
     std::vector<float> x(512), y(512);
     for (auto& v : x) v = ud(rng) * scale;
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K,
+                       GgmlType::MXFP4}) {
       std::vector<uint8_t> buf(row_bytes(t, 512));
       quantize_row(t, x.data(), buf.data(), 512);
       dequantize_row(t, buf.data(), y.data(), 512);

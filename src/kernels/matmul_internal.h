@@ -75,6 +75,17 @@ QFormat qformat(GgmlType t, bool signed_q8 = false);
 bool is_float_type(GgmlType t);
 bool is_quant_type(GgmlType t);  // supported by the quantized-activation kernels
 
+// MXFP4's unsigned levels u = kMxfp4Values[code] + 12, indexed by code: the
+// table the SIMD unpackers look codes up in (vpshufb), 16 bytes.
+struct Mxfp4Levels {
+  alignas(16) uint8_t u[16];
+};
+inline constexpr Mxfp4Levels kMxfp4Levels = [] {
+  Mxfp4Levels t{};
+  for (int c = 0; c < 16; ++c) t.u[c] = uint8_t(kMxfp4Values[c] + 12);
+  return t;
+}();
+
 // One weight block unpacked to levels (scalar reference for all formats).
 struct WBlock {
   int8_t q[32];  // signed levels, value = ws[e / 16 if sub16 else 0] * q[e] + wm
