@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -445,6 +446,86 @@ TEST(QuantMxfp4, QuantizerGridTiesAndClipping) {
   quantize_row(GgmlType::MXFP4, x, &b, 32);
   EXPECT_EQ(b.e, 253);
   EXPECT_EQ(b.qs[3] & 0xF, 13);
+}
+
+namespace {
+
+uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Input block b of the peer comparison below: edge cases, then random
+// blocks of magnitudes 2^-40 .. 2^40 (every fifth with a few subnormals).
+void mxfp4_peer_input(int b, float* x) {
+  for (int j = 0; j < 32; ++j) x[j] = 0.f;
+  switch (b) {
+    case 0: return;
+    case 1: for (int j = 0; j < 32; ++j) x[j] = float(e2m1(j % 16) * 8); return;
+    case 2: for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.25f; return;  // ties at scale 1
+    case 3: for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.5f + 0.125f; return;
+    case 4: for (int j = 0; j < 32; ++j) x[j] = j * 0.2f; x[0] = std::nextafter(8.f, 0.f); return;  // log2f rounds up
+    case 5: for (int j = 0; j < 32; ++j) x[j] = 7.99f - j * 0.5f; return;
+    case 6: for (int j = 0; j < 32; ++j) x[j] = -0.f; x[5] = 1.f; return;
+    case 7: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 3 - 1), -126); return;  // exponent -1: byte 255
+    case 8: for (int j = 0; j < 32; ++j) x[j] = (j & 1) ? std::ldexp(1.f, -149) : 0.f; return;  // -24: byte 232
+    case 9: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 7 - 3), -127); return;
+    case 10: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 5 - 2), -124); return;
+    case 11: for (int j = 0; j < 32; ++j) x[j] = j * 1e37f; x[3] = -3.4028235e38f; return;
+    case 12: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 9 - 4), 125); return;
+    case 13: for (int j = 0; j < 32; ++j) x[j] = j * 0.1f; x[2] = INFINITY; return;  // byte 0
+    case 14: for (int j = 0; j < 32; ++j) x[j] = (j - 10) * 0.3f; x[4] = NAN; return;
+    case 15: for (int j = 0; j < 32; ++j) x[j] = -j * 0.01f; x[0] = -INFINITY; return;
+    default: break;
+  }
+  uint64_t s = 0x5EEDull + uint64_t(b);
+  const int e = int(splitmix(&s) % 81) - 40;
+  for (int j = 0; j < 32; ++j) {
+    const float u = float(splitmix(&s) >> 40) * (1.0f / 16777216.f) * 2.f - 1.f;  // [-1, 1)
+    x[j] = std::ldexp(u, e);
+    if (b % 5 == 0 && j % 7 == 0) x[j] = std::ldexp(u, -140);
+  }
+}
+
+}  // namespace
+
+// ik_llama.cpp's MXFP4 quantizer (the Aug 2026 snapshot; its
+// quantize_row_mxfp4_ref is mainline llama.cpp's algorithm) on the 48
+// blocks of mxfp4_peer_input(): the bytes it wrote, block by block. Made by
+// a throwaway C program that fills the same inputs and calls the peer's
+// libggml: ggml_quantize_chunk(GGML_TYPE_MXFP4, x, q, 0, 1, 32 * 48,
+// NULL, NULL), built with GCC 12 -march=native on the Intel Xeon here.
+TEST(QuantMxfp4, BytesEqualThePeerQuantizer) {
+  static const char* const kPeer[48] = {
+    "0000000000000000000000000000000000", "8200112233445566770099aabbccddeeff", "7f0e0e1d1d2d2d3c3c4c4b4b5a5a595960",
+    "7f0f1f2f3f4f5f5e6e6e6d7d7c7c7b7a79", "8036304041414141414242525252535353", "7f0797a7b7c7d7d6e6e6e5f5f4f4f3f2f1",
+    "7d00000000000600000000000000000000", "ff00000000000000000000000000000000", "e800000000000000000000000000000000",
+    "ff00000000000000000000000000000000", "02ce0c4064e6ce0c4064e6ce0c4064e6ce", "fd4040404d414151525252525353535354",
+    "fc5e6decdac0a20425465e6decdac0a204", "0000000000000000000000000000000000", "7f4d4d4c5c505b6a6a6969607171727273",
+    "0000000000000000000000000000000000", "65f65673df777f7f17b660c174073fb170", "7f1f5670e57f757fe6e5cfe71f073d31b3",
+    "7d4352fdf4f7b6257637f7ef3f99df63e4", "58eabfdff0d7965ff0d97d97f55fe056f7", "9440ff72e651007f60d6e6f2ff000d90fe",
+    "7e170377efa7ff71bffeeaa366afeef6fe", "557e4dfff6d4afa1f2df765de7dfb6f4fb", "68ba649672cf4523f6fee7d31c5077757d",
+    "917efafd6fdb7de66eff6097f147f756ff", "7c40e7ee57f9077fc0c5fc173b077c005f", "70f776f0d6f7736db75df56507277f756c",
+    "616fdef66545fce73e577775074efde0f7", "7176df43d74ff64726af4f7e57ff9ffdff", "8606eb7b2e1fec4f1634ebcb0f74ffff04",
+    "9af0bcfabdff0f574097456d30025f307f", "55d775b7deae7ffceeef7f2f7e73725f5c", "8e75fe22dafd2ff61f9015ed3ecdf57f7f",
+    "701757f763c777d777fe5ff007bdd0657a", "a1f6650272df7f47e1ed53f66ef9dfdd7e", "81e0ef0b7de60fcbf07c7f67370965e07f",
+    "7f7df7e1fc4d7770e5c7fe7379cc720f7b", "64ebd7e3af6ad677df79ce6feff7e4777a", "77a7fe62d797da7fe34f75f79fba432f77",
+    "a1e4fe05dff2be3766ef790fd2a2fc77f2", "8650ffc6769f0c47f0eab373550ee6b09f", "a1f07afde5dff17c57f5f537f47fd479fe",
+    "5d77c64e7456fd76704b79b617416e2d47", "9ced70e76593de1fffc57e6c9adedd6ef4", "8ef2ef7175550a7af0db7f47e753de57ff",
+    "81609fd41cee037ff0e24f716f06f7f07f", "86f7ff16e760fd777fbac76fdfbf77aa47", "a0a9dfffd3df0ced7e076fe3eff7763e94",
+  };
+  for (int b = 0; b < 48; ++b) {
+    float x[32];
+    mxfp4_peer_input(b, x);
+    BlockMXFP4 q;
+    quantize_row(GgmlType::MXFP4, x, &q, 32);
+    char hex[35];
+    const auto* p = reinterpret_cast<const uint8_t*>(&q);
+    for (int i = 0; i < 17; ++i) std::snprintf(hex + 2 * i, 3, "%02x", p[i]);
+    EXPECT_STREQ(hex, kPeer[b]) << "block " << b;
+  }
 }
 
 TEST(QuantBlocks, MultipleBlocksInARow) {
