@@ -255,9 +255,10 @@ TEST(Matmul, PackedPanel16BitExact) {
   IsaGuard g(Isa::Avx512);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
                      GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
-    std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
-                                                       : std::vector<int64_t>{4608, 4096 + 96, 32};
-    if (t == GgmlType::MXFP4) widths.push_back(4096 + 64);  // quad units: 2 of 4 blocks in the last
+    // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
+    const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
+                                        : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
+                                                               : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
       const int64_t rows = 301;
       Weights W = make_weights(t, rows, cols, 7 + uint32_t(cols));
@@ -320,9 +321,10 @@ TEST(Matmul, PackedPanel8BitExact) {
   IsaGuard g(Isa::Avx2);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
                      GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
-    std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
-                                          : std::vector<int64_t>{4608, 4096 + 96, 32};
-    if (t == GgmlType::MXFP4) widths.push_back(4096 + 64);  // quad units: 2 of 4 blocks in the last
+    // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
+    const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
+                                        : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
+                                                               : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
       const int64_t rows = 301;
       Weights W = make_weights(t, rows, cols, 13 + uint32_t(cols));
