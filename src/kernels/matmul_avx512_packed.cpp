@@ -55,7 +55,7 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t nb, const
   __m512 acc[MP];
   for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (b % P::kPer == 0) prefetch_unit<MP, P::UB>(pan0, pbytes, b / P::kPer, ahead, (nb + P::kPer - 1) / P::kPer);
+    if ((b & (P::kPer - 1)) == 0) prefetch_unit<MP, P::UB>(pan0, pbytes, b >> P::kShift, ahead, (nb + P::kPer - 1) >> P::kShift);
     for (int m = 0; m < MP; ++m) {
       const uint8_t* pan = pan0 + m * pbytes;
       const uint8_t* l = P::lev(pan, b);

@@ -317,16 +317,19 @@ template <GgmlType T>
 struct Pk {
   static constexpr bool kMx = T == GgmlType::MXFP4;
   static constexpr bool kNibble = T != GgmlType::Q8_0;
-  static constexpr int64_t kPer = kMx ? 4 : 2;          // blocks per unit
+  static constexpr int kShift = kMx ? 2 : 1;
+  static constexpr int64_t kPer = int64_t(1) << kShift;  // blocks per unit
   static constexpr int64_t LB = kNibble ? 256 : 512;    // level bytes per block
   static constexpr int64_t SB = kMx ? 16 : 32;          // scale bytes per block
-  static constexpr int64_t UB = kPer * (LB + SB) + (kMx ? 0 : 64 - 2 * SB);  // bytes per unit
+  static constexpr int64_t UB = kPer * (LB + SB);        // bytes per unit, a multiple of 64
+  static_assert(UB % 64 == 0, "units start on whole vectors");
   static constexpr int kOff = T == GgmlType::Q8_0 ? 128 : T == GgmlType::Q4_0 ? 8 : 12;  // u = q + kOff
   static int64_t panel_bytes(int64_t nb) { return (nb + kPer - 1) / kPer * UB; }
-  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b / kPer) * UB + (b % kPer) * LB; }
+  // b >= 0: shifts and masks, not signed division.
+  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b >> kShift) * UB + (b & (kPer - 1)) * LB; }
   static __m512 scale(const uint8_t* pan, int64_t b) {
-    const uint8_t* s = pan + (b / kPer) * UB + kPer * LB + (b % kPer) * SB;
-    if (kMx) return e8m0_half_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))));
+    const uint8_t* s = pan + (b >> kShift) * UB + kPer * LB + (b & (kPer - 1)) * SB;
+    if constexpr (kMx) return e8m0_half_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))));
     return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
   }
   // Vector k (0..7) of u8 levels: lane r = elements 4k..4k+3 of row r.
@@ -335,7 +338,8 @@ struct Pk {
     const __m512i g = _mm512_load_si512(l + 64 * (k & 3));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i c = k < 4 ? _mm512_and_si512(g, m4) : _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
-    return kMx ? _mm512_shuffle_epi8(mxfp4_table(), c) : c;
+    if constexpr (kMx) return _mm512_shuffle_epi8(mxfp4_table(), c);
+    return c;
   }
 };
 
