@@ -16,9 +16,10 @@
 // so SIMD kernels may compute isum in any order; only this float chain is
 // fixed, and it is per output element, so a lane = one weight row.
 // MXFP4 fits it unchanged: q = the doubled e2m1 value (-12..12), ws =
-// 2^(e - 128), so ws * q is the element exactly. Its ggml dot differs only
-// in the activations: ggml rounds xd to fp16 (Q8_0 blocks), kvserve keeps
-// it f32 (the XBlock below), for every weight format alike.
+// 2^(e - 128), so ws * q is the element exactly. The peers' dots differ
+// only in the activations: they round xd to 16 bits (llama.cpp's Q8_0 to
+// fp16, ik_llama.cpp's Q8_2 to bf16), kvserve keeps it f32 (the XBlock
+// below), for every weight format alike.
 //
 // Float weights (F32, F16, BF16): 16 partial sums, lane j accumulating the
 // k = j (mod 16) products with fma in increasing k, then the fixed tree
