@@ -503,7 +503,7 @@ TEST(Convert, LogitsEqualTheBin) {
 
 TEST(MakeModel, TinyLlamaEveryType) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                     GgmlType::Q5_0, GgmlType::Q5_1}) {
+                     GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::MXFP4}) {
     MakeModelOptions o;
     o.out = tmp("rand-" + type_name(t) + ".gguf");
     o.type = t;
@@ -576,6 +576,7 @@ TEST(MakeModel, OptionsAndPresets) {
   EXPECT_EQ(o.n_vocab, 32000);
   EXPECT_THROW(apply_model_preset("7b", o), std::invalid_argument);
   EXPECT_EQ(parse_tensor_type("Q4_0"), GgmlType::Q4_0);
+  EXPECT_EQ(parse_tensor_type("mxfp4"), GgmlType::MXFP4);
   EXPECT_EQ(parse_tensor_type("bf16"), GgmlType::BF16);
   EXPECT_THROW(parse_tensor_type("q3_k"), std::invalid_argument);
   MakeModelOptions b;

@@ -109,7 +109,7 @@ class TensorLoader {
     if (!tt.supported)
       throw ModelError(f_.path() + ": tensor '" + name + "' has type " + tt.name +
                        ", which kvserve cannot compute (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                       "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
+                       "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)");
     WeightView w;
     w.type = t.type;
     w.data = t.data;

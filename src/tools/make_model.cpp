@@ -67,6 +67,7 @@ uint32_t file_type_of(GgmlType t) {
     case GgmlType::Q5_K: return 17;
     case GgmlType::Q6_K: return 18;
     case GgmlType::BF16: return 32;
+    case GgmlType::MXFP4: return 38;
     default: return 0;
   }
 }
@@ -85,12 +86,12 @@ void check_writable(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
     case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
+    case GgmlType::Q6_K: case GgmlType::MXFP4:
       return;
     default:
       throw std::invalid_argument("tensor type " + type_name(t) +
                                   " is not supported for writing (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                                  "q5_1, q4_k, q5_k or q6_k)");
+                                  "q5_1, q4_k, q5_k, q6_k or mxfp4)");
   }
 }
 
@@ -181,12 +182,12 @@ GgmlType parse_tensor_type(const std::string& s) {
   static const std::pair<const char*, GgmlType> kNames[] = {
       {"f32", GgmlType::F32},   {"f16", GgmlType::F16},   {"bf16", GgmlType::BF16}, {"q8_0", GgmlType::Q8_0},
       {"q4_0", GgmlType::Q4_0}, {"q4_1", GgmlType::Q4_1}, {"q5_0", GgmlType::Q5_0}, {"q5_1", GgmlType::Q5_1},
-      {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K},
+      {"q4_k", GgmlType::Q4_K}, {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K}, {"mxfp4", GgmlType::MXFP4},
   };
   for (const auto& [n, t] : kNames)
     if (l == n) return t;
   throw std::invalid_argument("unknown tensor type '" + s +
-                              "' (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k)");
+                              "' (use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k or mxfp4)");
 }
 
 void apply_model_preset(const std::string& preset, MakeModelOptions& o) {
