@@ -11,7 +11,7 @@
 // On a shared machine wall time includes waiting for a core; for t1 runs the
 // *_cpu counters divide by the calling thread's CPU time instead (the kernel
 // speed when it has a core; DRAM contention from other processes remains).
-// Run: build-kern/bench_matmul --benchmark_filter='Q4_0/2048x2048'
+// Run: build-kern/bench_matmul --benchmark_filter='Q4_0/2048x2048' (MXFP4/... beside it)
 // ISA: KVS_ISA=scalar|avx2|avx512 (default: best available).
 // Quantized weights run on Panel16 copies (Panel8 under AVX2; load-time repack, as Model::load does)
 // unless KVS_REPACK=0: run both to compare file layout and packed layout.
@@ -52,9 +52,9 @@ struct Shape {
 };
 const Shape kShapes[] = {{2048, 2048, "wq"}, {8192, 2048, "w_up"}, {2048, 8192, "w_down"},
                          {32000, 2048, "output"}};
-const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::F16,  GgmlType::F32,
-                           GgmlType::BF16, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::F16,
+                           GgmlType::F32,  GgmlType::BF16,  GgmlType::Q4_1, GgmlType::Q5_0,
+                           GgmlType::Q5_1, GgmlType::Q4_K,  GgmlType::Q5_K, GgmlType::Q6_K};
 
 double thread_cpu_seconds() {
   timespec t;
@@ -210,7 +210,7 @@ int register_all() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
         }
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q6_K})
     for (const Shape& s : kShapes)
       for (int64_t n : {4, 8, 16, 128, 512})
         for (int threads : {1, 2}) {

@@ -46,7 +46,7 @@ __attribute__((noinline)) void q4_pass(const uint8_t* lev, const XBlock* xq, flo
     __m256i W[8];
     for (int k = 0; k < 8; ++k) W[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lev + 256 * b + 32 * k));
     for (int i = 0; i < kRows; ++i)
-      acc[i] = block_step<false, false, false, true>(W, ws, ws, ws, xq[i * kBlocks + b], acc[i]);
+      acc[i] = block_step<false, false, false, 4>(W, ws, ws, ws, xq[i * kBlocks + b], acc[i]);
   }
   for (int i = 0; i < kRows; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }

@@ -219,7 +219,8 @@ TEST(GgufWriter, RoundTripEveryValueTypeAndTensorType) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 0.5f);
   const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                            GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                            GgmlType::MXFP4};
   std::map<std::string, std::vector<uint8_t>> expect;
   for (GgmlType t : types) {
     const std::vector<int64_t> dims = {256, 3};
@@ -469,6 +470,15 @@ TEST(GgufBad, ValueAndTensorProblems) {
   RawGguf blk;
   blk.header(1, 0).tensor("q.weight", {48}, 8, 0).pad().zeros(128);
   expect_error("block.gguf", blk, {"'q.weight'", "not a multiple of the Q8_0 block size 32"});
+  RawGguf mxb;  // MXFP4 (id 39): 32-element blocks of 17 bytes
+  mxb.header(1, 0).tensor("ffn_up_exps.weight", {48, 2}, 39, 0).pad().zeros(128);
+  expect_error("mxblock.gguf", mxb, {"'ffn_up_exps.weight'", "not a multiple of the MXFP4 block size 32"});
+  RawGguf mxs;  // 64 x 2 elements = 4 blocks = 68 bytes, 64 present
+  mxs.header(1, 0).tensor("ffn_up_exps.weight", {64, 2}, 39, 0).pad().zeros(64);
+  expect_error("mxsize.gguf", mxs, {"'ffn_up_exps.weight'", "past end of file"});
+  RawGguf mxok;
+  mxok.header(1, 0).tensor("ffn_up_exps.weight", {64, 2}, 39, 0).pad().zeros(68);
+  EXPECT_EQ(open_error("mxok.gguf", mxok.b), "");
   RawGguf past;
   past.header(1, 0).tensor("blk.0.attn_q.weight", {16}, 0, 32).pad().zeros(64);
   expect_error("past.gguf", past, {"tensor 'blk.0.attn_q.weight': data [", "past end of file (size"});

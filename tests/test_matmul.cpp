@@ -26,7 +26,7 @@ namespace {
 
 const GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 const Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx};
 
 bool is_k(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K; }
@@ -112,6 +112,7 @@ bool isa_available(Isa isa) {
 std::vector<int64_t> cols_for(GgmlType t) {
   if (is_k(t)) return {256, 768};
   if (is_float(t)) return {7, 32, 96, 100, 256, 768};
+  if (t == GgmlType::MXFP4) return {32, 64, 96, 256, 800};  // every block count mod 4 (its packed units)
   return {32, 96, 256, 768};
 }
 
@@ -221,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTypeTest, ::testing::ValuesIn(kAllTypes),
 // tails, k-range splitting in the GEMM path, n = 64 batched vs n = 1.
 TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K,
-                     GgmlType::F16, GgmlType::F32, GgmlType::Q5_1}) {
+                     GgmlType::F16, GgmlType::F32, GgmlType::Q5_1, GgmlType::MXFP4}) {
     const int64_t rows = 301, cols = 4096 + 512, n = 7;
     Weights W = make_weights(t, rows, cols, 99);
     std::vector<float> x = make_x(64, cols, 5);
@@ -253,9 +254,11 @@ TEST(Matmul, PackedPanel16BitExact) {
   if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "AVX-512 not available: Panel16 is not used here";
   IsaGuard g(Isa::Avx512);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                     GgmlType::BF16, GgmlType::F32}) {
+                     GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
+    // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
-                                                             : std::vector<int64_t>{4608, 4096 + 96, 32};
+                                        : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
+                                                               : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
       const int64_t rows = 301;
       Weights W = make_weights(t, rows, cols, 7 + uint32_t(cols));
@@ -317,9 +320,11 @@ TEST(Matmul, PackedPanel8BitExact) {
   if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "AVX2 not available: Panel8 is not used here";
   IsaGuard g(Isa::Avx2);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                     GgmlType::BF16, GgmlType::F32}) {
+                     GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
+    // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
-                                                : std::vector<int64_t>{4608, 4096 + 96, 32};
+                                        : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
+                                                               : std::vector<int64_t>{4608, 4096 + 96, 32};
     for (int64_t cols : widths) {
       const int64_t rows = 301;
       Weights W = make_weights(t, rows, cols, 13 + uint32_t(cols));
@@ -463,7 +468,7 @@ TEST(Matmul, EveryDecodeVariantBitExact) {
     if (!isa_available(isa)) continue;
     IsaGuard g(isa);
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                       GgmlType::BF16, GgmlType::F32}) {
+                       GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
       const int64_t rows = 8 * 16 + 24 + 5, cols = is_k(t) ? 512 : 96;  // 4-, 2- and 1-panel passes, a tail
       Weights W = make_weights(t, rows, cols, 21);
       std::vector<float> x = make_x(1, cols, 4);
@@ -526,6 +531,81 @@ TEST(Matmul, PackedPanel8Layout) {
   EXPECT_EQ(0, std::memcmp(dk.data() + 128 * 8 + 2 * 6, &b6->d, 2));
 }
 
+// MXFP4 weights of every exponent byte (row r has e = r in each block, so
+// e = 0 and 1 give subnormal scales and 255 the largest, 2^127) with random
+// codes: every ISA path, file layout and packed copy, gives the scalar
+// reference's bits. Activations near 2^-20 keep the largest rows finite
+// while the smallest rows' products underflow through the subnormals.
+TEST(Matmul, Mxfp4EveryExponentBitExact) {
+  std::mt19937 rng(3);
+  for (int64_t cols : {96, 256}) {
+    const int64_t rows = 256, nb = cols / 32;
+    Weights W;
+    W.bytes.resize(size_t(rows * nb * 17));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = W.bytes.data() + (r * nb + b) * 17;
+        blk[0] = uint8_t(r);
+        for (int j = 1; j < 17; ++j) blk[j] = uint8_t(rng());
+      }
+    W.view = {GgmlType::MXFP4, W.bytes.data(), rows, cols, size_t(nb * 17)};
+    std::vector<float> x = make_x(13, cols, 9);
+    for (float& v : x) v *= 0x1p-20f;
+    std::vector<float> ref(size_t(13 * rows));
+    matmul_q8_reference(W.view, x.data(), cols, 13, ref.data(), rows);
+    int subnormal = 0;
+    for (float v : ref) subnormal += std::fpclassify(v) == FP_SUBNORMAL;
+    EXPECT_GT(subnormal, 0) << "no subnormal results: the test lost its edge";
+    ThreadPool pool(2);
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard g(isa);
+      Weights P = W;
+      P.view.data = P.bytes.data();
+      PackedArena arena;
+      if (isa != Isa::Scalar) {
+        arena = pack_weights({{&P.view, false}});
+        ASSERT_EQ(P.view.pack, pack_layout_for(isa));
+      }
+      for (const WeightView* v : {&W.view, &P.view})
+        for (int64_t n : {int64_t(1), int64_t(4), int64_t(13)}) {
+          std::vector<float> y(size_t(n * rows));
+          matmul(*v, x.data(), cols, n, y.data(), rows, pool);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << isa_name(isa) << " cols=" << cols << " n=" << n << (v->pack != PackLayout::None ? " packed" : "");
+        }
+    }
+  }
+}
+
+// The documented MXFP4 layout of both copies (weight_pack.h): quad units of
+// 4 blocks' nibble bytes then their exponent bytes, the same bytes as the
+// file; 5 blocks leave 3 of the second unit's 4 empty (zero).
+TEST(Matmul, PackedMxfp4Layout) {
+  const int64_t cols = 160;  // 5 blocks
+  for (PackLayout layout : {PackLayout::Panel16, PackLayout::Panel8}) {
+    const int64_t L = layout == PackLayout::Panel16 ? 16 : 8, rows = L + 1;  // 2 panels
+    Weights W = make_weights(GgmlType::MXFP4, rows, cols, 5);
+    const int64_t lb = 16 * L, ub = 4 * (lb + L), pbytes = 2 * ub;
+    ASSERT_EQ(ub, 17 * 4 * L);  // the file's bytes, no padding
+    ASSERT_EQ(packed_size(W.view, layout), size_t(2 * pbytes));
+    std::vector<uint8_t> dst(packed_size(W.view, layout));
+    pack_panels_into(W.view, layout, dst.data());
+    auto blk = [&](int64_t r, int64_t b) { return W.view.row(r) + b * 17; };
+    const int64_t r = L - 3;
+    // Block 2, row r, vector 3 (nibble bytes 12..15), then its exponent byte.
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(dst[size_t(2 * lb + 4 * L * 3 + 4 * r + j)], blk(r, 2)[1 + 12 + j]) << L;
+    EXPECT_EQ(dst[size_t(4 * lb + 2 * L + r)], blk(r, 2)[0]) << L;
+    // Block 4 opens unit 1; blocks 5..7 of it are zero, levels and exponents.
+    EXPECT_EQ(dst[size_t(ub + 4 * r)], blk(r, 4)[1]);
+    EXPECT_EQ(dst[size_t(ub + 4 * lb + r)], blk(r, 4)[0]);
+    for (int64_t o = ub + lb; o < ub + 4 * lb; ++o) ASSERT_EQ(dst[size_t(o)], 0) << o;
+    for (int64_t o = ub + 4 * lb + L; o < 2 * ub; ++o) ASSERT_EQ(dst[size_t(o)], 0) << o;
+    // Panel 1 holds the last row in lane 0 and repeats it in every lane.
+    for (int64_t lane : {int64_t(0), int64_t(1), L - 1}) EXPECT_EQ(dst[size_t(pbytes + 4 * lb + lane)], blk(L, 0)[0]);
+  }
+}
+
 // The float Panel16 layout: element k of panel p's 16 rows at [16k, 16k + 16).
 TEST(Matmul, PackedPanel16FloatLayout) {
   const int64_t rows = 17, cols = 5;  // 2 panels, the second holds row 16 and repeats it
@@ -566,7 +646,7 @@ TEST(Matmul, PackedPanel8FloatLayout) {
 // Batches too large for the float GEMM's k-slice state (n * 4 rows * 64 B >
 // scratch) take the unsliced path; results must not change.
 TEST(Matmul, HugeBatch) {
-  for (GgmlType t : {GgmlType::F16, GgmlType::Q4_0}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q4_0, GgmlType::MXFP4}) {
     const int64_t rows = 9, cols = 96, n = 2100;
     Weights W = make_weights(t, rows, cols, 17);
     std::vector<float> x = make_x(n, cols, 4);

@@ -503,7 +503,7 @@ TEST(Convert, LogitsEqualTheBin) {
 
 TEST(MakeModel, TinyLlamaEveryType) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
-                     GgmlType::Q5_0, GgmlType::Q5_1}) {
+                     GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::MXFP4}) {
     MakeModelOptions o;
     o.out = tmp("rand-" + type_name(t) + ".gguf");
     o.type = t;
@@ -576,6 +576,7 @@ TEST(MakeModel, OptionsAndPresets) {
   EXPECT_EQ(o.n_vocab, 32000);
   EXPECT_THROW(apply_model_preset("7b", o), std::invalid_argument);
   EXPECT_EQ(parse_tensor_type("Q4_0"), GgmlType::Q4_0);
+  EXPECT_EQ(parse_tensor_type("mxfp4"), GgmlType::MXFP4);
   EXPECT_EQ(parse_tensor_type("bf16"), GgmlType::BF16);
   EXPECT_THROW(parse_tensor_type("q3_k"), std::invalid_argument);
   MakeModelOptions b;
@@ -657,7 +658,7 @@ TEST(ModelBad, ErrorsNameFileAndTensor) {
   expect_load_error("kvheads.gguf", [](GgufWriter& w) { w.set_u32("llama.attention.head_count_kv", 3); }, nullptr,
                     {"'llama.attention.head_count_kv'"});
   expect_load_error("layers.gguf", [](GgufWriter& w) { w.set_u32("llama.block_count", 1); }, nullptr,
-                    {"'blk.1.attn_q.weight' exists", "block_count"});
+                    {"'blk.1.attn_norm.weight' exists", "block_count"});
   expect_load_error("layers3.gguf", [](GgufWriter& w) { w.set_u32("llama.block_count", 3); }, nullptr,
                     {"'blk.2.attn_norm.weight' is missing"});
   expect_load_error("vocab.gguf", nullptr,

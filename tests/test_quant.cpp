@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -57,6 +58,13 @@ TEST(QuantTypes, TraitsAndRowBytes) {
   EXPECT_EQ(type_traits(GgmlType::Q5_K).block_bytes, 176u);
   EXPECT_EQ(type_traits(GgmlType::Q6_K).block_bytes, 210u);
   EXPECT_EQ(type_traits(GgmlType::Q6_K).block_elems, 256);
+  EXPECT_EQ(type_traits(GgmlType::MXFP4).block_bytes, 17u);
+  EXPECT_EQ(type_traits(GgmlType::MXFP4).block_elems, 32);
+  EXPECT_TRUE(type_traits(GgmlType::MXFP4).supported);
+  EXPECT_EQ(type_name(GgmlType::MXFP4), "MXFP4");
+  EXPECT_TRUE(is_known_type(39));  // ggml's id, the same in llama.cpp and ik_llama.cpp
+  EXPECT_EQ(row_bytes(GgmlType::MXFP4, 2880), 90u * 17);  // gpt-oss's expert width
+  EXPECT_THROW(row_bytes(GgmlType::MXFP4, 16), std::invalid_argument);
   EXPECT_TRUE(type_traits(GgmlType::Q4_K).supported);
   EXPECT_FALSE(type_traits(GgmlType::Q2_K).supported);
   EXPECT_EQ(type_name(GgmlType::Q5_K), "Q5_K");
@@ -345,6 +353,181 @@ TEST(QuantBlocks, Q6_K) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * b.scales[i / 16] * (q[i] - 32)) << i;
 }
 
+namespace {
+
+// The e2m1 value of a 4-bit code from the OCP MX spec's definition: sign,
+// 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal.
+double e2m1(int c) {
+  const int sign = c >> 3, ex = (c >> 1) & 3, man = c & 1;
+  const double mag = ex == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, ex - 1);
+  return sign ? -mag : mag;
+}
+
+}  // namespace
+
+TEST(QuantMxfp4, ValueTableIsDoubledE2m1) {
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(kMxfp4Values[c], 2 * e2m1(c)) << c;
+  EXPECT_EQ(e2m1(7), 6.0);    // the largest magnitude
+  EXPECT_EQ(e2m1(1), 0.5);    // the subnormal step
+  EXPECT_EQ(e2m1(15), -6.0);
+}
+
+TEST(QuantMxfp4, E8m0HalfScaleEveryByte) {
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(e8m0_half(uint8_t(e)), std::ldexp(1.0f, e - 128)) << e;
+  EXPECT_EQ(bits(e8m0_half(0)), 0x00200000u);  // 2^-128: subnormal
+  EXPECT_EQ(bits(e8m0_half(1)), 0x00400000u);  // 2^-127: subnormal
+  EXPECT_EQ(bits(e8m0_half(2)), 0x00800000u);  // 2^-126: the smallest normal
+  EXPECT_EQ(e8m0_half(127), 0.5f);
+  EXPECT_EQ(e8m0_half(128), 1.0f);
+  EXPECT_EQ(bits(e8m0_half(254)), 0x7E800000u);  // 2^126
+  EXPECT_EQ(bits(e8m0_half(255)), 0x7F000000u);  // 2^127: ggml reads the OCP NaN code as a number
+}
+
+TEST(QuantBlocks, MXFP4) {
+  BlockMXFP4 b{};
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  // e = 127: scale 1, the values are e2m1's own; elements 0..15 in the low
+  // nibbles, 16..31 in the high ones, as Q4_0.
+  b.e = 127;
+  auto y = deq(GgmlType::MXFP4, b, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], e2m1(j)) << j;
+    EXPECT_EQ(y[16 + j], e2m1(15 - j)) << j;
+  }
+  EXPECT_EQ(bits(y[8]), 0u);  // code 8, e2m1's -0, is +0: ggml's table holds the integer 0
+  b.e = 130;  // scale 8
+  y = deq(GgmlType::MXFP4, b, 32);
+  EXPECT_EQ(y[7], 48.f);
+  EXPECT_EQ(y[16], -48.f);
+  b.e = 0;  // scale 2^-127: every value a subnormal, still exact
+  y = deq(GgmlType::MXFP4, b, 32);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(y[j], float(std::ldexp(e2m1(j), -127))) << j;
+  EXPECT_EQ(bits(y[1]), 0x00200000u);
+  b.e = 255;  // scale 2^128: 0.5 x 2^128 is finite, 6 x 2^128 overflows to inf
+  y = deq(GgmlType::MXFP4, b, 32);
+  EXPECT_EQ(y[1], 0x1p127f);
+  EXPECT_TRUE(std::isinf(y[7]));
+}
+
+TEST(QuantMxfp4, QuantizerGridTiesAndClipping) {
+  BlockMXFP4 b;
+  float x[32], y[32];
+  // On the grid: e2m1 values times 2^3 come back exactly (amax 48: e = 130).
+  for (int j = 0; j < 32; ++j) x[j] = float(e2m1(j % 16) * 8);
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 130);
+  dequantize_row(GgmlType::MXFP4, &b, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], x[j]) << j;
+  // amax 4 puts the scale at 1 (e = 127). Ties go to the first code in table
+  // order: 2.5 -> 2 (code 4), -2.5 -> -2 (code 12), 0.25 and -0.25 -> +0
+  // (code 0), never -0. Above the largest value: 6 (code 7), -6 (code 15).
+  const float in[8] = {4.f, 2.5f, -2.5f, 0.25f, -0.25f, 5.f, 7.5f, -100.f};
+  const int want[8] = {6, 4, 12, 0, 0, 6, 7, 15};
+  for (int j = 0; j < 32; ++j) x[j] = j < 8 ? in[j] : 0.f;
+  x[7] = -3.9f;  // keep amax at 4 for now
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 127);
+  for (int j = 0; j < 7; ++j) EXPECT_EQ(b.qs[j] & 0xF, want[j]) << j;
+  x[7] = -7.9f;  // the block's largest magnitude: e stays 127, -7.9 clips to -6
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 127);
+  EXPECT_EQ(b.qs[7] & 0xF, 15);
+  x[7] = -8.f;  // a power of two moves the scale up: e = 128
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 128);
+  // Extremes: zeros give e = 0 and code 0. FLT_MAX gives e = 253, not 252:
+  // log2f(FLT_MAX) rounds up to 128 (the peers' glibc does the same), and
+  // at that scale only codes up to 6 stay finite, so -FLT_MAX takes -3 x 2^126.
+  for (float& v : x) v = 0.f;
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 0);
+  for (uint8_t q : b.qs) EXPECT_EQ(q, 0);
+  x[3] = -3.4028235e38f;
+  quantize_row(GgmlType::MXFP4, x, &b, 32);
+  EXPECT_EQ(b.e, 253);
+  EXPECT_EQ(b.qs[3] & 0xF, 13);
+}
+
+namespace {
+
+uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Input block b of the peer comparison below: edge cases, then random
+// blocks of magnitudes 2^-40 .. 2^40 (every fifth with a few subnormals).
+void mxfp4_peer_input(int b, float* x) {
+  for (int j = 0; j < 32; ++j) x[j] = 0.f;
+  switch (b) {
+    case 0: return;
+    case 1: for (int j = 0; j < 32; ++j) x[j] = float(e2m1(j % 16) * 8); return;
+    case 2: for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.25f; return;  // ties at scale 1
+    case 3: for (int j = 0; j < 32; ++j) x[j] = (j - 16) * 0.5f + 0.125f; return;
+    case 4: for (int j = 0; j < 32; ++j) x[j] = j * 0.2f; x[0] = std::nextafter(8.f, 0.f); return;  // log2f rounds up
+    case 5: for (int j = 0; j < 32; ++j) x[j] = 7.99f - j * 0.5f; return;
+    case 6: for (int j = 0; j < 32; ++j) x[j] = -0.f; x[5] = 1.f; return;
+    case 7: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 3 - 1), -126); return;  // exponent -1: byte 255
+    case 8: for (int j = 0; j < 32; ++j) x[j] = (j & 1) ? std::ldexp(1.f, -149) : 0.f; return;  // -24: byte 232
+    case 9: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 7 - 3), -127); return;
+    case 10: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 5 - 2), -124); return;
+    case 11: for (int j = 0; j < 32; ++j) x[j] = j * 1e37f; x[3] = -3.4028235e38f; return;
+    case 12: for (int j = 0; j < 32; ++j) x[j] = std::ldexp(float(j % 9 - 4), 125); return;
+    case 13: for (int j = 0; j < 32; ++j) x[j] = j * 0.1f; x[2] = INFINITY; return;  // byte 0
+    case 14: for (int j = 0; j < 32; ++j) x[j] = (j - 10) * 0.3f; x[4] = NAN; return;
+    case 15: for (int j = 0; j < 32; ++j) x[j] = -j * 0.01f; x[0] = -INFINITY; return;
+    default: break;
+  }
+  uint64_t s = 0x5EEDull + uint64_t(b);
+  const int e = int(splitmix(&s) % 81) - 40;
+  for (int j = 0; j < 32; ++j) {
+    const float u = float(splitmix(&s) >> 40) * (1.0f / 16777216.f) * 2.f - 1.f;  // [-1, 1)
+    x[j] = std::ldexp(u, e);
+    if (b % 5 == 0 && j % 7 == 0) x[j] = std::ldexp(u, -140);
+  }
+}
+
+}  // namespace
+
+// ik_llama.cpp's MXFP4 quantizer (the Aug 2026 snapshot; its
+// quantize_row_mxfp4_ref is mainline llama.cpp's algorithm) on the 48
+// blocks of mxfp4_peer_input(): the bytes it wrote, block by block. Made by
+// a throwaway C program that fills the same inputs and calls the peer's
+// libggml: ggml_quantize_chunk(GGML_TYPE_MXFP4, x, q, 0, 1, 32 * 48,
+// NULL, NULL), built with GCC 12 -march=native on the Intel Xeon here.
+TEST(QuantMxfp4, BytesEqualThePeerQuantizer) {
+  static const char* const kPeer[48] = {
+    "0000000000000000000000000000000000", "8200112233445566770099aabbccddeeff", "7f0e0e1d1d2d2d3c3c4c4b4b5a5a595960",
+    "7f0f1f2f3f4f5f5e6e6e6d7d7c7c7b7a79", "8036304041414141414242525252535353", "7f0797a7b7c7d7d6e6e6e5f5f4f4f3f2f1",
+    "7d00000000000600000000000000000000", "ff00000000000000000000000000000000", "e800000000000000000000000000000000",
+    "ff00000000000000000000000000000000", "02ce0c4064e6ce0c4064e6ce0c4064e6ce", "fd4040404d414151525252525353535354",
+    "fc5e6decdac0a20425465e6decdac0a204", "0000000000000000000000000000000000", "7f4d4d4c5c505b6a6a6969607171727273",
+    "0000000000000000000000000000000000", "65f65673df777f7f17b660c174073fb170", "7f1f5670e57f757fe6e5cfe71f073d31b3",
+    "7d4352fdf4f7b6257637f7ef3f99df63e4", "58eabfdff0d7965ff0d97d97f55fe056f7", "9440ff72e651007f60d6e6f2ff000d90fe",
+    "7e170377efa7ff71bffeeaa366afeef6fe", "557e4dfff6d4afa1f2df765de7dfb6f4fb", "68ba649672cf4523f6fee7d31c5077757d",
+    "917efafd6fdb7de66eff6097f147f756ff", "7c40e7ee57f9077fc0c5fc173b077c005f", "70f776f0d6f7736db75df56507277f756c",
+    "616fdef66545fce73e577775074efde0f7", "7176df43d74ff64726af4f7e57ff9ffdff", "8606eb7b2e1fec4f1634ebcb0f74ffff04",
+    "9af0bcfabdff0f574097456d30025f307f", "55d775b7deae7ffceeef7f2f7e73725f5c", "8e75fe22dafd2ff61f9015ed3ecdf57f7f",
+    "701757f763c777d777fe5ff007bdd0657a", "a1f6650272df7f47e1ed53f66ef9dfdd7e", "81e0ef0b7de60fcbf07c7f67370965e07f",
+    "7f7df7e1fc4d7770e5c7fe7379cc720f7b", "64ebd7e3af6ad677df79ce6feff7e4777a", "77a7fe62d797da7fe34f75f79fba432f77",
+    "a1e4fe05dff2be3766ef790fd2a2fc77f2", "8650ffc6769f0c47f0eab373550ee6b09f", "a1f07afde5dff17c57f5f537f47fd479fe",
+    "5d77c64e7456fd76704b79b617416e2d47", "9ced70e76593de1fffc57e6c9adedd6ef4", "8ef2ef7175550a7af0db7f47e753de57ff",
+    "81609fd41cee037ff0e24f716f06f7f07f", "86f7ff16e760fd777fbac76fdfbf77aa47", "a0a9dfffd3df0ced7e076fe3eff7763e94",
+  };
+  for (int b = 0; b < 48; ++b) {
+    float x[32];
+    mxfp4_peer_input(b, x);
+    BlockMXFP4 q;
+    quantize_row(GgmlType::MXFP4, x, &q, 32);
+    char hex[35];
+    const auto* p = reinterpret_cast<const uint8_t*>(&q);
+    for (int i = 0; i < 17; ++i) std::snprintf(hex + 2 * i, 3, "%02x", p[i]);
+    EXPECT_STREQ(hex, kPeer[b]) << "block " << b;
+  }
+}
+
 TEST(QuantBlocks, MultipleBlocksInARow) {
   BlockQ8_0 b[2]{};
   b[0].d = 0x3C00;
@@ -378,7 +561,7 @@ TEST(QuantRoundTrip, ExactlyRepresentableInputs) {
 TEST(QuantRoundTrip, ZerosStayZero) {
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K}) {
+                     GgmlType::Q6_K, GgmlType::MXFP4}) {
     std::vector<float> x(256, 0.f), y(256, 1.f);
     std::vector<uint8_t> buf(row_bytes(t, 256));
     quantize_row(t, x.data(), buf.data(), 256);
@@ -412,6 +595,9 @@ TEST(QuantRoundTrip, RandomInputsWithinBounds) {
       {GgmlType::Q4_K, 0.15, 0.10},
       {GgmlType::Q5_K, 0.08, 0.05},
       {GgmlType::Q6_K, 0.04, 0.025},
+      // The block maximum sits in [4, 8) scale units and e2m1 stops at 6:
+      // clipping near 8 and the gap from 4 to 6 each cost at most a quarter.
+      {GgmlType::MXFP4, 0.25, 0.13},
   };
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -459,7 +645,8 @@ TEST(QuantRoundTrip, LargeAndTinyMagnitudes) {
     std::uniform_real_distribution<float> ud(-1.f, 1.f);
     std::vector<float> x(512), y(512);
     for (auto& v : x) v = ud(rng) * scale;
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K,
+                       GgmlType::MXFP4}) {
       std::vector<uint8_t> buf(row_bytes(t, 512));
       quantize_row(t, x.data(), buf.data(), 512);
       dequantize_row(t, buf.data(), y.data(), 512);

@@ -15,6 +15,7 @@
 #include "model/vocab_loaders.h"
 #include "test_util.h"
 #include "tokenizer/gpt2.h"
+#include "tokenizer/pre_type.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -209,7 +210,7 @@ TEST(TokenizerRoundTrip, InvalidUtf8DoesNotCrash) {
   const std::string bad[] = {"\xFF", "abc\xC3", "\xC3(", "\xE2\x82", "x\xED\xA0\x80y", "\x80\x80 \xF4\x90\x80\x80!",
                              std::string("a\0b", 3)};
   for (const std::string& s : bad) {
-    EXPECT_EQ(gpt2().decode(gpt2().encode(s, false)), s) << printable(s);
+    EXPECT_EQ(gpt2().decode(gpt2().encode(s, false)), lenient_utf8(s)) << printable(s);
     EXPECT_EQ(spm().decode(spm().encode(s, true)), s) << printable(s);
   }
 }
@@ -308,7 +309,9 @@ TEST(TokenizerSpecial, Gpt2ByteTable) {
 // ---------------------------------------------------------- pre-tokenizers
 
 std::vector<std::string> pre_split(const std::string& name, std::string_view text) {
-  PreTokenizer p(name);
+  const PreType* t = find_pre_type(name);
+  if (!t) throw std::invalid_argument("no pre-type " + name);
+  PreTokenizer p(*t);
   std::vector<std::string> out;
   p.split(text, [&](std::string_view w) { out.emplace_back(w); });
   return out;
@@ -317,7 +320,7 @@ std::vector<std::string> pre_split(const std::string& name, std::string_view tex
 using Words = std::vector<std::string>;
 
 TEST(PreTokenizer, Gpt2Rule) {
-  EXPECT_EQ(pre_split("gpt2", "Hello world's   end 12345\n\n"),
+  EXPECT_EQ(pre_split("gpt-2", "Hello world's   end 12345\n\n"),
             (Words{"Hello", " world", "'s", "  ", " end", " 12345", "\n\n"}));
 }
 
@@ -327,14 +330,37 @@ TEST(PreTokenizer, Llama3AndQwen2Rules) {
   EXPECT_EQ(pre_split("qwen2", "I'M 2024"), (Words{"I", "'M", " ", "2", "0", "2", "4"}));
 }
 
-TEST(PreTokenizer, UnknownNameFallsBackToGpt2) {
-  bool known = true;
-  EXPECT_EQ(pretokenizer_pattern("no-such-pre", &known), pretokenizer_pattern("gpt2"));
-  EXPECT_FALSE(known);
+TEST(PreTokenizer, UnknownNamesAreUnknown) {
+  EXPECT_EQ(find_pre_type("no-such-pre"), nullptr);
+  EXPECT_EQ(find_pre_type("gpt2"), nullptr);  // llama.cpp spells it gpt-2
+  ASSERT_NE(find_pre_type(""), nullptr);
+  EXPECT_EQ(find_pre_type("")->name, "default");
+  const std::string known = known_pre_types();
+  for (const char* n : {"default", "gpt-2", "llama-bpe", "llama3", "qwen2", "tekken", "gpt-4o", "dbrx"}) {
+    EXPECT_NE(find_pre_type(n), nullptr) << n;
+    EXPECT_NE(known.find(n), std::string::npos) << n;
+  }
+  // A vocabulary built by hand with an unknown name is refused too.
+  Vocab v = gpt2().vocab();
+  v.pre = "no-such-pre";
+  try {
+    Tokenizer::create(v);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown pre-tokenizer 'no-such-pre'"), std::string::npos) << e.what();
+  }
 }
 
-TEST(PreTokenizer, InvalidBytesAreTheirOwnPieces) {
-  EXPECT_EQ(pre_split("gpt2", "ab\xFF\xFE" "cd \xC3"), (Words{"ab", "\xFF\xFE", "cd", " ", "\xC3"}));
+// llama.cpp decodes invalid UTF-8 byte by byte into U+FFFD (overlong and
+// surrogate forms are accepted), and the BPE sees that text.
+TEST(PreTokenizer, InvalidBytesAreReadAsLlamaCppReadsThem) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(lenient_utf8("ab\xFF\xFE" "cd \xC3"), "ab" + fffd + fffd + "cd " + fffd);
+  EXPECT_EQ(lenient_utf8("\xC0\xAF"), "/");                     // overlong: re-encoded
+  EXPECT_EQ(lenient_utf8("x\xED\xA0\x80y"), "x\xED\xA0\x80y");  // a surrogate stays
+  EXPECT_EQ(lenient_utf8("\xF4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // above U+10FFFF
+  EXPECT_EQ(lenient_utf8("\xE2\x82"), fffd + fffd);               // truncated: per byte
+  EXPECT_EQ(pre_split("gpt-2", "ab\xFF\xFE" "cd \xC3"), (Words{"ab", fffd + fffd, "cd", " " + fffd}));
 }
 
 // ------------------------------------------------------------ detokenizer
@@ -409,11 +435,18 @@ TEST(TokenizerRoundTrip, RandomBytes) {
     std::string s;
     const int n = static_cast<int>(rng() % 30);
     for (int i = 0; i < n; ++i) s += alphabet[rng() % std::size(alphabet)];
-    EXPECT_EQ(gpt2().decode(gpt2().encode(s, false)), s) << printable(s);
-    // U+2581 is SentencePiece's own escape for ' ', so it comes back as a space.
-    std::string want = s;
-    for (size_t p; (p = want.find("\xE2\x96\x81")) != std::string::npos;) want.replace(p, 3, " ");
-    EXPECT_EQ(spm().decode(spm().encode(s, true)), want) << printable(s);
+    EXPECT_EQ(gpt2().decode(gpt2().encode(s, false)), lenient_utf8(s)) << printable(s);
+    // U+2581 is SentencePiece's own escape for ' ', so it comes back as a
+    // space; unless an invalid lead byte before it swallowed its first byte
+    // (llama.cpp cuts characters by the lead byte alone), then its bytes come
+    // back as they were.
+    auto spaced = [](std::string t) {
+      for (size_t p; (p = t.find("\xE2\x96\x81")) != std::string::npos;) t.replace(p, 3, " ");
+      return t;
+    };
+    const std::string back = spm().decode(spm().encode(s, true));
+    EXPECT_EQ(spaced(back), spaced(s)) << printable(s);
+    if (utf8::sanitize(s) == s) EXPECT_EQ(back, spaced(s)) << printable(s);
   }
 }
 

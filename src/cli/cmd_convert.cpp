@@ -24,7 +24,7 @@ void add_convert(CLI::App& app, Runner& run) {
                 "llama2.c tokenizer file (default: tok<N>.bin or tokenizer.bin next to the checkpoint)");
   c->add_option("-o,--out", a->out, "Output .gguf path")->required();
   c->add_option("--type", a->type, "Tensor type of the 2-D weights: f32 (exact), f16, bf16, q8_0, q4_0, q4_1, "
-                                   "q5_0, q5_1, q4_k, q5_k, q6_k; rows that do not fit the block size stay f16")->capture_default_str();
+                                   "q5_0, q5_1, q4_k, q5_k, q6_k, mxfp4; rows that do not fit the block size stay f16")->capture_default_str();
   c->callback([a, &run] {
     run = [a] {
       convert_llama2c(a->bin, a->tokenizer, a->out, parse_tensor_type(a->type));

@@ -1,4 +1,4 @@
-// AMX-INT8 tile kernels for Panel16 Q8_0 / Q4_0 / Q4_K / Q6_K weights, run
+// AMX-INT8 tile kernels for Panel16 Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights, run
 // from n >= amx_min_rows(type) activation rows (kernels/amx_rows.h); smaller
 // n, the file layout and every other format run the AVX-512 VNNI kernels.
 //
@@ -21,7 +21,7 @@
 // per 16-element half: two K = 16 products per block (lo, then hi).
 //
 // A product and its store cost the same for 2 rows as for 16, so up to 8
-// rows (Q8_0, Q4_0, Q4_K) share one K = 64 product between two blocks: A
+// rows (Q8_0, Q4_0, MXFP4, Q4_K) share one K = 64 product between two blocks: A
 // rows 0..7 hold block 2c's levels and zeros, rows 8..15 zeros and block
 // 2c+1's; B holds both blocks' levels. C rows 0..7 are then block 2c's
 // sums, rows 8..15 block 2c+1's, each an exact integer as before.
@@ -78,8 +78,8 @@ struct PanelSrc {
   static constexpr bool kU8 = true;
   const uint8_t* pan;
   int64_t kb0;
-  const uint8_t* lev(int64_t bb) const { return Pk<false>::lev(pan, kb0 + bb); }
-  __m512 ws0(int64_t bb) const { return Pk<false>::scale(pan, kb0 + bb); }
+  const uint8_t* lev(int64_t bb) const { return Pk<GgmlType::Q8_0>::lev(pan, kb0 + bb); }
+  __m512 ws0(int64_t bb) const { return Pk<GgmlType::Q8_0>::scale(pan, kb0 + bb); }
   __m512 ws1(int64_t bb) const { return ws0(bb); }  // (no second scale, no min)
   __m512 wm(int64_t bb) const { return ws0(bb); }
 };
@@ -182,18 +182,14 @@ void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* p
 }
 
 // Blocks [kb0, kb0 + kb) of one packed panel into the scratch slice with
-// signed levels (Panel16 holds u = q + off).
-template <bool Q4>
+// signed levels (Panel16 holds u = q + off; MXFP4's codes, looked up to u).
+template <class P>
 void fill_q(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
-  using P = Pk<Q4>;
-  const __m512i off = _mm512_set1_epi8(Q4 ? 8 : char(0x80));
+  const __m512i off = _mm512_set1_epi8(char(P::kOff));
   for (int64_t bb = 0; bb < kb; ++bb) {
     const uint8_t* l = P::lev(pan, kb0 + bb);
     uint8_t* o = lev(dst, bb);
-    for (int k = 0; k < 8; ++k) {
-      const __m512i u = P::vec(l, k);
-      _mm512_store_si512(o + 64 * k, Q4 ? _mm512_sub_epi8(u, off) : _mm512_xor_si512(u, off));
-    }
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, _mm512_sub_epi8(P::vec(l, k), off));
     _mm512_store_ps(scl(dst, bb), P::scale(pan, kb0 + bb));
   }
 }
@@ -303,9 +299,14 @@ void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt
   const int64_t nb = w.cols / kQBlock;
   switch (w.type) {  // the driver sends amx_tiles_apply() weights only
     case GgmlType::Q8_0:
-      return gemm_amx<false, false, true>(w, (nb + 1) / 2 * Pk<false>::UB, r0, r1, xt, n, y, ldy, s, fill_q<false>);
+      return gemm_amx<false, false, true>(w, Pk<GgmlType::Q8_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+                                          fill_q<Pk<GgmlType::Q8_0>>);
     case GgmlType::Q4_0:
-      return gemm_amx<false, false, false>(w, (nb + 1) / 2 * Pk<true>::UB, r0, r1, xt, n, y, ldy, s, fill_q<true>);
+      return gemm_amx<false, false, false>(w, Pk<GgmlType::Q4_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+                                           fill_q<Pk<GgmlType::Q4_0>>);
+    case GgmlType::MXFP4:
+      return gemm_amx<false, false, false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+                                           fill_q<Pk<GgmlType::MXFP4>>);
     case GgmlType::Q4_K:
       return gemm_amx<false, true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
     default:  // Q6_K

@@ -93,7 +93,7 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc = block_step<U::kSub16, U::kMin, U::kSigned, NibbleLevels<U>::value>(W, ws0, ws1, wm, xb[j], acc);
+        acc = block_step<U::kSub16, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm, xb[j], acc);
       });
     }
     _mm256_maskstore_ps(y + p0, lane_mask(p.nvalid), acc);
@@ -138,6 +138,7 @@ void quant_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const XBlock* 
     case GgmlType::Q5_1: return run_fast<UnpackQ5<true>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_K: return run_fast<UnpackQK<false>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q5_K: return run_fast<UnpackQK<true>>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::MXFP4: return run_fast<UnpackMXFP4>(w, r0, r1, xq, n, y, ldy, s);
     default: return run_fast<UnpackQ6K>(w, r0, r1, xq, n, y, ldy, s);
   }
 }

@@ -59,19 +59,43 @@ inline __m256i dot32_nibble(const __m256i* W, const int8_t* xq, __m256i acc) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-// Unpackers whose levels are 4-bit declare kNibble = true.
+// Exact int32 dot of a whole block for levels u <= 31 (MXFP4's 0..24): a
+// maddubs pair is at most 2 * 31 * 127, so four sum in int16 and two
+// widening madds replace four.
+inline __m256i dot32_small(const __m256i* W, const int8_t* xq, __m256i acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 8; h += 4) {
+    __m256i p = _mm256_maddubs_epi16(W[h], bcast4(xq + 4 * h));
+    for (int k = h + 1; k < h + 4; ++k) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(W[k], bcast4(xq + 4 * k)));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+  }
+  return acc;
+}
+
+// Unpackers whose levels are 4-bit declare kNibble = true; those whose
+// levels stay below 32, kSmall = true.
 template <class U, class = void>
 struct NibbleLevels : std::false_type {};
 template <class U>
 struct NibbleLevels<U, std::void_t<decltype(U::kNibble)>> : std::bool_constant<U::kNibble> {};
+template <class U, class = void>
+struct SmallLevels : std::false_type {};
+template <class U>
+struct SmallLevels<U, std::void_t<decltype(U::kSmall)>> : std::bool_constant<U::kSmall> {};
+// Bits the unsigned levels of U need (4, 5 or 8): block_step's BITS.
+template <class U>
+constexpr int kLevelBits = NibbleLevels<U>::value ? 4 : SmallLevels<U>::value ? 5 : 8;
 
-// The float chain step of matmul_internal.h for all 8 lanes.
-template <bool SUB16, bool MIN, bool SIGNED, bool NIBBLE = false>
+// The float chain step of matmul_internal.h for all 8 lanes. BITS (4, 5 or
+// 8: kLevelBits) picks how many products sum in int16 before widening.
+template <bool SUB16, bool MIN, bool SIGNED, int BITS = 8>
 inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb,
                          __m256 acc) {
+  static_assert(BITS == 4 || BITS == 5 || BITS == 8, "BITS is a level width (kLevelBits)");
   const __m256 xd = _mm256_set1_ps(xb.d);
-  if (NIBBLE && !SUB16 && !SIGNED) {
-    const __m256i s = dot32_nibble(W, xb.q, _mm256_set1_epi32(xb.corr[0]));
+  if (BITS < 8 && !SUB16 && !SIGNED) {
+    const __m256i c = _mm256_set1_epi32(xb.corr[0]);
+    const __m256i s = BITS == 4 ? dot32_nibble(W, xb.q, c) : dot32_small(W, xb.q, c);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws0, xd), acc);
   } else if (SUB16) {
     const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
@@ -85,6 +109,20 @@ inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, co
   }
   if (MIN) acc = _mm256_fmadd_ps(wm, _mm256_set1_ps(xb.s), acc);
   return acc;
+}
+
+// Half the E8M0 scale per lane, 2^(e - 128), from e (0..255) in each
+// dword: e8m0_half() of quant.h lane by lane, the subnormals of e < 2 included.
+inline __m256 e8m0_half_ps(__m256i e) {
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, lt2));
+}
+
+// kMxfp4Levels in both 128-bit lanes: vpshufb turns MXFP4 codes into levels u.
+inline __m256i mxfp4_table() {
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels.u)));
 }
 
 inline __m256i lane_mask(int nvalid) {
@@ -147,7 +185,7 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
   __m256 acc[RT];
   for (int i = 0; i < RT; ++i)
     acc[i] = kb0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(y + (i0 + i) * ldy + p0, mask);
-  if constexpr (U::kSigned && !U::kSub16 && !U::kMin && !NibbleLevels<U>::value) {
+  if constexpr (U::kSigned && !U::kSub16 && !U::kMin && kLevelBits<U> == 8) {
     signed_blocks<RT>(slice, kb0, kb, xq, nb, i0, acc);
     for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
     return;
@@ -160,7 +198,7 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     const __m256 ws1 = _mm256_load_ps(reinterpret_cast<const float*>(s + 288));
     const __m256 wm = _mm256_load_ps(reinterpret_cast<const float*>(s + 320));
     for (int i = 0; i < RT; ++i)
-      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned, NibbleLevels<U>::value>(W, ws0, ws1, wm,
+      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm,
                                                                                    xq[(i0 + i) * nb + kb0 + bb], acc[i]);
   }
   for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);

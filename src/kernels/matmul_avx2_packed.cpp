@@ -1,4 +1,4 @@
-// AVX2 kernels for Panel8-packed Q8_0 / Q4_0 / Q4_K / Q6_K weights
+// AVX2 kernels for Panel8-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights
 // (kernels/weight_pack.h). Same arithmetic as matmul_avx2.cpp, bit for bit
 // (the same block_step on the same levels and scales); only where the weight
 // vectors come from changes: one aligned 32-B load per vector from the
@@ -69,6 +69,32 @@ struct P8Pair {
       }
     } else {
       for (int k = 0; k < 8; ++k) W[k] = ld32(l + 32 * k);
+    }
+    f(0, W, ws, ws, ws);
+  }
+};
+
+// MXFP4 quad units (4 blocks, then their 4 x 8 exponent bytes); a unit
+// here is one 32-element block. The codes are looked up to u = value + 12.
+struct P8Mx {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kSmall = true;
+  static constexpr int64_t LB = 16 * L;         // level bytes per block
+  static constexpr int64_t UB = 4 * (LB + L);   // bytes per quad unit
+  static constexpr int64_t kStride = UB / 4;    // bytes per block, on average
+  static int64_t panel_bytes(int64_t cols) { return (cols / kQBlock + 3) / 4 * UB; }
+  template <class F>
+  static inline void unit(const uint8_t* pan, int64_t b, F&& f) {
+    const uint8_t* pu = pan + (b >> 2) * UB;
+    const uint8_t* l = pu + (b & 3) * LB;
+    const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pu + 4 * LB + (b & 3) * L));
+    const __m256 ws = e8m0_half_ps(_mm256_cvtepu8_epi32(e));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), tbl = mxfp4_table();
+    __m256i W[8];
+    for (int k = 0; k < 4; ++k) {
+      const __m256i g = ld32(l + 32 * k);
+      W[k] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(g, m4));
+      W[k + 4] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(g, 4), m4));
     }
     f(0, W, ws, ws, ws);
   }
@@ -152,7 +178,7 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, co
     }
     for (int m = 0; m < MP; ++m)
       P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned, NibbleLevels<P>::value>(W, ws0, ws1, wm, xb[j], acc[m]);
+        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xb[j], acc[m]);
       });
   }
   for (int m = 0; m + 1 < MP; ++m) _mm256_storeu_ps(y + m * L, acc[m]);
@@ -190,7 +216,7 @@ inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const 
       const int64_t lo = (u * P::kStride + pf + 63) & ~int64_t(63), hi = (u + 1) * P::kStride + pf;
       for (int64_t o = lo; o < hi && o < pbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pan + o), _MM_HINT_T0);
     }
-    if constexpr (P::kSigned && !P::kSub16 && !P::kMin && !NibbleLevels<P>::value && P::kBlocks == 1) {
+    if constexpr (P::kSigned && !P::kSub16 && !P::kMin && kLevelBits<P> == 8 && P::kBlocks == 1) {
       // Q8_0: |W| once per weight vector for all RT rows (signed_block_rows).
       const XBlock* xb[RT];
       for (int i = 0; i < RT; ++i) xb[i] = &xq[i * nb + u];
@@ -199,7 +225,7 @@ inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const 
     }
     P::unit(pan, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
       for (int i = 0; i < RT; ++i)
-        acc[i] = block_step<P::kSub16, P::kMin, P::kSigned, NibbleLevels<P>::value>(W, ws0, ws1, wm,
+        acc[i] = block_step<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm,
                                                                                     xq[i * nb + u * P::kBlocks + j], acc[i]);
     });
   }
@@ -279,6 +305,7 @@ void quant_rows_avx2_packed(const WeightView& w, int64_t r0, int64_t r1, const X
     case GgmlType::Q4_0: return run_packed<P8Pair<true>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q8_0: return run_packed<P8Pair<false>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_K: return run_packed<P8Q4K>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::MXFP4: return run_packed<P8Mx>(w, r0, r1, xq, n, y, ldy, s);
     default: return run_packed<P8Q6K>(w, r0, r1, xq, n, y, ldy, s);
   }
 }

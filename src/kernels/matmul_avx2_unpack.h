@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/matmul_avx2_block.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
 
@@ -131,6 +132,24 @@ struct UnpackQ5 {
     const __m256i dm = gather32(p, o);
     const __m256 ws = half_lo(dm);
     f(0, W, ws, ws, ONE ? half_hi(dm) : ws);
+  }
+};
+
+// MXFP4: the codes are nibbles laid out as Q4_0's, looked up to u = value + 12.
+struct UnpackMXFP4 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kSmall = true;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockMXFP4));
+    __m256i g[4], W[8];
+    load_rows16(p, o + 1, g);
+    nibbles(g, W);
+    const __m256i tbl = mxfp4_table();
+    for (int k = 0; k < 8; ++k) W[k] = _mm256_shuffle_epi8(tbl, W[k]);
+    // The gathered dword starts at e; its other three bytes are codes.
+    const __m256 ws = e8m0_half_ps(_mm256_and_si256(gather32(p, o), _mm256_set1_epi32(0xFF)));
+    f(0, W, ws, ws, ws);
   }
 };
 

@@ -277,12 +277,12 @@ void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r
   }
 }
 
-// Q8_0 / Q4_0: a straight copy per block (levels, then the fp16 scale as float).
-template <bool Q4>
+// Q8_0 / Q4_0 / MXFP4: a straight copy per block (levels, then the scale as float).
+template <GgmlType T>
 void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
                          int64_t ldy, Scratch scratch) {
-  using P = Pk<Q4>;
-  const int64_t pbytes = (w.cols / kQBlock + 1) / 2 * P::UB;
+  using P = Pk<T>;
+  const int64_t pbytes = P::panel_bytes(w.cols / kQBlock);
   gemm_via_scratch<false, false>(w, pbytes, r0, r1, xq, n, y, ldy, scratch,
                           [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
                             for (int64_t bb = 0; bb < kb; ++bb) {
@@ -327,8 +327,9 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
     if (w.type == GgmlType::Q4_K && n > 1) return gemm_packed_scratch_k<PkK>(w, r0, r1, xq, n, y, ldy, s);
     if (w.type == GgmlType::Q6_K && n > 1) return gemm_packed_scratch_k<PkQ6K>(w, r0, r1, xq, n, y, ldy, s);
     if (n < kPackedScratchN) return quant_rows_avx512_packed(w, r0, r1, xq, n, y, ldy);
-    if (w.type == GgmlType::Q4_0) return gemm_packed_scratch<true>(w, r0, r1, xq, n, y, ldy, s);
-    return gemm_packed_scratch<false>(w, r0, r1, xq, n, y, ldy, s);
+    if (w.type == GgmlType::Q4_0) return gemm_packed_scratch<GgmlType::Q4_0>(w, r0, r1, xq, n, y, ldy, s);
+    if (w.type == GgmlType::MXFP4) return gemm_packed_scratch<GgmlType::MXFP4>(w, r0, r1, xq, n, y, ldy, s);
+    return gemm_packed_scratch<GgmlType::Q8_0>(w, r0, r1, xq, n, y, ldy, s);
   }
   const QFormat f = qformat(w.type, false);
   switch (w.type) {  // the driver only sends is_quant_type() formats
@@ -339,6 +340,7 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
     case GgmlType::Q5_1: return run_fast<UnpackQ5<true>>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_K: return run_fast<UnpackQK<false>>(w, f, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q5_K: return run_fast<UnpackQK<true>>(w, f, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::MXFP4: return run_fast<UnpackMXFP4>(w, f, r0, r1, xq, n, y, ldy, s);
     default: return run_fast<UnpackQ6K>(w, f, r0, r1, xq, n, y, ldy, s);
   }
 }

@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / Q4_K / Q6_K weights
+// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights
 // (kernels/weight_pack.h). Same arithmetic as matmul_avx512.cpp, bit for
 // bit (block_step and the same per-lane float chain); only where the weight
 // vectors come from changes: one aligned 64-B load per vector from the
@@ -6,7 +6,7 @@
 //
 // n = 1 (decode) streams several panels at a time, front to back, with
 // software prefetch ahead: how many and how far is the machine's decode
-// variant (kernels/decode_variant.h). 1 < n < 64 (Q8_0 / Q4_0) runs register tiles directly
+// variant (kernels/decode_variant.h). 1 < n < 64 (Q8_0 / Q4_0 / MXFP4) runs register tiles directly
 // on the packed panels; larger n and K-quants at any n > 1 copy K slices into
 // the scratch layout first (matmul_avx512.cpp, gemm_via_scratch).
 #include <immintrin.h>
@@ -48,15 +48,14 @@ inline void prefetch_unit(const uint8_t* pan0, int64_t pbytes, int64_t u, int64_
 // MP panels at once: MP independent memory streams and float chains. One
 // sequential stream per core left DRAM bandwidth unused; how many streams
 // and how far ahead to prefetch is the machine's decode variant.
-template <int MP, bool Q4>
+template <int MP, class P>
 inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t nb, const XBlock* xq, float* y,
                           int64_t avail, int64_t pf) {
-  using P = Pk<Q4>;
   const int64_t ahead = units_ahead(pf, P::UB);
   __m512 acc[MP];
   for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if ((b & 1) == 0) prefetch_unit<MP, P::UB>(pan0, pbytes, b / 2, ahead, (nb + 1) / 2);
+    if ((b & (P::kPer - 1)) == 0) prefetch_unit<MP, P::UB>(pan0, pbytes, b >> P::kShift, ahead, (nb + P::kPer - 1) >> P::kShift);
     for (int m = 0; m < MP; ++m) {
       const uint8_t* pan = pan0 + m * pbytes;
       const uint8_t* l = P::lev(pan, b);
@@ -69,20 +68,19 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t nb, const
   for (int m = 0; m < MP; ++m) _mm512_mask_storeu_ps(y + m * L, lanes(avail - m * L), acc[m]);
 }
 
-template <bool Q4>
+template <class P>
 void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, float* y) {
-  using P = Pk<Q4>;
-  const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+  const int64_t nb = w.cols / kQBlock, pbytes = P::panel_bytes(nb);
   const DecodeVariant v = decode_variant(w.type);
   int64_t p0 = r0;
   if (v.panels >= 4)
     for (; p0 + 3 * L < r1; p0 += 4 * L)
-      matvec_panels<4, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
+      matvec_panels<4, P>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
   if (v.panels >= 2)
     for (; p0 + L < r1; p0 += 2 * L)
-      matvec_panels<2, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
+      matvec_panels<2, P>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
   for (; p0 < r1; p0 += L)
-    matvec_panels<1, Q4>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
+    matvec_panels<1, P>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
 }
 
 // K-quants (U = PkK for Q4_K, PkQ6K for Q6_K): MP panels at once, one
@@ -122,10 +120,9 @@ void matvec_packed_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* 
 
 // RT activation rows x one panel over blocks [kb0, kb0 + kb). Accumulators
 // live in y between K slices (exact round trip).
-template <int RT, bool Q4>
+template <int RT, class P>
 void tile1(const uint8_t* pan, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb, int64_t i0,
            float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
-  using P = Pk<Q4>;
   __m512 acc[RT];
   for (int i = 0; i < RT; ++i)
     acc[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + (i0 + i) * ldy + p0);
@@ -142,10 +139,9 @@ void tile1(const uint8_t* pan, int64_t kb0, int64_t kb, const XBlock* xq, int64_
 // RT activation rows x two panels (32 weight rows): each broadcast
 // activation dword feeds two vpdpbusd. One integer chain per (row, panel),
 // then exactly block_step's float step, so results equal tile1's.
-template <int RT, bool Q4>
+template <int RT, class P>
 void tile2(const uint8_t* pa, const uint8_t* pb, int64_t kb0, int64_t kb, const XBlock* xq,
            int64_t nb, int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
-  using P = Pk<Q4>;
   __m512 aa[RT], ab[RT];
   for (int i = 0; i < RT; ++i) {
     float* yr = y + (i0 + i) * ldy + p0;
@@ -181,44 +177,50 @@ void tile2(const uint8_t* pa, const uint8_t* pb, int64_t kb0, int64_t kb, const 
   }
 }
 
-template <bool Q4>
+template <class P>
 void tiles1(const uint8_t* pan, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb, int64_t n,
             float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
   int64_t i0 = 0;
-  for (; i0 + R <= n; i0 += R) tile1<R, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
-  for (; i0 + 4 <= n; i0 += 4) tile1<4, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
-  for (; i0 < n; ++i0) tile1<1, Q4>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 + R <= n; i0 += R) tile1<R, P>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 + 4 <= n; i0 += 4) tile1<4, P>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 < n; ++i0) tile1<1, P>(pan, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
 }
 
-template <bool Q4>
+template <class P>
 void tiles2(const uint8_t* pa, const uint8_t* pb, int64_t kb0, int64_t kb, const XBlock* xq,
             int64_t nb, int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
   int64_t i0 = 0;
-  for (; i0 + 6 <= n; i0 += 6) tile2<6, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+  for (; i0 + 6 <= n; i0 += 6) tile2<6, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
   switch (n - i0) {
-    case 5: return tile2<5, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
-    case 4: return tile2<4, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
-    case 3: return tile2<3, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
-    case 2: return tile2<2, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
-    case 1: return tile2<1, Q4>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 5: return tile2<5, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 4: return tile2<4, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 3: return tile2<3, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 2: return tile2<2, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    case 1: return tile2<1, P>(pa, pb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
     default: return;
   }
 }
 
-template <bool Q4>
+template <class P>
 void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
                  int64_t ldy) {
-  using P = Pk<Q4>;
-  const int64_t nb = w.cols / kQBlock, pbytes = (nb + 1) / 2 * P::UB;
+  const int64_t nb = w.cols / kQBlock, pbytes = P::panel_bytes(nb);
   for (int64_t p0 = r0; p0 < r1; p0 += 2 * L) {
     const uint8_t* pa = w.packed + (p0 / L) * pbytes;
     const bool two = p0 + L < r1;
     for (int64_t kb0 = 0; kb0 < nb; kb0 += KB) {
       const int64_t kb = nb - kb0 < KB ? nb - kb0 : KB;
-      if (two) tiles2<Q4>(pa, pa + pbytes, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0 - L));
-      else tiles1<Q4>(pa, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0));
+      if (two) tiles2<P>(pa, pa + pbytes, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0 - L));
+      else tiles1<P>(pa, kb0, kb, xq, nb, n, y, ldy, p0, lanes(r1 - p0));
     }
   }
+}
+
+template <class P>
+void run_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n, float* y,
+                int64_t ldy) {
+  if (n == 1) matvec_packed<P>(w, r0, r1, xq, y);
+  else gemm_packed<P>(w, r0, r1, xq, n, y, ldy);
 }
 
 }  // namespace
@@ -226,16 +228,13 @@ void gemm_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, 
 void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
                               int64_t n, float* y, int64_t ldy) {
   // Tasks start on panel boundaries (the driver's row_align is 2 panels).
-  const bool q4 = w.type == GgmlType::Q4_0;
   // K-quants: n > 1 goes through scratch (matmul_avx512.cpp).
-  if (w.type == GgmlType::Q4_K) return matvec_packed_k<PkK>(w, r0, r1, xq, y);
-  if (w.type == GgmlType::Q6_K) return matvec_packed_k<PkQ6K>(w, r0, r1, xq, y);
-  if (n == 1) {
-    if (q4) matvec_packed<true>(w, r0, r1, xq, y);
-    else matvec_packed<false>(w, r0, r1, xq, y);
-  } else {
-    if (q4) gemm_packed<true>(w, r0, r1, xq, n, y, ldy);
-    else gemm_packed<false>(w, r0, r1, xq, n, y, ldy);
+  switch (w.type) {  // packable() admits exactly these
+    case GgmlType::Q4_K: return matvec_packed_k<PkK>(w, r0, r1, xq, y);
+    case GgmlType::Q6_K: return matvec_packed_k<PkQ6K>(w, r0, r1, xq, y);
+    case GgmlType::Q4_0: return run_packed<Pk<GgmlType::Q4_0>>(w, r0, r1, xq, n, y, ldy);
+    case GgmlType::MXFP4: return run_packed<Pk<GgmlType::MXFP4>>(w, r0, r1, xq, n, y, ldy);
+    default: return run_packed<Pk<GgmlType::Q8_0>>(w, r0, r1, xq, n, y, ldy);
   }
 }
 

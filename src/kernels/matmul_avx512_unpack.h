@@ -157,6 +157,38 @@ struct UnpackQ5 {
   }
 };
 
+// Half the E8M0 scale per lane, 2^(e - 128), from e (0..255) in each
+// dword: e8m0_half() of quant.h lane by lane, the subnormals of e < 2 included.
+inline __m512 e8m0_half_ps(__m512i e) {
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(lt2, normal, sub));
+}
+
+// kMxfp4Levels in every 128-bit lane: vpshufb turns codes into levels u.
+inline __m512i mxfp4_table() {
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels.u)));
+}
+
+// MXFP4: the codes are nibbles laid out as Q4_0's, looked up to u = value + 12.
+struct UnpackMXFP4 {
+  static constexpr int kBlocks = 1;
+  static constexpr bool kSub16 = false, kMin = false;
+  template <class F>
+  static inline void unit(const Panel& p, int64_t u, F&& f) {
+    const int64_t o = u * int64_t(sizeof(BlockMXFP4));
+    __m512i g[4], W[8];
+    load_rows16(p, o + 1, g);
+    nibbles(g, W);
+    const __m512i tbl = mxfp4_table();
+    for (int k = 0; k < 8; ++k) W[k] = _mm512_shuffle_epi8(tbl, W[k]);
+    // The gathered dword starts at e; its other three bytes are codes.
+    const __m512 ws = e8m0_half_ps(_mm512_and_si512(gather32(p, o), _mm512_set1_epi32(0xFF)));
+    f(0, W, ws, ws, ws);
+  }
+};
+
 struct UnpackQ8_0 {
   static constexpr int kBlocks = 1;
   static constexpr bool kSub16 = false, kMin = false;
@@ -278,22 +310,36 @@ struct UnpackQ6K {
 
 // ------------------------------------------------------------ Panel16 copies
 
-// Addressing of one packed panel (layout in weight_pack.h).
-template <bool Q4>
+// Addressing of one packed panel of a 32-element format T (Q8_0, Q4_0,
+// MXFP4; layout in weight_pack.h): units of kPer blocks, each unit its
+// blocks' levels then their scales.
+template <GgmlType T>
 struct Pk {
-  static constexpr int64_t LB = Q4 ? 256 : 512;  // level bytes per block
-  static constexpr int64_t UB = 2 * LB + 64;     // bytes per pair unit
-  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b >> 1) * UB + (b & 1) * LB; }
+  static constexpr bool kMx = T == GgmlType::MXFP4;
+  static constexpr bool kNibble = T != GgmlType::Q8_0;
+  static constexpr int kShift = kMx ? 2 : 1;
+  static constexpr int64_t kPer = int64_t(1) << kShift;  // blocks per unit
+  static constexpr int64_t LB = kNibble ? 256 : 512;    // level bytes per block
+  static constexpr int64_t SB = kMx ? 16 : 32;          // scale bytes per block
+  static constexpr int64_t UB = kPer * (LB + SB);        // bytes per unit, a multiple of 64
+  static_assert(UB % 64 == 0, "units start on whole vectors");
+  static constexpr int kOff = T == GgmlType::Q8_0 ? 128 : T == GgmlType::Q4_0 ? 8 : 12;  // u = q + kOff
+  static int64_t panel_bytes(int64_t nb) { return (nb + kPer - 1) / kPer * UB; }
+  // b >= 0: shifts and masks, not signed division.
+  static const uint8_t* lev(const uint8_t* pan, int64_t b) { return pan + (b >> kShift) * UB + (b & (kPer - 1)) * LB; }
   static __m512 scale(const uint8_t* pan, int64_t b) {
-    const uint8_t* s = pan + (b >> 1) * UB + 2 * LB + (b & 1) * 32;
+    const uint8_t* s = pan + (b >> kShift) * UB + kPer * LB + (b & (kPer - 1)) * SB;
+    if constexpr (kMx) return e8m0_half_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s))));
     return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s)));
   }
   // Vector k (0..7) of u8 levels: lane r = elements 4k..4k+3 of row r.
   static __m512i vec(const uint8_t* l, int k) {
-    if (!Q4) return _mm512_load_si512(l + 64 * k);
+    if (!kNibble) return _mm512_load_si512(l + 64 * k);
     const __m512i g = _mm512_load_si512(l + 64 * (k & 3));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    return k < 4 ? _mm512_and_si512(g, m4) : _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
+    const __m512i c = k < 4 ? _mm512_and_si512(g, m4) : _mm512_and_si512(_mm512_srli_epi16(g, 4), m4);
+    if constexpr (kMx) return _mm512_shuffle_epi8(mxfp4_table(), c);
+    return c;
   }
 };
 

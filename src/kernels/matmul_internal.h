@@ -15,6 +15,11 @@
 // (Q6_K: the first line once per half, lo then hi.) Integer sums are exact,
 // so SIMD kernels may compute isum in any order; only this float chain is
 // fixed, and it is per output element, so a lane = one weight row.
+// MXFP4 fits it unchanged: q = the doubled e2m1 value (-12..12), ws =
+// 2^(e - 128), so ws * q is the element exactly. The peers' dots differ
+// only in the activations: they round xd to 16 bits (llama.cpp's Q8_0 to
+// fp16, ik_llama.cpp's Q8_2 to bf16), kvserve keeps it f32 (the XBlock
+// below), for every weight format alike.
 //
 // Float weights (F32, F16, BF16): 16 partial sums, lane j accumulating the
 // k = j (mod 16) products with fma in increasing k, then the fixed tree
@@ -74,6 +79,17 @@ struct QFormat {
 QFormat qformat(GgmlType t, bool signed_q8 = false);
 bool is_float_type(GgmlType t);
 bool is_quant_type(GgmlType t);  // supported by the quantized-activation kernels
+
+// MXFP4's unsigned levels u = kMxfp4Values[code] + 12, indexed by code: the
+// table the SIMD unpackers look codes up in (vpshufb), 16 bytes.
+struct Mxfp4Levels {
+  alignas(16) uint8_t u[16];
+};
+inline constexpr Mxfp4Levels kMxfp4Levels = [] {
+  Mxfp4Levels t{};
+  for (int c = 0; c < 16; ++c) t.u[c] = uint8_t(kMxfp4Values[c] + 12);
+  return t;
+}();
 
 // One weight block unpacked to levels (scalar reference for all formats).
 struct WBlock {

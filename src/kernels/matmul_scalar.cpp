@@ -40,6 +40,7 @@ bool is_quant_type(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
     case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::MXFP4:
       return true;
     default:
       return false;
@@ -56,6 +57,7 @@ QFormat qformat(GgmlType t, bool signed_q8) {
     case GgmlType::Q4_K: return {0, false, true};
     case GgmlType::Q5_K: return {0, false, true};
     case GgmlType::Q6_K: return {32, true, false};
+    case GgmlType::MXFP4: return {12, false, false};  // levels = the doubled e2m1 values, -12..12
     default: throw std::invalid_argument("matmul: not a quantized weight type: " + type_name(t));
   }
 }
@@ -96,6 +98,17 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
       for (int j = 0; j < 16; ++j) {
         o->q[j] = int8_t(((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - sub);
         o->q[j + 16] = int8_t(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - sub);
+      }
+      return;
+    }
+    case GgmlType::MXFP4: {
+      // Levels are the doubled e2m1 values and ws half the E8M0 scale, so
+      // ws * q is exactly the element's value (ggml's dequantize_row_mxfp4).
+      const auto* blk = reinterpret_cast<const BlockMXFP4*>(row) + b;
+      o->ws[0] = e8m0_half(blk->e);
+      for (int j = 0; j < 16; ++j) {
+        o->q[j] = kMxfp4Values[blk->qs[j] & 0xF];
+        o->q[j + 16] = kMxfp4Values[blk->qs[j] >> 4];
       }
       return;
     }

@@ -40,6 +40,7 @@ const TypeRow kTypes[] = {
     {GgmlType::Q6_K, {"Q6_K", QK_K, sizeof(BlockQ6_K), true}},
     {GgmlType::Q8_K, {"Q8_K", QK_K, sizeof(BlockQ8_K), false}},
     {GgmlType::BF16, {"BF16", 1, 2, true}},
+    {GgmlType::MXFP4, {"MXFP4", QK_MXFP4, sizeof(BlockMXFP4), true}},
 };
 
 const TypeRow* find_type(uint32_t raw) {
@@ -101,6 +102,16 @@ void deq_q5_1(const BlockQ5_1* b, float* y) {
 void deq_q8_0(const BlockQ8_0* b, float* y) {
   const float d = fp16_to_f32(b->d);
   for (int j = 0; j < QK8_0; ++j) y[j] = b->qs[j] * d;
+}
+
+// The product of two exact values: each value is a power of two times a
+// small integer, so y is exact unless it falls below the subnormals.
+void deq_mxfp4(const BlockMXFP4* b, float* y) {
+  const float d = e8m0_half(b->e);
+  for (int j = 0; j < QK_MXFP4 / 2; ++j) {
+    y[j] = d * kMxfp4Values[b->qs[j] & 0x0F];
+    y[j + QK_MXFP4 / 2] = d * kMxfp4Values[b->qs[j] >> 4];
+  }
 }
 
 // 256 elements = 4 chunks of 64; each chunk's 32 bytes hold sub-block 2c in
@@ -248,6 +259,7 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q4_K: return per_block_deq<BlockQ4_K>(src, dst, n, QK_K, deq_q4_k);
     case GgmlType::Q5_K: return per_block_deq<BlockQ5_K>(src, dst, n, QK_K, deq_q5_k);
     case GgmlType::Q6_K: return per_block_deq<BlockQ6_K>(src, dst, n, QK_K, deq_q6_k);
+    case GgmlType::MXFP4: return per_block_deq<BlockMXFP4>(src, dst, n, QK_MXFP4, deq_mxfp4);
     default:
       throw std::invalid_argument("dequantize_row: type " + type_name(t) + " is not supported");
   }

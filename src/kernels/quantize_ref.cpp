@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -348,6 +349,41 @@ void q_q6_k(const float* x, BlockQ6_K* b) {
     qh += 32;
   }
 }
+// ggml's quantize_row_mxfp4_ref (mainline), the same as ik_llama.cpp's
+// quantize_mxfp4: the scale 2^(e - 127) puts the block's largest magnitude
+// in [4, 8) scale units (e2m1 tops out at 6, so the top of that range
+// clips), then each element takes the nearest code, the first in table
+// order on a tie (0, never -0). log2f is glibc's, as the peers use.
+void q_mxfp4(const float* x, BlockMXFP4* b) {
+  float amax = 0.f;
+  // std::max(amax, NaN) keeps amax, as ggml's loop does.
+  for (int j = 0; j < QK_MXFP4; ++j) amax = std::max(amax, std::fabs(x[j]));
+  std::memset(b, 0, sizeof *b);
+  if (amax == 0.f) return;  // e = 0, every code 0
+  // ggml converts this float straight to uint8_t, which C leaves undefined
+  // outside [0, 255] (amax below 2^-125, or infinite); x86 builds keep the
+  // low byte of the int32 conversion (cvttss2si: 0x80000000 when out of
+  // range). Done explicitly here, so files match the peers' bit for bit.
+  const float ef = floorf(log2f(amax)) - 2 + 127;
+  const int32_t ei = std::fabs(ef) < 2147483648.f ? static_cast<int32_t>(ef) : INT32_MIN;
+  b->e = static_cast<uint8_t>(static_cast<uint32_t>(ei) & 0xFF);
+  const float d = e8m0_half(b->e);
+  auto best = [d](float v) {
+    float best_err = std::fabs(v - d * kMxfp4Values[0]);
+    int index = 0;
+    for (int k = 1; k < 16; ++k) {
+      const float err = std::fabs(v - d * kMxfp4Values[k]);
+      if (err < best_err) {
+        best_err = err;
+        index = k;
+      }
+    }
+    return index;
+  };
+  for (int j = 0; j < QK_MXFP4 / 2; ++j)
+    b->qs[j] = static_cast<uint8_t>(best(x[j]) | (best(x[j + QK_MXFP4 / 2]) << 4));
+}
+
 template <class Block, class F>
 void per_block_q(const float* src, void* dst, int64_t n, int qk, F f) {
   Block* b = static_cast<Block*>(dst);
@@ -385,6 +421,7 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::Q4_K: return per_block_q<BlockQ4_K>(src, dst, n, QK_K, q_q4_k);
     case GgmlType::Q5_K: return per_block_q<BlockQ5_K>(src, dst, n, QK_K, q_q5_k);
     case GgmlType::Q6_K: return per_block_q<BlockQ6_K>(src, dst, n, QK_K, q_q6_k);
+    case GgmlType::MXFP4: return per_block_q<BlockMXFP4>(src, dst, n, QK_MXFP4, q_mxfp4);
     default:
       throw std::invalid_argument("quantize_row: type " + type_name(t) + " is not supported for writing");
   }

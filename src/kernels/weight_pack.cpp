@@ -29,14 +29,20 @@ int64_t lanes_of(PackLayout l) { return l == PackLayout::Panel8 ? 8 : 16; }
 int64_t q4k_unit(int64_t lanes) { return 148 * lanes; }
 int64_t q6k_unit(int64_t lanes) { return 212 * lanes; }
 
+// The 32-element formats (Q8_0, Q4_0, MXFP4): blocks per unit, level and
+// scale bytes per block, bytes per unit.
+int64_t unit_blocks(GgmlType t) { return t == GgmlType::MXFP4 ? 4 : 2; }
 int64_t level_bytes(GgmlType t, int64_t lanes) { return lanes * (t == GgmlType::Q8_0 ? 32 : 16); }
-int64_t unit_bytes(GgmlType t, int64_t lanes) { return 2 * level_bytes(t, lanes) + 4 * lanes; }
+int64_t scale_bytes(GgmlType t, int64_t lanes) { return lanes * (t == GgmlType::MXFP4 ? 1 : 2); }
+int64_t unit_bytes(GgmlType t, int64_t lanes) {
+  return unit_blocks(t) * (level_bytes(t, lanes) + scale_bytes(t, lanes));
+}
 int64_t panel_bytes(const WeightView& w, int64_t lanes) {
   if (mm::is_float_type(w.type)) return w.cols * lanes * (w.type == GgmlType::F32 ? 4 : 2);
   if (w.type == GgmlType::Q4_K) return w.cols / QK_K * q4k_unit(lanes);
   if (w.type == GgmlType::Q6_K) return w.cols / QK_K * q6k_unit(lanes);
-  const int64_t nb = w.cols / mm::kQBlock;
-  return (nb + 1) / 2 * unit_bytes(w.type, lanes);
+  const int64_t nb = w.cols / mm::kQBlock, per = unit_blocks(w.type);
+  return (nb + per - 1) / per * unit_bytes(w.type, lanes);
 }
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -59,7 +65,7 @@ PackLayout pack_layout_for(Isa isa) {
 
 bool packable(const WeightView& w, PackLayout layout) {
   const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
-                     w.type == GgmlType::Q6_K;
+                     w.type == GgmlType::Q6_K || w.type == GgmlType::MXFP4;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
   return layout != PackLayout::None && (quant || mm::is_float_type(w.type));
 }
@@ -178,33 +184,44 @@ void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type, L), ub = unit_bytes(w.type, L);
-  const int64_t pb = panel_bytes(w, L);
-  const bool q8 = w.type == GgmlType::Q8_0;
+  const int64_t per = unit_blocks(w.type), sb = scale_bytes(w.type, L), pb = panel_bytes(w, L);
+  const bool q8 = w.type == GgmlType::Q8_0, mx = w.type == GgmlType::MXFP4;
   // VNNI takes u8 levels (u = q + 128); AVX2 keeps Q8_0 signed (sign trick).
   const uint8_t flip = q8 && layout == PackLayout::Panel16 ? 0x80 : 0;
   for (int64_t p = p_begin; p < p_end; ++p) {
-    if (nb % 2) std::memset(dst + p * pb + (nb / 2) * ub + lb, 0, size_t(lb));  // the empty half unit
     uint8_t* pan = dst + p * pb;
+    if (const int64_t used = nb % per) {  // the last unit's missing blocks: zero levels and scales
+      uint8_t* unit = pan + (nb / per) * ub;
+      std::memset(unit + used * lb, 0, size_t((per - used) * lb));
+      std::memset(unit + per * lb + used * sb, 0, size_t((per - used) * sb));
+    }
     for (int64_t lane = 0; lane < L; ++lane) {
       const int64_t r = std::min(p * L + lane, w.rows - 1);  // tail lanes repeat the last row
       const uint8_t* row = w.row(r);
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* unit = pan + (b / 2) * ub;
-        uint8_t* lev = unit + (b % 2) * lb;              // [LB] levels of block b
-        uint8_t* sc = unit + 2 * lb + (b % 2) * 2 * L;  // [L] fp16 scales
-        uint16_t d;
+        uint8_t* unit = pan + (b / per) * ub;
+        uint8_t* lev = unit + (b % per) * lb;            // [LB] levels of block b
+        uint8_t* sc = unit + per * lb + (b % per) * sb;  // [L] fp16 scales, or E8M0 bytes
         if (q8) {
           const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-          std::memcpy(&d, &blk->d, 2);
+          std::memcpy(sc + 2 * lane, &blk->d, 2);
           for (int k = 0; k < 8; ++k)
             for (int j = 0; j < 4; ++j) lev[vb * k + 4 * lane + j] = uint8_t(blk->qs[4 * k + j]) ^ flip;
+          continue;
+        }
+        // Q4_0 and MXFP4 share the nibble layout; only the scale differs.
+        const uint8_t* qs;
+        if (mx) {
+          const auto* blk = reinterpret_cast<const BlockMXFP4*>(row) + b;
+          sc[lane] = blk->e;
+          qs = blk->qs;
         } else {
           const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-          std::memcpy(&d, &blk->d, 2);
-          for (int k = 0; k < 4; ++k)
-            for (int j = 0; j < 4; ++j) lev[vb * k + 4 * lane + j] = blk->qs[4 * k + j];
+          std::memcpy(sc + 2 * lane, &blk->d, 2);
+          qs = blk->qs;
         }
-        std::memcpy(sc + 2 * lane, &d, 2);
+        for (int k = 0; k < 4; ++k)
+          for (int j = 0; j < 4; ++j) lev[vb * k + 4 * lane + j] = qs[4 * k + j];
       }
     }
   }

@@ -1,6 +1,6 @@
 // Load-time weight repacking: PackLayout::Panel16 (AVX-512) and
-// PackLayout::Panel8 (AVX2), each for Q8_0, Q4_0, Q4_K, Q6_K and the float
-// types F32, F16, BF16.
+// PackLayout::Panel8 (AVX2), each for Q8_0, Q4_0, MXFP4, Q4_K, Q6_K and the
+// float types F32, F16, BF16.
 //
 // The file layout keeps each weight row's blocks together, so a kernel that
 // computes 16 rows per zmm (one row per lane) must gather 16 scattered rows
@@ -19,6 +19,12 @@
 //     nibbles, 16+4k..16+4k+3 in the high), i.e. u = q + 8 after a mask
 //   scales: 16 fp16 for block 2c (lane order), then 16 for block 2c+1
 //   An odd nb leaves the last unit's second block zero (never read).
+//
+// MXFP4: quad units of blocks 4c .. 4c+3, 1088 B (the file's 17 B x 16 x 4):
+//   [levels of 4c .. 4c+3: 4 x 256 B, as Q4_0's nibble bytes][4 x 16 E8M0
+//   bytes, lane order]; a kernel looks the codes up (u = value + 12) and
+//   forms ws = 2^(e - 128) as unpack_block() does. Blocks missing from the
+//   last unit (nb % 4) are zero.
 //
 // Q4_K: the unit is one 256-element super-block of the 16 rows, 2368 B:
 //   [0, 2048)     4 pairs c x 8 vectors: vector (c, k), lane r = bytes
@@ -47,6 +53,7 @@
 // Panel8 (AVX2) is the same layout with 8 lanes: a vector is 32 B (lane r
 //   = 4 bytes of row r), every per-lane array holds 8 entries, so with
 //   L = lanes: Q8_0 / Q4_0 pair unit = [LB = 32L or 16L][LB][4L scales];
+//   MXFP4 quad unit = [4 x 16L levels][4 x L exponents] = 68L;
 //   Q4_K unit 148L B (vectors [0, 128L), d at 128L, dmin at 130L, scales at
 //   132L, mins at 140L); Q6_K unit 212L B (ql [0, 128L), qh [128L, 192L),
 //   scales at 192L, d at 208L, zero to 212L). Q8_0 levels stay signed (the

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "model/arch.h"
 #include "model/model.h"
+#include "model/tensor_loader.h"
 
 namespace kvs::detail {
 
@@ -14,22 +16,13 @@ void load_gguf(Model& m, const std::string& path);
 // tokenizer.bin next to the checkpoint).
 void load_llama2c(Model& m, const std::string& path, const std::string& tok);
 
-// Weight views for the GGUF loaders (model_gguf.cpp), each checked: a
-// weight [rows, cols] viewing tensor t (its type must be one kvserve
-// computes); the matrix `name` of ggml dims {cols, rows}; the float vector
-// `name` [n] (F32 kept in the mapping, F16/BF16 converted into m's buffers).
-WeightView weight_view(const GgufFile& f, const GgufTensorInfo& t, int64_t rows, int64_t cols);
-WeightView matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols);
-const float* vector_f32(Model& m, const std::string& name, int64_t n);
-
 // Mixture-of-experts FFN (moe_gguf.cpp). The MoE keys of the file's
 // architecture: n_expert == 0 for a dense model. Throws ModelError naming
 // the key (a missing or out-of-range count, a gating option kvserve would
 // not honour) or the tensor (ffn_gate_inp without expert_count, and back).
-MoeConfig moe_config_from_gguf(const GgufFile& f, const std::string& arch, int ffn_dim);
-// Layer l's router, expert slices and shared expert into L.moe; refuses a
-// dense FFN tensor next to them, and expert tensors of the wrong shape.
-void load_moe_layer(Model& m, int l, LayerWeights& L);
+MoeConfig moe_config_from_gguf(const GgufFile& f, const ArchInfo& arch, int ffn_dim);
+// One layer's router, expert slices and shared expert (prefix "blk.N.").
+void load_moe_layer(TensorLoader& t, const ModelConfig& c, const std::string& prefix, MoeWeights& w);
 
 // sha256 hex over the architecture, shape, file size and path: stable for the
 // same file, different for different weights files (prefix-cache scoping).

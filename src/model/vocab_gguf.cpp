@@ -1,5 +1,6 @@
 // tokenizer.ggml.* metadata -> Vocab. Everything is validated here so the
 // tokenizers can index the arrays without further checks.
+#include <cctype>
 #include <limits>
 #include <optional>
 #include <string>
@@ -8,6 +9,8 @@
 
 #include "model/gguf.h"
 #include "model/vocab_loaders.h"
+#include "tokenizer/pre_type.h"
+#include "tokenizer/special.h"
 
 namespace kvs {
 
@@ -92,6 +95,34 @@ int token_id(const GgufFile& f, const std::string& key, size_t n_vocab) {
   return static_cast<int>(*id);
 }
 
+// Only byte-level BPE has a pre-tokenizer; llama.cpp reads the key for
+// nothing else (SentencePiece files say "default" or nothing): nullptr there.
+const PreType* checked_pre_type(const GgufFile& f, const Vocab& v) {
+  if (v.kind != VocabKind::Gpt2) return nullptr;
+  const PreType* t = find_pre_type(v.pre);
+  if (!t)
+    fail(f, "tokenizer.ggml.pre", "= '" + v.pre + "' names a pre-tokenizer kvserve does not know (known: " +
+                                      known_pre_types() + ")");
+  return t;
+}
+
+// llama.cpp marks the special tokens of a model whose general.name contains
+// "phi-3" or "phi3" (any case) to drop the white space after them, except
+// <unk>, <s> and <|endoftext|>: the chat template's "<|user|>\n" tokenizes
+// without the newline.
+void mark_phi3_strips(const GgufFile& f, Vocab& v) {
+  std::string name = opt_string(f, "general.name").value_or("");
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return;
+  v.strip.assign(v.size(), 0);
+  for (size_t id = 0; id < v.size(); ++id) {
+    const TokenAttr a = token_attr(v, static_cast<int>(id));
+    const std::string& t = v.tokens[id];
+    const bool special = a == TokenAttr::Control || a == TokenAttr::UserDefined || a == TokenAttr::Unknown;
+    if (special && t != "<unk>" && t != "<s>" && t != "<|endoftext|>") v.strip[id] = kStripRight;
+  }
+}
+
 }  // namespace
 
 Vocab vocab_from_gguf(const GgufFile& f) {
@@ -107,6 +138,7 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     fail(f, model_key, "= '" + *model + "' names an unsupported tokenizer (supported: llama, gpt2)");
   }
   v.pre = opt_string(f, "tokenizer.ggml.pre").value_or("");
+  const PreType* pre_type = checked_pre_type(f, v);
 
   const GgufArray* tokens = opt_array(f, "tokenizer.ggml.tokens");
   if (tokens) v.tokens = string_array(f, "tokenizer.ggml.tokens", *tokens);
@@ -160,11 +192,12 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     if (v.unk < 0 && !f.find("tokenizer.ggml.unknown_token_id")) v.unk = 0;
   }
 
-  v.add_bos = opt_flag(f, "tokenizer.ggml.add_bos_token").value_or(v.kind == VocabKind::Spm);
+  v.add_bos = opt_flag(f, "tokenizer.ggml.add_bos_token").value_or(pre_type ? pre_type->add_bos : v.kind == VocabKind::Spm);
   v.add_eos = opt_flag(f, "tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = opt_flag(f, "tokenizer.ggml.add_space_prefix").value_or(v.kind == VocabKind::Spm);
   if (v.add_bos && v.bos < 0) fail(f, "tokenizer.ggml.add_bos_token", "is true but there is no BOS token id");
   if (v.add_eos && v.eos < 0) fail(f, "tokenizer.ggml.add_eos_token", "is true but there is no EOS token id");
+  mark_phi3_strips(f, v);
   v.chat_template = opt_string(f, "tokenizer.chat_template").value_or("");
   static const std::string kVariant = "tokenizer.chat_template.";
   for (const auto& [key, value] : f.metadata())

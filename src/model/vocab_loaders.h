@@ -20,7 +20,10 @@ Vocab read_llama2c_vocab(const std::string& path, int n_vocab);
 // Reads tokenizer.ggml.* (model, pre, tokens, scores, token_type, merges,
 // bos/eos/unk/pad ids, add_bos_token/add_eos_token, add_space_prefix),
 // tokenizer.chat_template and its named variants tokenizer.chat_template.NAME. Defaults as llama.cpp: add_bos on for "llama",
-// off for "gpt2". Throws ModelError naming the key when something is wrong.
+// for "gpt2" the pre-type's (on for llama-bpe and tekken); Phi-3's special
+// tokens (by general.name) strip the white space after them. Throws
+// ModelError naming the key when something is wrong, including a "gpt2"
+// tokenizer.ggml.pre that pre_type.h does not know.
 Vocab vocab_from_gguf(const GgufFile& f);
 
 }  // namespace kvs

@@ -52,7 +52,12 @@ std::string unmap_piece(std::string_view piece) {
   return out;
 }
 
-bool is_llama3_family(const std::string& pre) { return pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3"; }
+const PreType& pre_type_of(const Vocab& v) {
+  const PreType* t = find_pre_type(v.pre);
+  if (!t)
+    throw std::invalid_argument("Gpt2Tokenizer: unknown pre-tokenizer '" + v.pre + "' (known: " + known_pre_types() + ")");
+  return *t;
+}
 
 }  // namespace
 
@@ -64,10 +69,10 @@ struct Gpt2Tokenizer::Scratch {
   std::vector<Cand> heap;
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(const Vocab& v) : Tokenizer(v), pre_(vocab_.pre), special_(vocab_) {
+Gpt2Tokenizer::Gpt2Tokenizer(const Vocab& v) : Tokenizer(v), pre_(pre_type_of(vocab_)), special_(vocab_) {
   if (vocab_.kind != VocabKind::Gpt2) throw std::invalid_argument("Gpt2Tokenizer: vocab is not byte-level BPE (gpt2)");
   if (vocab_.tokens.empty()) throw std::invalid_argument("Gpt2Tokenizer: empty vocabulary");
-  ignore_merges_ = is_llama3_family(vocab_.pre);
+  ignore_merges_ = pre_.type().ignore_merges;
 
   piece_to_id_.reserve(vocab_.size());
   bytes_.resize(vocab_.size());

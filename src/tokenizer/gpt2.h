@@ -2,6 +2,8 @@
 // pre-token's bytes are mapped to printable code points (the byte<->unicode
 // table), and the pair with the lowest merge rank is merged until no ranked
 // pair remains. Used by GPT-2, Qwen2, Llama 3 and most newer vocabularies.
+// Text that is not valid UTF-8 is first read as llama.cpp reads it
+// (lenient_utf8), so invalid bytes become U+FFFD.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -60,8 +62,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::vector<std::string> bytes_;             // decoded bytes of each token
   // Keys view vocab_.tokens, which this object owns and never changes.
   std::unordered_map<std::string_view, int, Hash, std::equal_to<>> piece_to_id_;
-  // Llama 3 style: a pre-token that is itself a piece is emitted whole
-  // (HF "ignore_merges"), even when the merges would split it differently.
+  // A pre-token that is itself a piece is emitted whole (the pre-type's
+  // ignore_merges), even when the merges would split it differently.
   bool ignore_merges_ = false;
 };
 

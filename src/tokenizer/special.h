@@ -1,8 +1,12 @@
 // Splits text around special-token texts ("<s>", "<|im_start|>", ...) before
-// the regular tokenizer runs, like Hugging Face's added-vocabulary pass.
-// User-defined tokens are always split out (HF does so even without special
-// parsing); control and unknown tokens only when the caller asks to parse
-// special text, so user text like "</s>" is otherwise tokenized literally.
+// the regular tokenizer runs, as llama.cpp partitions it: the special texts
+// in order of length, longest first, each splitting every run of text the
+// longer ones left wherever it occurs (leftmost first, no overlaps).
+// User-defined tokens are always split out (Hugging Face does so even without
+// special parsing); control and unknown tokens only when the caller asks to
+// parse special text, so user text like "</s>" is otherwise tokenized
+// literally. A token with a strip mark (Vocab::strip) also drops the white
+// space beside it on that side.
 #pragma once
 #include <array>
 #include <string>
@@ -27,7 +31,7 @@ struct Fragment {
 class SpecialSplitter {
  public:
   explicit SpecialSplitter(const Vocab& v);
-  // Leftmost-longest matching. The views in the result point into `text`.
+  // The views in the result point into `text`.
   std::vector<Fragment> split(std::string_view text, bool parse_special) const;
   bool empty() const { return entries_.empty(); }
 
@@ -35,8 +39,11 @@ class SpecialSplitter {
   struct Entry {
     std::string text;
     int id;
-    bool always;  // user-defined: split even without parse_special
+    bool always;   // user-defined: split even without parse_special
+    uint8_t strip;  // kStripLeft | kStripRight
   };
+  // Which entries occur in `text` at all, in the order they split it.
+  std::vector<uint32_t> present(std::string_view text, bool parse_special) const;
   std::vector<Entry> entries_;  // sorted by first byte, then length descending
   // First-byte index into entries_: [begin, end) per byte value, so a scan
   // only tries the few candidates that can start at each position.

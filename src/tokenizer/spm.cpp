@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "tokenizer/utf8.h"
-
 namespace kvs {
 
 namespace {
@@ -33,6 +31,14 @@ struct BigramOrder {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
+
+// Byte length of the character a byte starts, as llama.cpp cuts SentencePiece
+// input: by the high nibble alone (so 0xF8..0xFF announce four bytes, and a
+// stray continuation byte one). A cut that is not a piece falls back to bytes.
+size_t symbol_len(unsigned char c) {
+  static constexpr uint8_t kByNibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByNibble[c >> 4];
+}
 
 std::string escape_spaces(std::string_view text, bool prefix) {
   std::string s;
@@ -114,14 +120,18 @@ void SpmTokenizer::encode_piece(std::string_view text, std::vector<int>& out) co
     encode_word(text, out, s);
     return;
   }
-  // A word starts at a U+2581 that follows something other than U+2581.
+  // A word starts at a U+2581 that follows something other than U+2581,
+  // at a character boundary as the merges see them (symbol_len).
   size_t start = 0;
-  for (size_t i = kSpace.size(); i + kSpace.size() <= text.size(); ++i) {
-    if (text[i] != kSpace[0] || text.compare(i, kSpace.size(), kSpace) != 0) continue;
-    if (text.compare(i - kSpace.size(), kSpace.size(), kSpace) == 0) continue;
-    encode_word(text.substr(start, i - start), out, s);
-    start = i;
-    i += kSpace.size() - 1;
+  bool prev_space = false;
+  for (size_t i = 0; i < text.size();) {
+    const bool space = text.compare(i, kSpace.size(), kSpace) == 0;
+    if (space && !prev_space && i > 0) {
+      encode_word(text.substr(start, i - start), out, s);
+      start = i;
+    }
+    prev_space = space;
+    i += std::min(symbol_len(static_cast<unsigned char>(text[i])), text.size() - i);
   }
   encode_word(text.substr(start), out, s);
 }
@@ -133,7 +143,7 @@ void SpmTokenizer::encode_word(std::string_view text, std::vector<int>& out, Scr
   for (size_t off = 0; off < text.size();) {
     // Invalid UTF-8 is cut by its lead byte's announced length; such a
     // "character" is not a piece and falls back to byte tokens.
-    const size_t n = std::min(utf8::lead_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const size_t n = std::min(symbol_len(static_cast<unsigned char>(text[off])), text.size() - off);
     const int idx = static_cast<int>(sym.size());
     sym.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(n), idx - 1, idx + 1});
     off += n;

@@ -23,16 +23,6 @@ struct Decoded {
 // which is what gets replaced by one U+FFFD.
 Decoded decode(std::string_view s);
 
-// Length in bytes announced by a lead byte (1 for ASCII and for bytes that
-// cannot start a character, so callers always make progress).
-inline size_t lead_len(unsigned char c) {
-  if (c < 0xC0) return 1;
-  if (c < 0xE0) return 2;
-  if (c < 0xF0) return 3;
-  if (c < 0xF8) return 4;
-  return 1;
-}
-
 void append(std::string& out, uint32_t cp);  // cp must be <= 0x10FFFF
 std::string encode(uint32_t cp);
 

@@ -15,13 +15,18 @@ enum class VocabKind { None, Spm, Gpt2 };  // tokenizer.ggml.model: "llama" / "g
 // llama.cpp token types (tokenizer.ggml.token_type)
 enum class TokenAttr : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
 
+// Vocab::strip bits: when text is split around a special token, the white
+// space next to it on that side is dropped (llama.cpp's LSTRIP / RSTRIP).
+inline constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+
 struct Vocab {
   VocabKind kind = VocabKind::None;
-  std::string pre;                      // tokenizer.ggml.pre (gpt2 pre-tokenizer name)
+  std::string pre;                      // tokenizer.ggml.pre (gpt2: a name pre_type.h knows; "" = "default")
   std::vector<std::string> tokens;      // id -> piece (SPM: with U+2581 for space; GPT-2: byte-mapped unicode)
   std::vector<float> scores;            // SPM merge scores (may be empty for gpt2)
   std::vector<int32_t> types;           // TokenAttr per id (may be empty => Normal)
   std::vector<std::string> merges;      // GPT-2: "a b" in rank order
+  std::vector<uint8_t> strip;           // kStripLeft | kStripRight per id (may be empty => none)
   int bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false;
   bool add_space_prefix = true;         // SPM leading-space rule

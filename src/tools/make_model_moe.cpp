@@ -33,6 +33,7 @@ MakeModelOptions moe_defaults(const MakeModelOptions& o) {
   // llama's experts are feed_forward_length wide (the key has no other).
   need(o.arch != "llama" || o.expert_ffn == 0, "--expert-ffn is not supported for --arch llama (use --ffn)");
   need(o.arch == "qwen2moe" || o.shared_ffn == 0, "--shared-ffn needs --arch qwen2moe (the one with a shared expert)");
+  need(!(o.tied && o.arch == "qwen2moe"), "--tied: qwen2moe files always have output.weight (the peers require it)");
   if (moe_arch && m.expert_ffn == 0) m.expert_ffn = o.ffn_dim;
   if (o.arch == "qwen2moe" && m.shared_ffn == 0) m.shared_ffn = o.ffn_dim;
   return m;
