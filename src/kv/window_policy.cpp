@@ -69,6 +69,24 @@ int64_t window_block_cap(const WindowPolicy& w, int block_size, int max_step_tok
   return blocks(vis) + 2 + blocks(std::max(1, max_step_tokens));
 }
 
+bool TableWindow::dead(int64_t a, int64_t b, int p) const {
+  if (b <= a) return true;
+  // Hidden by the layer window: [0, m). By the policy: [lo, hi).
+  const int64_t m = layer_window > 0 ? std::max<int64_t>(0, int64_t(p) - layer_window + 1) : 0;
+  if (b <= m) return true;
+  if (!policy.active()) return false;
+  const auto [lo, hi] = policy.dead_range(p);
+  if (lo >= hi) return false;
+  if (a >= lo && b <= hi) return true;
+  return lo <= m && b <= hi;  // the two ranges touch: [0, max(m, hi))
+}
+
+int64_t TableWindow::block_cap(int block_size, int max_step_tokens) const {
+  const int64_t a = window_block_cap(policy, block_size, max_step_tokens);
+  if (layer_window <= 0) return a;
+  return std::min(a, window_block_cap(WindowPolicy::native(layer_window), block_size, max_step_tokens));
+}
+
 std::string WindowPolicy::describe() const {
   switch (kind) {
     case WindowKind::None: return "none";
