@@ -210,7 +210,8 @@ class KvManager {
   int64_t table_cap(int table) const { return caps_[size_t(table)]; }
   // `blocks` (what one table would need without a window) for each table,
   // at most `mult` × that table's cap, summed: the scheduler's worst-case
-  // arithmetic per group. One table: min(blocks, mult × live_cap()).
+  // arithmetic per group. One table: min(blocks, mult × live_cap()). Reads
+  // only the caps, fixed at construction: any thread may call it.
   int64_t bounded(int64_t blocks, int64_t mult = 1) const;
   // All or nothing: false leaves the sequence and the pool as they were.
   bool reserve(SeqId seq, int n_new);
