@@ -93,6 +93,20 @@ TEST(ChatSession, SummaryFollowsTheSystemPromptAfterAnEviction) {
   EXPECT_LT(sum, text.find("user:"));
 }
 
+// Gemma 2's own template raises on a system message: the system prompt
+// then opens the first user turn, and the conversation goes on.
+TEST(ChatSession, ATemplateWithoutSystemRoleGetsTheSystemTextInTheFirstUserTurn) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  const std::string src = test::read_file(test::shared("chat-templates/google-gemma-2-2b-it.jinja"));
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::jinja(src, "gemma-2", s.model->vocab()), small_opts());
+  chat.reply("Tell me about a cat.");
+  const std::string text = chat.conversation().render("And a dog?");
+  EXPECT_NE(text.find("<start_of_turn>user\nYou tell short stories.\n\nTell me about a cat.<end_of_turn>"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("system"), std::string::npos) << text;
+}
+
 TEST(ChatSession, WithoutSummaryTheWindowSlides) {
   SKIP_WITHOUT_SHARED();
   Stories s;

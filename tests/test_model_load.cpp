@@ -657,7 +657,7 @@ TEST(ModelBad, ErrorsNameFileAndTensor) {
   expect_load_error("kvheads.gguf", [](GgufWriter& w) { w.set_u32("llama.attention.head_count_kv", 3); }, nullptr,
                     {"'llama.attention.head_count_kv'"});
   expect_load_error("layers.gguf", [](GgufWriter& w) { w.set_u32("llama.block_count", 1); }, nullptr,
-                    {"'blk.1.attn_q.weight' exists", "block_count"});
+                    {"'blk.1.attn_norm.weight' exists", "block_count"});
   expect_load_error("layers3.gguf", [](GgufWriter& w) { w.set_u32("llama.block_count", 3); }, nullptr,
                     {"'blk.2.attn_norm.weight' is missing"});
   expect_load_error("vocab.gguf", nullptr,

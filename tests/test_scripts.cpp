@@ -37,3 +37,17 @@ TEST(Scripts, BenchVsPeerWithoutThePeerSaysHowToBuildIt) {
   EXPECT_NE(r.out.find("/nonexistent-peer-dir/llama-bench not found"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("build-llama-cpp.sh"), std::string::npos) << r.out;
 }
+
+TEST(Scripts, ArchGoldensWithoutThePeersSaysHowToBuildThem) {
+  const std::string script = std::string(KVS_SOURCE_DIR) + "/scripts/arch-goldens.py";
+  Ran r = sh("python3 '" + script + "'");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("usage:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Traceback"), std::string::npos) << r.out;
+  r = sh("python3 '" + script + "' --kvserve /nonexistent/kvserve --llama-cpp /x --ik-llama /y");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("/nonexistent/kvserve is not an executable kvserve"), std::string::npos) << r.out;
+  r = sh("python3 '" + script + "' --kvserve /bin/true --llama-cpp /nonexistent-a --ik-llama /nonexistent-b");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("build-llama-cpp.sh"), std::string::npos) << r.out;
+}

@@ -20,6 +20,11 @@ struct EngineOptions {
   // math; slow). Default: quantized weights use int8 activations in their dot
   // products, as llama.cpp does.
   bool exact = false;
+  // The longest sequence this engine runs (tokens; 0 = the model's training
+  // context): the peers' context per sequence. LongRoPE models (Phi-3 with
+  // rope_factors_long / _short) rotate with the long factors when it exceeds
+  // the file's rope.scaling.original_context_length, else the short ones.
+  int n_ctx = 0;
 };
 
 // One sequence's slice of a batch: tokens at positions pos0 .. pos0+n_tokens-1.

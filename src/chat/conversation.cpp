@@ -27,7 +27,20 @@ std::vector<server::ChatMessage> Conversation::messages(const std::string* pendi
 }
 
 std::string Conversation::render(const std::string& pending_user) const {
-  if (tmpl_.family() != server::ChatFamily::Plain) return render_messages(tmpl_, messages(&pending_user));
+  if (tmpl_.family() != server::ChatFamily::Plain) {
+    std::vector<server::ChatMessage> m = messages(&pending_user);
+    try {
+      return render_messages(tmpl_, m);
+    } catch (const server::ChatTemplateError& e) {
+      // Templates without a system role (Gemma 2's raises "System role not
+      // supported") get the system text at the start of the first user
+      // message, as Gemma 3's own template places it.
+      if (!e.raised() || m.size() < 2 || m[0].role != "system") throw;
+      m[1].content = m[0].content + "\n\n" + m[1].content;
+      m.erase(m.begin());
+      return render_messages(tmpl_, m);
+    }
+  }
   // The plain fallback's lines, except that a reply follows "assistant:"
   // exactly as generated (the model picks the space or not), so the text of
   // a finished turn is a prefix of the next prompt and the KV only appends.

@@ -26,7 +26,9 @@ class Conversation {
   // Prompt text for the kept turns plus `pending_user`, ending with the
   // opening of the assistant's turn (the chat template; for the plain
   // fallback, replies are kept exactly as generated after "assistant:").
-  // Throws server::ChatTemplateError when the template cannot render them.
+  // A template that refuses the system role gets the system text at the
+  // start of the first user message instead. Throws
+  // server::ChatTemplateError when the template cannot render them.
   std::string render(const std::string& pending_user) const;
   // The messages render() formats: system (with the summary), the kept
   // turns, then `pending_user` when given.

@@ -69,7 +69,7 @@ int run_chat(ChatArgs a) {
   rin.want_ctx = a.o.hard_cap;
   rin.max_tokens = a.o.max_tokens;
   const auto budget = ram_budget_choice(a.ram_budget, a.m.model, rin);
-  Loaded l = load_all(a.m);
+  Loaded l = load_all(a.m, a.o.hard_cap);
   std::string note;
   server::ChatTemplate tmpl = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());

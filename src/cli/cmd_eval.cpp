@@ -110,7 +110,7 @@ int run_stream(const EvalArgs& a, Loaded& l, const std::vector<int>& toks) {
 }
 
 int run_eval(const EvalArgs& a) {
-  Loaded l = load_all(a.m);
+  Loaded l = load_all(a.m, a.ctx);
   const Vocab& v = l.model->vocab();
   std::vector<int> one = l.tok->encode(read_text_file(a.file), v.add_bos);
   std::vector<int> toks = one;

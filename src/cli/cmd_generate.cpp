@@ -26,7 +26,7 @@ struct GenerateArgs {
 };
 
 int run_generate(const GenerateArgs& a) {
-  Loaded l = load_all(a.m);
+  Loaded l = load_all(a.m, a.ctx);
   GenerateParams p;
   p.max_tokens = a.n;
   p.n_ctx = a.ctx;

@@ -29,9 +29,11 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_option("--preset", a->preset, "Start from a named shape: tiny (dim 64, 2 layers) or 1.1b (dim 2048, 16 layers, "
                                        "32 heads, 8 KV heads, ffn 8192, vocab 32000); other options override it")
       ->check(CLI::IsMember({"tiny", "1.1b"}));
-  c->add_option("--arch", o.arch, "Architecture: llama or qwen2 (q/k/v biases, NEOX RoPE)")
+  c->add_option("--arch", o.arch,
+                "Architecture: llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3 (the keys and tensors "
+                "llama.cpp expects of each)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"llama", "qwen2"}));
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}));
   // Shape options remember whether they were given, so a preset only fills the rest.
   auto* dim = c->add_option("--dim", o.dim, "Embedding width")->capture_default_str();
   auto* layers = c->add_option("--layers", o.n_layers, "Number of transformer blocks")->capture_default_str();
@@ -40,12 +42,31 @@ void add_make_model(CLI::App& app, Runner& run) {
   auto* ffn = c->add_option("--ffn", o.ffn_dim, "Feed-forward (SwiGLU) width")->capture_default_str();
   auto* vocab = c->add_option("--vocab", o.n_vocab, "Vocabulary size for the built-in vocabulary (>= 259)")->capture_default_str();
   auto* ctx = c->add_option("--ctx", o.n_ctx, "Training context length written to the metadata")->capture_default_str();
-  c->add_option("--rope-theta", o.rope_theta, "RoPE frequency base")->capture_default_str();
+  c->add_option("--head-dim", o.head_dim, "Head size, attention.key_length (default dim / heads)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--window", o.window,
+                "Sliding window: mistral and phi3 (every layer; phi3 0 = none), gemma2 (even layers), gemma3 (five "
+                "of six layers); defaults 4096, 0, 4096, 1024")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--rope-theta", o.rope_theta, "RoPE frequency base (default 10000; gemma3 1e6, its global layers)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--rope-scaling", o.rope_scaling, "RoPE scaling type written to the file: linear or yarn");
+  c->add_option("--rope-scale", o.rope_scale, "With --rope-scaling: the factor (>= 1)");
+  c->add_option("--rope-orig-ctx", o.rope_orig_ctx,
+                "Original context of YaRN or of the RoPE factors (default ctx / scale, or ctx / 4)")
+      ->check(CLI::PositiveNumber);
+  c->add_flag("--rope-factors", o.rope_factors,
+              "Per-dimension RoPE factors: llama / mistral rope_freqs.weight (Llama 3.1's formula), phi3 LongRoPE's "
+              "rope_factors_long / _short");
+  c->add_option("--attn-softcap", o.attn_softcap, "gemma2: attention logit soft-cap (default 50)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--final-softcap", o.final_softcap, "gemma2: final logit soft-cap (default 30)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--rms-eps", o.rms_eps, "RMSNorm epsilon")->capture_default_str();
   c->add_option("--type", a->type, "Tensor type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
                                    "q4_k, q5_k, q6_k (norms and biases are always f32)")->capture_default_str();
   c->add_option("--vocab-from", o.vocab_from, "Copy every tokenizer.* key from this GGUF (sets the vocabulary size)");
-  c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd");
+  c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd (gemma2 / gemma3 always)");
   c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
   c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
   c->add_flag("-q,--quiet", a->quiet, "No progress output");

@@ -19,7 +19,7 @@ struct PplArgs {
 };
 
 int run_ppl(const PplArgs& a) {
-  Loaded l = load_all(a.m);
+  Loaded l = load_all(a.m, a.ctx);
   const Vocab& v = l.model->vocab();
   std::vector<int> toks = l.tok->encode(read_text_file(a.file), v.add_bos);
   std::fprintf(stderr, "perplexity: %zu tokens, %zu chunks of %d\n", toks.size(), toks.size() / a.ctx, a.ctx);

@@ -338,7 +338,7 @@ int run_serve(const ServeArgs& a) {
   ModelArgs margs = a.m;
   margs.model = resolve_model_path(a.m.model);
   const std::optional<tools::RamBudgetChoice> budget = ram_budget_for(a, margs.model);
-  Loaded l = load_all(margs);
+  Loaded l = load_all(margs, a.ctx);
   std::string note;
   server::ChatTemplate chat = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());

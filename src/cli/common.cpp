@@ -74,7 +74,7 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-Loaded load_all(const ModelArgs& a) {
+Loaded load_all(const ModelArgs& a, int n_ctx) {
   Loaded l;
   // This machine's decode kernel variants, from its `kvserve probe` profile.
   static const bool applied = [] {
@@ -96,6 +96,7 @@ Loaded load_all(const ModelArgs& a) {
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;
+  eo.n_ctx = n_ctx;
   l.engine = std::make_unique<Engine>(l.model, eo);
   return l;
 }

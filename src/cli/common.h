@@ -48,6 +48,8 @@ struct Loaded {
 std::string read_text_file(const std::string& path);
 
 // Resolves the default model, loads model + tokenizer, builds the engine.
-Loaded load_all(const ModelArgs& a);
+// n_ctx: the longest sequence the command runs (EngineOptions::n_ctx; 0 =
+// the model's training context).
+Loaded load_all(const ModelArgs& a, int n_ctx = 0);
 
 }  // namespace kvs::cli

@@ -1,8 +1,11 @@
-// Forward pass of a decoder-only transformer (llama / mistral / qwen2) over a
-// batch of sequence chunks. All tokens of the batch go through each weight
-// matrix together (weights are read once per step); attention runs per
-// (query block, kv-head group) through each sequence's block table. The
-// batch is flattened once per step into a BatchPlan; the layer loop reads it.
+// Forward pass of a decoder-only transformer (llama / mistral / qwen2 /
+// qwen3 / gemma2 / gemma3 / phi3) over a batch of sequence chunks. All
+// tokens of the batch go through each weight matrix together (weights are
+// read once per step); attention runs per (query block, kv-head group)
+// through each sequence's block table. The batch is flattened once per step
+// into a BatchPlan; the layer loop reads it. What differs between the
+// architectures is data (ModelConfig flags and per-layer facts, optional
+// tensors in LayerWeights), read once per layer, never per element.
 #include "kvserve/engine.h"
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "kernels/kv_layout.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/rope.h"
 #include "kernels/threadpool.h"
 #include "model/model.h"
 
@@ -34,8 +38,13 @@ struct Engine::Impl {
   std::vector<float> att;           // [T, n_heads*hd]
   std::vector<float> proj;          // [T, dim]
   std::vector<float> gate, up;      // [T, ffn]
-  std::vector<float> rope_cos, rope_sin;    // [T, n_rot/2]: each query's RoPE position
-  std::vector<float> krope_cos, krope_sin;  // [positions, n_rot/2]: keys stored before RoPE
+  // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
+  struct RopeKind {
+    RopeFreqs freqs;
+    std::vector<float> cos, sin;    // [T, n_rot/2]: each query's RoPE position
+    std::vector<float> kcos, ksin;  // [positions, n_rot/2]: keys stored before RoPE
+  };
+  std::vector<RopeKind> ropes;
   std::vector<std::vector<float>> attn_scratch;  // per thread: a query block's row state + one K/V tile
   std::vector<float> stage_k, stage_v;  // quantized cache: [stage_rows, kvdim] float rows of each chunk's open groups
   std::vector<float> out_rows;      // [n_out, dim]
@@ -54,6 +63,8 @@ struct Engine::Impl {
     else fn(0);
   }
   void prepare(const KvLayout& layout);
+  void rope_tables();
+  void qkv(int l);
   void attention_block(const KvStorage& kv, int l);
   void store_quantized(const KvStorage& kv, int l);
   void attend(const KvStorage& kv, int l);
@@ -68,6 +79,9 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& opts) : 
   impl_->pool = std::make_unique<ThreadPool>(nt);
   impl_->exact = opts.exact;
   impl_->attn_scratch.resize(nt);
+  const ModelConfig& c = impl_->cfg();
+  const float* factors = impl_->model->weights().rope_factors_for(c, opts.n_ctx);
+  for (const RopeConfig& rc : c.ropes) impl_->ropes.push_back({RopeFreqs(rc, c.n_rot, factors), {}, {}, {}, {}});
 }
 
 Engine::~Engine() = default;
@@ -98,39 +112,49 @@ static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * cols, b, int(cols));
 }
 
+// Per kind of RoPE: each row's cos/sin at its query position (keys are
+// rotated at their own), and, when keys are stored before RoPE and rotated
+// at attention time, cos/sin of every position a key can take (grown on
+// demand, kept across calls).
+void Engine::Impl::rope_tables() {
+  const int64_t T = plan.n_tokens;
+  const int half = cfg().n_rot / 2;
+  for (RopeKind& rk : ropes) {
+    rk.cos.resize(T * half);
+    rk.sin.resize(T * half);
+    for (int64_t t = 0; t < T; ++t)
+      rk.freqs.compute(plan.pos[t] - plan.view[t].shift, &rk.cos[t * half], &rk.sin[t * half]);
+    if (plan.max_key_pos >= 0 && int64_t(rk.kcos.size()) < int64_t(plan.max_key_pos + 1) * half) {
+      const int n_pos = std::max(plan.max_key_pos + 1, int(rk.kcos.size() / std::max(1, half)) * 2);
+      rk.kcos.resize(size_t(n_pos) * half);
+      rk.ksin.resize(size_t(n_pos) * half);
+      for (int p = 0; p < n_pos; ++p) rk.freqs.compute(p, &rk.kcos[size_t(p) * half], &rk.ksin[size_t(p) * half]);
+    }
+  }
+}
+
 // Buffers sized for the plan, RoPE tables, and each row's embedding.
 void Engine::Impl::prepare(const KvLayout& layout) {
   const ModelConfig& c = cfg();
   const int64_t T = plan.n_tokens;
-  const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim, half = c.n_rot / 2;
+  const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
   for (auto* b : {&x, &xn, &proj}) b->resize(T * dim);
   for (auto* b : {&q, &att}) b->resize(T * qdim);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
   for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
-  rope_cos.resize(T * half);
-  rope_sin.resize(T * half);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
     a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim));
-  // Keys stored before RoPE are rotated at attention time: cos/sin of every
-  // position a key can take (grown on demand, kept across calls).
-  if (plan.max_key_pos >= 0 && int64_t(krope_cos.size()) < int64_t(plan.max_key_pos + 1) * half) {
-    const int n_pos = std::max(plan.max_key_pos + 1, int(krope_cos.size() / std::max(1, half)) * 2);
-    krope_cos.resize(size_t(n_pos) * half);
-    krope_sin.resize(size_t(n_pos) * half);
-    RopeTable rt;
-    for (int p = 0; p < n_pos; ++p)
-      rt.compute(p, c.n_rot, c.rope_theta, &krope_cos[size_t(p) * half], &krope_sin[size_t(p) * half]);
-  }
+  rope_tables();
   stage_k.resize(size_t(plan.stage_rows) * kvdim);
   stage_v.resize(size_t(plan.stage_rows) * kvdim);
   const WeightView& embd = model->weights().tok_embd;
-  RopeTable rt;
   for (const ChunkPlan& ch : plan.chunks)
     for (int64_t t = ch.row0; t < ch.row0 + ch.n_tokens; ++t) {
-      dequantize_weight_row(embd, ch.tokens[t - ch.row0], &x[t * dim]);  // [dim]
-      // The query's RoPE position (keys are rotated at their own).
-      rt.compute(plan.pos[t] - plan.view[t].shift, c.n_rot, c.rope_theta, &rope_cos[t * half], &rope_sin[t * half]);
+      float* xt = &x[t * dim];  // [dim]
+      dequantize_weight_row(embd, ch.tokens[t - ch.row0], xt);
+      if (c.embd_scale > 0.f)
+        for (int i = 0; i < dim; ++i) xt[i] *= c.embd_scale;
     }
 }
 
@@ -167,9 +191,11 @@ void Engine::Impl::store_quantized(const KvStorage& kv, int l) {
 void Engine::Impl::attend(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
   const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, qdim = nh * hd, kvdim = nkv * hd;
-  const AttnShape shape{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
+  const float scale = c.attn_scale > 0.f ? c.attn_scale : 1.0f / std::sqrt(float(hd));
+  const AttnShape shape{nh, nkv, hd, scale, c.attn_softcap};
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
-  const int G = kv.layout.group_tokens;
+  const int G = kv.layout.group_tokens, window = c.layer_window[size_t(l)];
+  const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
   const int64_t n_blocks = int64_t(plan.attn_blocks.size());
   pool->parallel_for(n_blocks * nkv, [&](int64_t task, int thread) {
     const auto [t0, tb] = plan.attn_blocks[size_t(task % n_blocks)];
@@ -180,9 +206,10 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
     AttnSeq as{ch.block_table, plan.pos[t] + 1, plan.pos[t] + 1, nullptr, nullptr};
     as.sink_end = wv.sink_end;
     as.win_start = wv.win_start;
+    as.window = window;
     if (ch.rotates) {
-      as.rope_cos = krope_cos.data();
-      as.rope_sin = krope_sin.data();
+      as.rope_cos = rk.kcos.data();
+      as.rope_sin = rk.ksin.data();
       as.shift = wv.shift;
       as.n_rot = c.n_rot;
       as.neox = neox;
@@ -199,25 +226,39 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   });
 }
 
-// RMSNorm, Q/K/V, RoPE, K/V into their slots, attention, output projection,
-// residual add.
-void Engine::Impl::attention_block(const KvStorage& kv, int l) {
+// RMSNorm, then q [T, qdim], k and v [T, kvdim] (one dispatch for the three)
+// with their biases.
+void Engine::Impl::qkv(int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int64_t T = plan.n_tokens;
-  const int dim = c.dim, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
-  const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
-  const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
+  const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
-  // q [T, qdim], k and v [T, kvdim]: one dispatch for the three.
   mm_multi({{&L.wq, q.data(), qdim}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
   add_bias(q.data(), L.bq, T, qdim);
   add_bias(k.data(), L.bk, T, kvdim);
   add_bias(v.data(), L.bv, T, kvdim);
+}
+
+// Q/K/V, QK norms, RoPE, K/V into their slots, attention, output
+// projection, post-attention norm, residual add.
+void Engine::Impl::attention_block(const KvStorage& kv, int l) {
+  const ModelConfig& c = cfg();
+  const LayerWeights& L = model->weights().layers[l];
+  const int dim = c.dim, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
+  const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
+  const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
+  const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
+  qkv(l);
   per_token([&](int64_t t) {
-    const float* cs = &rope_cos[t * (n_rot / 2)];
-    const float* sn = &rope_sin[t * (n_rot / 2)];
+    const float* cs = &rk.cos[t * (n_rot / 2)];
+    const float* sn = &rk.sin[t * (n_rot / 2)];
     const ChunkPlan& ch = plan.chunks[size_t(plan.chunk_of[t])];
+    // Per-head RMSNorm of q and k before RoPE (q_norm / k_norm: [head_dim]).
+    if (L.q_norm)
+      for (int h = 0; h < nh; ++h) rmsnorm(&q[t * qdim + h * hd], L.q_norm, &q[t * qdim + h * hd], hd, c.rms_eps);
+    if (L.k_norm)
+      for (int h = 0; h < nkv; ++h) rmsnorm(&k[t * kvdim + h * hd], L.k_norm, &k[t * kvdim + h * hd], hd, c.rms_eps);
     rope_apply(&q[t * qdim], nh, hd, n_rot, neox, cs, sn);
     // Keys of a shifting window policy are stored before RoPE.
     if (!ch.rotates) rope_apply(&k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
@@ -230,21 +271,32 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   });
   if (quant) store_quantized(kv, l);
   attend(kv, l);
-  mm(L.wo, att.data(), qdim, T, proj.data(), dim);  // [T, dim]
-  per_token([&](int64_t t) { add_inplace(&x[t * dim], &proj[t * dim], dim); });
+  mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), dim);  // [T, dim]
+  per_token([&](int64_t t) {
+    if (L.attn_post_norm) rmsnorm(&proj[t * dim], L.attn_post_norm, &proj[t * dim], dim, c.rms_eps);
+    add_inplace(&x[t * dim], &proj[t * dim], dim);
+  });
 }
 
-// RMSNorm, gate/up, SwiGLU, down projection, residual add.
+// RMSNorm, gate/up, SwiGLU or GeGLU, down projection, post-FFN norm,
+// residual add.
 void Engine::Impl::ffn_block(int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, ffn = c.ffn_dim;
+  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
   mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
-  per_token([&](int64_t t) { swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn); });
+  per_token([&](int64_t t) {
+    if (gelu) geglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
+    else swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
+  });
   mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
-  per_token([&](int64_t t) { add_inplace(&x[t * dim], &proj[t * dim], dim); });
+  per_token([&](int64_t t) {
+    if (L.ffn_post_norm) rmsnorm(&proj[t * dim], L.ffn_post_norm, &proj[t * dim], dim, c.rms_eps);
+    add_inplace(&x[t * dim], &proj[t * dim], dim);
+  });
 }
 
 // Final norm and classifier only for the rows whose logits are wanted.
@@ -257,6 +309,8 @@ void Engine::Impl::output(std::vector<float>& logits) {
   for (int64_t o = 0; o < n_out; ++o) rmsnorm(&x[plan.out_rows[o] * dim], w.output_norm, &out_rows[o * dim], dim, c.rms_eps);
   logits.resize(size_t(n_out) * c.n_vocab);
   mm(w.output, out_rows.data(), dim, n_out, logits.data(), c.n_vocab);  // [n_out, n_vocab]
+  if (c.final_softcap > 0.f)
+    for (int64_t o = 0; o < n_out; ++o) softcap_inplace(&logits[size_t(o) * c.n_vocab], c.n_vocab, c.final_softcap);
 }
 
 void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits) {

@@ -21,18 +21,23 @@ unsigned range_bits(int p0, int lo, int hi) {
   return ((1u << b) - 1u) & ~((1u << a) - 1u);
 }
 
+// The first key a token with context ctx passes through the layer's window.
+int window_lo(const AttnSeq& seq, int ctx) { return seq.window > 0 && ctx > seq.window ? ctx - seq.window : 0; }
+
 // The tile's keys a token with context ctx sees.
 unsigned visible_bits(const AttnSeq& seq, int p0, int ctx) {
-  if (seq.sink_end >= seq.win_start) return range_bits(p0, 0, ctx);
-  return range_bits(p0, 0, std::min(seq.sink_end, ctx)) | range_bits(p0, seq.win_start, ctx);
+  const int lo = window_lo(seq, ctx);
+  if (seq.sink_end >= seq.win_start) return range_bits(p0, lo, ctx);
+  return range_bits(p0, lo, std::min(seq.sink_end, ctx)) | range_bits(p0, std::max(seq.win_start, lo), ctx);
 }
 
-// Calls fn(p0) for every tile holding a visible key of the last token, in
-// position order: the sinks' tiles, then the window's.
+// Calls fn(p0) for every tile holding a visible key of a token of the block
+// (contexts ctx_first .. seq.n_ctx), in position order: the sinks' tiles,
+// then the window's. The first token's layer window reaches furthest back.
 template <class Fn>
-void for_each_tile(const AttnSeq& seq, Fn&& fn) {
+void for_each_tile(const AttnSeq& seq, int ctx_first, Fn&& fn) {
   const int last = (seq.n_ctx + kTile - 1) / kTile;
-  int j = 0;
+  int j = window_lo(seq, ctx_first) / kTile;
   if (seq.sink_end < seq.win_start) {
     const int sink_tiles = (seq.sink_end + kTile - 1) / kTile;
     for (; j < sink_tiles; ++j) fn(j * kTile);
@@ -56,17 +61,18 @@ void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& k
   if (T > 1 && (seq.sink_end < seq.win_start || seq.rope_cos))
     throw std::invalid_argument("attention: a query block needs every key visible and unrotated");
   const int r = s.n_heads / s.n_kv_heads, hd = s.head_dim, h0 = g * r;
-  const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale};
+  const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale, s.softcap};
   const attn::FlashKernel& fk = attn::flash_kernel();
   float* state = align64(scratch);                                  // the rows' state
   float* kt = state + attn::flash_state_floats(fq.rows(), hd);      // [kTile, hd] keys
   float* vt = kt + size_t(kTile) * hd;                              // [kTile, hd] values
   auto* vis = reinterpret_cast<uint16_t*>(vt + size_t(kTile) * hd);  // [T] keys each token sees
-  const int ctx_first = seq.n_ctx - (T - 1);
+  const int ctx_first = seq.n_ctx - (T - 1), lo_last = window_lo(seq, seq.n_ctx);
   fk.begin(fq, state);
-  for_each_tile(seq, [&](int p0) {
-    // Tiles every token sees whole (all but the last one or two of a block) skip the masks.
-    const bool whole = seq.sink_end >= seq.win_start && p0 + kTile <= ctx_first;
+  for_each_tile(seq, ctx_first, [&](int p0) {
+    // Tiles every token sees whole (all but the last one or two of a block,
+    // and the first ones of a windowed layer) skip the masks.
+    const bool whole = seq.sink_end >= seq.win_start && p0 >= lo_last && p0 + kTile <= ctx_first;
     unsigned any = 0xFFFFu;
     if (!whole) {
       any = 0;
@@ -98,6 +104,7 @@ void attention_reference(const float* q, const float* k, const float* v, int n_c
       double d = 0;
       for (int i = 0; i < hd; ++i) d += double(q[h * hd + i]) * k[(size_t(t) * s.n_kv_heads + g) * hd + i];
       p[t] = d * s.scale;
+      if (s.softcap > 0) p[t] = s.softcap * std::tanh(p[t] / s.softcap);
       mx = p[t] > mx ? p[t] : mx;
     }
     double sum = 0;

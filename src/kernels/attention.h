@@ -2,6 +2,7 @@
 // place through its block table (no gather into a contiguous copy).
 #pragma once
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include "kernels/kv_layout.h"
 
@@ -11,7 +12,8 @@ struct AttnShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  float scale = 1.0f;  // 1/sqrt(head_dim)
+  float scale = 1.0f;    // 1/sqrt(head_dim), or the model's query scale
+  float softcap = 0.0f;  // > 0: scores = softcap * tanh(scale * q.k / softcap) (Gemma 2)
 };
 
 // One query token's view of its sequence's keys and values: positions
@@ -21,9 +23,12 @@ struct AttnShape {
 // own_k / own_v ([n_ctx - n_stored, kvdim], row stride kvdim).
 //
 // A window policy (kv/window_policy.h) hides keys: only [0, sink_end) and
-// [win_start, n_ctx) are visible (sink_end >= win_start: all). With
-// rope_cos/rope_sin the keys are stored before RoPE and rotated here to
-// position i (i < sink_end) or i - shift (tables [position, n_rot/2]).
+// [win_start, n_ctx) are visible (sink_end >= win_start: all). A layer's own
+// sliding window (window = W > 0; 0 = none) hides every key k with
+// (n_ctx - 1) - k >= W, i.e. keys before n_ctx - W, on top of the policy:
+// the query at text index p sees key k only if p - k < W (llama.cpp's SWA
+// mask). With rope_cos/rope_sin the keys are stored before RoPE and rotated
+// here to position i (i < sink_end) or i - shift (tables [position, n_rot/2]).
 struct AttnSeq {
   const int32_t* block_table = nullptr;
   int n_ctx = 0;
@@ -35,8 +40,15 @@ struct AttnSeq {
   const float* rope_sin = nullptr;
   int shift = 0, n_rot = 0;
   bool neox = false;
+  int window = 0;
+  // Keys [lo(), n_ctx) pass the layer's window.
+  int lo() const { return window > 0 && n_ctx > window ? n_ctx - window : 0; }
   // Keys the query sees.
-  int n_visible() const { return sink_end >= win_start ? n_ctx : sink_end + (n_ctx - win_start); }
+  int n_visible() const {
+    const int lo_ = lo();
+    if (sink_end >= win_start) return n_ctx - lo_;
+    return std::max(0, sink_end - lo_) + (n_ctx - std::max(win_start, lo_));
+  }
 };
 
 // The query heads that share kv head `g` (GQA group), for keys/values at
@@ -59,8 +71,9 @@ size_t attention_scratch_floats(int rows, int head_dim);
 // value tile is loaded (dequantized, rotated) once for all T tokens; each
 // token runs the tile kernel's operations on the tiles it sees, with its own
 // mask on the last ones, so results are bit-identical to T calls.
-// For T > 1 the sequence must have no hidden keys (sink_end >= win_start)
-// and no rotation at attention time (else std::invalid_argument), and all T
+// For T > 1 the sequence's policy must hide no keys (sink_end >= win_start)
+// and rotate none at attention time (else std::invalid_argument); a layer
+// window is fine (each token masks its own keys, lo() of its context). All T
 // tokens must share n_stored and own_k / own_v (a quantized cache: the block
 // lies in one token group; token i reads the first n_ctx_i - n_stored own rows).
 void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,

@@ -34,4 +34,24 @@ inline float exp_poly_scalar(float x) {
 // silu(v) * u = v / (1 + exp(-v)) * u, in this order.
 inline float swiglu_scalar(float v, float u) { return v / (1.0f + exp_poly_scalar(-v)) * u; }
 
+// GeGLU with the tanh-approximated GELU (Gemma):
+//   gelu(v) = 0.5 v (1 + tanh(sqrt(2/pi) v (1 + A v^2))) = v / (1 + exp(z)),
+//   z = -2 sqrt(2/pi) v (1 + A v^2)   (0.5 (1 + tanh y) is the sigmoid of 2y)
+// computed as z = (v * kGeluK) * fma(A, v * v, 1), then v / (1 + exp(z)) * u.
+constexpr float kGeluK = -1.5957691216057308f;  // -2 sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+inline float geglu_scalar(float v, float u) {
+  const float z = (v * kGeluK) * std::fma(kGeluA, v * v, 1.0f);
+  return v / (1.0f + exp_poly_scalar(z)) * u;
+}
+
+// Soft-capping (Gemma 2's logits): cap * tanh(x / cap), as
+// cap - 2 cap / (1 + exp(x * (2 / cap))). The constants are the caller's
+// floats: k = 2 / cap, c = cap, c2 = 2 * cap.
+struct Softcap {
+  float k = 0, c = 0, c2 = 0;
+  explicit Softcap(float cap) : k(2.0f / cap), c(cap), c2(2.0f * cap) {}
+};
+inline float softcap_scalar(float x, const Softcap& s) { return s.c - s.c2 / (1.0f + exp_poly_scalar(x * s.k)); }
+
 }  // namespace kvs::poly

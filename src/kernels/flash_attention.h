@@ -3,12 +3,12 @@
 // header is its definition; the scalar kernel is that definition in code and
 // the SIMD kernels run the same IEEE operations in the same order.
 //
-// For one row (a query token's head) with scaled query qs = q * (scale * log2 e):
+// For one row (a query token's head) with scaled query qs = q * query_factor:
 //   m = -inf, l = 0, o[d] = 0
 //   for each key tile, in position order (a tile is positions [16j, 16j + 16);
 //   only tiles holding a key the row sees; vis_k: key k of the tile is seen):
-//     s_k   = vis_k ? the fma chain acc = fma(qs[d], K_k[d], acc), d = 0..hd-1
-//                     from acc = 0 : -inf
+//     s_k   = vis_k ? score(the fma chain acc = fma(qs[d], K_k[d], acc),
+//                     d = 0..hd-1, from acc = 0) : -inf
 //     mn    = max(m, max_k s_k)
 //     alpha = exp2n(m - mn)
 //     p_k   = vis_k ? exp2n(s_k - mn) : 0
@@ -17,7 +17,12 @@
 //     m     = mn
 //   out[d] = o[d] * (1 / l)
 // where exp2n is exp2n_scalar() below and tree16 sums lanes k and k + 8,
-// then k and k + 4, k + 2, k + 1.
+// then k and k + 4, k + 2, k + 1. Without soft-capping, query_factor =
+// scale * log2 e and score(acc) = acc. With a cap (Gemma 2: scores become
+// cap * tanh(scale * q.k / cap)), query_factor = scale * (2 / cap) and
+//   score(acc) = C1 - C2 / (1 + exp_poly(acc)),  C1 = cap * log2 e, C2 = 2 cap log2 e
+// (exp_poly.h's exp; cap * tanh(y) = cap - 2 cap / (1 + e^(2y))), which is the
+// capped score in log2 units.
 //
 // Why the result cannot depend on batching or chunking: the tiles are fixed
 // by absolute position, so a row visits the same tiles with the same masks
@@ -66,7 +71,11 @@ struct FlashQuery {
   size_t ldq = 0;
   int T = 1, r = 1, hd = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;  // > 0: scores soft-capped (above); 0: none
   int rows() const { return T * r; }
+  float query_factor() const { return softcap > 0.0f ? scale * (2.0f / softcap) : scale * kLog2e; }
+  float cap_c1() const { return softcap * kLog2e; }
+  float cap_c2() const { return 2.0f * softcap * kLog2e; }
 };
 
 // A kernel keeps each row's state (scaled query, o, m, l) in `state`

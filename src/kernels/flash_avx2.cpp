@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/exp_poly.h"
 #include "kernels/flash_attention.h"
 #include "kernels/target_region.h"
 
@@ -14,6 +15,10 @@ namespace kvs::attn {
 
 KVS_TARGET_BEGIN("avx2,fma")
 namespace {
+
+#define KVS_EXP_POLY_256
+#include "kernels/exp_poly_simd.h"
+#undef KVS_EXP_POLY_256
 
 struct V256 {
   using reg = __m256;
@@ -45,6 +50,7 @@ struct V256 {
     for (int i = 0; i < 8; ++i)
       if (lanes >> i & 1u) base[off[i]] = t[i];
   }
+  static reg exp(reg x) { return exp_poly256(x); }
   static bool all_equal(reg x, float c) { return _mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(c), _CMP_NEQ_UQ)) == 0; }
   // exp2n_scalar of every lane; 2^n built in the exponent field (n in [-100, 0]).
   static reg exp2n(reg x) {

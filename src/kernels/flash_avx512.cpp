@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/exp_poly.h"
 #include "kernels/flash_attention.h"
 #include "kernels/target_region.h"
 
@@ -13,6 +14,10 @@ namespace kvs::attn {
 
 KVS_TARGET_BEGIN("avx512f,avx2,fma")
 namespace {
+
+#define KVS_EXP_POLY_512
+#include "kernels/exp_poly_simd.h"
+#undef KVS_EXP_POLY_512
 
 struct V512 {
   using reg = __m512;
@@ -38,6 +43,7 @@ struct V512 {
   static void scatter(float* base, const int* off, unsigned lanes, reg x) {
     _mm512_mask_i32scatter_ps(base, mask(lanes), _mm512_loadu_si512(off), x, 4);
   }
+  static reg exp(reg x) { return exp_poly512(x); }
   static bool all_equal(reg x, float c) { return _mm512_cmp_ps_mask(x, _mm512_set1_ps(c), _CMP_NEQ_UQ) == 0; }
   // exp2n_scalar of every lane: the same clamp, rounding, polynomial; scalef = ldexp.
   static reg exp2n(reg x) {

@@ -11,7 +11,8 @@
 //   values   oT[d] += V_t[d] * p_t        oT [hd, L], V_t[d] broadcast
 // V provides: reg, mask, L (lanes), KB (keys per score pass), load, store,
 // bcast, zero, set1, add, sub, mul, div, max, fma (a * b + c), fma_m (lanes
-// outside the mask keep c), select (mask ? a : b), exp2n, all_equal,
+// outside the mask keep c), select (mask ? a : b), exp2n, exp (exp_poly.h's
+// exp, for soft-capped scores), all_equal,
 // mask_of (lane bits -> mask), gather (base[off[lane]]), scatter (the
 // lanes whose bit is set to base[off[lane]]).
 
@@ -62,7 +63,7 @@ template <class V>
 void begin(const FlashQuery& fq, float* st) {
   using R = typename V::reg;
   const Layout lo = layout<V>(fq, st);
-  const R c = V::set1(fq.scale * kvs::attn::kLog2e);
+  const R c = V::set1(fq.query_factor());
   for (int g = 0; g < lo.G; ++g) {
     int off[V::L];
     lane_offsets<V>(fq, g, fq.ldq, off);
@@ -98,6 +99,15 @@ inline void scores(const float* qt, const float* k, int hd_rt, typename V::reg* 
 #pragma GCC unroll 16
     for (int t = 0; t < V::KB; ++t) s[kb + t] = acc[t];
   }
+}
+
+// Soft-capped scores (flash_attention.h): C1 - C2 / (1 + exp(acc)).
+template <class V>
+inline void cap_scores(const FlashQuery& fq, typename V::reg* s) {
+  using R = typename V::reg;
+  const R c1 = V::set1(fq.cap_c1()), c2 = V::set1(fq.cap_c2()), one = V::set1(1.0f);
+#pragma GCC unroll 16
+  for (int t = 0; t < kTile; ++t) s[t] = V::sub(c1, V::div(c2, V::add(one, V::exp(s[t]))));
 }
 
 // 16 values to one by the fixed tree of flash_attention.h (Max = false:
@@ -203,6 +213,7 @@ void tile(const FlashQuery& fq, float* st, const float* k, const float* v, const
     R s[kTile], p[kTile];
     if (!vis) {
       scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
+      if (fq.softcap > 0.0f) cap_scores<V>(fq, s);
       const R alpha = softmax<V, false>(s, nullptr, m, l, p);
       accumulate<V, HD, false>(lo.ot + g * gq, v, fq.hd, p, alpha, nullptr);
       continue;
@@ -210,6 +221,7 @@ void tile(const FlashQuery& fq, float* st, const float* k, const float* v, const
     typename V::mask km[kTile];
     if (lane_masks<V>(fq, g, vis, km) == 0) continue;  // no lane sees the tile: left as it is
     scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
+    if (fq.softcap > 0.0f) cap_scores<V>(fq, s);
     const R alpha = softmax<V, true>(s, km, m, l, p);
     accumulate<V, HD, true>(lo.ot + g * gq, v, fq.hd, p, alpha, km);
   }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernels/cpu.h"
+#include "kernels/exp_poly.h"
 #include "kernels/flash_attention.h"
 
 namespace kvs::attn {
@@ -28,7 +29,7 @@ struct ScalarState {
 
 void begin_scalar(const FlashQuery& fq, float* state) {
   const ScalarState st(fq, state);
-  const float c = fq.scale * kLog2e;
+  const float c = fq.query_factor();
   for (int i = 0; i < fq.T; ++i)
     for (int j = 0; j < fq.r; ++j) {
       const int row = i * fq.r + j;
@@ -43,7 +44,9 @@ void begin_scalar(const FlashQuery& fq, float* state) {
 }
 
 // One row over one tile; bits: the keys it sees.
-void tile_row(int hd, const float* qs, float* o, float& m, float& l, const float* k, const float* v, unsigned bits) {
+void tile_row(const FlashQuery& fq, const float* qs, float* o, float& m, float& l, const float* k, const float* v,
+              unsigned bits) {
+  const int hd = fq.hd;
   float s[kTile], p[kTile];
   float mt = -std::numeric_limits<float>::infinity();
   for (int t = 0; t < kTile; ++t) {
@@ -51,6 +54,7 @@ void tile_row(int hd, const float* qs, float* o, float& m, float& l, const float
     if (!(bits >> t & 1)) continue;
     float acc = 0.0f;
     for (int d = 0; d < hd; ++d) acc = std::fma(qs[d], k[size_t(t) * hd + d], acc);
+    if (fq.softcap > 0.0f) acc = fq.cap_c1() - fq.cap_c2() / (1.0f + poly::exp_poly_scalar(acc));
     s[t] = acc;
     mt = std::max(mt, acc);
   }
@@ -74,7 +78,7 @@ void tile_scalar(const FlashQuery& fq, float* state, const float* k, const float
     if (bits == 0) continue;  // the row is left as it is (flash_attention.h)
     for (int j = 0; j < fq.r; ++j) {
       const int row = i * fq.r + j;
-      tile_row(fq.hd, st.qs + size_t(row) * fq.hd, st.o + size_t(row) * fq.hd, st.m[row], st.l[row], k, v, bits);
+      tile_row(fq, st.qs + size_t(row) * fq.hd, st.o + size_t(row) * fq.hd, st.m[row], st.l[row], k, v, bits);
     }
   }
 }

@@ -33,6 +33,28 @@ void swiglu_inplace(float* g, const float* u, int n) {
   }
 }
 
+void geglu_inplace(float* g, const float* u, int n) {
+  switch (active_isa()) {
+    case Isa::Amx:
+    case Isa::Avx512: return simd::geglu_avx512(g, u, n);
+    case Isa::Avx2: return simd::geglu_avx2(g, u, n);
+    default:
+      for (int i = 0; i < n; ++i) g[i] = poly::geglu_scalar(g[i], u[i]);
+  }
+}
+
+void softcap_inplace(float* x, int n, float cap) {
+  switch (active_isa()) {
+    case Isa::Amx:
+    case Isa::Avx512: return simd::softcap_avx512(x, n, cap);
+    case Isa::Avx2: return simd::softcap_avx2(x, n, cap);
+    default: {
+      const poly::Softcap s(cap);
+      for (int i = 0; i < n; ++i) x[i] = poly::softcap_scalar(x[i], s);
+    }
+  }
+}
+
 void softmax_inplace(float* x, int n) {
   float mx = x[0];
   for (int i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;

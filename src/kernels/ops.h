@@ -14,6 +14,12 @@ void add_inplace(float* x, const float* y, int n);
 // g[i] = silu(g[i]) * u[i]   (SwiGLU), with the polynomial exp of
 // exp_poly.h (rel. error < 1e-7): bit-identical on every ISA path.
 void swiglu_inplace(float* g, const float* u, int n);
+// g[i] = gelu_tanh(g[i]) * u[i]   (GeGLU, Gemma), by exp_poly.h's
+// geglu_scalar: bit-identical on every ISA path.
+void geglu_inplace(float* g, const float* u, int n);
+// x[i] = cap * tanh(x[i] / cap)   (logit soft-capping, Gemma 2), by
+// exp_poly.h's softcap_scalar: bit-identical on every ISA path.
+void softcap_inplace(float* x, int n, float cap);
 // In-place softmax of x[0..n); returns nothing, max-subtracted for stability.
 void softmax_inplace(float* x, int n);
 

@@ -1,6 +1,8 @@
 // SIMD element-wise ops (ops.h dispatches here by the active ISA). Each runs
 // exactly the scalar definition's operations (exp_poly.h), so results do not
-// depend on the ISA; tests compare bit for bit on random inputs.
+// depend on the ISA; tests compare bit for bit on random inputs. Compiled
+// with -ffp-contract=off (CMakeLists.txt): only the fmas the definitions
+// name are fused.
 #include <immintrin.h>
 
 #include "kernels/exp_poly.h"
@@ -13,32 +15,49 @@ KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 
 namespace {
 
-inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(poly::kExpLo));
-  x = _mm512_min_ps(x, _mm512_set1_ps(poly::kExpHi));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(poly::kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-poly::kLn2Hi), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-poly::kLn2Lo), r);
-  __m512 y = _mm512_set1_ps(poly::kExpR[0]);
-  for (int i = 1; i < 8; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(poly::kExpR[i]));
-  return _mm512_scalef_ps(y, n);
-}
+#define KVS_EXP_POLY_512
+#include "kernels/exp_poly_simd.h"
+#undef KVS_EXP_POLY_512
 
 inline __m512 swiglu512(__m512 v, __m512 u) {
-  const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+  const __m512 e = exp_poly512(_mm512_sub_ps(_mm512_setzero_ps(), v));
   return _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+inline __m512 geglu512(__m512 v, __m512 u) {
+  const __m512 inner = _mm512_fmadd_ps(_mm512_set1_ps(poly::kGeluA), _mm512_mul_ps(v, v), _mm512_set1_ps(1.0f));
+  const __m512 z = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(poly::kGeluK)), inner);
+  return _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_poly512(z))), u);
+}
+
+inline __m512 softcap512(__m512 x, const poly::Softcap& s) {
+  const __m512 e = exp_poly512(_mm512_mul_ps(x, _mm512_set1_ps(s.k)));
+  return _mm512_sub_ps(_mm512_set1_ps(s.c), _mm512_div_ps(_mm512_set1_ps(s.c2), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+}
+
+// g[i] = f(g[i], u[i]) over 16 lanes, the tail under a mask.
+template <__m512 (*F)(__m512, __m512)>
+inline void map2_512(float* g, const float* u, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(g + i, F(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(g + i, m, F(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+  }
 }
 
 }  // namespace
 
-void swiglu_avx512(float* g, const float* u, int n) {
+void swiglu_avx512(float* g, const float* u, int n) { map2_512<swiglu512>(g, u, n); }
+void geglu_avx512(float* g, const float* u, int n) { map2_512<geglu512>(g, u, n); }
+
+void softcap_avx512(float* x, int n, float cap) {
+  const poly::Softcap s(cap);
   int i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(g + i, swiglu512(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, softcap512(_mm512_loadu_ps(x + i), s));
   if (i < n) {
     const __mmask16 m = __mmask16((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(g + i, m, swiglu512(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+    _mm512_mask_storeu_ps(x + i, m, softcap512(_mm512_maskz_loadu_ps(m, x + i), s));
   }
 }
 
@@ -48,24 +67,24 @@ KVS_TARGET_BEGIN("avx2,fma")
 
 namespace {
 
-inline __m256 exp256(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(poly::kExpLo));
-  x = _mm256_min_ps(x, _mm256_set1_ps(poly::kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(poly::kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-poly::kLn2Hi), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-poly::kLn2Lo), r);
-  __m256 y = _mm256_set1_ps(poly::kExpR[0]);
-  for (int i = 1; i < 8; ++i) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(poly::kExpR[i]));
-  // 2^n by building the exponent: n is in [-126, 127] after the clamp, so
-  // the scale is a normal float and the product is exact-rounded like scalef.
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
+#define KVS_EXP_POLY_256
+#include "kernels/exp_poly_simd.h"
+#undef KVS_EXP_POLY_256
 
 inline __m256 swiglu256(__m256 v, __m256 u) {
-  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), v));
+  const __m256 e = exp_poly256(_mm256_sub_ps(_mm256_setzero_ps(), v));
   return _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+inline __m256 geglu256(__m256 v, __m256 u) {
+  const __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(poly::kGeluA), _mm256_mul_ps(v, v), _mm256_set1_ps(1.0f));
+  const __m256 z = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(poly::kGeluK)), inner);
+  return _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_poly256(z))), u);
+}
+
+inline __m256 softcap256(__m256 x, const poly::Softcap& s) {
+  const __m256 e = exp_poly256(_mm256_mul_ps(x, _mm256_set1_ps(s.k)));
+  return _mm256_sub_ps(_mm256_set1_ps(s.c), _mm256_div_ps(_mm256_set1_ps(s.c2), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
 }
 
 }  // namespace
@@ -74,6 +93,19 @@ void swiglu_avx2(float* g, const float* u, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu256(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
   for (; i < n; ++i) g[i] = poly::swiglu_scalar(g[i], u[i]);
+}
+
+void geglu_avx2(float* g, const float* u, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, geglu256(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  for (; i < n; ++i) g[i] = poly::geglu_scalar(g[i], u[i]);
+}
+
+void softcap_avx2(float* x, int n, float cap) {
+  const poly::Softcap s(cap);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, softcap256(_mm256_loadu_ps(x + i), s));
+  for (; i < n; ++i) x[i] = poly::softcap_scalar(x[i], s);
 }
 
 KVS_TARGET_END()

@@ -194,6 +194,10 @@ void load_llama2c(Model& m, const std::string& path, const std::string& tok) {
   c.has_qkv_bias = false;
   c.tied_output = tied;
   c.sliding_window = 0;
+  c.ropes = {RopeConfig{}};
+  c.n_ctx_orig = c.n_ctx_train;
+  c.layer_window.assign(size_t(L), 0);
+  c.layer_rope.assign(size_t(L), 0);
   c.weight_bytes = static_cast<size_t>(off - seq * hs) * 4;  // everything but the RoPE tables
 
   auto mat = [&](int64_t o, int64_t rows, int64_t cols) {

@@ -21,6 +21,21 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
     << c.n_heads << '|' << c.n_kv_heads << '|' << c.head_dim << '|' << c.ffn_dim << '|' << c.n_rot << '|'
     << c.rope_theta << '|' << c.rms_eps << '|' << static_cast<int>(c.rope) << '|' << c.has_qkv_bias << '|'
     << c.tied_output << '|' << c.sliding_window << '|' << c.weight_bytes << '|' << file_size << '|';
+  // What the newer architectures add, only where it differs from the plain
+  // llama forward (so the identities of the models before them stay).
+  std::ostringstream x;
+  for (size_t l = 0; l < c.layer_window.size(); ++l)
+    if (c.layer_window[l] != c.sliding_window || c.layer_rope[l] != 0) x << 'w' << l << ':' << c.layer_window[l] << ':' << c.layer_rope[l];
+  for (size_t i = 0; i < c.ropes.size(); ++i)
+    if (!(c.ropes[i] == RopeConfig{c.rope_theta, 1.f, 0.f, 1.f, 32.f, 1.f, c.ropes[i].n_ctx_orig}))
+      x << 'r' << i << ':' << c.ropes[i].theta << ':' << c.ropes[i].freq_scale << ':' << c.ropes[i].ext_factor << ':'
+        << c.ropes[i].attn_factor << ':' << c.ropes[i].n_ctx_orig;
+  if (c.rope_factors != RopeFactors::None) x << "f" << int(c.rope_factors) << ':' << c.n_ctx_orig;
+  if (c.attn_scale != 0.f || c.attn_softcap != 0.f || c.final_softcap != 0.f || c.embd_scale != 0.f)
+    x << 's' << c.attn_scale << ':' << c.attn_softcap << ':' << c.final_softcap << ':' << c.embd_scale;
+  x << (c.ffn_act == FfnAct::Silu ? "" : "g") << (c.qk_norm ? "q" : "") << (c.post_norms ? "p" : "")
+    << (c.fused_qkv ? "k" : "") << (c.fused_gate_up ? "u" : "");
+  if (!x.str().empty()) s << "x:" << x.str() << '|';
   // The canonical path, so "m.gguf" and "./m.gguf" are the same model.
   std::error_code ec;
   const std::filesystem::path canon = std::filesystem::weakly_canonical(path, ec);
@@ -41,6 +56,11 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
 
 }  // namespace detail
 
+const float* ModelWeights::rope_factors_for(const ModelConfig& c, int n_ctx) const {
+  if (rope_freqs) return rope_freqs;
+  if (c.rope_factors != RopeFactors::LongShort) return nullptr;
+  return (n_ctx > 0 ? n_ctx : c.n_ctx_train) > c.n_ctx_orig ? rope_long : rope_short;
+}
 
 namespace {
 

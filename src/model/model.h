@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "kernels/weight_pack.h"
 #include "model/gguf.h"
 #include "tokenizer/vocab.h"
@@ -14,9 +15,19 @@
 namespace kvs {
 
 enum class RopeStyle { Normal, Neox };  // Normal: pairs (2i, 2i+1); Neox: (i, i + n_rot/2)
+// The FFN's gate activation: SwiGLU (silu(gate) * up) or GeGLU with the
+// tanh-approximated GELU (Gemma).
+enum class FfnAct { Silu, GeluTanh };
+// Which per-dimension RoPE frequency factors the file has: none, one set
+// (Llama 3.1+ rope_freqs.weight), or LongRoPE's pair (Phi-3
+// rope_factors_long / rope_factors_short, chosen by the context length).
+enum class RopeFactors { None, Freqs, LongShort };
 
+// What the forward computes, from the file's metadata. The architecture's
+// differences are data here (flags, per-layer facts) and optional tensors in
+// LayerWeights; the forward has no per-architecture branches.
 struct ModelConfig {
-  std::string arch;        // "llama", "mistral", "qwen2"
+  std::string arch;        // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"
   std::string name;        // general.name or file stem
   int n_vocab = 0;
   int dim = 0;             // embedding width
@@ -27,12 +38,42 @@ struct ModelConfig {
   int ffn_dim = 0;
   int n_ctx_train = 0;     // context length from metadata
   int n_rot = 0;           // rotary dimensions (<= head_dim)
-  float rope_theta = 10000.f;
+  float rope_theta = 10000.f;  // ropes[0].theta
   float rms_eps = 1e-5f;
   RopeStyle rope = RopeStyle::Normal;
   bool has_qkv_bias = false;
   bool tied_output = false;
-  int sliding_window = 0;  // 0 = none (Mistral-style native window when > 0)
+  // The window every layer shares, applied per sequence through its
+  // WindowPolicy (Mistral-style native window, Phi-3's sliding_window; the
+  // KV blocks outside it are freed); 0 when some layer sees the whole context.
+  int sliding_window = 0;
+
+  // Per layer (each vector has n_layers entries):
+  // layer_window[l] = 0: layer l's queries see every key the sequence's
+  //   WindowPolicy shows them. W > 0: a sliding window on top of that: the
+  //   query at text index p sees key k only if p - k < W, i.e. keys
+  //   p - W + 1 .. p (the peers' SWA mask). Gemma 2: even layers; Gemma 3:
+  //   all but every sixth; Mistral / Phi-3: every layer (= sliding_window).
+  std::vector<int> layer_window;
+  // layer_rope[l]: the entry of `ropes` whose frequencies layer l rotates
+  // with. ropes[0] is the model's RoPE (rope.freq_base, rope.scaling.*);
+  // Gemma 3's local (windowed) layers use ropes[1] (base 10000, unscaled).
+  std::vector<int> layer_rope;
+  std::vector<RopeConfig> ropes;
+  RopeFactors rope_factors = RopeFactors::None;
+  // LongRoPE: the long factors are used when the engine's context exceeds
+  // this (rope.scaling.original_context_length), as the peers choose.
+  int n_ctx_orig = 0;
+
+  float attn_scale = 0.f;     // query scale; 0 = 1 / sqrt(head_dim)
+  float attn_softcap = 0.f;   // > 0: scores = cap * tanh(scores / cap) (Gemma 2)
+  float final_softcap = 0.f;  // > 0: logits = cap * tanh(logits / cap) (Gemma 2)
+  float embd_scale = 0.f;     // > 0: embeddings times this (Gemma: sqrt(dim)); 0 = unscaled
+  FfnAct ffn_act = FfnAct::Silu;
+  bool qk_norm = false;       // per-head RMSNorm of q and k before RoPE (Qwen 3, Gemma 3)
+  bool post_norms = false;    // RMSNorm of attention and FFN outputs before the residual add (Gemma 2, 3)
+  bool fused_qkv = false;     // attn_qkv holds q, k, v (Phi-3); split into views at load
+  bool fused_gate_up = false; // ffn_up holds gate then up (Phi-3); split into views at load
   // Fixed bytes of the weights as stored (for planning / rooflines).
   size_t weight_bytes = 0;
 };
@@ -43,8 +84,12 @@ struct LayerWeights {
   const float* bq = nullptr;         // [n_heads*head_dim] (qwen2) or null
   const float* bk = nullptr;         // [n_kv*head_dim]
   const float* bv = nullptr;         // [n_kv*head_dim]
+  const float* q_norm = nullptr;     // [head_dim] per-head RMSNorm of q (qk_norm) or null
+  const float* k_norm = nullptr;     // [head_dim] per-head RMSNorm of k (qk_norm) or null
+  const float* attn_post_norm = nullptr;  // [dim] (post_norms) or null
   const float* ffn_norm = nullptr;   // [dim]
   WeightView w_gate, w_up, w_down;   // gate/up: [ffn, dim]; down: [dim, ffn]
+  const float* ffn_post_norm = nullptr;   // [dim] (post_norms) or null
 };
 
 struct ModelWeights {
@@ -52,6 +97,14 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const float* output_norm = nullptr;  // [dim]
   WeightView output;                 // [n_vocab, dim] (== tok_embd when tied)
+  const float* rope_freqs = nullptr;   // [n_rot/2] RopeFactors::Freqs, else null
+  const float* rope_long = nullptr;    // [n_rot/2] RopeFactors::LongShort, else null
+  const float* rope_short = nullptr;   // [n_rot/2]
+  // The frequency factors a model runs with when its engine serves
+  // sequences of up to n_ctx tokens (0 = the training context): rope_freqs,
+  // or LongRoPE's long factors when n_ctx > n_ctx_orig (else the short
+  // ones), as llama.cpp chooses; null when the file has none.
+  const float* rope_factors_for(const ModelConfig& c, int n_ctx) const;
 };
 
 class Model {

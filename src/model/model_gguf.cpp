@@ -1,75 +1,51 @@
 // GGUF -> ModelConfig (metadata only) and GGUF -> Model (weight views into
 // the mapping). Every tensor's presence, shape and type is checked here so
-// the engine can use the views without further checks.
+// the engine can use the views without further checks, and every tensor of
+// the file must be one the architecture uses: a tensor kvserve would ignore
+// is a refusal naming it, never silently different output.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
+#include "model/arch.h"
 #include "model/loaders.h"
+#include "model/meta.h"
 #include "model/vocab_loaders.h"
 
 namespace kvs {
 
+using detail::meta_float;
+using detail::meta_int;
+
 namespace {
 
-const char* kSupportedArchs = "llama, mistral, qwen2";
-
-// Architecture integer `key`: required unless `def` is given; must lie in [lo, hi].
-int meta_int(const GgufFile& f, const std::string& key, std::optional<int> def, int64_t lo, int64_t hi) {
-  std::optional<uint64_t> v = f.opt_u64(key);
-  if (!v) {
-    if (def) return *def;
-    throw ModelError(f.path() + ": required key '" + key + "' is missing");
-  }
-  if (*v < static_cast<uint64_t>(lo) || *v > static_cast<uint64_t>(hi))
-    throw ModelError(f.path() + ": key '" + key + "' = " + std::to_string(*v) + " is out of range [" +
-                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return static_cast<int>(*v);
+// RoPE of the model (ropes[0]): base, scaling type and factor, YaRN's
+// original context, the attention factor. Unknown scaling types are refused.
+RopeConfig rope_from_gguf(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  RopeConfig r;
+  r.theta = static_cast<float>(f.opt_f64(a + "rope.freq_base").value_or(10000.0));
+  if (!(r.theta > 1.f))
+    throw ModelError(f.path() + ": key '" + a + "rope.freq_base' = " + std::to_string(r.theta) + " must be > 1");
+  const std::string type = f.opt_str(a + "rope.scaling.type").value_or("linear");
+  if (type != "none" && type != "linear" && type != "yarn" && type != "longrope")
+    throw ModelError(f.path() + ": key '" + a + "rope.scaling.type' = '" + type +
+                     "' is not supported (supported: none, linear, yarn, longrope)");
+  // The factor, under its current or its old name; 0 or absent = unscaled.
+  const std::string fkey = a + (f.find(a + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear");
+  const float factor = static_cast<float>(f.opt_f64(fkey).value_or(0.0));
+  if (!(factor >= 0.f && factor < 1e30f))
+    throw ModelError(f.path() + ": key '" + fkey + "' = " + std::to_string(factor) + " must be >= 0");
+  if (type != "none" && factor != 0.f) r.freq_scale = 1.f / factor;
+  if (type == "yarn") r.ext_factor = 1.f;
+  r.attn_factor = meta_float(f, a + "rope.scaling.attn_factor", 1.f, 0, 1e30);
+  c.n_ctx_orig = meta_int(f, a + "rope.scaling.original_context_length", c.n_ctx_train, 1, 1 << 30);
+  r.n_ctx_orig = c.n_ctx_orig;
+  return r;
 }
 
-// A weight matrix [rows, cols] is stored with ggml dims {cols, rows}.
-WeightView matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
-  const GgufTensorInfo& t = f.tensor(name, {cols, rows});
-  const TypeTraits& tt = type_traits(t.type);
-  if (!tt.supported)
-    throw ModelError(f.path() + ": tensor '" + name + "' has type " + tt.name +
-                     ", which kvserve cannot compute (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                     "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
-  WeightView w;
-  w.type = t.type;
-  w.data = t.data;
-  w.rows = rows;
-  w.cols = cols;
-  w.row_stride = row_bytes(t.type, cols);
-  return w;
-}
-
-// A 1-D float vector [n] (norm weights, biases). Kept in the mapping when it
-// is F32 and 4-byte aligned; F16/BF16 (or a misaligned F32) become owned f32.
-const float* vector_f32(Model& m, const std::string& name, int64_t n) {
-  const GgufFile& f = *m.gguf_;
-  const GgufTensorInfo& t = f.tensor(name, {n});
-  if (t.type == GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
-    return reinterpret_cast<const float*>(t.data);
-  if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
-    throw ModelError(f.path() + ": tensor '" + name + "' has type " + type_name(t.type) +
-                     ", expected F32 (norm weights and biases are stored unquantized)");
-  auto& buf = m.owned_f32_.emplace_back(static_cast<size_t>(n));
-  dequantize_row(t.type, t.data, buf.data(), n);
-  return buf.data();
-}
-
-}  // namespace
-
-ModelConfig config_from_gguf(const GgufFile& f) {
-  ModelConfig c;
-  c.arch = f.get_str("general.architecture");
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2")
-    throw ModelError(f.path() + ": unsupported architecture '" + c.arch + "' (key 'general.architecture'; supported: " +
-                     kSupportedArchs + ")");
-  const std::string a = c.arch + ".";
-  c.name = f.opt_str("general.name").value_or(std::filesystem::path(f.path()).stem().string());
-
+// Heads, head size (key_length), FFN width, context, rotary dimensions, epsilon.
+void shape_from_gguf(const GgufFile& f, const std::string& a, const ArchInfo& info, ModelConfig& c) {
   constexpr int64_t kBig = 1 << 20;  // far above any real width; rejects garbage early
   c.dim = meta_int(f, a + "embedding_length", std::nullopt, 1, kBig);
   c.n_layers = meta_int(f, a + "block_count", std::nullopt, 1, 4096);
@@ -79,10 +55,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     throw ModelError(f.path() + ": key '" + a + "attention.head_count_kv' = " + std::to_string(c.n_kv_heads) +
                      " does not divide head_count " + std::to_string(c.n_heads));
   const bool has_key_length = f.find(a + "attention.key_length") != nullptr;
-  if (!has_key_length && c.dim % c.n_heads != 0)
+  if ((!has_key_length || info.head_dim_fixed) && c.dim % c.n_heads != 0)
     throw ModelError(f.path() + ": embedding_length " + std::to_string(c.dim) + " is not a multiple of head_count " +
                      std::to_string(c.n_heads) + " and '" + a + "attention.key_length' is missing");
   c.head_dim = meta_int(f, a + "attention.key_length", c.dim / c.n_heads, 1, 4096);
+  if (info.head_dim_fixed && c.head_dim != c.dim / c.n_heads)
+    throw ModelError(f.path() + ": key '" + a + "attention.key_length' = " + std::to_string(c.head_dim) +
+                     " differs from embedding_length / head_count (" + c.arch + " requires it)");
   const int value_length = meta_int(f, a + "attention.value_length", c.head_dim, 1, 4096);
   if (value_length != c.head_dim)
     throw ModelError(f.path() + ": key '" + a + "attention.value_length' = " + std::to_string(value_length) +
@@ -92,32 +71,160 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_rot = meta_int(f, a + "rope.dimension_count", c.head_dim, 2, c.head_dim);
   if (c.n_rot % 2 != 0)
     throw ModelError(f.path() + ": key '" + a + "rope.dimension_count' = " + std::to_string(c.n_rot) + " is odd");
-  c.rope_theta = static_cast<float>(f.opt_f64(a + "rope.freq_base").value_or(10000.0));
-  if (!(c.rope_theta > 1.f))
-    throw ModelError(f.path() + ": key '" + a + "rope.freq_base' = " + std::to_string(c.rope_theta) + " must be > 1");
   c.rms_eps = static_cast<float>(f.opt_f64(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   if (!(c.rms_eps > 0.f && c.rms_eps < 1.f))
     throw ModelError(f.path() + ": key '" + a + "attention.layer_norm_rms_epsilon' = " + std::to_string(c.rms_eps) +
                      " is not in (0, 1)");
-  c.sliding_window = meta_int(f, a + "attention.sliding_window", 0, 0, 1 << 30);
-  c.rope = c.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Normal;
+}
 
-  // Vocabulary size: the token list is authoritative, then the optional
-  // vocab_size key, then the embedding table's shape.
+// Vocabulary size: the token list is authoritative, then the optional
+// vocab_size key, then the embedding table's shape.
+int vocab_size(const GgufFile& f, const std::string& a) {
+  int n = 0;
   if (const GgufValue* toks = f.find("tokenizer.ggml.tokens")) {
     if (!toks->is_array()) throw ModelError(f.path() + ": key 'tokenizer.ggml.tokens' is not an array");
-    c.n_vocab = static_cast<int>(std::min<size_t>(toks->as_arr().size(), 1u << 30));
+    n = static_cast<int>(std::min<size_t>(toks->as_arr().size(), 1u << 30));
   } else if (f.find(a + "vocab_size")) {
-    c.n_vocab = meta_int(f, a + "vocab_size", std::nullopt, 1, 1 << 30);
+    n = meta_int(f, a + "vocab_size", std::nullopt, 1, 1 << 30);
   } else if (const GgufTensorInfo* e = f.find_tensor("token_embd.weight"); e && e->dims.size() == 2) {
-    c.n_vocab = static_cast<int>(std::min<int64_t>(e->dims[1], 1 << 30));
+    n = static_cast<int>(std::min<int64_t>(e->dims[1], 1 << 30));
   } else {
     throw ModelError(f.path() + ": cannot tell the vocabulary size: key 'tokenizer.ggml.tokens' is missing");
   }
-  if (c.n_vocab <= 0) throw ModelError(f.path() + ": key 'tokenizer.ggml.tokens' is empty");
+  if (n <= 0) throw ModelError(f.path() + ": key 'tokenizer.ggml.tokens' is empty");
+  return n;
+}
 
-  c.has_qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.tied_output = f.find_tensor("output.weight") == nullptr;
+// Loads tensors by name and remembers which, so that the file's other
+// tensors can be refused by name.
+class TensorLoader {
+ public:
+  explicit TensorLoader(Model& m) : m_(m), f_(*m.gguf_) {}
+
+  // A weight matrix [rows, cols], stored with ggml dims {cols, rows}.
+  WeightView matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensorInfo& t = f_.tensor(name, {cols, rows});
+    used_.insert(name);
+    const TypeTraits& tt = type_traits(t.type);
+    if (!tt.supported)
+      throw ModelError(f_.path() + ": tensor '" + name + "' has type " + tt.name +
+                       ", which kvserve cannot compute (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                       "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
+    WeightView w;
+    w.type = t.type;
+    w.data = t.data;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_stride = row_bytes(t.type, cols);
+    return w;
+  }
+
+  // A 1-D float vector [n] (norm weights, biases, RoPE factors). Kept in
+  // the mapping when it is F32 and 4-byte aligned; F16/BF16 (or a
+  // misaligned F32) become owned f32.
+  const float* vector(const std::string& name, int64_t n) {
+    const GgufTensorInfo& t = f_.tensor(name, {n});
+    used_.insert(name);
+    if (t.type == GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
+      return reinterpret_cast<const float*>(t.data);
+    if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
+      throw ModelError(f_.path() + ": tensor '" + name + "' has type " + type_name(t.type) +
+                       ", expected F32 (norm weights, biases and RoPE factors are stored unquantized)");
+    auto& buf = m_.owned_f32_.emplace_back(static_cast<size_t>(n));
+    dequantize_row(t.type, t.data, buf.data(), n);
+    return buf.data();
+  }
+  const float* optional_vector(const std::string& name, int64_t n) {
+    return f_.find_tensor(name) ? vector(name, n) : nullptr;
+  }
+
+  // Rows [r0, r0 + n) of a matrix as a matrix of their own (fused tensors).
+  static WeightView rows(const WeightView& w, int64_t r0, int64_t n) {
+    WeightView v = w;
+    v.data = w.row(r0);
+    v.rows = n;
+    return v;
+  }
+
+  // Every tensor of the file must have been loaded.
+  void refuse_unused() const {
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (!used_.count(t.name))
+        throw ModelError(f_.path() + ": tensor '" + t.name + "' is in the file, but kvserve's " + m_.cfg_.arch +
+                         " does not use it (an unsupported variant of the architecture?)");
+  }
+
+ private:
+  Model& m_;
+  const GgufFile& f_;
+  std::set<std::string> used_;
+};
+
+// One layer's attention weights: q/k/v (separate or fused), biases, QK norms.
+void load_attention(TensorLoader& t, const ModelConfig& c, const std::string& p, LayerWeights& L) {
+  const int64_t dim = c.dim, qdim = int64_t(c.n_heads) * c.head_dim, kvdim = int64_t(c.n_kv_heads) * c.head_dim;
+  L.attn_norm = t.vector(p + "attn_norm.weight", dim);  // [dim]
+  if (c.fused_qkv) {
+    const WeightView qkv = t.matrix(p + "attn_qkv.weight", qdim + 2 * kvdim, dim);  // [q + k + v rows, dim]
+    L.wq = TensorLoader::rows(qkv, 0, qdim);
+    L.wk = TensorLoader::rows(qkv, qdim, kvdim);
+    L.wv = TensorLoader::rows(qkv, qdim + kvdim, kvdim);
+  } else {
+    L.wq = t.matrix(p + "attn_q.weight", qdim, dim);   // [n_heads*hd, dim]
+    L.wk = t.matrix(p + "attn_k.weight", kvdim, dim);  // [n_kv*hd, dim]
+    L.wv = t.matrix(p + "attn_v.weight", kvdim, dim);  // [n_kv*hd, dim]
+  }
+  L.wo = t.matrix(p + "attn_output.weight", dim, qdim);  // [dim, n_heads*hd]
+  if (c.has_qkv_bias) {
+    L.bq = t.vector(p + "attn_q.bias", qdim);   // [n_heads*hd]
+    L.bk = t.vector(p + "attn_k.bias", kvdim);  // [n_kv*hd]
+    L.bv = t.vector(p + "attn_v.bias", kvdim);  // [n_kv*hd]
+  }
+  if (c.qk_norm) {
+    L.q_norm = t.vector(p + "attn_q_norm.weight", c.head_dim);  // [head_dim]
+    L.k_norm = t.vector(p + "attn_k_norm.weight", c.head_dim);  // [head_dim]
+  }
+  if (c.post_norms) L.attn_post_norm = t.vector(p + "post_attention_norm.weight", dim);  // [dim]
+}
+
+// One layer's FFN weights: gate/up (separate or fused), down, norms.
+void load_ffn(TensorLoader& t, const ModelConfig& c, const std::string& p, LayerWeights& L) {
+  const int64_t dim = c.dim, ffn = c.ffn_dim;
+  L.ffn_norm = t.vector(p + "ffn_norm.weight", dim);  // [dim]
+  if (c.fused_gate_up) {
+    const WeightView gu = t.matrix(p + "ffn_up.weight", 2 * ffn, dim);  // [2 ffn, dim]: gate rows, then up rows
+    L.w_gate = TensorLoader::rows(gu, 0, ffn);
+    L.w_up = TensorLoader::rows(gu, ffn, ffn);
+  } else {
+    L.w_gate = t.matrix(p + "ffn_gate.weight", ffn, dim);  // [ffn, dim]
+    L.w_up = t.matrix(p + "ffn_up.weight", ffn, dim);      // [ffn, dim]
+  }
+  L.w_down = t.matrix(p + "ffn_down.weight", dim, ffn);  // [dim, ffn]
+  if (c.post_norms) L.ffn_post_norm = t.vector(p + "post_ffw_norm.weight", dim);  // [dim]
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  c.arch = f.get_str("general.architecture");
+  const ArchInfo* info = find_arch(c.arch);
+  if (!info)
+    throw ModelError(f.path() + ": unsupported architecture '" + c.arch + "' (key 'general.architecture'; supported: " +
+                     supported_archs() + ")");
+  const std::string a = c.arch + ".";
+  c.name = f.opt_str("general.name").value_or(std::filesystem::path(f.path()).stem().string());
+  shape_from_gguf(f, a, *info, c);
+  c.ropes = {rope_from_gguf(f, a, c)};
+  c.rope_theta = c.ropes[0].theta;
+  apply_arch(f, *info, c);
+  c.n_vocab = vocab_size(f, a);
+
+  c.has_qkv_bias = info->qkv_bias && f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.tied_output = !info->output_required && f.find_tensor("output.weight") == nullptr;
+  if (info->rope_freqs && f.find_tensor("rope_freqs.weight")) c.rope_factors = RopeFactors::Freqs;
+  else if (info->rope_long_short && (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")))
+    c.rope_factors = RopeFactors::LongShort;
   c.weight_bytes = 0;
   for (const auto& t : f.tensors()) c.weight_bytes += t.nbytes;
   return c;
@@ -136,34 +243,29 @@ void load_gguf(Model& m, const std::string& path) {
     throw ModelError(path + ": vocabulary has " + std::to_string(m.vocab_.size()) + " tokens, expected " +
                      std::to_string(c.n_vocab));
 
-  const int64_t dim = c.dim, qdim = int64_t(c.n_heads) * c.head_dim, kvdim = int64_t(c.n_kv_heads) * c.head_dim;
+  TensorLoader t(m);
   ModelWeights& w = m.w_;
-  w.tok_embd = matrix(f, "token_embd.weight", c.n_vocab, dim);  // [n_vocab, dim]
-  w.output_norm = vector_f32(m, "output_norm.weight", dim);     // [dim]
-  w.output = c.tied_output ? w.tok_embd : matrix(f, "output.weight", c.n_vocab, dim);  // [n_vocab, dim]
-
+  w.tok_embd = t.matrix("token_embd.weight", c.n_vocab, c.dim);  // [n_vocab, dim]
+  w.output_norm = t.vector("output_norm.weight", c.dim);        // [dim]
+  w.output = c.tied_output ? w.tok_embd : t.matrix("output.weight", c.n_vocab, c.dim);  // [n_vocab, dim]
+  const int64_t half = c.n_rot / 2;
+  if (c.rope_factors == RopeFactors::Freqs) w.rope_freqs = t.vector("rope_freqs.weight", half);  // [n_rot/2]
+  if (c.rope_factors == RopeFactors::LongShort) {
+    w.rope_long = t.optional_vector("rope_factors_long.weight", half);    // [n_rot/2]
+    w.rope_short = t.optional_vector("rope_factors_short.weight", half);  // [n_rot/2]
+  }
   w.layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights& L = w.layers[l];
-    L.attn_norm = vector_f32(m, p + "attn_norm.weight", dim);     // [dim]
-    L.wq = matrix(f, p + "attn_q.weight", qdim, dim);             // [n_heads*hd, dim]
-    L.wk = matrix(f, p + "attn_k.weight", kvdim, dim);            // [n_kv*hd, dim]
-    L.wv = matrix(f, p + "attn_v.weight", kvdim, dim);            // [n_kv*hd, dim]
-    L.wo = matrix(f, p + "attn_output.weight", dim, qdim);        // [dim, n_heads*hd]
-    if (c.has_qkv_bias) {
-      L.bq = vector_f32(m, p + "attn_q.bias", qdim);              // [n_heads*hd]
-      L.bk = vector_f32(m, p + "attn_k.bias", kvdim);             // [n_kv*hd]
-      L.bv = vector_f32(m, p + "attn_v.bias", kvdim);             // [n_kv*hd]
-    }
-    L.ffn_norm = vector_f32(m, p + "ffn_norm.weight", dim);       // [dim]
-    L.w_gate = matrix(f, p + "ffn_gate.weight", c.ffn_dim, dim);  // [ffn, dim]
-    L.w_up = matrix(f, p + "ffn_up.weight", c.ffn_dim, dim);      // [ffn, dim]
-    L.w_down = matrix(f, p + "ffn_down.weight", dim, c.ffn_dim);  // [dim, ffn]
+    load_attention(t, c, p, w.layers[l]);
+    load_ffn(t, c, p, w.layers[l]);
   }
-  if (f.find_tensor("blk." + std::to_string(c.n_layers) + ".attn_q.weight"))
-    throw ModelError(path + ": tensor 'blk." + std::to_string(c.n_layers) + ".attn_q.weight' exists but key '" +
-                     c.arch + ".block_count' says " + std::to_string(c.n_layers) + " layers");
+  const std::string beyond = "blk." + std::to_string(c.n_layers) + ".";
+  for (const GgufTensorInfo& ti : f.tensors())
+    if (ti.name.rfind(beyond, 0) == 0)
+      throw ModelError(path + ": tensor '" + ti.name + "' exists but key '" + c.arch + ".block_count' says " +
+                       std::to_string(c.n_layers) + " layers");
+  t.refuse_unused();
 
   uint64_t file_size = 0;
   std::error_code ec;

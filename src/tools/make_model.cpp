@@ -14,6 +14,7 @@
 #include "model/gguf_writer.h"
 #include "model/model.h"
 #include "tools/byte_vocab.h"
+#include "tools/make_model_arch.h"
 
 namespace kvs {
 
@@ -107,7 +108,7 @@ void set_vocab(GgufWriter& w, const Vocab& v) {
   w.set_bool("tokenizer.ggml.add_eos_token", v.add_eos);
 }
 
-// Architecture keys as llama.cpp writes them.
+// The keys every architecture has, as llama.cpp writes them.
 void set_arch(GgufWriter& w, const std::string& arch, const std::string& name, int n_ctx, int dim, int layers,
               int ffn, int heads, int kv_heads, int n_rot, float theta, float eps, GgmlType type) {
   const std::string a = arch + ".";
@@ -137,6 +138,40 @@ void progress_to_stderr(GgufWriter& w, bool on) {
   });
 }
 
+// Seeded random values: each tensor's stream depends only on (seed, name).
+// Matrices are N(0, stddev); norm weights are 1 for the two architectures
+// whose generated files predate the others (their bytes stay as they were),
+// else 1 + N(0, 0.1), so that a norm applied wrongly shows in the output.
+TensorSource random_source(GgufWriter& w, const MakeModelOptions& o) {
+  const uint64_t seed = o.seed;
+  const bool unit_norms = o.arch == "llama" || o.arch == "qwen2";
+  TensorSource s;
+  s.matrix = [&w, &o, seed](const std::string& tn, int64_t rows, int64_t cols, float stddev) {
+    auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
+    w.add_tensor_rows(tn, type_for_cols(o.type, cols, tn, o.progress), {cols, rows},
+                      [rng, cols, stddev](int64_t, float* out) {
+                        for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
+                      });
+  };
+  s.values = [&w](const std::string& tn, const std::vector<float>& v) {
+    w.add_tensor_f32(tn, GgmlType::F32, {int64_t(v.size())}, v.data());
+  };
+  s.norm = [&w, seed, unit_norms](const std::string& tn, int64_t n) {
+    NormalIsh rng(seed ^ name_hash(tn));
+    std::vector<float> v(static_cast<size_t>(n), 1.f);
+    if (!unit_norms)
+      for (auto& x : v) x += rng() * 0.1f;
+    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
+  };
+  s.bias = [&w, seed](const std::string& tn, int64_t n) {
+    NormalIsh rng(seed ^ name_hash(tn));
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = rng() * 0.1f;
+    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
+  };
+  return s;
+}
+
 }  // namespace
 
 GgmlType parse_tensor_type(const std::string& s) {
@@ -164,22 +199,12 @@ void apply_model_preset(const std::string& preset, MakeModelOptions& o) {
   }
 }
 
-void make_random_model(const MakeModelOptions& o) {
-  if (o.out.empty()) throw std::invalid_argument("make-model: no output path");
-  if (o.arch != "llama" && o.arch != "qwen2")
-    throw std::invalid_argument("make-model: unsupported arch '" + o.arch + "' (supported: llama, qwen2)");
-  auto need = [](bool ok, const std::string& what) {
-    if (!ok) throw std::invalid_argument("make-model: " + what);
-  };
-  need(o.dim > 0 && o.n_layers > 0 && o.n_heads > 0 && o.n_kv_heads > 0 && o.ffn_dim > 0 && o.n_ctx > 0,
-       "dim, layers, heads, kv-heads, ffn and ctx must be positive");
-  need(o.dim % o.n_heads == 0, "dim " + std::to_string(o.dim) + " is not a multiple of heads " + std::to_string(o.n_heads));
-  need(o.n_heads % o.n_kv_heads == 0, "kv-heads " + std::to_string(o.n_kv_heads) + " does not divide heads " +
-                                          std::to_string(o.n_heads));
-  const int hd = o.dim / o.n_heads;
-  need(hd % 2 == 0, "head dim " + std::to_string(hd) + " must be even (RoPE pairs)");
-  need(o.rope_theta > 1.f && o.rms_eps > 0.f, "rope theta must be > 1 and rms eps > 0");
+void make_random_model(const MakeModelOptions& given) {
+  if (given.out.empty()) throw std::invalid_argument("make-model: no output path");
+  const MakeModelOptions o = resolve_arch_options(given);
   check_writable(o.type);
+  if (o.arch == "gemma2" && o.n_layers != 26 && o.n_layers != 42 && o.n_layers != 46 && o.progress)
+    std::fprintf(stderr, "note: llama.cpp and ik_llama.cpp run gemma2 files only with 26, 42 or 46 layers\n");
 
   GgufWriter w;
   Vocab vocab;
@@ -194,62 +219,24 @@ void make_random_model(const MakeModelOptions& o) {
   } else {
     vocab = builtin_byte_vocab(n_vocab);
   }
-  const std::string name = o.name.empty() ? "random-" + o.arch + "-" + std::to_string(o.dim) + "x" +
+  // A name containing "phi3" makes llama.cpp mark Phi-3's own special
+  // tokens, which another vocabulary lacks (it fails to load): "phi" then.
+  const std::string tag = o.arch == "phi3" ? "phi" : o.arch;
+  const std::string name = o.name.empty() ? "random-" + tag + "-" + std::to_string(o.dim) + "x" +
                                                 std::to_string(o.n_layers)
                                           : o.name;
-  set_arch(w, o.arch, name, o.n_ctx, o.dim, o.n_layers, o.ffn_dim, o.n_heads, o.n_kv_heads,
-           o.arch == "llama" ? hd : 0, o.rope_theta, o.rms_eps, o.type);
+  // rope.dimension_count as the converters write it: llama-like and phi3.
+  const bool n_rot_key = o.arch == "llama" || o.arch == "mistral" || o.arch == "phi3";
+  set_arch(w, o.arch, name, o.n_ctx, o.dim, o.n_layers, o.ffn_dim, o.n_heads, o.n_kv_heads, n_rot_key ? o.head_dim : 0,
+           o.rope_theta, o.rms_eps, o.type);
+  write_arch_keys(w, o, name);
   if (src) {
     for (const auto& [k, v] : src->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);  // verbatim, every type
   } else {
     set_vocab(w, vocab);
   }
-
-  const int64_t dim = o.dim, qdim = dim, kvdim = int64_t(o.n_kv_heads) * hd, ffn = o.ffn_dim;
-  const uint64_t seed = o.seed;
-  // Matrix [rows, cols] with N(0, std) entries; fan-in scaling keeps each
-  // layer's output O(1). The residual branches' last matrices (wo, down)
-  // are scaled down by sqrt(2 * layers) so the stream does not grow.
-  auto matrix = [&](const std::string& tn, int64_t rows, int64_t cols, float stddev) {
-    auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
-    w.add_tensor_rows(tn, type_for_cols(o.type, cols, tn, o.progress), {cols, rows},
-                      [rng, cols, stddev](int64_t, float* out) {
-                        for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
-                      });
-  };
-  auto constant = [&](const std::string& tn, int64_t n, float value) {
-    std::vector<float> v(n, value);
-    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
-  };
-  auto bias = [&](const std::string& tn, int64_t n) {
-    NormalIsh rng(seed ^ name_hash(tn));
-    std::vector<float> v(n);
-    for (auto& x : v) x = rng() * 0.1f;
-    w.add_tensor_f32(tn, GgmlType::F32, {n}, v.data());
-  };
-  const float s_in = 1.f / std::sqrt(float(dim));
-  const float s_branch = 1.f / std::sqrt(2.f * o.n_layers);
-  matrix("token_embd.weight", n_vocab, dim, s_in);  // [n_vocab, dim]
-  constant("output_norm.weight", dim, 1.f);          // [dim]
-  if (!o.tied) matrix("output.weight", n_vocab, dim, s_in);  // [n_vocab, dim]
-  for (int l = 0; l < o.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    constant(p + "attn_norm.weight", dim, 1.f);
-    matrix(p + "attn_q.weight", qdim, dim, s_in);   // [n_heads*hd, dim]
-    matrix(p + "attn_k.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
-    matrix(p + "attn_v.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
-    if (o.arch == "qwen2") {
-      bias(p + "attn_q.bias", qdim);
-      bias(p + "attn_k.bias", kvdim);
-      bias(p + "attn_v.bias", kvdim);
-    }
-    matrix(p + "attn_output.weight", dim, qdim, s_branch / std::sqrt(float(qdim)));  // [dim, n_heads*hd]
-    constant(p + "ffn_norm.weight", dim, 1.f);
-    matrix(p + "ffn_gate.weight", ffn, dim, s_in);  // [ffn, dim]
-    matrix(p + "ffn_up.weight", ffn, dim, s_in);    // [ffn, dim]
-    matrix(p + "ffn_down.weight", dim, ffn, s_branch / std::sqrt(float(ffn)));  // [dim, ffn]
-  }
+  write_arch_tensors(o, n_vocab, random_source(w, o));
   progress_to_stderr(w, o.progress);
   w.write(o.out);
   if (o.progress) std::fprintf(stderr, "wrote %s\n", o.out.c_str());

@@ -12,8 +12,10 @@ namespace kvs {
 
 struct MakeModelOptions {
   std::string out;                 // output .gguf path (required)
-  std::string arch = "llama";      // "llama" or "qwen2" (qwen2 adds q/k/v biases, NEOX RoPE)
-  std::string name;                // general.name; default "random-<arch>-<dim>x<layers>"
+  // llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3: the keys and
+  // tensors llama.cpp / ik_llama.cpp expect of each (make_model_arch.h).
+  std::string arch = "llama";
+  std::string name;                // general.name; default "random-<arch>-<dim>x<layers>" (phi3: "random-phi-...")
   int dim = 64;
   int n_layers = 2;
   int n_heads = 4;
@@ -21,15 +23,28 @@ struct MakeModelOptions {
   int ffn_dim = 192;
   int n_vocab = 512;               // default vocab: must be >= 259 (3 specials + 256 bytes)
   int n_ctx = 512;
-  float rope_theta = 10000.f;
+  float rope_theta = 0.f;          // 0 = the architecture's default (gemma3: 1e6, else 10000)
   float rms_eps = 1e-5f;
   GgmlType type = GgmlType::Q8_0;  // 2-D weights; norms/biases are always F32
-  bool tied = false;               // no output.weight: logits use token_embd
+  bool tied = false;               // no output.weight: logits use token_embd (gemma: always)
   uint64_t seed = 1;
   // Copy every tokenizer.* key from this GGUF (n_vocab then comes from its
   // token list); empty = built-in byte-level SPM vocabulary of n_vocab pieces.
   std::string vocab_from;
   bool progress = true;            // per-tensor progress lines on stderr
+  int head_dim = 0;                // attention.key_length; 0 = dim / heads
+  int window = -1;                 // sliding window (mistral, gemma2, gemma3, phi3); -1 = the arch's default
+  // RoPE scaling: "" (none), "linear" or "yarn" with factor rope_scale and
+  // YaRN's original context rope_orig_ctx (0 = ctx / rope_scale).
+  std::string rope_scaling;
+  float rope_scale = 0.f;
+  int rope_orig_ctx = 0;
+  // Per-dimension RoPE factors: llama / mistral write rope_freqs.weight
+  // (Llama 3.1's formula), phi3 LongRoPE's rope_factors_long / _short with
+  // their attention factor (original context rope_orig_ctx, default ctx / 4).
+  bool rope_factors = false;
+  float attn_softcap = -1.f;       // gemma2 only; -1 = 50 (Gemma 2's)
+  float final_softcap = -1.f;      // gemma2 only; -1 = 30
 };
 
 // Named shapes: "tiny" (dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192,
