@@ -87,6 +87,21 @@ int64_t TableWindow::block_cap(int block_size, int max_step_tokens) const {
   return std::min(a, window_block_cap(WindowPolicy::native(layer_window), block_size, max_step_tokens));
 }
 
+std::vector<TableWindow> table_windows(const WindowPolicy& policy, const KvGroups& groups) {
+  std::vector<TableWindow> tw;
+  for (const KvGroups::Table& t : groups.tables) tw.push_back({policy, t.window});
+  if (tw.empty()) tw.push_back({policy, 0});
+  return tw;
+}
+
+int64_t sequence_block_cap(const std::vector<TableWindow>& tables, int64_t tokens, int block_size,
+                           int max_step_tokens) {
+  const int64_t all = (tokens + block_size - 1) / block_size;
+  int64_t sum = 0;
+  for (const TableWindow& t : tables) sum += std::min(all, t.block_cap(block_size, max_step_tokens));
+  return sum;
+}
+
 std::string WindowPolicy::describe() const {
   switch (kind) {
     case WindowKind::None: return "none";

@@ -28,6 +28,9 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "kernels/kv_groups.h"
 
 namespace kvs {
 
@@ -99,6 +102,14 @@ struct TableWindow {
   // policy and of the layer window, the smaller); INT64_MAX: unbounded.
   int64_t block_cap(int block_size, int max_step_tokens) const;
 };
+
+// The windows of a cache's KV tables: the sequence's policy with each
+// table's own window (KvGroups::table_windows; no tables: one, no window).
+std::vector<TableWindow> table_windows(const WindowPolicy& policy, const KvGroups& groups);
+// Most blocks one sequence of up to `tokens` tokens holds, all tables
+// together: per table its blocks, at most its block_cap.
+int64_t sequence_block_cap(const std::vector<TableWindow>& tables, int64_t tokens, int block_size,
+                           int max_step_tokens);
 
 // Most blocks of `block_size` slots that one sequence under policy `w` ever
 // holds, when a step appends at most `max_step_tokens` tokens: its visible
