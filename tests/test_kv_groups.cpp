@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "kernels/kv_groups.h"
 #include "kv/block_storage.h"
@@ -330,6 +331,74 @@ TEST(HybridKvManager, AdoptionReservesWhatEachTableNeeds) {
   EXPECT_EQ(m.block_tables(ad.seq), (VV{{0, 1, 2, 3, 4, 12}, {-1, -1, -1, -1, 10, 13}}));
   m.check_invariants(true);
   m.release(ad.seq);
+}
+
+// Stored events and the tier's keyed hook name each table's physical block
+// under its table key (table 0: the chain key), with the parent in the same
+// table; a lower tier's blocks come back into each table's fresh blocks.
+struct MapImporter final : BlockImporter {
+  std::map<BlockKey, int> have;
+  std::vector<std::pair<int32_t, int>> filled;
+  bool ready(const BlockKey& k) override { return have.count(k) != 0; }
+  bool fill(const BlockKey& k, int32_t b) override {
+    filled.push_back({b, have.at(k)});
+    return true;
+  }
+};
+
+TEST(HybridKvManager, EventsHookAndTierImportsPerTable) {
+  const Scope sc = make_scope("m", "t");
+  KvManager m(32, two_tables(true));
+  KvEventLog log;
+  m.set_event_log(&log);
+  std::vector<std::pair<int32_t, BlockKey>> offered;
+  m.set_keyed_hook(
+      [](void* ctx, int32_t b, const BlockKey& k, const Scope&) {
+        static_cast<std::vector<std::pair<int32_t, BlockKey>>*>(ctx)->push_back({b, k});
+      },
+      &offered);
+  const SeqAdmission a = m.add_sequence(iota_tokens(8), sc);
+  step(m, a.seq, iota_tokens(8));
+  EXPECT_EQ(m.block_tables(a.seq), (VV{{0, 1}, {2, 3}}));
+  const std::vector<BlockKey> c = m.chain_keys(iota_tokens(8), sc);
+  const BlockKey d0 = table_key(c[0], 1), d1 = table_key(c[1], 1);
+  ASSERT_EQ(log.events.size(), 4u);
+  const std::vector<std::tuple<int32_t, int32_t, BlockKey>> want = {{0, 0, c[0]}, {2, 1, d0}, {1, 0, c[1]}, {3, 1, d1}};
+  for (size_t i = 0; i < 4; ++i) {
+    const KvEvent& e = log.events[i];
+    EXPECT_EQ(e.kind, KvEvent::Kind::Stored);
+    EXPECT_EQ(e.block, std::get<0>(want[i])) << i;
+    EXPECT_EQ(e.table, std::get<1>(want[i])) << i;
+    EXPECT_EQ(e.key, std::get<2>(want[i])) << i;
+    EXPECT_EQ(e.has_parent, i >= 2) << i;
+  }
+  EXPECT_EQ(log.events[2].parent, c[0]);
+  EXPECT_EQ(log.events[3].parent, d0);
+  EXPECT_EQ(offered, (std::vector<std::pair<int32_t, BlockKey>>{{0, c[0]}, {2, d0}, {1, c[1]}, {3, d1}}));
+  // Another pool whose RAM has none of them imports every table's blocks
+  // (9 tokens, 8 cached: the query at 8 sees keys 1..8, so both tables need
+  // both blocks), block by block, table by table, into fresh blocks.
+  KvManager m2(32, two_tables(true));
+  MapImporter imp;
+  imp.have = {{c[0], 10}, {d0, 11}, {c[1], 20}, {d1, 21}};
+  V p9 = iota_tokens(8);
+  p9.push_back(9);
+  const SeqAdmission b = m2.add_sequence(p9, sc, &imp);
+  EXPECT_EQ(b.cached_tokens, 8);
+  EXPECT_EQ(b.imported_tokens, 8);
+  EXPECT_EQ(m2.block_tables(b.seq), (VV{{0, 2}, {1, 3}}));
+  EXPECT_EQ(imp.filled, (std::vector<std::pair<int32_t, int>>{{0, 10}, {1, 11}, {2, 20}, {3, 21}}));
+  EXPECT_EQ(m2.stats().imported_blocks, 4);
+  m2.check_invariants(true);
+  // Without table 1's second block there is no 8-token hit; 4 tokens hit
+  // (the query at 4 sees 0..4: both tables' block 0).
+  KvManager m3(32, two_tables(true));
+  MapImporter part;
+  part.have = {{c[0], 10}, {d0, 11}, {c[1], 20}};
+  const SeqAdmission h = m3.add_sequence(p9, sc, &part);
+  EXPECT_EQ(h.cached_tokens, 4);
+  EXPECT_EQ(m3.block_tables(h.seq), (VV{{0}, {1}}));
+  m3.check_invariants(true);
 }
 
 // One float per slot and layer slot, one layer per table: "K/V" of a token

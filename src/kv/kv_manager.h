@@ -148,10 +148,14 @@ class KvManager {
   // those; its other entries stay -1).
   struct Adoption {
     SeqId seq = -1;
-    int32_t hit_blocks = 0;  // table 0: entries [0, hit_blocks) came from the prefix index
+    int32_t hit_blocks = 0;  // logical blocks [0, hit_blocks) came from the prefix index (every table)
     int32_t blocks = 0;      // table length: every block the prompt touches
-    // Every fresh (to be written) entry, (table, logical block), table by
-    // table in block order; with one table: (0, hit_blocks .. blocks-1).
+    // The prompt's entries, block by block and each table's in table order,
+    // that the next query sees (every entry of a full table): the first
+    // hit_entries of them came from the index; `fresh` are the rest,
+    // (table, logical block), to be written. One table: hit_entries =
+    // hit_blocks, fresh = (0, hit_blocks .. blocks-1).
+    int32_t hit_entries = 0;
     std::vector<std::pair<int32_t, int32_t>> fresh;
   };
   Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& scope);

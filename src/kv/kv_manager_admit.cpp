@@ -182,10 +182,15 @@ KvManager::Adoption KvManager::reserve_adoption(std::span<const int32_t> prompt,
       ++hits;
       return true;
     });
+  // Block by block, each table's entry: the order both ends of a transfer
+  // list a prompt's blocks in (disagg/adoption_pool.h).
   Adoption a;
-  for (size_t t = 0; t < tw_.size(); ++t)
-    for (int64_t i = hits; i < want; ++i)
-      if (needs(t, i)) a.fresh.push_back({int32_t(t), int32_t(i)});
+  for (int64_t i = 0; i < want; ++i)
+    for (size_t t = 0; t < tw_.size(); ++t)
+      if (needs(t, i)) {
+        if (i < hits) ++a.hit_entries;
+        else a.fresh.push_back({int32_t(t), int32_t(i)});
+      }
   if (int64_t(a.fresh.size()) > pool_.n_available()) {
     for (int64_t i = hits - 1; i >= 0; --i)
       for (size_t t = 0; t < tw_.size(); ++t)

@@ -38,8 +38,12 @@ class TierPort {
 // Pool blocks reserved for a prompt whose K/V another worker computed.
 struct AdoptionSlots {
   SeqId seq = -1;                          // -1: not reserved (error says why; empty = no room)
-  int32_t hit_blocks = 0;                  // table[0, hit_blocks) were in the prefix index
-  std::vector<std::span<uint8_t>> blocks;  // memory of table[hit_blocks, n): where the bytes land
+  // The prompt's block list (every KV table's blocks the first decode step
+  // sees, block by block: KvManager::Adoption): its first hit_blocks were in
+  // the prefix index (one table: table[0, hit_blocks)), `blocks` is the
+  // memory of the rest, in list order, where the bytes land.
+  int32_t hit_blocks = 0;
+  std::vector<std::span<uint8_t>> blocks;
   std::span<float> residual;               // the sequence's full-precision residual (quantized cache)
   std::string error;
 };
