@@ -12,6 +12,7 @@
 
 #include "engine/local_sequence.h"
 #include "engine/paged_engine.h"
+#include "kv/capacity.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tools/make_model.h"
@@ -185,6 +186,68 @@ TEST(HybridSizing, SequenceBlockCapIsThePerTableSum) {
   EXPECT_EQ(sequence_block_cap(tw, 32768, 16, 512), 2048 + 5 * 98);
   // One table of all six layers (blocks six times the size): 2048.
   EXPECT_EQ(sequence_block_cap(table_windows(WindowPolicy{}, KvGroups::uniform(6)), 32768, 16, 512), 2048);
+}
+
+// The Gemma 3 27B shape (62 layers, every sixth global, 1,024-token
+// windows; 16 KV heads x 128, f16) in the pool itself: one sequence grows to
+// 32k tokens in 512-token steps; the KV manager's blocks per table, at 8k
+// and 32k, against one table of every layer at full size. The bytes are the
+// blocks times the storage layout's block bytes, and they equal
+// kv/capacity.h's sequence_kv_bytes (what `kvserve plan` prints).
+TEST(HybridSizing, Gemma3ShapeInThePoolAt32k) {
+  std::vector<int> windows;
+  for (int l = 0; l < 62; ++l) windows.push_back((l + 1) % 6 == 0 ? 0 : 1024);
+  KvLayout grouped{62, 16, 128, 16};
+  grouped.type = KvType::F16;
+  grouped.groups = KvGroups::by_window(windows);
+  KvLayout full = grouped;
+  full.groups = KvGroups::uniform(62);
+  ASSERT_EQ(grouped.n_tables(), 7);
+  ASSERT_EQ(grouped.slots(), 10);
+  const auto run = [](const KvLayout& l, std::vector<int64_t>& at8k, std::vector<int64_t>& at32k, int64_t& peak) {
+    KvManagerOptions o = KvManagerOptions::basic(16, false);
+    o.table_windows = l.groups.table_windows();
+    o.max_step_tokens = 512;
+    KvManager m(4096, o);
+    const SeqAdmission a = m.add_sequence(V{1}, {});
+    const V step(512, 7);
+    peak = 0;
+    for (int i = 0; i < 64; ++i) {
+      ASSERT_TRUE(m.reserve(a.seq, 512));
+      peak = std::max<int64_t>(peak, m.pool().n_used());
+      m.commit(a.seq, step);
+      if (m.num_tokens(a.seq) == 8192) at8k = m.stats().table_blocks;
+    }
+    at32k = m.stats().table_blocks;
+    m.check_invariants();
+  };
+  std::vector<int64_t> g8, g32, f8, f32;
+  int64_t gpeak = 0, fpeak = 0;
+  run(grouped, g8, g32, gpeak);
+  run(full, f8, f32, fpeak);
+  // Between steps each windowed table holds the 64 blocks its window
+  // covers (32,768 and 8,192 are block-aligned); during a step at most its
+  // cap of ceil(1024 / 16) + 2 + ceil(512 / 16) = 98.
+  EXPECT_EQ(g32, (std::vector<int64_t>{2048, 64, 64, 64, 64, 64, 64}));
+  EXPECT_EQ(g8, (std::vector<int64_t>{512, 64, 64, 64, 64, 64, 64}));
+  EXPECT_EQ(f32, (std::vector<int64_t>{2048}));
+  EXPECT_LE(gpeak, 2048 + 6 * 98);
+  const auto bytes = [](const std::vector<int64_t>& blocks, const KvLayout& l) {
+    return std::accumulate(blocks.begin(), blocks.end(), int64_t(0)) * int64_t(l.block_bytes());
+  };
+  const int64_t hybrid32 = bytes(g32, grouped), full32 = bytes(f32, full);
+  EXPECT_EQ(full32, int64_t(2048) * 16 * 62 * 8192);
+  EXPECT_GE(double(full32) / double(hybrid32), 4.0) << "the issue's bar: >= 4x fewer KV bytes at 32k";
+  const std::vector<KvTableShape> shapes = kv_table_shapes(windows, 62);
+  // Block-aligned contexts: the plan's ceil(W / B) + 1 is one block more
+  // per windowed table than the pool holds here.
+  EXPECT_EQ(uint64_t(hybrid32) + 6 * uint64_t(grouped.block_bytes()), sequence_kv_bytes(shapes, 32768, 16, 8192, 0));
+  std::printf("[ hybrid ] Gemma 3 27B shape, f16, one sequence: 8k: %lld blocks of 10 layers = %.3f GiB hybrid vs "
+              "%.3f GiB full (%.2fx); 32k: %lld blocks = %.3f GiB vs %.3f GiB (%.2fx); peak in a step %lld blocks\n",
+              (long long)std::accumulate(g8.begin(), g8.end(), int64_t(0)), bytes(g8, grouped) / 1073741824.0,
+              bytes(f8, full) / 1073741824.0, double(bytes(f8, full)) / double(bytes(g8, grouped)),
+              (long long)std::accumulate(g32.begin(), g32.end(), int64_t(0)), hybrid32 / 1073741824.0,
+              full32 / 1073741824.0, double(full32) / double(hybrid32), (long long)gpeak);
 }
 
 }  // namespace
