@@ -105,6 +105,26 @@ TEST_P(Hybrid, LocalSequenceMatchesFullSizeKvAndHoldsTheBound) {
   }
 }
 
+// A sequence policy on top of the layers' own windows (--kv-window with
+// --kv-sinks: StreamingLLM's sinks + window, keys rotated at attention
+// time): each table frees what either hides, and the logits still equal the
+// full-size cache's under the same policy.
+TEST_P(Hybrid, SequencePolicyCombinesWithLayerWindows) {
+  const Shape s = GetParam();
+  auto m = make(s);
+  Engine e(m, EngineOptions{2});
+  const V toks = random_tokens(230, m->config().n_vocab, 5);
+  for (const WindowPolicy& w : {WindowPolicy::streaming(48, 4), WindowPolicy::context_shift(96, 8)}) {
+    SCOPED_TRACE(w.describe());
+    KvCacheOptions full;
+    full.hybrid = false;
+    LocalSequence a(e, 256, 16, full, w), b(e, 256, 16, {}, w);
+    ASSERT_GT(b.n_tables(), 1);
+    EXPECT_TRUE(same(a.eval(toks, true), b.eval(toks, true)));
+    EXPECT_LT(b.peak_blocks() * b.block_bytes(), a.peak_blocks() * a.block_bytes());
+  }
+}
+
 TEST_P(Hybrid, PagedSoloBatchedChunkedAndPrefixHitAgree) {
   const Shape s = GetParam();
   auto m = make(s);
