@@ -44,8 +44,12 @@ def sha256(path):
 
 def perplexity(bin_dir, model, text, ctx):
     cmd = [os.path.join(bin_dir, "llama-perplexity"), "-m", model, "-f", text, "-c", str(ctx), "-b", str(ctx), "-t", "2"]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout
-    m = re.search(r"Final estimate: PPL = ([0-9.]+)", out)
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = run.stdout
+    if run.returncode != 0:
+        sys.exit("arch-goldens: " + " ".join(cmd) + " failed:\n" + out[-2000:])
+    # llama.cpp: "Final estimate: PPL = X"; ik_llama.cpp: "... PPL over N chunks for n_ctx=C = X".
+    m = re.search(r"Final estimate: PPL(?: over \d+ chunks for n_ctx=\d+)? = ([0-9.]+)", out)
     if not m:
         sys.exit("no perplexity in the output of " + " ".join(cmd) + ":\n" + out[-2000:])
     return float(m.group(1)), cmd
@@ -72,12 +76,20 @@ def greedy(bin_dir, model, prompts, n_predict, ctx, port=18977):
         results = []
         for p in prompts:
             toks = post(port, "/tokenize", {"content": p, "add_special": True})["tokens"]
+            # llama.cpp's /completion gives token ids and top-2 log-probabilities;
+            # ik_llama.cpp's gives them only through /v1/completions' logprobs.
             d = post(port, "/completion", {"prompt": p, "n_predict": n_predict, "temperature": 0, "top_k": 1,
                                            "n_probs": 2, "cache_prompt": False, "return_tokens": True,
                                            "ignore_eos": True})
-            probs = d["completion_probabilities"]
-            margins = [round(c["top_logprobs"][0]["logprob"] - c["top_logprobs"][1]["logprob"], 5) for c in probs]
-            results.append({"prompt_tokens": toks, "tokens": d["tokens"], "top2_margin": margins})
+            if "tokens" in d:
+                steps = d["completion_probabilities"]
+            else:
+                d = post(port, "/v1/completions", {"prompt": p, "max_tokens": n_predict, "temperature": 0, "top_k": 1,
+                                                   "logprobs": 2, "cache_prompt": False, "ignore_eos": True})
+                steps = d["choices"][0]["logprobs"]["content"]
+            # A log-probability difference is the logit difference.
+            margins = [round(c["top_logprobs"][0]["logprob"] - c["top_logprobs"][1]["logprob"], 5) for c in steps]
+            results.append({"prompt_tokens": toks, "tokens": [c["id"] for c in steps], "top2_margin": margins})
         return results, cmd
     finally:
         srv.terminate()
@@ -117,7 +129,8 @@ def main():
                                     else c.replace(SHARED + "/", "../shared/") for i, c in enumerate(cmd))
                 m["peers"][peer] = {"ppl": ppl, "greedy": gen,
                                     "commands": [show(pcmd), show(gcmd) + "; POST /completion {prompt, n_predict, "
-                                                 "temperature 0, top_k 1, n_probs 2, return_tokens, ignore_eos}"]}
+                                                 "temperature 0, top_k 1, n_probs 2, return_tokens, ignore_eos} "
+                                                 "(ik_llama.cpp: /v1/completions with logprobs 2)"]}
                 print(f"{m['name']}: {peer} PPL {ppl}", file=sys.stderr)
     with open(DATA, "w") as f:
         json.dump(data, f, indent=1)

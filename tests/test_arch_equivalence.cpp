@@ -1,6 +1,7 @@
 // Every architecture computes a token's logits the same way alone, in a
-// batch with other sequences, under any prefill chunking and block size, and
-// after a prefill-then-decode (the test_kv_equivalence pattern), on models
+// batch with other sequences, under any prefill chunking and block size,
+// after a prefill-then-decode (the test_kv_equivalence pattern) and after a
+// prefix-cache hit in the paged pool, on models
 // made at test time with windows much shorter than the sequences, so that
 // windowed and global layers, both RoPE kinds, soft-caps and QK norms all
 // take part. f32 and f16 caches.
@@ -11,6 +12,7 @@
 #include <random>
 
 #include "engine/local_sequence.h"
+#include "engine/paged_engine.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -102,6 +104,34 @@ TEST_P(ArchEquivalence, SoloBatchedChunkedAndDecodeAgree) {
                  st.view(), lg);
   ASSERT_EQ(lg.size(), size_t(1 + n + 50) * nv);
   EXPECT_EQ(0, std::memcmp(lg.data() + nv, ref.data(), ref.size() * sizeof(float))) << "logits depend on the batch";
+}
+
+// The same prompt twice through the paged pool: the second run takes its
+// full blocks from the prefix cache and gives the first run's last logits.
+TEST_P(ArchEquivalence, PrefixHitGivesTheSameLogits) {
+  auto model = Model::load(make(GetParam()));
+  Engine engine(model, EngineOptions{2});
+  PagedEngineOptions po;
+  po.block_size = 16;
+  po.n_blocks = 64;
+  po.max_ctx = 128;
+  PagedEngine pe(engine, po);
+  const int nv = model->config().n_vocab;
+  const auto prompt = random_tokens(45, nv, 9);
+  auto run = [&](int& cached) {
+    const SeqAdmission a = pe.add(prompt);
+    cached = a.cached_tokens;
+    const StepResult r = pe.step({{a.seq, uncached_tail(prompt, a)}});
+    EXPECT_TRUE(r.ok);
+    std::vector<float> last(r.logits_of(0), r.logits_of(0) + nv);
+    pe.release(a.seq);
+    return last;
+  };
+  int c1 = -1, c2 = -1;
+  const std::vector<float> first = run(c1), second = run(c2);
+  EXPECT_EQ(c1, 0);
+  EXPECT_EQ(c2, 32);  // two full blocks of 16
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
 }
 
 // Two layers of each kind, windows shorter than the 45-token sequences.

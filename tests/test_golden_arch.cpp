@@ -23,18 +23,18 @@ using nlohmann::json;
 
 namespace {
 
-// F16 weights: kvserve against the peer (the bound; measured gaps are
-// below 0.005%, docs/ARCHITECTURE.md).
+// F16 weights: kvserve against the peer, the bound (the measured
+// gaps are in README's model table).
 constexpr double kTolF16 = 0.0005;
 // Q8_0 weights: quantized activations turn tiny differences into different
 // rounding, so two correct engines differ more. The bound is what the two
 // peers show between themselves on the llama and qwen2 Q8_0 files of the
 // JSON (llama-q8_0, qwen2-linear-q8_0; PeersAgreeWithinTheQ8Tolerance checks
 // the stored numbers still say so).
-constexpr double kTolQ8 = 0.0015;
+constexpr double kTolQ8 = 0.0012;
 // A greedy step may differ from the peer's only where the two best logits
-// are closer than the engines' logit gap: F16 (max |dlogit| 0.004 against
-// llama.cpp) and quantized weights (0.13), from ../shared/golden/peer.
+// are closer than the engines' logit gap, F16 and quantized weights (the
+// measured gaps: ../shared/golden/peer/README.md), with room to spare.
 constexpr double kTieF16 = 0.01, kTieQ8 = 0.15;
 
 const json& goldens() {

@@ -209,6 +209,12 @@ TEST(ModelArchBad, RefusalsNameTheKeyOrTensor) {
     w.add_tensor_f32("blk.0.attn_output.bias", GgmlType::F32, {64}, b.data());
   });
   EXPECT_NE(e.find("tensor 'blk.0.attn_output.bias' is in the file, but kvserve's llama does not use it"), std::string::npos) << e;
+  e = load_error(llama, "longfactors.gguf", [](GgufWriter& w) {  // LongRoPE factors, but not scaling type longrope
+    std::vector<float> f(8, 1.f);
+    w.add_tensor_f32("rope_factors_long.weight", GgmlType::F32, {8}, f.data());
+  });
+  EXPECT_NE(e.find("tensor 'rope_factors_long.weight' is in the file, but kvserve's llama does not use it"),
+            std::string::npos) << e;
   e = load_error(llama, "scaling.gguf", [](GgufWriter& w) { w.set_str("llama.rope.scaling.type", "su"); });
   EXPECT_NE(e.find("key 'llama.rope.scaling.type' = 'su' is not supported"), std::string::npos) << e;
   e = load_error(llama, "unknown.gguf", [](GgufWriter& w) { w.set_str("general.architecture", "gpt-neox"); });

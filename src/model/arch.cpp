@@ -80,8 +80,11 @@ int phi3_window(const GgufFile& f, const ModelConfig& c) {
 
 // Gemma's query scale: 1 / sqrt(key_length), except the 27B shape (by its
 // layer count, as the peers tell it), which scales by 1 / sqrt(dim / heads).
-float gemma_query_scale(const ModelConfig& c, int layers_27b) {
+float gemma_query_scale(const GgufFile& f, const ModelConfig& c, int layers_27b) {
   const int d = c.n_layers == layers_27b ? c.dim / c.n_heads : c.head_dim;
+  if (d < 1)
+    throw ModelError(f.path() + ": key '" + c.arch + ".embedding_length' = " + std::to_string(c.dim) +
+                     " is smaller than head_count (no query scale)");
   return 1.0f / std::sqrt(float(d));
 }
 
@@ -115,7 +118,7 @@ void apply_arch(const GgufFile& f, const ArchInfo& a, ModelConfig& c) {
     // Even layers: a window (4096 when the key is absent); odd layers: global.
     const int w = detail::meta_int(f, wkey, 4096, 1, 1 << 30);
     for (int l = 0; l < c.n_layers; l += 2) c.layer_window[size_t(l)] = w;
-    c.attn_scale = gemma_query_scale(c, 46);
+    c.attn_scale = gemma_query_scale(f, c, 46);
     c.attn_softcap = detail::meta_float(f, p + "attn_logit_softcapping", 50.f, 0, 1e30);
     c.final_softcap = detail::meta_float(f, p + "final_logit_softcapping", 30.f, 0, 1e30);
   } else if (a.name == "gemma3") {
@@ -128,7 +131,7 @@ void apply_arch(const GgufFile& f, const ArchInfo& a, ModelConfig& c) {
     c.ropes.push_back(local);
     for (int l = 0; l < c.n_layers; ++l)
       if ((l + 1) % 6 != 0) c.layer_window[size_t(l)] = w, c.layer_rope[size_t(l)] = 1;
-    c.attn_scale = gemma_query_scale(c, 62);
+    c.attn_scale = gemma_query_scale(f, c, 62);
   } else {
     const int w = a.name == "phi3" ? phi3_window(f, c) : detail::meta_int(f, wkey, 0, 0, 1 << 30);
     c.layer_window.assign(size_t(c.n_layers), w);

@@ -222,8 +222,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
 
   c.has_qkv_bias = info->qkv_bias && f.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.tied_output = !info->output_required && f.find_tensor("output.weight") == nullptr;
-  if (info->rope_freqs && f.find_tensor("rope_freqs.weight")) c.rope_factors = RopeFactors::Freqs;
-  else if (info->rope_long_short && (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")))
+  // Which factor tensors the peers read: LongRoPE's pair for phi3 and for a
+  // llama-like file of scaling type longrope, else Llama 3.1's rope_freqs
+  // (any other factor tensor is then unused, hence refused by the loader).
+  const bool longrope = c.arch == "phi3" || f.opt_str(a + "rope.scaling.type").value_or("") == "longrope";
+  if (info->rope_freqs && !longrope && f.find_tensor("rope_freqs.weight")) c.rope_factors = RopeFactors::Freqs;
+  else if (info->rope_long_short && longrope &&
+           (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight")))
     c.rope_factors = RopeFactors::LongShort;
   c.weight_bytes = 0;
   for (const auto& t : f.tensors()) c.weight_bytes += t.nbytes;

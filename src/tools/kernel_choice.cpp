@@ -3,6 +3,7 @@
 #include "tools/kernel_choice.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 
@@ -73,8 +74,19 @@ std::string apply_decode_choices(const DecodeChoices& c, const std::string& cpu)
 }
 
 int amx_crossover(const std::vector<AmxPoint>& points) {
+  // A threshold puts every measured n at or above it on tiles: pick the one
+  // whose points gain most together (sum of log speed-ups), so one noisy
+  // point cannot switch tiles off for the large batches they win clearly.
   int from = kAmxNever;
-  for (auto it = points.rbegin(); it != points.rend() && it->amx > it->vnni; ++it) from = it->n;
+  double gain = 0, best = 0;
+  for (auto it = points.rbegin(); it != points.rend(); ++it) {
+    if (!(it->amx > 0 && it->vnni > 0)) continue;  // not measured: no evidence either way
+    gain += std::log(it->amx / it->vnni);
+    if (gain > best) {
+      best = gain;
+      from = it->n;
+    }
+  }
   return from;
 }
 

@@ -5,7 +5,8 @@
 //    kernels/decode_variant.h), timed candidate by candidate, interleaved;
 //    applied with the ISA it was timed on (AMX runs the AVX-512 decode);
 //  - where AMX tiles take over from VNNI (kernels/amx_rows.h): per weight
-//    type the smallest n from which tiles won, both timed side by side.
+//    type the threshold n whose measured points at and above it gain most
+//    from tiles, both timed side by side.
 #pragma once
 #include <functional>
 #include <string>
@@ -68,8 +69,9 @@ struct AmxChoices {
   bool empty() const { return types.empty(); }
 };
 
-// The smallest point n from which tiles beat VNNI at every larger point
-// too; kAmxNever when they lose at the largest.
+// The point n from which tiles take over: the one whose points at and above
+// it gain most together (sum of log amx/vnni), so a single noisy point does
+// not decide; kAmxNever when no threshold gains.
 int amx_crossover(const std::vector<AmxPoint>& points);
 
 nlohmann::json amx_choices_to_json(const AmxChoices& c);  // "min_rows": null for never

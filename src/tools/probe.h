@@ -24,7 +24,7 @@ struct ProbeOptions {
   std::vector<int> kernel_n = {1, 16, 128};         // activation rows: decode, batched decode, prefill
   // Where AMX is in use: the n values at which tiles and VNNI are timed
   // side by side per AMX type, on weights cycled through this many bytes.
-  std::vector<int> amx_n = {2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
+  std::vector<int> amx_n = {2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128};
   uint64_t amx_buffer_bytes = 256ull << 20;
 
   static std::vector<std::string> default_kernel_types() { return {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}; }

@@ -152,7 +152,7 @@ void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
 
 std::string format_amx(const HardwareProfile& p) {
   if (p.amx.empty()) return "";
-  std::string o = "amx tiles over vnni (tiles from the smallest n where they won; amx/vnni per n):\n";
+  std::string o = "amx tiles over vnni (tiles from the n whose points above gain most; amx/vnni per n):\n";
   for (const AmxChoice& a : p.amx.types) {
     o += "  " + a.type + ": " + rows_text(a.min_rows) + " ";
     for (const AmxPoint& q : a.points) o += " n=" + std::to_string(q.n) + " " + ratio(q.amx, q.vnni);
