@@ -6,8 +6,14 @@
 
 namespace kvs::sched {
 
-FakeExecutor::FakeExecutor(const FakeExecutorOptions& o)
-    : o_(o), kv_(o.n_blocks, KvManagerOptions::basic(o.block_size, o.prefix_caching), nullptr) {
+static KvManagerOptions manager_options(const FakeExecutorOptions& o) {
+  KvManagerOptions m = KvManagerOptions::basic(o.block_size, o.prefix_caching);
+  m.table_windows = o.table_windows;
+  m.max_step_tokens = o.max_step_tokens;
+  return m;
+}
+
+FakeExecutor::FakeExecutor(const FakeExecutorOptions& o) : o_(o), kv_(o.n_blocks, manager_options(o), nullptr) {
   if (o.n_vocab < 2) throw std::invalid_argument("fake executor: n_vocab must be >= 2");
 }
 

@@ -21,6 +21,10 @@ struct FakeExecutorOptions {
   int max_ctx = 4096;
   bool prefix_caching = true;
   int32_t eos = -1;  // >= 0: this id is made likely now and then (tests of EOS handling)
+  // KV tables (KvManagerOptions::table_windows, the hybrid cache) and the
+  // most tokens one step appends to a sequence (bounds a windowed table).
+  std::vector<int> table_windows;
+  int max_step_tokens = 512;
 };
 
 class FakeExecutor final : public StepExecutor {

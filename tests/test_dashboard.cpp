@@ -83,6 +83,31 @@ TEST(PoolSnapshot, StatesRefCountsAndOwnersPerBlock) {
   }
 }
 
+// A hybrid cache (a full table and a table of 8-token windows): every
+// table's blocks have their owner, and each cell names the table it serves.
+TEST(PoolSnapshot, HybridCellsNameTheirTable) {
+  KvManagerOptions o = KvManagerOptions::basic(4, true);
+  o.table_windows = {0, 8};
+  KvManager kv(16, o);
+  const Scope a = make_scope("model", "tenant-a");
+  // Table 0: blocks 0..4; table 1: 5..9, of which 5..7 (keys 0..11) are
+  // dead for the next query (13..20) and cached.
+  const SeqId s = add_written(kv, 20, 100, a);
+  EXPECT_EQ(kv.block_tables(s), (std::vector<std::vector<int32_t>>{{0, 1, 2, 3, 4}, {-1, -1, -1, 8, 9}}));
+  const PoolCells c = snapshot_pool(kv, 100);
+  EXPECT_EQ(c.n_tables, 2);
+  EXPECT_EQ(c.table_used, (std::vector<int32_t>{5, 2}));
+  EXPECT_EQ(c.table, (std::vector<int32_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1}));
+  for (int32_t blk : kv.block_table(s, 1))
+    if (blk >= 0) EXPECT_EQ(c.owners[size_t(c.owner[size_t(blk)])], owner_tag(a));
+  const json j = json::parse(server::pool_json(c, {"a"}, 4));
+  EXPECT_EQ(j["tables"], 2);
+  EXPECT_EQ(j["t"].size(), 16u);
+  const KvManager plain(4, KvManagerOptions::basic(4, true));
+  const json one = json::parse(server::pool_json(snapshot_pool(plain, 10), {}, 4));
+  EXPECT_FALSE(one.contains("tables"));  // one table: the page's data as it was
+}
+
 TEST(PoolSnapshot, AggregatesAboveTheCellLimit) {
   KvManager kv(1000, KvManagerOptions::basic(4, true));
   const Scope a = make_scope("model", "a");

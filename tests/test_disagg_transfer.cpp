@@ -22,6 +22,7 @@
 #include "pool_owner.h"
 #include "sched/executor.h"
 #include "test_util.h"
+#include "tools/make_model.h"
 
 using namespace kvs;
 using namespace kvs::disagg;
@@ -86,8 +87,8 @@ struct Engines {
   std::shared_ptr<const Model> model;
   std::unique_ptr<Engine> engine;
   PagedEngineOptions o;
-  explicit Engines(KvType type, int64_t n_blocks = 64) {
-    model = Model::load(test::shared("models/stories260K/stories260K.gguf"));
+  explicit Engines(KvType type, int64_t n_blocks = 64, std::shared_ptr<const Model> m = nullptr) {
+    model = m ? m : Model::load(test::shared("models/stories260K/stories260K.gguf"));
     engine = std::make_unique<Engine>(model, EngineOptions{1});
     o.block_size = 16;
     o.n_blocks = n_blocks;
@@ -178,6 +179,80 @@ TEST_P(DisaggExact, DecodeAfterTransferEqualsOneEngineDoingBoth) {
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, DisaggExact, ::testing::Values(KvType::F32, KvType::F16, KvType::Int8),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// A hybrid cache (a Gemma 2 shaped model made here: a full-attention table
+// and a table of 16-token windows): the prompt's block list is each table's
+// blocks the first decode step sees, block by block, and only the entries
+// the decode side lacks travel. Decoding after the transfer equals one
+// engine doing both.
+TEST(DisaggTransfer, HybridShipsEachTablesVisibleBlocks) {
+  MakeModelOptions mo;
+  mo.out = test::temp_dir() + "/disagg-gemma2.gguf";
+  mo.arch = "gemma2";
+  mo.dim = 64;
+  mo.n_layers = 4;
+  mo.head_dim = 32;
+  mo.n_ctx = 256;
+  mo.window = 16;
+  mo.type = GgmlType::F16;
+  mo.progress = false;
+  make_random_model(mo);
+  Engines e(KvType::F16, 64, Model::load(mo.out));
+  auto both = e.paged(), pre = e.paged();
+  ASSERT_EQ(pre->kv().n_tables(), 2);
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
+  DecodeEndpoint decode(pool, {});
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const Scope scope = make_scope("test", "tenant");
+  const int32_t idle = used(*dec, owner);
+  // 101 tokens: the full table's 7 blocks, and the windowed table's blocks 5
+  // and 6 (the query at 101 sees 86..101).
+  const std::vector<int32_t> prompt = random_prompt(101, 7);
+  auto [ref_seq, ref_first] = prefill(*both, prompt, scope);
+  const Gen ref = decode_from(*both, ref_seq, ref_first, 24);
+  auto [seq, first] = prefill(*pre, prompt, scope);
+  const Shipment sh = shipment_of(*pre, seq, scope, first);
+  EXPECT_EQ(sh.blocks.size(), 9u);
+  const ShipResult r = link.ship(sh);
+  pre->release(seq);
+  ASSERT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+  EXPECT_EQ(r.blocks_sent, 9);
+  EXPECT_EQ(r.bytes, 9 * int64_t(pre->layout().block_bytes()));
+  const auto adopted = decode.claim(r.handle);
+  ASSERT_TRUE(adopted);
+  const Gen got = decode_from(*dec, adopted->seq, adopted->first_token, 24, &owner);
+  EXPECT_EQ(got.tokens, ref.tokens);
+  for (size_t i = 0; i < ref.logits.size(); ++i)
+    EXPECT_EQ(std::memcmp(got.logits[i].data(), ref.logits[i].data(), ref.logits[i].size() * sizeof(float)), 0)
+        << "logits differ at step " << i;
+  owner.run([&] {
+    dec->kv().check_invariants(true);
+    dec->release(adopted->seq);
+  });
+  // 90 tokens sharing the first 64: blocks 0..3 are hits (the windowed
+  // table does not need them: the query at 90 sees 75..90); blocks 4 and 5
+  // of both tables travel.
+  std::vector<int32_t> second = random_prompt(90, 8);
+  std::copy(prompt.begin(), prompt.begin() + 64, second.begin());
+  auto [seq2, first2] = prefill(*pre, second, scope);
+  const ShipResult r2 = link.ship(shipment_of(*pre, seq2, scope, first2));
+  pre->release(seq2);
+  ASSERT_EQ(r2.status, ShipResult::Status::Ok) << r2.reason;
+  EXPECT_EQ(r2.blocks_skipped, 4);
+  EXPECT_EQ(r2.blocks_sent, 4);
+  const auto ad2 = decode.claim(r2.handle);
+  ASSERT_TRUE(ad2);
+  auto [ref2, ref2_first] = prefill(*both, second, scope);
+  EXPECT_EQ(decode_from(*dec, ad2->seq, first2, 24, &owner).tokens, decode_from(*both, ref2, ref2_first, 24).tokens);
+  owner.run([&] {
+    dec->kv().check_invariants(true);
+    dec->release(ad2->seq);
+  });
+  EXPECT_EQ(used(*dec, owner), idle);
+}
 
 TEST(DisaggTransfer, BytesPerPromptTokenEqualTheFormula) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";

@@ -125,3 +125,18 @@ TEST(MetricsText, EmptyPoolReportsZeroUsage) {
   EXPECT_EQ(p.sample.at("vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"0\"}"), 0);
   EXPECT_EQ(p.sample.at("vllm:time_to_first_token_seconds_count{model_name=\"m\",engine=\"0\"}"), 0);
 }
+
+// The hybrid cache: blocks and bytes per KV table, labelled with its
+// window; one table prints none of these (the text as it was).
+TEST(MetricsText, HybridCacheCountsEachTable) {
+  sched::MetricsSnapshot m = snapshot();
+  EXPECT_EQ(render_metrics(m, {}, {false, "m"}).find("kv_table_"), std::string::npos);
+  m.kv_block_bytes = 4096;
+  m.kv_table_windows = {0, 1024};
+  m.kv_table_blocks = {40, 10};
+  const Parsed p = parse(render_metrics(m, {}, {false, "m"}));
+  EXPECT_EQ(p.type.at("kvserve_kv_table_used_blocks"), "gauge");
+  EXPECT_EQ(p.sample.at("kvserve_kv_table_used_blocks{table=\"0\",window=\"0\"}"), 40);
+  EXPECT_EQ(p.sample.at("kvserve_kv_table_used_blocks{table=\"1\",window=\"1024\"}"), 10);
+  EXPECT_EQ(p.sample.at("kvserve_kv_table_used_bytes{table=\"1\",window=\"1024\"}"), 10 * 4096);
+}

@@ -584,3 +584,39 @@ TEST(PlanCli, GgufWithPlots) {
   EXPECT_NE(out.find("640"), std::string::npos) << out;  // f16 bytes per token
   EXPECT_TRUE(std::filesystem::exists(dir + "/decode_roofline.svg"));
 }
+
+// The hybrid KV cache of the Gemma 3 27B shape (62 layers, every sixth
+// global, 1,024-token windows; 16 KV heads x 128): seven tables of ten layer
+// slots; at 32k one sequence needs 2,048 blocks in the full table and
+// ceil(1024/16) + 1 = 65 in each windowed one, against every layer at full
+// size, f16: 2048 x 16 x 62 x 8192 B. Admission counts each table's blocks.
+TEST(Plan, Gemma3HybridKvAtItsWindows) {
+  PlanInput in = preset_input("gemma-3-27b", "q4_0");
+  in.hw.mem_bytes = 64ull << 30;
+  in.ctx = 32768;
+  in.prompt = 30000;
+  in.max_tokens = 2000;
+  const PlanResult p = make_plan(in);
+  ASSERT_EQ(p.hybrid.tables.size(), 7u);
+  EXPECT_EQ(p.hybrid.tables[0].window, 0);
+  EXPECT_EQ(p.hybrid.tables[0].slots, 10);
+  EXPECT_EQ(p.hybrid.tables[6].window, 1024);
+  EXPECT_EQ(p.hybrid.layer_token_bytes, 8192u);
+  ASSERT_EQ(p.hybrid.rows.size(), 2u);  // 8k and 32k (the plan's context is one of them)
+  const HybridKvRow& r = p.hybrid.rows[1];
+  EXPECT_EQ(r.ctx, 32768);
+  EXPECT_EQ(r.full_bytes, 2048ull * 16 * 62 * 8192);
+  EXPECT_EQ(r.hybrid_bytes, (2048ull + 6 * 65) * 10 * 16 * 8192);
+  EXPECT_EQ(r.bound_bytes, (2048ull + 6 * 98) * 10 * 16 * 8192);
+  EXPECT_GT(r.saving, 5.2);
+  EXPECT_LT(r.saving, 5.21);
+  EXPECT_EQ(p.capacity.bytes_per_block, 10ull * 16 * 8192);
+  EXPECT_EQ(p.capacity.blocks_per_request, 2000 + 6 * 98);  // 32,000 tokens: 2,000 blocks; windowed at their bound
+  const std::string text = format_plan(p);
+  EXPECT_NE(text.find("Hybrid KV cache: 7 tables of 10 layer slots"), std::string::npos) << text;
+  EXPECT_NE(text.find("5.21x"), std::string::npos) << text;
+  const auto j = plan_to_json(p);
+  EXPECT_EQ(j["hybrid_kv"]["sequence"][1]["hybrid_bytes"], r.hybrid_bytes);
+  // One window for every layer, or none: no hybrid section.
+  EXPECT_TRUE(make_plan(preset_input("llama-3-8b")).hybrid.tables.empty());
+}

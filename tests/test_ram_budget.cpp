@@ -148,3 +148,29 @@ TEST(RamBudget, BenchModelFigures) {
 }
 
 }  // namespace
+
+// A Gemma 3 shaped model (five windowed layers per global one): the hybrid
+// cache's blocks hold four layer slots, and a sequence needs the full
+// table's blocks plus each windowed table's bound, so the same budget holds
+// what every layer at full size cannot.
+TEST(RamBudget, HybridModelCountsEachTable) {
+  ModelShape m = tinyllama_like();
+  m.n_layers = 24;
+  m.layer_window.clear();
+  for (int l = 0; l < 24; ++l) m.layer_window.push_back((l + 1) % 6 == 0 ? 0 : 256);
+  RamBudgetInput in = input(900ull << 20, 8);
+  in.model = m;
+  const RamBudgetChoice hybrid = choose_for_budget(in);
+  in.model.layer_window.clear();
+  const RamBudgetChoice full = choose_for_budget(in);
+  const KvLayout l = ram_budget_layout(m, hybrid.kv_type, 16);
+  EXPECT_EQ(l.n_tables(), 6);  // S = 4 (the global layers): one full table, five of window 256
+  EXPECT_EQ(l.slots(), 4);
+  EXPECT_EQ(hybrid.kv_bytes, uint64_t(hybrid.kv_blocks) * l.block_bytes());
+  EXPECT_LE(hybrid.weight_bytes + hybrid.scratch_bytes + hybrid.kv_bytes, hybrid.budget_bytes);
+  // The same budget keeps int8 for the hybrid model where every-layer-full needs int4.
+  EXPECT_EQ(full.kv_type, KvType::Int4) << full.describe();
+  EXPECT_EQ(hybrid.kv_type, KvType::Int8) << hybrid.describe();
+  EXPECT_EQ(hybrid.batch, 8);
+  EXPECT_EQ(hybrid.hard_cap, 2048);
+}

@@ -160,6 +160,45 @@ TEST(Scheduler, AdmitsUntilThePromiseIsFullThenQueues) {
   }
 }
 
+// A hybrid cache (a full-attention table and a table of 32-token windows):
+// a request's worst case is per table, each bounded by its window, summed.
+// 160 + 160 tokens: the full table 20 blocks, the windowed one at most
+// ceil(32/16) + 2 + ceil(64/16) = 8: 28 > the request share of 25 (with
+// every layer full it would be 40; with one table of every layer, 20).
+// 96 + 96 tokens: 12 + 8 = 20, so four fit under 95 and a fifth waits.
+TEST(Scheduler, HybridAdmissionRefusesByThePerTableSum) {
+  FakeExecutorOptions fo = pool(100);
+  fo.table_windows = {0, 32};
+  fo.max_step_tokens = 64;
+  SchedulerConfig c;
+  c.max_batch_tokens = 64;
+  Harness h(fo, c);
+  EXPECT_EQ(h.exec.kv().table_cap(1), 8);
+  const SubmitResult big = h.submit(160, 160, SloClass::Interactive, "a");
+  EXPECT_FALSE(big.accepted);
+  EXPECT_EQ(big.reason, RejectReason::RequestShare);
+  EXPECT_NE(big.message.find("needs up to 28 KV blocks"), std::string::npos) << big.message;
+  for (int i = 0; i < 5; ++i) {
+    const SubmitResult r = h.submit(96, 96, SloClass::Interactive, "t" + std::to_string(i), 1, i);
+    ASSERT_TRUE(r.accepted) << r.message;
+    EXPECT_EQ(r.need_blocks, 20);
+  }
+  // A step prefills at most 64 tokens: one admission per step, and the
+  // fifth is held back by the promise, not by the step budget.
+  std::vector<RequestId> admitted;
+  for (int i = 0; i < 8; ++i) {
+    const StepReport rep = h.step();
+    admitted.insert(admitted.end(), rep.admitted.begin(), rep.admitted.end());
+    EXPECT_LE(h.sched.promised_blocks(), 80);
+  }
+  EXPECT_EQ(admitted, (std::vector<RequestId>{1, 2, 3, 4}));
+  EXPECT_EQ(h.sched.stats(h.now).queued[0], 1);
+  h.run();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(h.tk(RequestId(i + 1), 0), h.expected(96, 96, i)) << i;
+  h.exec.kv().check_invariants(true);
+  EXPECT_EQ(h.exec.kv().pool().n_used(), 0);
+}
+
 TEST(Scheduler, BatchClassLeavesTheInteractiveReserve) {
   SchedulerConfig c;
   c.max_batch_tokens = 10000;

@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "tiers/disk_store.h"
 #include "tiers/tier_set.h"
+#include "tools/make_model.h"
 
 namespace fs = std::filesystem;
 using namespace kvs;
@@ -124,6 +125,59 @@ TEST_P(TierEngine, TierHitIsBitIdenticalToColdRun) {
   EXPECT_EQ(other.tokens, cold.tokens);
   pe3.set_tier(nullptr);
   tier3.reset();  // finishes its writes before the directory goes
+  fs::remove_all(dir);
+}
+
+// A hybrid cache (a Gemma 2 shaped model made here: a full table and a table
+// of 16-token windows): every table's keyed blocks go to the tier under
+// their table keys, and a reload brings back what each table needs (the
+// full table's six blocks, the windowed table's last one): the same logits
+// and tokens as the cold run.
+TEST(TierEngineHybrid, ReloadFillsEveryTable) {
+  MakeModelOptions mo;
+  mo.out = test::temp_dir() + "/tier-gemma2.gguf";
+  mo.arch = "gemma2";
+  mo.dim = 64;
+  mo.n_layers = 4;
+  mo.head_dim = 32;
+  mo.n_ctx = 256;
+  mo.window = 16;
+  mo.type = GgmlType::F16;
+  mo.progress = false;
+  make_random_model(mo);
+  auto model = Model::load(mo.out);
+  Engine engine(model, EngineOptions{2});
+  PagedEngineOptions o;
+  o.n_blocks = 64;
+  o.max_ctx = 256;
+  o.cache.type = KvType::F16;
+  const KvLayout layout = kv_layout_for(engine, o.block_size, o.cache);
+  ASSERT_EQ(layout.n_tables(), 2);
+  const std::string dir = (fs::temp_directory_path() / ("kvs-tier-hybrid-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const crypto::SecretKey master = crypto::SecretKey::random();
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(101);
+  for (auto& t : prompt) t = int32_t(3 + rng() % 500);
+  const Scope scope = make_scope("test", "tenant");
+  PagedEngine pe(engine, o);
+  auto tier = tier_on(dir, master, pe, model->identity(), layout.describe(), layout.block_bytes());
+  pe.set_tier(tier.get());
+  const GenRun cold = generate(pe, prompt, scope, 24);
+  tier->flush();
+  EXPECT_EQ(tier->stats().tiers[0].stores, 14);  // 125 tokens: seven full blocks in each table
+  pe.drop_cached();
+  const uint64_t ticket = pe.prefetch(prompt, scope, 0);
+  for (int i = 0; i < 1000 && pe.prefetch_pending(ticket); ++i) usleep(1000);
+  const KvStats before = pe.stats().kv;
+  const GenRun warm = generate(pe, prompt, scope, 24);
+  EXPECT_EQ(warm.cached, 96);
+  EXPECT_EQ(warm.imported, 96);
+  EXPECT_EQ(pe.stats().kv.imported_blocks - before.imported_blocks, 6 + 1);
+  EXPECT_EQ(std::memcmp(warm.first_logits.data(), cold.first_logits.data(), cold.first_logits.size() * sizeof(float)), 0);
+  EXPECT_EQ(warm.tokens, cold.tokens);
+  pe.set_tier(nullptr);
+  tier.reset();
   fs::remove_all(dir);
 }
 

@@ -46,6 +46,12 @@ struct SeqChunk {
   // models that declare no window). Entries of block_table for blocks no
   // token of the chunk can see may be -1 (freed).
   const WindowPolicy* window = nullptr;
+  // A hybrid KV cache (the storage layout has several KV tables, one per
+  // group of layers with one window: kernels/kv_groups.h): the sequence's
+  // block table of each table, in table order, each like block_table (whose
+  // entries a table's window hides may be -1). Null: block_table is the one
+  // table (every cache whose layers share a window).
+  const int32_t* const* block_tables = nullptr;
 };
 
 struct ForwardStats {

@@ -15,7 +15,9 @@
 #include "sched/clock.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "engine/kv_cache.h"
 #include "kv/capacity.h"
+#include "kv/window_policy.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "sched/engine_loop.h"
@@ -95,6 +97,13 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int n_vocab, int len) {
   return p;
 }
 
+// Blocks one sequence of `tokens` tokens holds at most, every KV table (a
+// hybrid cache's windowed tables at their bound).
+int64_t blocks_per_sequence(const Loaded& l, int block_size, int64_t tokens, int step) {
+  const KvLayout layout = kv_layout_for(*l.engine, block_size, {});
+  return sequence_block_cap(table_windows(WindowPolicy{}, layout.groups), tokens, block_size, step);
+}
+
 int run_throughput(const Args& a, Loaded& l) {
   std::vector<int> npls;
   std::stringstream ss(a.npl);
@@ -109,7 +118,7 @@ int run_throughput(const Args& a, Loaded& l) {
     sched::EngineLoopOptions o;
     o.block_size = a.block_size;
     o.max_ctx = a.p + a.n + 1;
-    const int64_t per = blocks_for_tokens(a.p + a.n, a.block_size);
+    const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, std::max(a.max_batch_tokens, a.p));
     o.kv_blocks = per * b * 5 / 4 + per + 8;  // all fit, past headroom and the interactive reserve
     o.prefix_caching = false;                 // distinct prompts anyway; measure compute
     o.sched.max_batch_tokens = std::max(a.max_batch_tokens, a.p);
@@ -167,7 +176,7 @@ int run_burst(const Args& a, Loaded& l) {
   sched::EngineLoopOptions o;
   o.block_size = a.block_size;
   o.max_ctx = a.p + a.n + 1;
-  const int64_t per = blocks_for_tokens(a.p + a.n, a.block_size);
+  const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, a.max_batch_tokens);
   // A pool whose interactive limit (total - 5% headroom) holds burst_fit requests.
   o.kv_blocks = (per * a.burst_fit * 100 + 94) / 95;
   o.sched.max_batch_tokens = a.max_batch_tokens;

@@ -30,6 +30,7 @@ struct PlanArgs {
   int block_size = 16;
   int64_t batch = 1, ctx = 0, prompt = -1, max_tokens = -1;
   double headroom = 0.05;
+  int max_step_tokens = 512;
 };
 
 // Streamed matrices by weight type, from the tensor table: every 2-D tensor
@@ -96,6 +97,7 @@ int run_plan(const PlanArgs& a) {
   in.prompt = a.prompt;
   in.max_tokens = a.max_tokens;
   in.headroom = a.headroom;
+  in.max_step_tokens = a.max_step_tokens;
   in.disk_read_bps = parse_bandwidth(a.tier_disk_read);
   in.redis_read_bps = parse_bandwidth(a.tier_redis_read);
   in.link_bps = parse_bandwidth(a.link);
@@ -145,6 +147,10 @@ void add_plan(CLI::App& app, Runner& run) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--headroom", a->headroom, "fraction of KV blocks admission keeps free")
       ->capture_default_str()->check(CLI::Range(0.0, 0.999999));
+  c->add_option("--max-step-tokens", a->max_step_tokens,
+                "most tokens one step appends to a sequence: bounds a windowed KV table of a hybrid cache")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   c->add_option("--scratch", a->scratch, "activation scratch memory, e.g. 512MiB (default: one 512-token step)");
   c->add_option("--tier-disk-read", a->tier_disk_read, "read rate of the disk KV tier, for prefix reload times")
       ->capture_default_str();

@@ -116,10 +116,11 @@ void size_kv_pool(const ServeArgs& a, const Engine& engine, const std::optional<
   } else {
     // Default: enough for --max-seqs full contexts, at most 20% of the
     // memory available now.
-    // A bounding window caps what one sequence holds (KvManager::live_cap).
+    // A bounding window caps what one sequence holds (KvManager::live_cap),
+    // per KV table.
     const WindowPolicy w = lo.window.resolve(engine.model().config().sliding_window);
-    const int64_t per_seq = std::min<int64_t>((ctx + a.block_size - 1) / a.block_size,
-                                              window_block_cap(w, a.block_size, a.max_batch_tokens));
+    const KvLayout layout = kv_layout_for(engine, a.block_size, lo.cache);
+    const int64_t per_seq = sequence_block_cap(table_windows(w, layout.groups), ctx, a.block_size, a.max_batch_tokens);
     const int64_t want = int64_t(a.max_seqs) * per_seq + 1;
     const int64_t fit = kv_blocks_for_budget(engine, a.block_size, tools::parse_kv_memory("20%"), lo.cache);
     lo.kv_blocks = std::max<int64_t>(1, std::min(want, fit));

@@ -46,13 +46,22 @@ Shipment shipment_of(PagedEngine& pe, SeqId seq, const Scope& caller, int32_t fi
   s.scope = caller;
   s.first_token = first_token;
   s.keys = kv.chain_keys(s.prompt, pe.kv_scope(caller));
-  const auto& table = kv.block_table(seq);
-  const size_t n = (s.prompt.size() + size_t(pe.block_size()) - 1) / size_t(pe.block_size());
-  if (table.size() < n) throw std::invalid_argument("disagg: the sequence's table is shorter than its prompt");
-  for (size_t i = 0; i < n; ++i) {
-    if (table[i] < 0) throw std::invalid_argument("disagg: a windowed sequence cannot be shipped");
-    s.blocks.push_back(pe.block(table[i]));
-  }
+  // Block by block, each table's entry the next query sees: the list order
+  // the decode side reserves in (KvManager::Adoption). A table whose layers'
+  // own window hid an entry has freed it; a window policy cannot ship.
+  const int bs = pe.block_size();
+  const size_t n = (s.prompt.size() + size_t(bs) - 1) / size_t(bs);
+  const int len = int(s.prompt.size());
+  for (const std::vector<int32_t>& table : kv.block_tables(seq))
+    if (table.size() < n) throw std::invalid_argument("disagg: the sequence's table is shorter than its prompt");
+  for (size_t i = 0; i < n; ++i)
+    for (int t = 0; t < kv.n_tables(); ++t) {
+      const int32_t b = kv.block_table(seq, t)[i];
+      const TableWindow& w = kv.table_window(t);
+      if (b >= 0) s.blocks.push_back(pe.block(b));
+      else if (w.policy.active() || !w.dead(int64_t(i) * bs, int64_t(i + 1) * bs, len))
+        throw std::invalid_argument("disagg: a windowed sequence cannot be shipped");
+    }
   const std::span<const float> res = kv.residual_view(seq);
   s.residual.assign(res.begin(), res.end());
   return s;

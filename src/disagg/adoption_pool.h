@@ -62,7 +62,10 @@ struct Shipment {
   Scope scope;                                   // the caller scope (not folded)
   int32_t first_token = -1;
   std::vector<BlockKey> keys;                    // chain keys of the prompt's full blocks
-  std::vector<std::span<const uint8_t>> blocks;  // every block of the prompt's table, in order
+  // Every block of the prompt's table, in order; a hybrid cache: block by
+  // block, each KV table's entry the next query sees (a windowed table's
+  // hidden ones are not sent), the order KvManager::Adoption lists them in.
+  std::vector<std::span<const uint8_t>> blocks;
   std::vector<float> residual;                   // copied: small, and the engine may reuse the sequence's
 };
 

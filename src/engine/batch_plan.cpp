@@ -21,18 +21,22 @@ void plan_chunks(const std::vector<SeqChunk>& batch, const ModelConfig& c, const
   p.n_tokens = 0;
   p.stage_rows = 0;
   for (const SeqChunk& ch : batch) {
-    if (ch.n_tokens < 1 || ch.pos0 < 0 || !ch.block_table || !ch.tokens)
+    if (ch.n_tokens < 1 || ch.pos0 < 0 || (!ch.block_table && !ch.block_tables) || !ch.tokens)
       throw std::invalid_argument("Engine::forward: empty or malformed chunk");
     // The policy is resolved once, when the sequence starts; a chunk without
     // it would silently ignore the model's own window.
     if (c.sliding_window > 0 && (!ch.window || !ch.window->active()))
       throw std::invalid_argument("Engine::forward: the model declares a sliding window; give each chunk its "
                                   "sequence's window policy (WindowPolicy::in_force)");
+    if (layout.n_tables() > 1 && !ch.block_tables)
+      throw std::invalid_argument("Engine::forward: a hybrid KV cache (" + std::to_string(layout.n_tables()) +
+                                  " tables) needs each chunk's block tables");
     if (layout.quantized() && !ch.residual)
       throw std::invalid_argument("Engine::forward: a quantized KV cache needs each chunk's residual");
     if (std::string e = token_ids_error({ch.tokens, size_t(ch.n_tokens)}, c.n_vocab, "Engine::forward:"); !e.empty())
       throw std::invalid_argument(e);
-    ChunkPlan cp{ch.block_table, ch.pos0, ch.tokens, ch.n_tokens, p.n_tokens, ch.residual, p.stage_rows,
+    const int32_t* const* tables = ch.block_tables ? ch.block_tables : &ch.block_table;
+    ChunkPlan cp{tables, ch.pos0, ch.tokens, ch.n_tokens, p.n_tokens, ch.residual, p.stage_rows,
                  ch.window && ch.window->rotates()};
     // A quantized cache stores a token group only once it is complete: the
     // chunk's rows are staged after the residual rows of its first group.

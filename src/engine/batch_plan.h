@@ -18,7 +18,7 @@ struct ModelConfig;
 
 // One chunk of the batch as the layer loop needs it.
 struct ChunkPlan {
-  const int32_t* block_table = nullptr;  // SeqChunk::block_table
+  const int32_t* const* tables = nullptr;  // [n_tables] the block table of each KV table (SeqChunk::block_tables)
   int pos0 = 0;                          // tokens of the sequence already cached
   const int32_t* tokens = nullptr;       // [n_tokens], ids checked against the vocabulary
   int n_tokens = 0;
@@ -44,7 +44,7 @@ struct BatchPlan {
 };
 
 // Fills `plan` for `batch`. Throws std::invalid_argument for an empty or
-// malformed chunk, a token id outside the vocabulary, a missing residual of a
+// malformed chunk, a chunk without its tables of a hybrid cache, a token id outside the vocabulary, a missing residual of a
 // quantized cache, or a chunk without the window policy the model declares.
 void plan_batch(const std::vector<SeqChunk>& batch, const ModelConfig& c, const KvLayout& layout, BatchPlan& plan);
 

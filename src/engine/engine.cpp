@@ -169,7 +169,9 @@ void Engine::Impl::store_quantized(const KvStorage& kv, int l) {
   const KvLayout& L = kv.layout;
   const int G = L.group_tokens, bs = L.block_size;
   const size_t kvdim = L.row_floats(), gfl = size_t(G) * kvdim;
+  const int slot = L.slot_of(l);
   for (const ChunkPlan& ch : plan.chunks) {
+    const int32_t* table = ch.tables[L.table_of(l)];
     const int r0 = ch.pos0 % G, start = ch.pos0 - r0, end = ch.pos0 + ch.n_tokens;
     float* sk = &stage_k[size_t(ch.stage_row0) * kvdim];  // [r0 + n_tokens, kvdim]
     float* sv = &stage_v[size_t(ch.stage_row0) * kvdim];
@@ -181,7 +183,7 @@ void Engine::Impl::store_quantized(const KvStorage& kv, int l) {
     std::memcpy(sv + size_t(r0) * kvdim, &v[size_t(ch.row0) * kvdim], size_t(ch.n_tokens) * kvdim * sizeof(float));
     int p = start;
     for (; p + G <= end; p += G)
-      kvc::store_group(kv, ch.block_table[p / bs], l, p % bs, sk + size_t(p - start) * kvdim, sv + size_t(p - start) * kvdim);
+      kvc::store_group(kv, table[p / bs], slot, p % bs, sk + size_t(p - start) * kvdim, sv + size_t(p - start) * kvdim);
     const int rest = end - p;  // the new residual group
     std::memcpy(rk, sk + size_t(p - start) * kvdim, size_t(rest) * kvdim * sizeof(float));
     std::memcpy(rv, sv + size_t(p - start) * kvdim, size_t(rest) * kvdim * sizeof(float));
@@ -198,6 +200,7 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   const AttnShape shape{nh, nkv, hd, scale, c.attn_softcap};
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const int G = kv.layout.group_tokens, window = c.layer_window[size_t(l)];
+  const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);
   const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
   const int64_t n_blocks = int64_t(plan.attn_blocks.size());
   pool->parallel_for(n_blocks * nkv, [&](int64_t task, int thread) {
@@ -206,7 +209,7 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
     const int g = int(task / n_blocks);
     const ChunkPlan& ch = plan.chunks[size_t(plan.chunk_of[t])];
     const WindowView& wv = plan.view[t];
-    AttnSeq as{ch.block_table, plan.pos[t] + 1, plan.pos[t] + 1, nullptr, nullptr};
+    AttnSeq as{ch.tables[tbl], plan.pos[t] + 1, plan.pos[t] + 1, nullptr, nullptr};
     as.sink_end = wv.sink_end;
     as.win_start = wv.win_start;
     as.window = window;
@@ -224,7 +227,7 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
       as.own_k = &stage_k[size_t(row) * kvdim];
       as.own_v = &stage_v[size_t(row) * kvdim];
     }
-    attention_group_block(&q[t0 * qdim], size_t(qdim), tb, kv, l, as, g, shape, &att[t0 * qdim], size_t(qdim),
+    attention_group_block(&q[t0 * qdim], size_t(qdim), tb, kv, slot, as, g, shape, &att[t0 * qdim], size_t(qdim),
                           attn_scratch[thread].data());
   });
 }
@@ -252,6 +255,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
+  const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);  // where layer l's K/V live
   qkv(l);
   per_token([&](int64_t t) {
     const float* cs = &rk.cos[t * (n_rot / 2)];
@@ -269,7 +273,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
     // any query reads it: the attention below starts after this barrier.
     if (!quant) {
       const int p = plan.pos[t];
-      kvc::store_rows(kv, ch.block_table[p / bs], l, p % bs, 1, &k[t * kvdim], &v[t * kvdim]);
+      kvc::store_rows(kv, ch.tables[tbl][p / bs], slot, p % bs, 1, &k[t * kvdim], &v[t * kvdim]);
     }
   });
   if (quant) store_quantized(kv, l);
@@ -326,6 +330,15 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
   const ModelConfig& c = m.cfg();
   if (kv.layout.n_layers != c.n_layers || kv.layout.n_kv_heads != c.n_kv_heads || kv.layout.head_dim != c.head_dim)
     throw std::invalid_argument("Engine::forward: KV layout does not match the model");
+  // A table frees what its window hides: each of its layers must see no
+  // further back than that (a full-size table fits every layer).
+  for (int l = 0; l < c.n_layers && kv.layout.groups.hybrid(); ++l) {
+    const int tw = kv.layout.groups.tables[size_t(kv.layout.table_of(l))].window;
+    if (tw > 0 && c.layer_window[size_t(l)] != tw)
+      throw std::invalid_argument("Engine::forward: KV table of layer " + std::to_string(l) + " keeps a " +
+                                  std::to_string(tw) + "-token window, the layer's is " +
+                                  std::to_string(c.layer_window[size_t(l)]));
+  }
   plan_batch(batch, c, kv.layout, m.plan);
   if (m.plan.n_tokens == 0) {
     logits.clear();

@@ -6,6 +6,8 @@
 // one (kv/window_policy.h, or the model's native window) the sequence may
 // grow past its memory: blocks no later token can see are recycled, so the
 // KV memory stays at what the policy keeps visible (plus one chunk).
+// A hybrid cache (kernels/kv_groups.h) has one block table per KV table;
+// each table recycles what its own window (TableWindow) hides.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -39,8 +41,11 @@ class LocalSequence {
   void truncate(int n);
   const KvLayout& layout() const { return storage_.view().layout; }
   const WindowPolicy& window() const { return window_; }
-  // Blocks holding K/V now, and the most ever held (memory stays bounded).
+  int n_tables() const { return int(tables_.size()); }
+  const std::vector<int32_t>& block_table(int table = 0) const { return tables_.at(size_t(table)); }
+  // Blocks holding K/V now (every table), and the most ever held (memory stays bounded).
   int live_blocks() const { return int(storage_.n_blocks()) - int(free_.size()); }
+  int live_blocks(int table) const;
   int peak_blocks() const { return peak_blocks_; }
   int capacity_blocks() const { return int(storage_.n_blocks()); }  // allocated once, never grows
   int64_t block_bytes() const { return int64_t(storage_.view().layout.block_bytes()); }
@@ -57,14 +62,18 @@ class LocalSequence {
   Engine& e_;
   int max_ctx_;
   WindowPolicy window_;
+  std::vector<TableWindow> tw_;  // per KV table: the policy and the table's own window
   BlockStorage storage_;
-  std::vector<int32_t> table_;  // per logical block: physical block, -1 = freed by the window
+  // Per KV table, per logical block: physical block, -1 = freed by the window.
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<const int32_t*> table_ptrs_;  // SeqChunk::block_tables
   std::vector<int32_t> free_;   // physical blocks not in use
   std::vector<float> logits_, part_;
   std::vector<float> residual_;  // quantized cache: [KvLayout::residual_floats()]
   int n_past_ = 0, peak_blocks_ = 0;
-  void ensure_blocks(int n_tokens);  // table covers [0, n_tokens)
-  void free_dead();                  // recycle blocks the window hides from every later token
+  void ensure_blocks(int n_tokens);  // every table covers [0, n_tokens)
+  void free_dead();                  // recycle blocks the windows hide from every later token
+  bool frees() const;                // some table recycles blocks
 };
 
 }  // namespace kvs

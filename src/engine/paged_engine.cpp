@@ -23,8 +23,10 @@ int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t byte
   if (cache.type == KvType::F32) {
     // The capacity arithmetic (planner, admission) and the storage layout
     // must agree byte for byte, or admission would promise blocks that do
-    // not exist.
-    const uint64_t per_token = kv_bytes_per_token(c.n_layers, c.n_kv_heads, c.head_dim, KvFormat::f32());
+    // not exist. (A hybrid layout's token costs one slot per layer slot of
+    // every table: the padded layer count.)
+    const int slots = l.slots() * l.n_tables();
+    const uint64_t per_token = kv_bytes_per_token(slots, c.n_kv_heads, c.head_dim, KvFormat::f32());
     if (per_token != l.bytes_per_token())
       throw std::logic_error("KV bytes per token: capacity helper and storage layout disagree");
   }
@@ -32,6 +34,7 @@ int64_t kv_blocks_for_budget(const Engine& engine, int block_size, uint64_t byte
 }
 
 static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max_ctx, const WindowPolicy& w) {
+  const KvLayout layout = kv_layout_for(e, o.block_size, o.cache);
   if (o.block_size < 1 || o.block_size > kMaxUserBlockSize)
     throw std::invalid_argument("block size must be between 1 and " + std::to_string(kMaxUserBlockSize) +
                                 " tokens, got " + std::to_string(o.block_size));
@@ -39,11 +42,12 @@ static int64_t pool_blocks(const Engine& e, const PagedEngineOptions& o, int max
   int64_t n = o.n_blocks;
   if (o.kv_memory_bytes > 0) n = kv_blocks_for_budget(e, o.block_size, o.kv_memory_bytes, o.cache);
   else if (n <= 0) throw std::invalid_argument("paged engine: give a KV memory budget (--kv-memory) or a block count");
-  // A bounding window: one sequence never holds more (KvManager::live_cap).
-  const int64_t need = std::min(blocks_for_tokens(max_ctx, o.block_size),
-                                window_block_cap(w, o.block_size, o.max_step_tokens));
+  // A bounding window: one sequence never holds more (KvManager::live_cap),
+  // per KV table.
+  const int64_t need =
+      sequence_block_cap(table_windows(w, layout.groups), max_ctx, o.block_size, o.max_step_tokens);
   if (n < need) {
-    const uint64_t block_bytes = kv_layout_for(e, o.block_size, o.cache).block_bytes();
+    const uint64_t block_bytes = layout.block_bytes();
     throw std::invalid_argument(
         "KV budget too small: " + std::to_string(n) + " blocks of " + std::to_string(o.block_size) + " tokens (" +
         std::to_string(block_bytes) + " bytes each) cannot hold one " + std::to_string(max_ctx) +
@@ -60,6 +64,7 @@ static KvManagerOptions manager_options(const KvLayout& l, const PagedEngineOpti
   m.prefix_caching = o.prefix_caching;
   m.window = w;
   m.max_step_tokens = o.max_step_tokens;
+  m.table_windows = l.groups.table_windows();
   if (l.quantized()) {
     m.align_tokens = l.group_tokens;
     m.residual_floats = l.residual_floats();
@@ -131,7 +136,9 @@ void PagedEngine::on_keyed(void* self, int32_t block, const BlockKey& key, const
 uint64_t PagedEngine::prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const {
   if (!tier_ || !kv_.prefix_caching()) return 0;
   const Scope scope = kv_scope(caller);
-  std::vector<BlockKey> keys = kv_.chain_keys(prompt, scope);
+  // Every table's block of each full prompt block (table 0's key is the
+  // chain key): with a hybrid cache a hit needs each table's blocks.
+  std::vector<BlockKey> keys = kv_.table_keys(prompt, scope);
   // Blocks RAM holds now need no fetch (it may evict them before admission:
   // then they are recomputed, as without a tier).
   size_t first = 0;
@@ -180,11 +187,16 @@ void PagedEngine::step(const std::vector<SeqStep>& items, StepResult& r) {
     return;
   }
   chunks_.clear();
+  const size_t n_tables = size_t(kv_.n_tables());
+  table_ptrs_.resize(items.size() * n_tables);  // stable while chunks_ points into it
   int64_t rows = 0;
-  for (const SeqStep& it : items) {
-    const auto& table = kv_.block_table(it.seq);
-    chunks_.push_back(SeqChunk{table.data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()),
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SeqStep& it = items[i];
+    const auto& tables = kv_.block_tables(it.seq);
+    for (size_t t = 0; t < n_tables; ++t) table_ptrs_[i * n_tables + t] = tables[t].data();
+    chunks_.push_back(SeqChunk{tables[0].data(), kv_.num_tokens(it.seq), it.tokens.data(), int(it.tokens.size()),
                                it.all_logits, kv_.residual(it.seq), &window_});
+    if (n_tables > 1) chunks_.back().block_tables = &table_ptrs_[i * n_tables];
     r.row0.push_back(rows);
     rows += it.all_logits ? int64_t(it.tokens.size()) : 1;
   }

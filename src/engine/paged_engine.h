@@ -154,6 +154,7 @@ class PagedEngine {
   std::unique_ptr<BlockStorage> storage_;
   KvManager kv_;
   std::vector<SeqChunk> chunks_;
+  std::vector<const int32_t*> table_ptrs_;  // [items, n_tables] SeqChunk::block_tables of a step
   std::vector<SeqId> ids_;  // duplicate check
   KvTierPort* tier_ = nullptr;
   struct TierImporter;

@@ -52,7 +52,8 @@ struct AttnSeq {
 };
 
 // The query heads that share kv head `g` (GQA group), for keys/values at
-// positions [0, n_ctx) of `layer`:
+// positions [0, n_ctx) of `layer` (the layer's slot in the blocks of its KV
+// table, KvLayout::slot_of; seq.block_table is that table):
 //   q:   [n_heads, head_dim]   (only heads g*r .. g*r+r-1 are read, r = n_heads/n_kv_heads)
 //   out: [n_heads, head_dim]   (only those heads are written)
 // scratch: attention_scratch_floats(r, head_dim) floats. The keys are

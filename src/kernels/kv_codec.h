@@ -1,7 +1,9 @@
 // Reading and writing K/V rows in the block storage in every --kv-type
 // (layout in kernels/kv_layout.h). The attention kernel reads through load_k /
 // load_v one block tile at a time, so a quantized cache is dequantized only
-// tile by tile, never copied whole.
+// tile by tile, never copied whole. `layer` is the layer's slot in its KV
+// table's blocks (KvLayout::slot_of; the layer itself with one table), as
+// in attention.h.
 #pragma once
 #include <cstdint>
 

@@ -35,6 +35,10 @@ const char* to_string(KeyScale k) { return k == KeyScale::Channel ? "channel" : 
 void KvLayout::validate() const {
   if (block_size < 1 || n_layers < 1 || n_kv_heads < 1 || head_dim < 1)
     throw std::invalid_argument("KV layout: every dimension must be >= 1");
+  if (!groups.tables.empty() && (groups.n_layers != n_layers || int(groups.table_of.size()) != n_layers ||
+                                 int(groups.slot_of.size()) != n_layers || groups.slots < 1))
+    throw std::invalid_argument("KV layout: the layer groups are for " + std::to_string(groups.n_layers) +
+                                " layers, the layout has " + std::to_string(n_layers));
   if (!quantized()) return;
   if (kvdim() % 2 != 0) throw std::invalid_argument("quantized KV cache: n_kv_heads * head_dim must be even");
   if (group_channels < 1) throw std::invalid_argument("--kv-group must be >= 1 channel");
@@ -46,12 +50,15 @@ void KvLayout::validate() const {
 }
 
 std::string KvLayout::describe() const {
-  if (!quantized()) return to_string(type);
+  // One table is the layout as it always was: the same text, so identities
+  // (tiers, transfers, saved sequences) of such models do not change.
+  const std::string grouping = groups.hybrid() ? "; " + groups.describe() : "";
+  if (!quantized()) return to_string(type) + grouping;
   std::string s = to_string(type);
   if (key_scale == KeyScale::Channel) s += " keys/channel g" + std::to_string(group_tokens);
   else s += " keys/token c" + std::to_string(group_channels);
   s += ", values/token c" + std::to_string(group_channels) + ", residual " + std::to_string(group_tokens);
-  return s;
+  return s + grouping;
 }
 
 }  // namespace kvs

@@ -1,8 +1,12 @@
 // Where K and V live. All KV memory is cut into blocks of `block_size` token
-// slots; a block holds K and V of every layer for its slots:
-//   block b, layer l: K area, then V area
-// A sequence's K/V are addressed through its block table (logical block i ->
-// physical block id), so attention never needs a contiguous copy.
+// slots; a block holds K and V of `slots()` layer slots for its token slots:
+//   block b, layer slot s: K area, then V area
+// With one KV table (every model whose layers share one window) the slots
+// are the layers: slot s = layer s. A hybrid cache (kernels/kv_groups.h)
+// has several tables; layer l lives in slot groups.slot_of[l] of the blocks
+// of table groups.table_of[l]. A sequence's K/V are addressed through its
+// block table of that table (logical block i -> physical block id), so
+// attention never needs a contiguous copy.
 //
 // Element types (--kv-type):
 //   f32, f16, bf16  K and V rows [block_size, n_kv_heads * head_dim], written
@@ -30,6 +34,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/kv_groups.h"
+
 namespace kvs {
 
 enum class KvType : uint8_t { F32, F16, BF16, Int8, Int4 };
@@ -44,6 +50,13 @@ struct KvLayout {
   KeyScale key_scale = KeyScale::Channel;
   int group_tokens = 16;    // quantized types: tokens per key group and per residual
   int group_channels = 32;  // quantized types: row elements per (scale, min)
+  // Which table and slot each layer uses; empty: one table, slot = layer.
+  KvGroups groups;
+
+  int slots() const { return groups.tables.empty() ? n_layers : groups.slots; }  // layer slots per block
+  int n_tables() const { return groups.tables.empty() ? 1 : groups.n_tables(); }
+  int table_of(int layer) const { return groups.tables.empty() ? 0 : groups.table_of[size_t(layer)]; }
+  int slot_of(int layer) const { return groups.tables.empty() ? layer : groups.slot_of[size_t(layer)]; }
 
   bool quantized() const { return type == KvType::Int8 || type == KvType::Int4; }
   int kvdim() const { return n_kv_heads * head_dim; }
@@ -65,11 +78,13 @@ struct KvLayout {
     return size_t(block_size) * token_row_bytes();
   }
   size_t layer_bytes() const { return k_area_bytes() + v_area_bytes(); }
-  size_t block_bytes() const { return size_t(n_layers) * layer_bytes(); }
-  // Average over a full block (a quantized block's metadata included).
-  double bytes_per_token_avg() const { return double(block_bytes()) / block_size; }
-  // Exact for f32/f16/bf16 (every token costs the same).
-  size_t bytes_per_token() const { return 2 * size_t(n_layers) * row_floats() * elem_bytes(); }
+  size_t block_bytes() const { return size_t(slots()) * layer_bytes(); }
+  // One token in every table (padded slots included), averaged over full
+  // blocks (a quantized block's metadata included). A windowed table holds
+  // only its window's tokens: see kv/capacity.h for what a sequence costs.
+  double bytes_per_token_avg() const { return double(block_bytes()) * n_tables() / block_size; }
+  // Exact for f32/f16/bf16 (every token costs the same), every table.
+  size_t bytes_per_token() const { return 2 * size_t(slots()) * n_tables() * row_floats() * elem_bytes(); }
   // Floats of one sequence's full-precision residual: K and V of up to
   // group_tokens tokens for every layer ([n_layers, 2, G, kvdim]); 0 when the
   // type needs none.
@@ -86,8 +101,10 @@ struct KvStorage {
   uint8_t* base = nullptr;  // [n_blocks, block_bytes]
   KvLayout layout;
   int64_t n_blocks = 0;
-  uint8_t* k_area(int32_t block, int layer) const {
-    return base + size_t(block) * layout.block_bytes() + size_t(layer) * layout.layer_bytes();
+  // `slot`: the layer's slot in its table's blocks (KvLayout::slot_of; the
+  // layer itself with one table).
+  uint8_t* k_area(int32_t block, int slot) const {
+    return base + size_t(block) * layout.block_bytes() + size_t(slot) * layout.layer_bytes();
   }
   uint8_t* v_area(int32_t block, int layer) const { return k_area(block, layer) + layout.k_area_bytes(); }
   // F32 only: K / V row of (block, layer, slot): [n_kv_heads, head_dim]

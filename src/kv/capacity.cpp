@@ -3,11 +3,16 @@
 // from the command line and from untrusted model metadata.
 #include "kv/capacity.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+
+#include "kernels/kv_groups.h"
+#include "kv/window_policy.h"
 
 namespace kvs {
 namespace {
@@ -166,12 +171,66 @@ int64_t headroom_blocks(int64_t total_blocks, double headroom_fraction) {
   return int64_t((num + 999'999) / 1'000'000);
 }
 
+std::vector<KvTableShape> kv_table_shapes(const std::vector<int>& layer_window, int n_layers) {
+  const KvGroups g = layer_window.empty() ? KvGroups::uniform(n_layers) : KvGroups::by_window(layer_window);
+  std::vector<KvTableShape> out;
+  for (const KvGroups::Table& t : g.tables) out.push_back({g.slots, t.window});
+  return out;
+}
+
+int64_t table_blocks(const KvTableShape& t, int64_t tokens, int block_size, int max_step_tokens) {
+  const int64_t all = blocks_for_tokens(tokens, block_size);
+  if (t.window <= 0) return all;
+  const int64_t bound = max_step_tokens > 0
+                            ? window_block_cap(WindowPolicy::native(t.window), block_size, max_step_tokens)
+                            : blocks_for_tokens(t.window, block_size) + 1;
+  return std::min(all, bound);
+}
+
+uint64_t sequence_kv_bytes(const std::vector<KvTableShape>& tables, int64_t tokens, int block_size,
+                           uint64_t layer_token_bytes, int max_step_tokens) {
+  uint64_t sum = 0;
+  for (const KvTableShape& t : tables) {
+    const uint64_t per_block =
+        mul_checked(mul_checked(uint64_t(t.slots), uint64_t(block_size), "table block"), layer_token_bytes, "table block");
+    sum = add_checked(sum, mul_checked(uint64_t(table_blocks(t, tokens, block_size, max_step_tokens)), per_block,
+                                       "table bytes"),
+                      "sequence bytes");
+  }
+  return sum;
+}
+
+// Per table, a request's blocks bounded by the table's window, summed; and
+// the longest single sequence the usable blocks hold (-1: unbounded).
+static void per_table_requests(const CapacityInput& in, CapacityResult& r) {
+  const int64_t one = request_blocks(in.prompt_tokens, in.max_tokens, in.block_size, in.cached_prefix_blocks);
+  int64_t sum = 0, windowed = 0, full = 0;
+  for (const KvTableShape& t : in.tables) {
+    if (t.window <= 0) {
+      sum += one;
+      ++full;
+      continue;
+    }
+    const int64_t cap = table_blocks(t, INT64_MAX / 2, in.block_size, in.max_step_tokens);
+    sum += std::min(one, cap);
+    windowed += cap;
+  }
+  r.blocks_per_request = sum;
+  r.max_tokens_resident = full > 0 ? std::max<int64_t>(0, r.usable_blocks - windowed) / full * in.block_size : -1;
+}
+
 CapacityResult estimate_capacity(const CapacityInput& in) {
   if (in.kv_bytes_per_token == 0) throw std::invalid_argument("estimate_capacity: kv_bytes_per_token is 0");
   if (in.block_size < 1)
     throw std::invalid_argument("estimate_capacity: block size must be >= 1, got " + std::to_string(in.block_size));
+  if (!in.tables.empty() && (in.layer_token_bytes == 0 || in.tables[0].slots < 1))
+    throw std::invalid_argument("estimate_capacity: KV tables need their layer slots and bytes per layer-token");
   CapacityResult r;
-  r.bytes_per_block = mul_checked(uint64_t(in.block_size), in.kv_bytes_per_token, "bytes per block");
+  r.bytes_per_block =
+      in.tables.empty()
+          ? mul_checked(uint64_t(in.block_size), in.kv_bytes_per_token, "bytes per block")
+          : mul_checked(mul_checked(uint64_t(in.block_size), uint64_t(in.tables[0].slots), "bytes per block"),
+                        in.layer_token_bytes, "bytes per block");
   const uint64_t fixed = add_checked(in.weight_bytes, in.scratch_bytes, "weights + scratch");
   if (in.mem_budget_bytes <= fixed)
     throw std::invalid_argument("memory budget of " + bytes_str(in.mem_budget_bytes) + " cannot hold the weights, " +
@@ -185,14 +244,15 @@ CapacityResult estimate_capacity(const CapacityInput& in) {
   r.headroom_blocks = headroom_blocks(r.total_blocks, in.headroom_fraction);
   r.usable_blocks = r.total_blocks - r.headroom_blocks;
   r.blocks_per_request = request_blocks(in.prompt_tokens, in.max_tokens, in.block_size, in.cached_prefix_blocks);
-  // A request that needs no new block (fully cached, nothing to generate)
-  // is not limited by the cache; report the number of blocks instead of ∞.
-  r.max_concurrent_sequences =
-      r.blocks_per_request > 0 ? r.usable_blocks / r.blocks_per_request : r.usable_blocks;
   int64_t toks = 0;
   if (__builtin_mul_overflow(r.usable_blocks, int64_t(in.block_size), &toks))
     throw std::overflow_error("estimate_capacity: resident token count overflows");
   r.max_tokens_resident = toks;
+  if (!in.tables.empty()) per_table_requests(in, r);
+  // A request that needs no new block (fully cached, nothing to generate)
+  // is not limited by the cache; report the number of blocks instead of ∞.
+  r.max_concurrent_sequences =
+      r.blocks_per_request > 0 ? r.usable_blocks / r.blocks_per_request : r.usable_blocks;
   return r;
 }
 

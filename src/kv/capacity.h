@@ -66,6 +66,30 @@ int64_t request_blocks(int64_t prompt_tokens, int64_t max_tokens, int block_size
 // exact. fraction must be in [0, 1).
 int64_t headroom_blocks(int64_t total_blocks, double headroom_fraction);
 
+// One KV table of the hybrid cache (kernels/kv_groups.h) as sizing sees
+// it: the layer slots of its blocks and its layers' window (0 = the whole
+// context).
+struct KvTableShape {
+  int slots = 0;
+  int window = 0;
+};
+
+// The tables of a model whose layer l has window layer_window[l]
+// (KvGroups::by_window); empty windows: one table of n_layers slots.
+std::vector<KvTableShape> kv_table_shapes(const std::vector<int>& layer_window, int n_layers);
+
+// Blocks one sequence of `tokens` tokens holds in a table: every one, or in
+// a windowed table at most ceil(window / block_size) + 1 between steps
+// (max_step_tokens = 0), or window_block_cap's bound when a step appends up
+// to max_step_tokens tokens (what admission reserves).
+int64_t table_blocks(const KvTableShape& t, int64_t tokens, int block_size, int max_step_tokens);
+
+// K/V bytes of one sequence of `tokens` tokens over these tables: Σ
+// table_blocks × slots × block_size × layer_token_bytes (the bytes of one
+// token's K and V in one layer).
+uint64_t sequence_kv_bytes(const std::vector<KvTableShape>& tables, int64_t tokens, int block_size,
+                           uint64_t layer_token_bytes, int max_step_tokens);
+
 struct CapacityInput {
   uint64_t mem_budget_bytes = 0;   // everything the server may use
   uint64_t weight_bytes = 0;       // weights as resident in memory
@@ -76,6 +100,14 @@ struct CapacityInput {
   int64_t prompt_tokens = 0;       // per request, worst case
   int64_t max_tokens = 0;          // generation limit per request
   int64_t cached_prefix_blocks = 0;  // prompt blocks expected from the prefix cache
+  // The hybrid cache: its KV tables (empty: one table of every layer, sized
+  // by kv_bytes_per_token). With tables a block holds tables[0].slots layers
+  // (bytes_per_block = block_size × slots × layer_token_bytes) and a
+  // request's blocks are summed over the tables, a windowed one bounded by
+  // table_blocks at max_step_tokens.
+  std::vector<KvTableShape> tables;
+  uint64_t layer_token_bytes = 0;
+  int max_step_tokens = 512;
 };
 
 struct CapacityResult {
@@ -86,7 +118,8 @@ struct CapacityResult {
   int64_t usable_blocks = 0;         // total − headroom: what admission may promise
   int64_t blocks_per_request = 0;    // request_blocks(prompt, max_tokens, ...)
   int64_t max_concurrent_sequences = 0;  // floor(usable / blocks_per_request)
-  int64_t max_tokens_resident = 0;   // usable × block_size (one very long sequence)
+  int64_t max_tokens_resident = 0;   // usable × block_size (one very long sequence); -1: unbounded
+                                     // (every table windowed)
 };
 
 // Throws std::invalid_argument when the budget cannot hold the weights and

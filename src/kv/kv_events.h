@@ -22,6 +22,8 @@ struct KvEvent {
   enum class Kind : uint8_t { Stored, Removed };
   Kind kind = Kind::Stored;
   int32_t block = -1;           // physical block id (tests, logs)
+  int32_t table = 0;            // Stored: the KV table it serves (kernels/kv_groups.h); keys of
+                                // table t > 0 are kv/prefix_chain.h's table_key of the chain key
   BlockKey key{};
   bool has_parent = false;      // Stored: false for a chain's first block
   BlockKey parent{};

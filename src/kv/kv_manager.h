@@ -20,6 +20,19 @@
 // the blocks the window has left behind: a sequence then holds at most the
 // blocks of its visible tokens, however long it grows.
 //
+// Hybrid cache (kernels/kv_groups.h, KvManagerOptions::table_windows): a
+// sequence holds one block table per KV table, all of the same logical
+// length over the one pool. Each table has its own window (TableWindow: the
+// policy, and on top of it its layers' own sliding window) and frees what
+// that window left behind, so a windowed table holds at most
+// TableWindow::block_cap blocks. The chain key of logical block i is shared;
+// table t's physical block is indexed under table_key(key_i, t)
+// (kv/prefix_chain.h). A prefix hit is valid only when every table has the
+// blocks the next query can see (kv/prefix_hits.h). Every count the
+// scheduler reads (blocks_needed, horizon_blocks, live_cap, exclusive_blocks,
+// stats) is the sum over the tables. With one table (every model whose
+// layers share a window) all of this is exactly the one-table manager.
+//
 // Two rules make sharing safe: a keyed (content-addressed) block is never
 // written again, and a block with ref count > 1 is never written; reserve()
 // copies such a block into a fresh one first (BlockStorage::copy_block).
@@ -33,7 +46,9 @@
 #include <cstdint>
 #include <climits>
 #include <span>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -61,6 +76,9 @@ struct KvManagerOptions {
   // can see are released and their table entries become -1.
   WindowPolicy window;
   int max_step_tokens = 512;  // window policy: most tokens one step appends (bounds live_cap)
+  // One entry per KV table (KvGroups::table_windows): the sliding window of
+  // its layers, 0 = the whole context. Empty: one table, no window of its own.
+  std::vector<int> table_windows;
 
   // Full-precision cache, no window: the common case, without spelling the rest.
   static KvManagerOptions basic(int block_size, bool prefix_caching) {
@@ -91,12 +109,13 @@ struct KvStats {
   int64_t evictions = 0;
   int64_t imported_blocks = 0;  // blocks add_sequence loaded from a lower tier
   int64_t residual_bytes = 0;  // full-precision residuals of the sequences (quantized KV cache)
+  std::vector<int64_t> table_blocks;  // [n_tables] Used blocks serving each KV table (sum: used_blocks)
 };
 
 struct SeqInfo {
   int tokens = 0;          // tokens with K/V in the cache
-  int blocks = 0;          // blocks held (reserved included; blocks freed by a window not counted)
-  int shared_blocks = 0;   // blocks of the table with ref count > 1
+  int blocks = 0;          // blocks held, every table (reserved included; blocks freed by a window not counted)
+  int shared_blocks = 0;   // blocks of the tables with ref count > 1
 };
 
 class KvManager {
@@ -107,6 +126,8 @@ class KvManager {
 
   int block_size() const { return bs_; }
   bool prefix_caching() const { return caching_; }
+  int n_tables() const { return int(tw_.size()); }
+  const TableWindow& table_window(int table) const { return tw_[size_t(table)]; }
   const BlockPool& pool() const { return pool_; }
 
   // With an importer, the chain continues past the first RAM miss with
@@ -122,10 +143,20 @@ class KvManager {
   // (seq == -1: no room, nothing changed). The fresh blocks are the
   // sequence's own and unkeyed until finish_adoption, so their bytes may be
   // written from another thread meanwhile. Abandon with release(seq).
+  // With several tables each table pins what its index has and reserves
+  // the other blocks the prompt's next query sees (a windowed table: only
+  // those; its other entries stay -1).
   struct Adoption {
     SeqId seq = -1;
-    int32_t hit_blocks = 0;  // table[0, hit_blocks) came from the prefix index
+    int32_t hit_blocks = 0;  // logical blocks [0, hit_blocks) came from the prefix index (every table)
     int32_t blocks = 0;      // table length: every block the prompt touches
+    // The prompt's entries, block by block and each table's in table order,
+    // that the next query sees (every entry of a full table): the first
+    // hit_entries of them came from the index; `fresh` are the rest,
+    // (table, logical block), to be written. One table: hit_entries =
+    // hit_blocks, fresh = (0, hit_blocks .. blocks-1).
+    int32_t hit_entries = 0;
+    std::vector<std::pair<int32_t, int32_t>> fresh;
   };
   Adoption reserve_adoption(std::span<const int32_t> prompt, const Scope& scope);
   // The reserved blocks now hold the prompt's K/V: its tokens count as
@@ -136,6 +167,10 @@ class KvManager {
   // Thread-safe (pure).
   std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, const Scope& scope,
                                    int64_t max_blocks = INT64_MAX) const;
+  // The index key of every table's block of the prompt's full blocks, block
+  // by block, table 0 first (kv/prefix_chain.h, table_key): what a lower
+  // tier is asked for. With one table: the chain keys. Thread-safe (pure).
+  std::vector<BlockKey> table_keys(std::span<const int32_t> prompt, const Scope& scope) const;
   // Called on every block this manager keys after a forward (not on imported
   // ones): what a lower tier writes behind. Engine thread.
   using KeyedHook = void (*)(void* ctx, int32_t block, const BlockKey& key, const Scope& scope);
@@ -150,8 +185,9 @@ class KvManager {
   int32_t cached_prefix_blocks(std::span<const int32_t> prompt, const Scope& scope) const;
 
   // Admission costs, for the scheduler (engine thread). What adding `tokens`
-  // would find in the prefix index: full blocks hit, and how many of those
-  // are Cached now (unreferenced: reusing them pins blocks the LRU could
+  // would find in the prefix index: full (logical) blocks hit in every
+  // table, and how many physical blocks of those the tables would pin are
+  // Cached now (unreferenced: reusing them pins blocks the LRU could
   // otherwise hand out).
   struct PrefixProbe {
     int64_t hits = 0, revived = 0;
@@ -171,8 +207,16 @@ class KvManager {
   int64_t horizon_blocks(SeqId seq, int64_t horizon) const;
   // Most blocks one sequence can hold at once under a bounding window
   // policy: its visible tokens, two partly visible edge blocks and one
-  // step's new blocks. INT64_MAX without such a policy.
+  // step's new blocks, summed over the tables. INT64_MAX when some table
+  // is unbounded.
   int64_t live_cap() const;
+  // The same bound for one table (TableWindow::block_cap).
+  int64_t table_cap(int table) const { return caps_[size_t(table)]; }
+  // `blocks` (what one table would need without a window) for each table,
+  // at most `mult` × that table's cap, summed: the scheduler's worst-case
+  // arithmetic per group. One table: min(blocks, mult × live_cap()). Reads
+  // only the caps, fixed at construction: any thread may call it.
+  int64_t bounded(int64_t blocks, int64_t mult = 1) const;
   // All or nothing: false leaves the sequence and the pool as they were.
   bool reserve(SeqId seq, int n_new);
   // Returns reserved blocks that hold no token (e.g. after a batch that
@@ -229,7 +273,12 @@ class KvManager {
   }
 
   bool contains(SeqId seq) const { return seqs_.count(seq) != 0; }
-  const std::vector<int32_t>& block_table(SeqId seq) const { return get(seq).table; }
+  // The sequence's block table of KV table `table` (logical block -> physical
+  // block, -1: freed by that table's window).
+  const std::vector<int32_t>& block_table(SeqId seq, int table = 0) const { return get(seq).tables.at(size_t(table)); }
+  const std::vector<std::vector<int32_t>>& block_tables(SeqId seq) const { return get(seq).tables; }
+  // Which table a Used or Cached block serves (-1: a free block).
+  int table_of_block(int32_t block) const { return block_table_[size_t(block)]; }
   const std::vector<int32_t>& tokens(SeqId seq) const { return get(seq).tokens; }
   // The sequence's full-precision residual (SeqChunk::residual); null when
   // the cache needs none. Written by Engine::forward.
@@ -255,19 +304,40 @@ class KvManager {
  private:
   struct Seq {
     std::vector<int32_t> tokens;  // tokens with K/V written (prompt prefix + generated)
-    std::vector<int32_t> table;   // physical block per logical block; may extend past tokens (reserved);
-                                  // -1: released because the window hides it from every later token
+    // Per KV table: physical block per logical block; may extend past tokens
+    // (reserved); -1: released because the table's window hides it from
+    // every later token (or never needed by it). All tables have one length.
+    std::vector<std::vector<int32_t>> tables;
     std::vector<BlockKey> keys;   // chain key of each full block (empty without prefix caching)
     Scope scope;
     std::vector<float> residual;  // [residual_floats] (quantized KV cache)
+    int64_t adopt_to = 0;  // an adoption in progress: the prompt length its tables are laid out for
   };
+  // A prompt's admission through the prefix index (kv_manager_admit.cpp).
+  struct HitWalk;
   Seq& get(SeqId seq);
   const Seq& get(SeqId seq) const;
   bool must_copy(int32_t block) const { return pool_.ref_count(block) > 1 || pool_.has_key(block); }
-  int32_t alloc_one();  // pool has room: checked by the caller
+  int32_t alloc_one(int table);  // pool has room: checked by the caller
   void free_dead(Seq& s);  // window policy: release blocks no later token sees
+  void check_table(const Seq& s, size_t t, const std::string& sid, std::vector<int32_t>& holders) const;
   void register_keys(Seq& s);  // chain keys of blocks now full
-  void pin_cached(Seq& s, std::span<const int32_t> prompt);  // the prompt's cached chain into s's table
+  int64_t held(const Seq& s, size_t t) const;  // blocks of table t not freed
+  // The prompt's chain through every table's index (and the importer's
+  // staged blocks): what each table could take from the cache. Pure when
+  // importer is null (then any thread may call it: BlockPool::lookup).
+  HitWalk walk_hits(std::span<const int32_t> prompt, const Scope& scope, BlockImporter* importer) const;
+  int64_t hit_of(const HitWalk& w, int64_t prompt_tokens) const;  // largest_hit
+  // Whether table t holds block i when a hit of h blocks is laid out.
+  bool hit_holds(size_t t, int64_t i, int64_t h, int64_t prompt_tokens) const;
+  // Pins the prompt's cached blocks each table needs (and imports the rest
+  // the importer has); returns the cached tokens and the imported ones.
+  std::pair<int64_t, int64_t> admit_cached(Seq& s, std::span<const int32_t> prompt, BlockImporter* importer);
+  // Makes s's tables hold what a hit of h blocks needs, keeping what they
+  // hold already: -1 when done, else the logical block whose import failed
+  // (its table in *failed_table).
+  int64_t materialize(Seq& s, const HitWalk& w, int64_t h, int64_t n, BlockImporter* importer, int* failed_table,
+                      int64_t* first_import);
 
   int bs_;
   bool caching_;
@@ -275,23 +345,30 @@ class KvManager {
   size_t residual_floats_;
   WindowPolicy window_;
   int max_step_;
+  std::vector<TableWindow> tw_;  // [n_tables]
+  std::vector<int64_t> caps_;    // [n_tables] TableWindow::block_cap
   BlockPool pool_;
   BlockStorage* storage_;
   std::vector<int32_t> fill_;  // per block: leading slots holding valid K/V
+  std::vector<int8_t> block_table_;  // per block: the table it was taken for (-1: never taken)
   std::unordered_map<SeqId, Seq> seqs_;
   SeqId next_id_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, cow_copies_ = 0, imported_ = 0;
   KeyedHook keyed_hook_ = nullptr;
   void* keyed_ctx_ = nullptr;
-  void import_chain(Seq& s, std::span<const int32_t> prompt, BlockImporter& imp);
   // Scopes dropped while sequences of them were live: their new full blocks
   // get no key. An entry leaves when the last such sequence is released.
   std::vector<Scope> dropped_;
   bool is_dropped(const Scope& s) const;
   KvEventLog* events_ = nullptr;
   OwnerThread owner_;
-  // Stored event for block i of a chain (`tokens`: its block_size ids).
-  void note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, const int32_t* tokens);
+  // Stored event for table t's block of logical block i of a chain
+  // (`tokens`: its block_size ids).
+  void note_stored(int32_t block, const std::vector<BlockKey>& keys, int64_t i, int t, const int32_t* tokens);
+  // Keys table t's block b of logical block i (chain keys `keys`); false
+  // when the key already names another block. Stored event and keyed hook.
+  bool key_block(int32_t b, const std::vector<BlockKey>& keys, int64_t i, int t, const Scope& scope,
+                 const int32_t* tokens, bool hook);
 };
 
 }  // namespace kvs

@@ -19,8 +19,9 @@ const std::vector<uint32_t>& table_tags(const KvManager& kv) {
   tag.assign(size_t(kv.pool().size()), 0);
   for (SeqId s : kv.sequences()) {
     const uint32_t t = owner_tag(kv.scope(s));
-    for (int32_t b : kv.block_table(s))
-      if (b >= 0) tag[size_t(b)] = t;
+    for (const std::vector<int32_t>& table : kv.block_tables(s))
+      for (int32_t b : table)
+        if (b >= 0) tag[size_t(b)] = t;
   }
   return tag;
 }
@@ -63,6 +64,9 @@ PoolCells snapshot_pool(const KvManager& kv, int32_t max_cells) {
   const int32_t cells = (out.total + out.group - 1) / out.group;
   for (auto* v : {&out.n_free, &out.n_cached, &out.n_used, &out.n_shared, &out.max_ref}) v->assign(size_t(cells), 0);
   out.owner.assign(size_t(cells), -1);
+  out.n_tables = kv.n_tables();
+  out.table.assign(size_t(cells), -1);
+  out.table_used.assign(size_t(out.n_tables), 0);
   const BlockState* state = p.states();
   const int32_t* ref = p.refs();
   const uint32_t* cached_tag = p.scope_tags();
@@ -80,8 +84,9 @@ PoolCells snapshot_pool(const KvManager& kv, int32_t max_cells) {
   for (int32_t c = 0; c < cells; ++c) {
     const int32_t lo = c * out.group, hi = std::min(out.total, lo + out.group);
     int32_t n_free = 0, n_cached = 0, n_used = 0, n_shared = 0, max_ref = 0;
-    // Majority vote over the cell's non-free blocks (one pass, no counts).
-    int32_t cand = -1, votes = 0;
+    // Majority votes over the cell's non-free blocks (one pass, no counts):
+    // its owner and its table.
+    int32_t cand = -1, votes = 0, tcand = -1, tvotes = 0;
     for (int32_t b = lo; b < hi; ++b) {
       const BlockState st = state[b];
       if (st == BlockState::Free) {
@@ -106,6 +111,10 @@ PoolCells snapshot_pool(const KvManager& kv, int32_t max_cells) {
       }
       if (votes == 0) cand = o;
       votes += cand == o ? 1 : -1;
+      const int32_t t = std::max(0, kv.table_of_block(b));
+      if (!cached) ++out.table_used[size_t(t)];
+      if (tvotes == 0) tcand = t;
+      tvotes += tcand == t ? 1 : -1;
     }
     out.n_free[size_t(c)] = n_free;
     out.n_cached[size_t(c)] = n_cached;
@@ -113,6 +122,7 @@ PoolCells snapshot_pool(const KvManager& kv, int32_t max_cells) {
     out.n_shared[size_t(c)] = n_shared;
     out.max_ref[size_t(c)] = max_ref;
     out.owner[size_t(c)] = cand;
+    out.table[size_t(c)] = tcand;
   }
   end_run();
   return out;

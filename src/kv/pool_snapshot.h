@@ -31,6 +31,10 @@ struct PoolCells {
   std::vector<uint32_t> owners;  // distinct owner tags, in first-seen order
   // Per owner (same index): blocks used and cached under it.
   std::vector<int32_t> owner_used, owner_cached;
+  // The hybrid cache (kernels/kv_groups.h): per cell, the KV table serving
+  // most of its non-free blocks (-1: none); per table, its used blocks.
+  int32_t n_tables = 1;
+  std::vector<int32_t> table, table_used;
   int32_t cells() const { return int32_t(n_free.size()); }
 };
 

@@ -34,6 +34,15 @@ int64_t walk_chain(std::span<const int32_t> tokens, int block_size, const Scope&
   return n;
 }
 
+// The key under which KV table `table` (kernels/kv_groups.h) indexes its
+// physical block of a logical block whose chain key is `chain_key`: table 0
+// uses the chain key itself (so the router, the KV events and every
+// one-table model see the keys they always did), a later table a keyed
+// derivation of (chain key, table), so each table's block is found on its own.
+inline BlockKey table_key(const BlockKey& chain_key, int table) {
+  return table == 0 ? chain_key : table_block_key(chain_key, table);
+}
+
 // The keys of the first `max_blocks` full blocks.
 std::vector<BlockKey> chain_keys(std::span<const int32_t> tokens, int block_size, const Scope& scope,
                                  int64_t max_blocks = INT64_MAX);

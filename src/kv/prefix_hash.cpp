@@ -86,6 +86,16 @@ BlockKey block_key(const BlockKey* parent, const int32_t* tokens, int block_size
   return h.finish();
 }
 
+BlockKey table_block_key(const BlockKey& chain_key, int table) {
+  if (table < 0) throw std::invalid_argument("table_block_key: negative table");
+  static constexpr char kTag[] = "kvserve/kv-table/v1";
+  Sha256 h;
+  h.update(kTag, sizeof kTag - 1);
+  h.update(chain_key.data(), chain_key.size());
+  h.update_u64(uint64_t(table));
+  return h.finish();
+}
+
 std::string to_hex(const BlockKey& k) {
   static const char* d = "0123456789abcdef";
   std::string s(64, '0');

@@ -38,6 +38,11 @@ Scope make_scope(std::string_view model_identity, std::string_view caller_bytes 
 // exactly `block_size` ids.
 BlockKey block_key(const BlockKey* parent, const int32_t* tokens, int block_size, const Scope& scope);
 
+// The key of KV table `table`'s physical block (table > 0) for a logical
+// block whose chain key is `chain_key`: SHA-256 of a domain tag, the chain
+// key and the table index. Use it through kv/prefix_chain.h's table_key.
+BlockKey table_block_key(const BlockKey& chain_key, int table);
+
 // Lowercase hex of a key (logs, tests).
 std::string to_hex(const BlockKey& k);
 

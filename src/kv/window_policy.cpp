@@ -69,6 +69,39 @@ int64_t window_block_cap(const WindowPolicy& w, int block_size, int max_step_tok
   return blocks(vis) + 2 + blocks(std::max(1, max_step_tokens));
 }
 
+bool TableWindow::dead(int64_t a, int64_t b, int p) const {
+  if (b <= a) return true;
+  // Hidden by the layer window: [0, m). By the policy: [lo, hi).
+  const int64_t m = layer_window > 0 ? std::max<int64_t>(0, int64_t(p) - layer_window + 1) : 0;
+  if (b <= m) return true;
+  if (!policy.active()) return false;
+  const auto [lo, hi] = policy.dead_range(p);
+  if (lo >= hi) return false;
+  if (a >= lo && b <= hi) return true;
+  return lo <= m && b <= hi;  // the two ranges touch: [0, max(m, hi))
+}
+
+int64_t TableWindow::block_cap(int block_size, int max_step_tokens) const {
+  const int64_t a = window_block_cap(policy, block_size, max_step_tokens);
+  if (layer_window <= 0) return a;
+  return std::min(a, window_block_cap(WindowPolicy::native(layer_window), block_size, max_step_tokens));
+}
+
+std::vector<TableWindow> table_windows(const WindowPolicy& policy, const KvGroups& groups) {
+  std::vector<TableWindow> tw;
+  for (const KvGroups::Table& t : groups.tables) tw.push_back({policy, t.window});
+  if (tw.empty()) tw.push_back({policy, 0});
+  return tw;
+}
+
+int64_t sequence_block_cap(const std::vector<TableWindow>& tables, int64_t tokens, int block_size,
+                           int max_step_tokens) {
+  const int64_t all = (tokens + block_size - 1) / block_size;
+  int64_t sum = 0;
+  for (const TableWindow& t : tables) sum += std::min(all, t.block_cap(block_size, max_step_tokens));
+  return sum;
+}
+
 std::string WindowPolicy::describe() const {
   switch (kind) {
     case WindowKind::None: return "none";

@@ -28,6 +28,9 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "kernels/kv_groups.h"
 
 namespace kvs {
 
@@ -81,6 +84,32 @@ struct WindowPolicy {
   void validate() const;
   std::string describe() const;
 };
+
+// What the layers of one KV table (kernels/kv_groups.h) see: the sequence's
+// policy, and on top of it the layers' own sliding window (0 = none), under
+// which the query at text index p sees key k only if p - k < layer_window
+// (the peers' SWA mask, as the attention applies it). A table frees the
+// blocks neither lets any later query see.
+struct TableWindow {
+  WindowPolicy policy;
+  int layer_window = 0;
+
+  bool frees() const { return policy.active() || layer_window > 0; }
+  // True when no query at index >= p sees any key of [a, b). Once true it
+  // stays true for every later p (both hidden sets only grow).
+  bool dead(int64_t a, int64_t b, int p) const;
+  // Most blocks one sequence holds in this table (window_block_cap of the
+  // policy and of the layer window, the smaller); INT64_MAX: unbounded.
+  int64_t block_cap(int block_size, int max_step_tokens) const;
+};
+
+// The windows of a cache's KV tables: the sequence's policy with each
+// table's own window (KvGroups::table_windows; no tables: one, no window).
+std::vector<TableWindow> table_windows(const WindowPolicy& policy, const KvGroups& groups);
+// Most blocks one sequence of up to `tokens` tokens holds, all tables
+// together: per table its blocks, at most its block_cap.
+int64_t sequence_block_cap(const std::vector<TableWindow>& tables, int64_t tokens, int block_size,
+                           int max_step_tokens);
 
 // Most blocks of `block_size` slots that one sequence under policy `w` ever
 // holds, when a step appends at most `max_step_tokens` tokens: its visible

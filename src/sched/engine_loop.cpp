@@ -321,6 +321,11 @@ void EngineLoop::Impl::publish(double t) {
   m.kv_blocks_promised = s.promised_blocks;
   m.kv_headroom_blocks = s.headroom_blocks;
   m.block_size = kv.block_size;
+  m.kv_block_bytes = exec->block_bytes();
+  m.kv_table_blocks = kv.table_blocks;
+  m.kv_table_windows.resize(kv.table_blocks.size());
+  for (size_t t = 0; t < kv.table_blocks.size(); ++t)
+    m.kv_table_windows[t] = exec->kv().table_window(int(t)).layer_window;
   m.prefix_query_tokens = kv.prefix_query_tokens;
   m.prefix_hit_tokens = kv.prefix_hit_tokens;
   m.prefix_dropped_revoke = dropped_revoke;

@@ -87,6 +87,11 @@ struct MetricsSnapshot {
   int64_t kv_blocks_promised = 0;   // used + worst-case growth of running requests
   int64_t kv_headroom_blocks = 0;
   int block_size = 0;
+  int64_t kv_block_bytes = 0;  // bytes of one pool block (0: not known to the executor)
+  // The hybrid cache: per KV table its layers' window (0 = full) and the
+  // used blocks serving it (KvStats::table_blocks).
+  std::vector<int> kv_table_windows;
+  std::vector<int64_t> kv_table_blocks;
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t prefix_dropped_revoke = 0, prefix_dropped_retention = 0;  // cached blocks dropped
   int64_t prefix_dropped_device = 0;  // cached blocks dropped by device shedding

@@ -25,9 +25,8 @@ AdoptionSlots PagedExecutor::reserve_adoption(std::span<const int32_t> prompt, c
   }
   if (a.seq < 0) return r;
   r.seq = a.seq;
-  r.hit_blocks = a.hit_blocks;
-  const auto& table = pe_.kv().block_table(a.seq);
-  for (int32_t i = a.hit_blocks; i < a.blocks; ++i) r.blocks.push_back(pe_.block(table[size_t(i)]));
+  r.hit_blocks = a.hit_entries;
+  for (const auto& [t, i] : a.fresh) r.blocks.push_back(pe_.block(pe_.kv().block_table(a.seq, t)[size_t(i)]));
   r.residual = pe_.residual(a.seq);
   return r;
 }

@@ -38,8 +38,12 @@ class TierPort {
 // Pool blocks reserved for a prompt whose K/V another worker computed.
 struct AdoptionSlots {
   SeqId seq = -1;                          // -1: not reserved (error says why; empty = no room)
-  int32_t hit_blocks = 0;                  // table[0, hit_blocks) were in the prefix index
-  std::vector<std::span<uint8_t>> blocks;  // memory of table[hit_blocks, n): where the bytes land
+  // The prompt's block list (every KV table's blocks the first decode step
+  // sees, block by block: KvManager::Adoption): its first hit_blocks were in
+  // the prefix index (one table: table[0, hit_blocks)), `blocks` is the
+  // memory of the rest, in list order, where the bytes land.
+  int32_t hit_blocks = 0;
+  std::vector<std::span<uint8_t>> blocks;
   std::span<float> residual;               // the sequence's full-precision residual (quantized cache)
   std::string error;
 };
@@ -76,6 +80,8 @@ class StepExecutor {
   virtual StepResult step(const std::vector<SeqStep>& items) = 0;
   virtual int n_vocab() const = 0;
   virtual int max_ctx() const = 0;
+  // Bytes of one pool block (metrics: bytes per KV table); 0 when unknown.
+  virtual int64_t block_bytes() const { return 0; }
   // Prefix-cache upkeep (engine thread, between steps). Scopes are caller
   // scopes, bound like add() binds them. Return the cached blocks freed.
   virtual void set_tick(int64_t tick) = 0;
@@ -104,6 +110,7 @@ class PagedExecutor final : public StepExecutor, private TierPort, private Hando
   StepResult step(const std::vector<SeqStep>& items) override { return pe_.step(items); }
   int n_vocab() const override;
   int max_ctx() const override { return pe_.max_ctx(); }
+  int64_t block_bytes() const override { return int64_t(pe_.layout().block_bytes()); }
   void set_tick(int64_t tick) override { pe_.set_tick(tick); }
   int32_t drop_cached_scope(const Scope& caller) override { return pe_.drop_cached_scope(caller); }
   int32_t drop_cached_older_than(const Scope& caller, int64_t cutoff) override {

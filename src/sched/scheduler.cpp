@@ -134,9 +134,9 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     return reject(RejectReason::Invalid, "min_tokens (" + std::to_string(req.min_tokens) + ") exceeds max_tokens (" +
                                              std::to_string(asked) + ")");
   c.max_tokens = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
-  // Under a bounding window policy no choice ever holds more than live_cap.
-  const int64_t cap = exec_.kv().live_cap();
-  c.need = std::min(request_footprint(P, c.max_tokens, req.n, bs_), cap == INT64_MAX ? INT64_MAX : cap * req.n);
+  // Per KV table: under a bounding window no choice ever holds more than
+  // that table's cap (KvManager::bounded; immutable, so any thread may ask).
+  c.need = exec_.kv().bounded(request_footprint(P, c.max_tokens, req.n, bs_), req.n);
   if (c.need > lim_.request_cap)
     return reject(RejectReason::RequestShare,
                   "request needs up to " + std::to_string(c.need) + " KV blocks (" + std::to_string(P) +

@@ -26,7 +26,9 @@ int Scheduler::running_seqs() const {
 // Worst-case blocks a running request may still take from the pool: each
 // resident choice up to its horizon (prompt + max_tokens, or with optimistic
 // reservation just its current context), copies of shared blocks included;
-// each pending fork its private tail.
+// each pending fork its private tail. With several KV tables (the hybrid
+// cache) every count is per table, each bounded by its window, summed
+// (KvManager::bounded, horizon_blocks).
 int64_t Scheduler::outstanding(const Req& r) const {
   const KvManager& kv = exec_.kv();
   const int64_t P = int64_t(r.r.prompt.size());
@@ -37,7 +39,7 @@ int64_t Scheduler::outstanding(const Req& r) const {
       const int64_t horizon = cfg_.worst_case_reservation ? full : int64_t(c.ctx.size());
       sum += kv.horizon_blocks(c.seq, horizon);
     } else if (c.fork_pending) {
-      sum += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
+      sum += cfg_.worst_case_reservation ? kv.bounded(blocks_for_tokens(full, bs_) - P / bs_) : 1;
     }
   }
   return sum;
@@ -50,9 +52,10 @@ int64_t Scheduler::promised_blocks() const {
 }
 
 // Upper bound on how much admitting `r` raises promised_blocks(): per
-// choice to add, its blocks past the cached prefix (request_blocks), the
-// cached hits that leave the LRU and become pinned, and one copy when the
-// whole context is cached (its last block is recomputed into a copy).
+// choice to add, its blocks past the cached prefix (request_blocks, in
+// every table), the cached hits that leave the LRU and become pinned, and
+// one copy per table when the whole context is cached (its last block is
+// recomputed into a copy).
 int64_t Scheduler::admission_cost(const Req& r) const {
   const KvManager& kv = exec_.kv();
   const Scope scope = exec_.kv_scope(r.r.scope);
@@ -65,15 +68,14 @@ int64_t Scheduler::admission_cost(const Req& r) const {
     const Choice& c = r.ch[i];
     if (c.done) continue;
     if (!any_gen && i > 0) {  // forked later from choice 0
-      cost += cfg_.worst_case_reservation ? std::min(blocks_for_tokens(full, bs_) - P / bs_, kv.live_cap()) : 1;
+      cost += cfg_.worst_case_reservation ? kv.bounded(blocks_for_tokens(full, bs_) - P / bs_) : 1;
       continue;
     }
     const int64_t len = int64_t(c.ctx.size());
     const KvManager::PrefixProbe hit = kv.probe_prefix(c.ctx, scope);
     const int64_t horizon = cfg_.worst_case_reservation ? full : len + 1;
-    cost += hit.revived +
-            std::min(request_blocks(len, std::max<int64_t>(0, horizon - len), bs_, hit.hits), kv.live_cap()) +
-            (hit.hits * bs_ == len ? 1 : 0);
+    cost += hit.revived + kv.bounded(request_blocks(len, std::max<int64_t>(0, horizon - len), bs_, hit.hits)) +
+            (hit.hits * bs_ == len ? kv.n_tables() : 0);
   }
   return cost;
 }

@@ -112,6 +112,12 @@ std::string pool_json(const PoolCells& c, const std::vector<std::string>& owner_
   append_ints(out, "r", c.max_ref);
   out += ',';
   append_ints(out, "o", c.owner);
+  if (c.n_tables > 1) {  // the hybrid cache: which KV table each cell serves
+    out += ",\"tables\":" + std::to_string(c.n_tables) + ',';
+    append_ints(out, "t", c.table);
+    out += ',';
+    append_ints(out, "table_used", c.table_used);
+  }
   out += ",\"owners\":" + json(owner_tenants).dump() + "}";
   return out;
 }

@@ -113,7 +113,8 @@ function tip(ev) {
   const lo = i * p.group, hi = Math.min(p.total, lo + p.group) - 1, who = p.o[i] >= 0 ? p.owners[p.o[i]] || "?" : "–";
   const st = p.group === 1 ? (p.u[i] ? "in use" : p.c[i] ? "cached" : "free") : `${p.u[i]} in use, ${p.c[i]} cached, ${p.f[i]} free`;
   t.textContent = (p.group === 1 ? `block ${lo}` : `blocks ${lo}–${hi}`) + `\n${st}\nref count ${p.group === 1 ? "" : "max "}${p.r[i]}` +
-      (p.s[i] ? ` (shared${p.group > 1 ? ": " + p.s[i] : ""})` : "") + `\ntenant ${who}`;
+      (p.s[i] ? ` (shared${p.group > 1 ? ": " + p.s[i] : ""})` : "") + `\ntenant ${who}` +
+      (p.tables > 1 && p.t[i] >= 0 ? `\nKV table ${p.t[i]} of ${p.tables}` : "");
   t.style.display = "block"; t.style.left = ev.clientX + 12 + "px"; t.style.top = ev.clientY + 12 + "px";
 }
 

@@ -141,6 +141,20 @@ std::string render_metrics(const sched::MetricsSnapshot& m, const ServerCounters
   o.gauge("kv_usage_ratio", "Used blocks / total blocks.",
           m.kv_blocks_total > 0 ? double(m.kv_blocks_used) / double(m.kv_blocks_total) : 0.0);
   o.gauge("kv_block_size_tokens", "Token slots per KV block.", m.block_size);
+  if (m.kv_table_blocks.size() > 1) {
+    // The hybrid cache: what each KV table (a group of layers with one
+    // window, 0 = the whole context) holds.
+    o.head("kv_table_used_blocks", "gauge", "KV blocks held by running sequences, per KV table.");
+    for (size_t t = 0; t < m.kv_table_blocks.size(); ++t)
+      o.val("kv_table_used_blocks{table=\"" + std::to_string(t) + "\",window=\"" +
+                std::to_string(m.kv_table_windows[t]) + "\"}",
+            double(m.kv_table_blocks[t]));
+    o.head("kv_table_used_bytes", "gauge", "Bytes of the KV blocks held by running sequences, per KV table.");
+    for (size_t t = 0; t < m.kv_table_blocks.size(); ++t)
+      o.val("kv_table_used_bytes{table=\"" + std::to_string(t) + "\",window=\"" +
+                std::to_string(m.kv_table_windows[t]) + "\"}",
+            double(m.kv_table_blocks[t]) * double(m.kv_block_bytes));
+  }
   o.counter("prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache.",
             double(m.prefix_query_tokens));
   o.counter("prefix_cache_hits_tokens_total", "Prompt tokens whose K/V came from the prefix cache.",

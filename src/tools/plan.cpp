@@ -106,8 +106,7 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const double t = std::max(r.t_memory, r.t_compute);
   r.tok_s = t > 0 ? double(batch) / t : 0;
   r.memory_bound = r.t_memory >= r.t_compute;
-  if (p.capacity_error.empty())
-    r.fits = batch * blocks_for_tokens(ctx, p.in.block_size) <= p.capacity.usable_blocks;
+  if (p.capacity_error.empty()) r.fits = batch * sequence_blocks(p, ctx) <= p.capacity.usable_blocks;
   else
     r.fits = false;
 
@@ -147,6 +146,38 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   r.t_expected = r.t_weights + r.t_attention;
   r.tok_s_expected = r.t_expected > 0 ? double(batch) / r.t_expected : 0;
   return r;
+}
+
+int64_t sequence_blocks(const PlanResult& p, int64_t ctx) {
+  if (p.hybrid.tables.empty()) return blocks_for_tokens(ctx, p.in.block_size);
+  int64_t n = 0;
+  for (const KvTableShape& t : p.hybrid.tables) n += table_blocks(t, ctx, p.in.block_size, p.in.max_step_tokens);
+  return n;
+}
+
+// Layers of different windows: the hybrid cache's tables, and one
+// sequence's bytes at 8k, 32k and the plan's context (kv/capacity.h).
+static void hybrid_kv(const ModelShape& m, const PlanInput& in, PlanResult& p) {
+  if (m.layer_window.empty()) return;
+  std::vector<KvTableShape> tables = kv_table_shapes(m.layer_window, m.n_layers);
+  if (tables.size() < 2) return;
+  HybridKv& h = p.hybrid;
+  h.tables = std::move(tables);
+  h.layer_token_bytes = kv_bytes_per_token(1, m.n_kv_heads, m.head_dim, in.kv);
+  std::vector<int64_t> ctxs = {8192, 32768};
+  if (std::find(ctxs.begin(), ctxs.end(), in.ctx) == ctxs.end()) ctxs.push_back(in.ctx);
+  std::sort(ctxs.begin(), ctxs.end());
+  for (int64_t c : ctxs) {
+    HybridKvRow r;
+    r.ctx = c;
+    r.full_blocks = blocks_for_tokens(c, in.block_size);
+    r.full_bytes = uint64_t(r.full_blocks) * uint64_t(in.block_size) * uint64_t(m.n_layers) * h.layer_token_bytes;
+    for (const KvTableShape& t : h.tables) r.hybrid_blocks += table_blocks(t, c, in.block_size, 0);
+    r.hybrid_bytes = sequence_kv_bytes(h.tables, c, in.block_size, h.layer_token_bytes, 0);
+    r.bound_bytes = sequence_kv_bytes(h.tables, c, in.block_size, h.layer_token_bytes, in.max_step_tokens);
+    r.saving = double(r.full_bytes) / double(r.hybrid_bytes);
+    h.rows.push_back(r);
+  }
 }
 
 PlanResult make_plan(PlanInput in) {
@@ -206,6 +237,12 @@ PlanResult make_plan(PlanInput in) {
   ci.kv_bytes_per_token = p.kv_bytes_per_token;
   ci.prompt_tokens = in.prompt;
   ci.max_tokens = in.max_tokens;
+  hybrid_kv(m, in, p);
+  if (!p.hybrid.tables.empty()) {
+    ci.tables = p.hybrid.tables;
+    ci.layer_token_bytes = p.hybrid.layer_token_bytes;
+    ci.max_step_tokens = in.max_step_tokens;
+  }
   if (in.hw.mem_bytes == 0) {
     p.capacity_error = "no memory budget: pass --mem (e.g. --mem 24GiB) or a profile";
   } else {
@@ -340,6 +377,22 @@ nlohmann::json plan_to_json(const PlanResult& p) {
     cap["max_tokens_resident"] = c.max_tokens_resident;
   }
   j["capacity"] = cap;
+  if (!p.hybrid.tables.empty()) {
+    json h;
+    h["layer_token_bytes"] = p.hybrid.layer_token_bytes;
+    h["tables"] = json::array();
+    for (const KvTableShape& t : p.hybrid.tables) h["tables"].push_back({{"slots", t.slots}, {"window", t.window}});
+    h["sequence"] = json::array();
+    for (const HybridKvRow& r : p.hybrid.rows)
+      h["sequence"].push_back({{"ctx", r.ctx},
+                               {"full_bytes", r.full_bytes},
+                               {"hybrid_bytes", r.hybrid_bytes},
+                               {"bound_bytes", r.bound_bytes},
+                               {"full_blocks", r.full_blocks},
+                               {"hybrid_blocks", r.hybrid_blocks},
+                               {"saving", r.saving}});
+    j["hybrid_kv"] = h;
+  }
   json roof = {{"context", p.in.ctx},
                {"compute_path", p.compute_path},
                {"peak_ops_per_s", p.peak_ops},

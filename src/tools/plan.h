@@ -76,6 +76,24 @@ struct PlanInput {
   double disk_read_bps = 2e9, redis_read_bps = 1.25e9;
   // The link between a prefill and a decode worker (--link), bytes/s.
   double link_bps = 25e9;
+  // Most tokens one step appends to a sequence: bounds a windowed KV
+  // table's blocks in admission (window_block_cap).
+  int max_step_tokens = 512;
+};
+
+// The hybrid KV cache of a model whose layers differ in window: its tables
+// and one sequence's K/V bytes with every layer at full size, with the
+// windowed tables at their window between steps, and at admission's bound.
+struct HybridKvRow {
+  int64_t ctx = 0;
+  uint64_t full_bytes = 0, hybrid_bytes = 0, bound_bytes = 0;
+  int64_t full_blocks = 0, hybrid_blocks = 0;  // blocks of n_layers slots / of S slots (all tables)
+  double saving = 0;                           // full_bytes / hybrid_bytes
+};
+struct HybridKv {
+  std::vector<KvTableShape> tables;  // empty: one table (no hybrid cache)
+  uint64_t layer_token_bytes = 0;    // K and V of one token in one layer
+  std::vector<HybridKvRow> rows;     // 8k, 32k and the plan's context
 };
 
 // Activations of one 512-token step in f32 (residual, attention, FFN, logits).
@@ -155,6 +173,7 @@ struct PlanResult {
   PrefillEstimate prefill;
   TierReadEstimate tier_read;
   TransferEstimate transfer;
+  HybridKv hybrid;
   std::vector<std::string> notes;
 };
 
@@ -169,6 +188,9 @@ struct KernelTime {
   std::string label;
 };
 KernelTime kernel_seconds_per_byte(const KernelRate& k, double n);
+// Blocks one sequence of `ctx` tokens holds at most (every KV table of the
+// hybrid cache, each windowed one at admission's bound).
+int64_t sequence_blocks(const PlanResult& p, int64_t ctx);
 // One roofline point at any (batch, context); used by make_plan and the plots.
 RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx);
 

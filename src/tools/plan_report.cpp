@@ -41,7 +41,33 @@ std::string duration(double s) {
 // blocks; unbounded (INT64_MAX) when the capacity is unknown.
 int64_t max_fitting_batch(const PlanResult& p, int64_t ctx) {
   if (!p.capacity_error.empty() || ctx <= 0) return INT64_MAX;
-  return p.capacity.usable_blocks / blocks_for_tokens(ctx, p.in.block_size);
+  return p.capacity.usable_blocks / sequence_blocks(p, ctx);
+}
+
+// The hybrid cache: its tables, and one sequence's bytes with every layer
+// full size against its groups at their windows.
+void format_hybrid(std::ostringstream& o, const PlanResult& p) {
+  const HybridKv& h = p.hybrid;
+  int full = 0;
+  std::string windows;
+  for (const KvTableShape& t : h.tables) {
+    if (t.window == 0) ++full;
+    else if (windows.find(" " + std::to_string(t.window) + ",") == std::string::npos)
+      windows += " " + std::to_string(t.window) + ",";
+  }
+  o << "\nHybrid KV cache: " << h.tables.size() << " tables of " << h.tables[0].slots << " layer slots (" << full
+    << " full-attention, " << h.tables.size() - size_t(full) << " windowed:" << windows.substr(0, windows.size() - 1)
+    << " tokens), " << format_int(int64_t(h.layer_token_bytes)) << " B per token and layer (" << p.in.kv.name()
+    << ")\n";
+  o << "  " << pad("context", 9) << pad("every layer full", 18) << pad("hybrid", 12) << pad("saving", 9)
+    << pad("admission bound", 17) << "  blocks (full / hybrid)\n";
+  for (const HybridKvRow& r : h.rows)
+    o << "  " << pad(format_int(r.ctx), 9) << pad(format_bytes(double(r.full_bytes)), 18)
+      << pad(format_bytes(double(r.hybrid_bytes)), 12) << pad(num(r.saving, "%.2f") + "x", 9)
+      << pad(format_bytes(double(r.bound_bytes)), 17) << "  " << format_int(r.full_blocks) << " of "
+      << p.in.model.n_layers << " layers / " << format_int(r.hybrid_blocks) << " of " << h.tables[0].slots << "\n";
+  o << "  hybrid: a windowed table holds ceil(window / " << p.in.block_size << ") + 1 blocks between steps; admission "
+    << "reserves up to that plus a " << p.in.max_step_tokens << "-token step.\n";
 }
 
 }  // namespace
@@ -81,6 +107,8 @@ std::string format_plan(const PlanResult& p) {
     o << "  cache outgrows the weights at context " << format_int(c.context_tokens) << " for batch " << c.batch
       << (c.within_trained_context ? " (within the trained context)\n" : " (beyond the trained context)\n");
 
+  if (!p.hybrid.tables.empty()) format_hybrid(o, p);
+
   const CapacityInput& ci = p.capacity_input;
   o << "\nCapacity (" << p.in.kv.name() << " KV, blocks of " << ci.block_size << " tokens, headroom "
     << num(ci.headroom_fraction * 100, "%.3g") << "%)\n";
@@ -93,7 +121,9 @@ std::string format_plan(const PlanResult& p) {
       << " for KV\n";
     o << "  " << format_int(c.total_blocks) << " blocks of " << format_bytes(double(c.bytes_per_block)) << ", "
       << format_int(c.headroom_blocks) << " held back, " << format_int(c.usable_blocks) << " usable ("
-      << format_int(c.max_tokens_resident) << " tokens)\n";
+      << (c.max_tokens_resident < 0 ? std::string("unbounded: every layer windowed")
+                                    : format_int(c.max_tokens_resident) + " tokens")
+      << ")\n";
     o << "  per request: prompt " << ci.prompt_tokens << " + max_tokens " << ci.max_tokens << " = "
       << c.blocks_per_request << " blocks (worst case)\n";
     o << "  max concurrent sequences: " << format_int(c.max_concurrent_sequences) << "\n";

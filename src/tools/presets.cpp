@@ -73,6 +73,12 @@ ModelShape make(const char* name, const char* arch, int layers, int heads, int k
   return s;
 }
 
+// Gemma 3's pattern: five local (windowed) layers, then a global one.
+ModelShape gemma3(ModelShape s, int window) {
+  for (int l = 0; l < s.n_layers; ++l) s.layer_window.push_back((l + 1) % 6 == 0 ? 0 : window);
+  return s;
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -155,6 +161,17 @@ const std::vector<ModelShape>& presets() {
       // Qwen/Qwen2.5-72B: 80 layers, 64 heads, 8 KV heads, dim 8192, intermediate
       // 29568, vocab 152064, 131072 positions (with YaRN); 72,706,203,648 params.
       make("qwen2.5-72b", "qwen2", 80, 64, 8, 128, 8192, 29568, 152064, 131072, false, true, 72706203648),
+      // Gemma 3 (text), from the GGUF metadata Google published
+      // (gemma-3-*-it-q4_0.gguf: gemma3.block_count, attention.head_count /
+      // head_count_kv / key_length, embedding_length, feed_forward_length,
+      // context_length, attention.sliding_window), every sixth layer global.
+      // Parameters not counted exactly (Gemma's extra norms): published 0.
+      // 1B: 26 layers, 4 heads, 1 KV head x 256, dim 1152, ffn 6912, window 1024.
+      gemma3(make("gemma-3-1b", "gemma3", 26, 4, 1, 256, 1152, 6912, 262144, 32768, true, false, 0), 1024),
+      // 4B: 34 layers, 8 heads, 4 KV heads x 256, dim 2560, ffn 10240, window 1024.
+      gemma3(make("gemma-3-4b", "gemma3", 34, 8, 4, 256, 2560, 10240, 262208, 131072, true, false, 0), 1024),
+      // 27B: 62 layers, 32 heads, 16 KV heads x 128, dim 5376, ffn 21504, window 1024.
+      gemma3(make("gemma-3-27b", "gemma3", 62, 32, 16, 128, 5376, 21504, 262208, 131072, true, false, 0), 1024),
       // kvserve's own 1.1B benchmark model (random weights, written by
       // `kvserve make-model`): dim 2048, 16 layers, 32 heads, 8 KV heads,
       // head_dim 64, ffn 8192, vocab 32000, untied output. Not a public model.
@@ -195,6 +212,7 @@ ModelShape shape_from_gguf(const std::string& path) {
   s.n_ctx = c.n_ctx_train;
   s.tied_output = c.tied_output || f->find_tensor("output.weight") == nullptr;
   s.qkv_bias = c.has_qkv_bias;
+  s.layer_window = c.layer_window;
   // Exact stored sizes from the tensor table; the 2-D type holding the most
   // bytes names the file's weight type and decides the compute path.
   std::map<std::string, uint64_t> bytes_by_type;

@@ -28,7 +28,10 @@ struct ModelShape {
   int dim = 0, ffn_dim = 0, n_vocab = 0, n_ctx = 0;
   bool tied_output = false;  // output projection reuses token_embd
   bool qkv_bias = false;     // Qwen2 has q/k/v biases
-  int64_t published_params = 0;  // from the model card; 0 if not a public model
+  int64_t published_params = 0;  // from the model card; 0 if not a public model or not counted exactly
+  // Per layer: its sliding window (0 = the whole context); empty = none.
+  // Layers of different windows make a hybrid KV cache (kernels/kv_groups.h).
+  std::vector<int> layer_window;
 
   // Filled by priced_shape() / shape_from_gguf():
   std::string weight_type;         // "f16", "q4_0", or "mixed (q4_0 + ...)" from GGUF

@@ -1,8 +1,10 @@
 #include "tools/ram_budget.h"
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
 
+#include "kv/window_policy.h"
 #include "tools/plan.h"
 #include "tools/units.h"
 
@@ -32,9 +34,34 @@ KvLayout ram_budget_layout(const ModelShape& m, KvType type, int bs) {
   l.type = type;
   l.key_scale = KeyScale::Channel;
   l.group_tokens = bs;
+  // Layers of different windows: the hybrid cache (blocks of S layer slots).
+  if (!m.layer_window.empty()) l.groups = KvGroups::by_window(m.layer_window);
   l.validate();
   return l;
 }
+
+namespace {
+
+// Blocks one sequence of ctx tokens needs, every KV table (a windowed one
+// at its bound), plus one block of slack.
+int64_t blocks_per_sequence(const KvLayout& l, int ctx, int step) {
+  return sequence_block_cap(table_windows(WindowPolicy{}, l.groups), ctx, l.block_size, step) + 1;
+}
+
+// The longest sequence `blocks` blocks hold: the windowed tables at their
+// bound, the rest shared by the full-attention tables.
+int64_t tokens_in(const KvLayout& l, int64_t blocks, int step) {
+  const std::vector<TableWindow> tw = table_windows(WindowPolicy{}, l.groups);
+  int64_t full = 0, windowed = 0;
+  for (const TableWindow& t : tw) {
+    if (t.frees()) windowed += t.block_cap(l.block_size, step);
+    else ++full;
+  }
+  if (full == 0) return INT32_MAX;
+  return std::max<int64_t>(0, blocks - 1 - windowed) / full * l.block_size;
+}
+
+}  // namespace
 
 RamBudgetChoice choose_for_budget(const RamBudgetInput& in) {
   const ModelShape& m = in.model;
@@ -63,7 +90,8 @@ RamBudgetChoice choose_for_budget(const RamBudgetInput& in) {
     c.notes.push_back("tokens per step cut to " + std::to_string(c.max_batch_tokens) + " to fit the scratch");
   const uint64_t kv_avail = in.budget_bytes - m.weight_bytes - c.scratch_bytes;
   const int ctx = in.want_ctx > 0 ? in.want_ctx : std::max(m.n_ctx, kMinHardCap);
-  const int64_t per_seq = (int64_t(ctx) + in.block_size - 1) / in.block_size + 1;  // one block of slack
+  const int64_t per_seq = blocks_per_sequence(ram_budget_layout(m, KvType::Int8, in.block_size), ctx,
+                                              c.max_batch_tokens);
   int64_t blocks = 0;
   c.kv_type = KvType::Int4;
   for (KvType t : {KvType::Int8, KvType::Int4}) {
@@ -75,7 +103,9 @@ RamBudgetChoice choose_for_budget(const RamBudgetInput& in) {
   }
   c.batch = int(std::min<int64_t>(in.want_batch, std::max<int64_t>(1, blocks / per_seq)));
   c.hard_cap = ctx;
-  if (blocks < per_seq) c.hard_cap = int(std::max<int64_t>(0, (blocks - 1) * in.block_size));
+  if (blocks < per_seq)
+    c.hard_cap = int(std::min<int64_t>(ctx, tokens_in(ram_budget_layout(m, c.kv_type, in.block_size), blocks,
+                                                      c.max_batch_tokens)));
   if (c.hard_cap < kMinHardCap)
     throw std::runtime_error("--ram-budget " + sz(in.budget_bytes) + " leaves " + sz(kv_avail) +
                              " for the KV cache after weights (" + sz(m.weight_bytes) + ") and scratch (" +
