@@ -42,8 +42,9 @@ def sha256(path):
     return h.hexdigest()
 
 
-def perplexity(bin_dir, model, text, ctx):
+def perplexity(bin_dir, model, text, ctx, extra=()):
     cmd = [os.path.join(bin_dir, "llama-perplexity"), "-m", model, "-f", text, "-c", str(ctx), "-b", str(ctx), "-t", "2"]
+    cmd += list(extra)
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = run.stdout
     if run.returncode != 0:
@@ -62,8 +63,9 @@ def post(port, path, body):
         return json.load(r)
 
 
-def greedy(bin_dir, model, prompts, n_predict, ctx, port=18977):
+def greedy(bin_dir, model, prompts, n_predict, ctx, extra=(), port=18977):
     cmd = [os.path.join(bin_dir, "llama-server"), "-m", model, "-c", str(ctx), "-t", "2", "--port", str(port)]
+    cmd += list(extra)
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(120):
@@ -82,14 +84,24 @@ def greedy(bin_dir, model, prompts, n_predict, ctx, port=18977):
                                            "n_probs": 2, "cache_prompt": False, "return_tokens": True,
                                            "ignore_eos": True})
             if "tokens" in d:
-                steps = d["completion_probabilities"]
+                steps, ids = d["completion_probabilities"], d["tokens"]
             else:
                 d = post(port, "/v1/completions", {"prompt": p, "max_tokens": n_predict, "temperature": 0, "top_k": 1,
                                                    "logprobs": 2, "cache_prompt": False, "ignore_eos": True})
                 steps = d["choices"][0]["logprobs"]["content"]
-            # A log-probability difference is the logit difference.
-            margins = [round(c["top_logprobs"][0]["logprob"] - c["top_logprobs"][1]["logprob"], 5) for c in steps]
-            results.append({"prompt_tokens": toks, "tokens": [c["id"] for c in steps], "top2_margin": margins})
+                ids = [c["id"] for c in steps]
+            # A log-probability difference is the logit difference. The server
+            # gives no probabilities for a token that leaves its text an
+            # incomplete UTF-8 character (a byte token): its margin is null.
+            margins, k = [], 0
+            for t in ids:
+                if k < len(steps) and steps[k]["id"] == t:
+                    tl = steps[k]["top_logprobs"]
+                    margins.append(round(tl[0]["logprob"] - tl[1]["logprob"], 5))
+                    k += 1
+                else:
+                    margins.append(None)
+            results.append({"prompt_tokens": toks, "tokens": ids, "top2_margin": margins})
         return results, cmd
     finally:
         srv.terminate()
@@ -122,8 +134,10 @@ def main():
                 if not os.path.exists(os.path.join(bins[peer], "llama-perplexity")):
                     print(f"{m['name']}: {peer} is not built in {bins[peer]}; left as it was", file=sys.stderr)
                     continue
-                ppl, pcmd = perplexity(bins[peer], path, text, data["ctx"])
-                gen, gcmd = greedy(bins[peer], path, data["prompts"], data["n_predict"], data["ctx"])
+                # "peer_args": extra flags for this model's peer runs (e.g. -no-fa: see the JSON's about).
+                extra = m.get("peer_args", {}).get(peer, [])
+                ppl, pcmd = perplexity(bins[peer], path, text, data["ctx"], extra)
+                gen, gcmd = greedy(bins[peer], path, data["prompts"], data["n_predict"], data["ctx"], extra)
                 def show(cmd):  # the binary's name, the model's file name, the text under ../shared
                     return " ".join(os.path.basename(c) if i == 0 else m["name"] + ".gguf" if c == path
                                     else c.replace(SHARED + "/", "../shared/") for i, c in enumerate(cmd))
@@ -131,6 +145,12 @@ def main():
                                     "commands": [show(pcmd), show(gcmd) + "; POST /completion {prompt, n_predict, "
                                                  "temperature 0, top_k 1, n_probs 2, return_tokens, ignore_eos} "
                                                  "(ik_llama.cpp: /v1/completions with logprobs 2)"]}
+                if m.get("peer_f32_kv") and peer == m["reference"]:
+                    # The same with an f32 KV cache, for kvserve's f32 KV run (MoE: a KV rounding can flip routing).
+                    f32 = list(extra) + ["-ctk", "f32", "-ctv", "f32"]
+                    ppl32, _ = perplexity(bins[peer], path, text, data["ctx"], f32)
+                    gen32, _ = greedy(bins[peer], path, data["prompts"], data["n_predict"], data["ctx"], f32)
+                    m["peers"][peer]["f32_kv"] = {"ppl": ppl32, "greedy": gen32, "commands": "the above with -ctk f32 -ctv f32"}
                 print(f"{m['name']}: {peer} PPL {ppl}", file=sys.stderr)
     with open(DATA, "w") as f:
         json.dump(data, f, indent=1)

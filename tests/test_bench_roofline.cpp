@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "tools/bench_roofline.h"
+#include "tools/make_model.h"
 #include "tools/probe.h"
 
 using namespace kvs;
@@ -81,6 +82,33 @@ TEST(BenchRoofline, QuantizedWeightsUseTheInt8Peak) {
   EXPECT_EQ(prefill_roofline_seconds(o, r), 0.0) << "attention needs the fp32 peak";
   r.peak_fp32 = 1e11;
   EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), o.int8 / 4e11 + (o.fp32 + o.attention) / 1e11);
+}
+
+// A MoE layer costs its router, the k experts each token runs and the
+// shared expert; a decode token reads only those k experts' bytes.
+TEST(BenchRoofline, MixtureOfExpertsCountsTheExpertsATokenRuns) {
+  MakeModelOptions o;
+  o.arch = "qwen2moe";
+  o.out = test::temp_dir() + "/roof-moe.gguf";
+  o.type = GgmlType::Q8_0;
+  o.n_expert = 6;
+  o.n_expert_used = 2;
+  o.expert_ffn = 64;
+  o.shared_ffn = 96;
+  o.progress = false;
+  make_random_model(o);
+  auto m = Model::load(o.out);
+  const ModelConfig& c = m->config();
+  const double kvdim = double(c.n_kv_heads) * c.head_dim, qdim = double(c.n_heads) * c.head_dim;
+  const double attn = 2.0 * (2 * qdim * c.dim + 2 * kvdim * c.dim), ffn = 2.0 * 3 * c.dim * (2 * 64 + 96);
+  const double router = 2.0 * 6 * c.dim;  // F32
+  const int p = 32;
+  const PrefillOps ops = prefill_ops_per_token(*m, p);
+  EXPECT_NEAR(ops.int8, c.n_layers * (attn + ffn) + 2.0 * c.n_vocab * c.dim / p, 1e-9 * ops.int8);
+  EXPECT_NEAR(ops.fp32, c.n_layers * router, 1e-9 * ops.fp32);
+  const double expert_bytes = 3.0 * 64 * row_bytes(GgmlType::Q8_0, c.dim);  // gate, up, down of one expert
+  const double embd = double(row_bytes(GgmlType::Q8_0, c.dim)) * c.n_vocab;
+  EXPECT_DOUBLE_EQ(decode_weight_bytes(*m), double(c.weight_bytes) - embd - c.n_layers * 4 * expert_bytes);
 }
 
 TEST(BenchRoofline, BenchPrintsItWithAProfileAndSaysHowWithout) {

@@ -32,6 +32,13 @@ constexpr double kTolF16 = 0.0005;
 // JSON (llama-q8_0, qwen2-linear-q8_0; PeersAgreeWithinTheQ8Tolerance checks
 // the stored numbers still say so).
 constexpr double kTolQ8 = 0.0012;
+// Q8_0 weights of a mixture-of-experts model: a token's experts are picked
+// by comparing router scores, and a near-tie goes the other way with the
+// last bits of the activations, moving that token's output by a whole
+// expert. The two peers differ by up to 0.34% between themselves on the
+// Q8_0 qwen2moe files measured (the JSON's about); PeersAgreeWithinTheQ8Tolerance
+// checks the stored qwen2moe-q8_0 pair against this bound.
+constexpr double kTolQ8Moe = 0.004;
 // A greedy step may differ from the peer's only where the two best logits
 // are closer than the engines' logit gap, F16 and quantized weights (the
 // measured gaps: ../shared/golden/peer/README.md), with room to spare.
@@ -82,6 +89,8 @@ TEST_P(GoldenArch, MatchesPeer) {
 
   const int ctx = goldens()["ctx"];
   const bool f16 = std::find(m["make_model"].begin(), m["make_model"].end(), "f16") != m["make_model"].end();
+  const bool moe = std::find(m["make_model"].begin(), m["make_model"].end(), "--experts") != m["make_model"].end();
+  const double tol = f16 ? kTolF16 : moe ? kTolQ8Moe : kTolQ8;
   auto model = Model::load(path);
   auto tok = Tokenizer::create(model->vocab());
   EngineOptions eo;
@@ -95,13 +104,17 @@ TEST_P(GoldenArch, MatchesPeer) {
     KvCacheOptions kv;
     kv.type = kvt;
     const PerplexityResult r = perplexity(engine, text, ctx, v.add_bos ? v.bos : -1, nullptr, kv);
-    const double want = peer["ppl"], rel = std::fabs(r.ppl - want) / want;
+    // The peer's numbers with an f32 cache where the JSON has them (MoE
+    // models: a rounding of the cache can flip a routing near-tie), else its
+    // default f16 cache's.
+    const json& ref = kvt == KvType::F32 && peer.contains("f32_kv") ? peer["f32_kv"] : peer;
+    const double want = ref["ppl"], rel = std::fabs(r.ppl - want) / want;
     std::printf("%s %s: PPL %.4f, peer %.4f, %.4f%%\n", GetParam().c_str(), to_string(kvt), r.ppl, want,
                 100 * rel);
-    EXPECT_LT(rel, f16 ? kTolF16 : kTolQ8);
+    EXPECT_LT(rel, tol);
 
     for (size_t i = 0; i < goldens()["prompts"].size(); ++i) {
-      const json& g = peer["greedy"][i];
+      const json& g = ref["greedy"][i];
       const std::vector<int> prompt = tok->encode(goldens()["prompts"][i].get<std::string>(), v.add_bos);
       ASSERT_EQ(prompt, g["prompt_tokens"].get<std::vector<int>>()) << "prompt " << i;
       GenerateParams gp;
@@ -112,15 +125,25 @@ TEST_P(GoldenArch, MatchesPeer) {
       gp.cache = kv;
       const GenerateResult out = generate(engine, *tok, prompt, gp);
       const auto expect = g["tokens"].get<std::vector<int>>();
-      const auto margin = g["top2_margin"].get<std::vector<double>>();
-      ASSERT_EQ(out.tokens.size(), expect.size());
+      // null: the peer's server gave no probabilities for that step (a byte token).
+      std::vector<double> margin;
+      for (const json& x : g["top2_margin"]) margin.push_back(x.is_null() ? -1.0 : x.get<double>());
+      const size_t n = std::min(out.tokens.size(), expect.size());
       size_t same = 0;
-      while (same < expect.size() && out.tokens[same] == expect[same]) ++same;
+      while (same < n && out.tokens[same] == expect[same]) ++same;
       std::printf("  prompt %zu: %zu of %zu greedy tokens as the peer's\n", i, same, expect.size());
+      if (same == n && n < expect.size()) {
+        // generate() ends at a generated BOS / EOS, where the peer (ignore_eos) went on: it must be the peer's too.
+        EXPECT_TRUE(ends_generation(*tok, expect[n])) << "prompt " << i << ": kvserve stopped after " << n
+                                                      << " tokens, the peer's next is " << expect[n];
+        continue;
+      }
       // Only a near-tie may go the other way; after it the texts differ legitimately.
-      if (same < expect.size())
+      if (same < expect.size()) {
+        EXPECT_GE(margin[same], 0.0) << "prompt " << i << " step " << same << ": the peer's margin is unknown";
         EXPECT_LT(margin[same], f16 ? kTieF16 : kTieQ8) << "prompt " << i << " step " << same << ": got "
                                                          << out.tokens[same] << ", peer " << expect[same];
+      }
     }
   }
 }
@@ -136,22 +159,26 @@ INSTANTIATE_TEST_SUITE_P(Archs, GoldenArch, ::testing::ValuesIn([] {
                            return s;
                          });
 
-// The Q8_0 bound above is the peers' own spread on llama / qwen2 files.
+// The Q8_0 bounds above are the peers' own spread: on llama / qwen2 files,
+// and on a mixture-of-experts file.
 TEST(GoldenArch, PeersAgreeWithinTheQ8Tolerance) {
-  double worst = 0;
+  double worst = 0, worst_moe = 0;
   int n = 0;
   for (const json& m : goldens()["models"]) {
     const std::string name = m["name"];
-    if (name != "llama-q8_0" && name != "qwen2-linear-q8_0") continue;
+    if (name != "llama-q8_0" && name != "qwen2-linear-q8_0" && name != "qwen2moe-q8_0") continue;
     const json& p = m["peers"];
     ASSERT_TRUE(p["llama.cpp"].contains("ppl") && p["ik_llama.cpp"].contains("ppl")) << name;
     const double a = p["llama.cpp"]["ppl"], b = p["ik_llama.cpp"]["ppl"];
-    worst = std::max(worst, std::fabs(a - b) / a);
+    double& w = name == "qwen2moe-q8_0" ? worst_moe : worst;
+    w = std::max(w, std::fabs(a - b) / a);
     ++n;
   }
-  EXPECT_EQ(n, 2);
-  std::printf("llama.cpp vs ik_llama.cpp on Q8_0 llama / qwen2: %.4f%%\n", 100 * worst);
+  EXPECT_EQ(n, 3);
+  std::printf("llama.cpp vs ik_llama.cpp on Q8_0 llama / qwen2: %.4f%%, qwen2moe: %.4f%%\n", 100 * worst,
+              100 * worst_moe);
   EXPECT_LE(worst, kTolQ8);
+  EXPECT_LE(worst_moe, kTolQ8Moe);
 }
 
 }  // namespace

@@ -413,6 +413,54 @@ TEST(Matmul, MultiEqualsSeparateProducts) {
   EXPECT_THROW(matmul_multi(bad, 2, x.data(), cols, 1, pool), std::invalid_argument);  // widths differ
 }
 
+// matmul_grouped: each group's Y equals matmul() of that group alone, bit
+// for bit, on every ISA path, packed or not, whatever the other groups are
+// (shared X between consecutive groups, empty groups, AMX-sized groups).
+TEST(Matmul, GroupedEqualsSeparateProducts) {
+  const int64_t cols = 512;
+  Weights a = make_weights(GgmlType::Q4_K, 67, cols, 1), b = make_weights(GgmlType::Q6_K, 17, cols, 2);
+  Weights c = make_weights(GgmlType::F16, 9, cols, 3), d = make_weights(GgmlType::Q8_0, 40, cols, 4);
+  Weights e = make_weights(GgmlType::Q8_0, 33, cols, 5), f = make_weights(GgmlType::Q4_0, 21, cols, 6);
+  Weights dn = make_weights(GgmlType::Q8_0, 48, 96, 7);  // another width
+  for (bool packed : {false, true}) {
+    PackedArena arena;
+    if (packed) arena = pack_weights({{&a.view, false}, {&d.view, false}, {&e.view, false}, {&c.view, false}});
+    // Groups: (weights, first X row, rows); e shares d's X (quantized once).
+    struct G { Weights* w; int64_t x0, n; };
+    const std::vector<G> gs = {{&a, 0, 5}, {&d, 5, 1}, {&e, 5, 1}, {&b, 6, 0}, {&c, 6, 3},
+                               {&f, 9, 40}, {&d, 9, 40}, {&dn, 49, 2}};
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard guard(isa);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> x = make_x(51, cols, 9);  // [51, cols]; dn reads the first 96 columns
+        std::vector<std::vector<float>> want(gs.size()), got(gs.size());
+        std::vector<MatmulGroup> groups;
+        for (size_t j = 0; j < gs.size(); ++j) {
+          const int64_t rows = gs[j].w->view.rows, n = gs[j].n;
+          want[j].assign(size_t(n * rows), 0.0f);
+          got[j].assign(size_t(n * rows) + 1, -1.0f);
+          const float* xj = x.data() + gs[j].x0 * cols;
+          matmul(gs[j].w->view, xj, cols, n, want[j].data(), rows, pool);
+          groups.push_back({&gs[j].w->view, xj, cols, n, got[j].data(), rows});
+        }
+        matmul_grouped(groups.data(), int(groups.size()), pool);
+        for (size_t j = 0; j < gs.size(); ++j) {
+          ASSERT_EQ(0, std::memcmp(got[j].data(), want[j].data(), want[j].size() * 4))
+              << "group " << j << " " << isa_name(isa) << " threads=" << threads << " packed=" << packed;
+          EXPECT_EQ(got[j].back(), -1.0f);  // nothing written past the group's rows
+        }
+      }
+    }
+  }
+  ThreadPool pool(2);
+  std::vector<float> x(8), y(67);
+  MatmulGroup bad{&a.view, x.data(), 8, 1, y.data(), 67};  // ldx < cols
+  EXPECT_THROW(matmul_grouped(&bad, 1, pool), std::invalid_argument);
+  matmul_grouped(nullptr, 0, pool);  // nothing to do
+}
+
 // Every decode variant (panels per pass, prefetch distance) of both packed
 // layouts gives the reference's bits: the per-machine choice is speed only.
 TEST(Matmul, EveryDecodeVariantBitExact) {

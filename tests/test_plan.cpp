@@ -12,6 +12,7 @@
 
 #include "kv/capacity.h"
 #include "test_util.h"
+#include "tools/make_model.h"
 #include "tools/plan.h"
 #include "tools/plot_svg.h"
 #include "tools/presets.h"
@@ -313,6 +314,26 @@ TEST(PlanGguf, TensorSizesMatchPricing) {
   const ModelShape q = shape_from_gguf(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
   EXPECT_EQ(q.compute_path, "int8");
   EXPECT_NE(q.weight_type.find("mixed"), std::string::npos);  // Q4_0 + Q6_K embeddings
+}
+
+// A MoE file: a token multiplies its k experts, not all of them; every
+// expert stays resident and streamed.
+TEST(PlanGguf, MixtureOfExpertsCountsTheExpertsATokenRuns) {
+  MakeModelOptions o;
+  o.out = test::temp_dir() + "/plan-moe.gguf";
+  o.type = GgmlType::F16;
+  o.n_expert = 8;
+  o.n_expert_used = 2;
+  o.progress = false;
+  make_random_model(o);
+  const ModelShape g = shape_from_gguf(o.out);
+  o.out = test::temp_dir() + "/plan-dense.gguf";
+  o.n_expert = o.n_expert_used = 0;
+  make_random_model(o);
+  const ModelShape d = shape_from_gguf(o.out);
+  const int64_t router = int64_t(8) * o.dim;
+  EXPECT_EQ(g.matmul_params, d.matmul_params + o.n_layers * (router + int64_t(3) * o.dim * o.ffn_dim));  // 2 experts
+  EXPECT_GT(g.streamed_weight_bytes, d.streamed_weight_bytes + uint64_t(o.n_layers) * 6 * 3 * 2 * o.dim * o.ffn_dim);
 }
 
 // ---- SVG -------------------------------------------------------------------------

@@ -184,10 +184,9 @@ int run_bench(const BenchArgs& a) {
   if (bar.enabled()) bar.finish();
   else std::fprintf(stderr, "\n");
   // Bytes a decode step must read: every weight except the embedding table
-  // (one row) plus, on average, half the KV of the run.
-  const double embd = double(l.model->weights().tok_embd.row_stride) * c.n_vocab;
-  const bool tied = c.tied_output;
-  const double w_bytes = double(c.weight_bytes) - (tied ? 0 : embd);
+  // (one row; of a MoE layer only the experts it runs) plus, on average,
+  // half the KV of the run.
+  const double w_bytes = tools::decode_weight_bytes(*l.model);
   const double kv_tok = seq.layout().bytes_per_token_avg();
   const double bytes_per_token = w_bytes + kv_tok * (a.depth + a.n / 2.0);
   Stat sp = pp.empty() ? Stat{} : stat(pp), st = tg.empty() ? Stat{} : stat(tg);

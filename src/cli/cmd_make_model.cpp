@@ -30,10 +30,10 @@ void add_make_model(CLI::App& app, Runner& run) {
                                        "32 heads, 8 KV heads, ffn 8192, vocab 32000); other options override it")
       ->check(CLI::IsMember({"tiny", "1.1b"}));
   c->add_option("--arch", o.arch,
-                "Architecture: llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3 (the keys and tensors "
-                "llama.cpp expects of each)")
+                "Architecture: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or phi3 (the keys and "
+                "tensors llama.cpp expects of each; qwen2moe / qwen3moe: their attention with experts)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}));
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"}));
   // Shape options remember whether they were given, so a preset only fills the rest.
   auto* dim = c->add_option("--dim", o.dim, "Embedding width")->capture_default_str();
   auto* layers = c->add_option("--layers", o.n_layers, "Number of transformer blocks")->capture_default_str();
@@ -72,6 +72,10 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd (gemma2 / gemma3 always)");
   c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
   c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
+  c->add_option("--experts", o.n_expert, "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe default 8)");
+  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2)");
+  c->add_option("--expert-ffn", o.expert_ffn, "qwen2moe/qwen3moe: each expert's width (default --ffn)");
+  c->add_option("--shared-ffn", o.shared_ffn, "qwen2moe: the shared expert's width (default --ffn)");
   c->add_flag("-q,--quiet", a->quiet, "No progress output");
   c->callback([a, dim, layers, heads, kv, ffn, vocab, ctx, &run] {
     run = [a, dim, layers, heads, kv, ffn, vocab, ctx] {

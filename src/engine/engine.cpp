@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/batch_plan.h"
+#include "engine/moe_ffn.h"
 #include "kernels/attention.h"
 #include "kernels/kv_codec.h"
 #include "kernels/kv_layout.h"
@@ -38,6 +39,7 @@ struct Engine::Impl {
   std::vector<float> att;           // [T, n_heads*hd]
   std::vector<float> proj;          // [T, dim]
   std::vector<float> gate, up;      // [T, ffn]
+  MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
   struct RopeKind {
     RopeFreqs freqs;
@@ -141,7 +143,8 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   for (auto* b : {&x, &xn, &proj}) b->resize(T * dim);
   for (auto* b : {&q, &att}) b->resize(T * qdim);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
-  for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
+  if (c.moe.n_expert == 0)
+    for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
     a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim));
@@ -282,7 +285,8 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   });
 }
 
-// RMSNorm, gate/up, SwiGLU or GeGLU, down projection, post-FFN norm,
+// RMSNorm, gate/up, SwiGLU or GeGLU, down projection (or the mixture of
+// experts), post-FFN norm,
 // residual add.
 void Engine::Impl::ffn_block(int l) {
   const ModelConfig& c = cfg();
@@ -291,12 +295,16 @@ void Engine::Impl::ffn_block(int l) {
   const int dim = c.dim, ffn = c.ffn_dim;
   const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
-  mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
-  per_token([&](int64_t t) {
-    if (gelu) geglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
-    else swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
-  });
-  mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
+  if (c.moe.n_expert > 0) {
+    moe.forward(c.moe, L.moe, xn.data(), T, dim, proj.data(), *pool, exact);  // [T, dim]
+  } else {
+    mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
+    per_token([&](int64_t t) {
+      if (gelu) geglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
+      else swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
+    });
+    mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
+  }
   per_token([&](int64_t t) {
     if (L.ffn_post_norm) rmsnorm(&proj[t * dim], L.ffn_post_norm, &proj[t * dim], dim, c.rms_eps);
     add_inplace(&x[t * dim], &proj[t * dim], dim);

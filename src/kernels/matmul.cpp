@@ -215,6 +215,106 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
   });
 }
 
+namespace {
+
+// Where matmul_grouped keeps a group's activations.
+struct GroupPlan {
+  int64_t xq = -1;       // first XBlock of its quantized X; -1: float weights or n = 0
+  int64_t xt = -1;       // first XTile of its tile layout; -1: no tiles
+  bool owner = false;    // quantizes its X (else shares the previous group's)
+  mm::QFormat f{};
+};
+
+// Index of the last prefix entry <= i (prefix[0] = 0, non-decreasing).
+int group_of(const std::vector<int64_t>& prefix, int64_t i) {
+  return int(std::upper_bound(prefix.begin(), prefix.end(), i) - prefix.begin()) - 1;
+}
+
+}  // namespace
+
+void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
+  if (count < 0) throw std::invalid_argument("matmul_grouped: negative count");
+  for (int g = 0; g < count; ++g) {
+    if (!groups[g].w) throw std::invalid_argument("matmul_grouped: null weights");
+    check_args(*groups[g].w, groups[g].x, groups[g].ldx, groups[g].n, groups[g].y, groups[g].ldy);
+  }
+  const IsaKernels& k = kernels_for(active_isa());
+  // Reused across calls on the caller thread (a MoE layer calls this twice
+  // per step). The pool's workers must see the caller's copies, so the
+  // lambdas below capture references, never name the thread_locals.
+  thread_local std::vector<GroupPlan> plan_tls;
+  thread_local std::vector<int64_t> tls[5];
+  std::vector<GroupPlan>& plan = plan_tls;
+  std::vector<int64_t>&q_first = tls[0], &q_group = tls[1], &t_first = tls[2], &t_group = tls[3],
+                      &task_first = tls[4];
+  plan.assign(size_t(count), GroupPlan{});
+  q_first.assign(1, 0), q_group.clear(), t_first.assign(1, 0), t_group.clear(), task_first.assign(1, 0);
+  int64_t xq_total = 0, xt_total = 0, total_rows = 0;
+  for (int g = 0; g < count; ++g) {
+    const MatmulGroup& G = groups[g];
+    if (G.n == 0 || G.w->rows == 0 || mm::is_float_type(G.w->type)) continue;
+    GroupPlan& p = plan[size_t(g)];
+    const int64_t nb = G.w->cols / mm::kQBlock;
+    p.f = mm::qformat(G.w->type, k.signed_q8);
+    const GroupPlan* prev = g > 0 ? &plan[size_t(g - 1)] : nullptr;
+    const MatmulGroup* pg = g > 0 ? &groups[g - 1] : nullptr;
+    if (prev && prev->xq >= 0 && pg->x == G.x && pg->ldx == G.ldx && pg->n == G.n && pg->w->cols == G.w->cols &&
+        prev->f.off == p.f.off && prev->f.sub16 == p.f.sub16) {
+      p.xq = prev->xq;  // same X, same format: quantized once (gate and up of an expert)
+    } else {
+      p.xq = xq_total, p.owner = true;
+      xq_total += G.n * nb;
+      q_group.push_back(g), q_first.push_back(q_first.back() + G.n);
+    }
+    if (k.quant_rows_tiles && amx_tiles_apply(*G.w, G.n)) {
+      p.xt = xt_total;
+      xt_total += m_tiles(G.n) * nb;
+      t_group.push_back(g), t_first.push_back(t_first.back() + m_tiles(G.n));
+    }
+  }
+  for (int g = 0; g < count; ++g) total_rows += groups[g].n > 0 ? groups[g].w->rows : 0;
+  if (total_rows == 0) return;
+  XBlock* xq = x_buffer<XBlock>(size_t(std::max<int64_t>(xq_total, 1)));  // per owner group: [n, nb]
+  const auto quantize = [&](int64_t i) {
+    const int j = group_of(q_first, i);
+    const MatmulGroup& G = groups[q_group[size_t(j)]];
+    const GroupPlan& p = plan[size_t(q_group[size_t(j)])];
+    const int64_t r = i - q_first[size_t(j)];
+    k.quantize_x(G.x + r * G.ldx, G.w->cols, p.f, xq + p.xq + r * (G.w->cols / mm::kQBlock));
+  };
+  if (q_first.back() >= 8 && pool.size() > 1) pool.parallel_for(q_first.back(), [&](int64_t i, int) { quantize(i); });
+  else for (int64_t i = 0; i < q_first.back(); ++i) quantize(i);
+  XTile* xt = nullptr;  // per tiled group: [ceil(n / 16), nb]
+  if (xt_total > 0) {
+    xt = x_buffer<XTile>(size_t(xt_total));
+    const auto tile = [&](int64_t i) {
+      const int j = group_of(t_first, i);
+      const MatmulGroup& G = groups[t_group[size_t(j)]];
+      const GroupPlan& p = plan[size_t(t_group[size_t(j)])];
+      const int64_t t = i - t_first[size_t(j)], nb = G.w->cols / mm::kQBlock;
+      k.tile_x(xq + p.xq, G.n, nb, t, t + 1, p.f.has_min, xt + p.xt);
+    };
+    if (t_first.back() > 1 && pool.size() > 1) pool.parallel_for(t_first.back(), [&](int64_t i, int) { tile(i); });
+    else for (int64_t i = 0; i < t_first.back(); ++i) tile(i);
+  }
+  // Tasks: group g's row chunks, in order.
+  const int64_t chunk = row_chunk(total_rows, pool.size(), k.row_align);
+  for (int g = 0; g < count; ++g)
+    task_first.push_back(task_first.back() + (groups[g].n > 0 ? (groups[g].w->rows + chunk - 1) / chunk : 0));
+  pool.parallel_for(task_first.back(), [&](int64_t t, int) {
+    const int g = group_of(task_first, t);
+    const MatmulGroup& G = groups[g];
+    const GroupPlan& p = plan[size_t(g)];
+    const int64_t r0 = (t - task_first[size_t(g)]) * chunk, r1 = std::min(G.w->rows, r0 + chunk);
+    if (p.xq < 0)
+      k.float_rows(*G.w, r0, r1, G.x, G.ldx, G.n, G.y, G.ldy, thread_scratch());
+    else if (p.xt >= 0)
+      k.quant_rows_tiles(*G.w, r0, r1, xt + p.xt, G.n, G.y, G.ldy, thread_scratch());
+    else
+      k.quant_rows(*G.w, r0, r1, xq + p.xq, G.n, G.y, G.ldy, thread_scratch());
+  });
+}
+
 void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                          int64_t ldy) {
   check_args(w, x, ldx, n, y, ldy);

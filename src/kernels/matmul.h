@@ -47,6 +47,22 @@ struct MatmulOut {
 };
 void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx, int64_t n, ThreadPool& pool);
 
+// Products of different X with different W, one pool dispatch: Y_g = X_g ·
+// W_g^T for every group g (the experts of a mixture-of-experts layer, each
+// over the token rows routed to it). Each X_g is quantized once per weight
+// format (consecutive groups with the same X and format share it), and the
+// rows of all matrices are split into tasks together. Each Y_g is
+// bit-identical to matmul(W_g, X_g).
+struct MatmulGroup {
+  const WeightView* w;
+  const float* x;  // [n, w->cols], leading dimension ldx
+  int64_t ldx;
+  int64_t n;
+  float* y;        // [n, w->rows], leading dimension ldy
+  int64_t ldy;
+};
+void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool);
+
 // Scalar reference for tests: dequantize each row exactly, float32 dot.
 void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                       int64_t ldy);

@@ -16,6 +16,8 @@ ArchInfo llama_like(std::string_view name) {
   a.qkv_bias = true;
   a.rope_freqs = true;
   a.rope_long_short = true;
+  a.moe = ArchInfo::Moe::Optional;  // Mixtral-style
+  a.moe_norm_weights = true;
   return a;
 }
 
@@ -27,11 +29,28 @@ ArchInfo make_qwen2() {
   return a;
 }
 
+ArchInfo make_qwen2moe() {
+  ArchInfo a = make_qwen2();
+  a.name = "qwen2moe";
+  a.output_required = true;
+  a.moe = ArchInfo::Moe::Always;
+  a.moe_shared = true;
+  return a;
+}
+
 ArchInfo make_qwen3() {
   ArchInfo a;
   a.name = "qwen3";
   a.rope = RopeStyle::Neox;
   a.qk_norm = true;
+  return a;
+}
+
+ArchInfo make_qwen3moe() {
+  ArchInfo a = make_qwen3();
+  a.name = "qwen3moe";
+  a.moe = ArchInfo::Moe::Always;
+  a.moe_norm_weights = true;
   return a;
 }
 
@@ -58,10 +77,10 @@ ArchInfo make_phi3() {
   return a;
 }
 
-const std::array<ArchInfo, 7>& table() {
-  static const std::array<ArchInfo, 7> t = {llama_like("llama"),      llama_like("mistral"), make_qwen2(),
-                                            make_qwen3(),             make_gemma("gemma2", false),
-                                            make_gemma("gemma3", true), make_phi3()};
+const std::array<ArchInfo, 9>& table() {
+  static const std::array<ArchInfo, 9> t = {llama_like("llama"),      llama_like("mistral"),       make_qwen2(),
+                                            make_qwen3(),             make_gemma("gemma2", false), make_gemma("gemma3", true),
+                                            make_phi3(),              make_qwen2moe(),             make_qwen3moe()};
   return t;
 }
 

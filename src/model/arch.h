@@ -28,6 +28,13 @@ struct ArchInfo {
   bool head_dim_fixed = false; // key_length must be dim / heads (the peers' tensor shapes assume it)
   bool rope_freqs = false;     // rope_freqs.weight may be present (Llama 3.1+)
   bool rope_long_short = false;  // rope_factors_long / _short may be present (LongRoPE)
+  // Mixture-of-experts FFNs (moe_gguf.cpp): never, when the file has
+  // blk.N.ffn_gate_inp (Mixtral-style llama), or always (feed_forward_length
+  // then optional); whether the top k's weights are renormalised to sum 1;
+  // whether a shared expert runs beside them (qwen2moe).
+  enum class Moe { None, Optional, Always } moe = Moe::None;
+  bool moe_norm_weights = false;
+  bool moe_shared = false;
 };
 
 // The entry for `name`, or null.

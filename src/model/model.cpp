@@ -36,6 +36,9 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
   x << (c.ffn_act == FfnAct::Silu ? "" : "g") << (c.qk_norm ? "q" : "") << (c.post_norms ? "p" : "")
     << (c.fused_qkv ? "k" : "") << (c.fused_gate_up ? "u" : "");
   if (!x.str().empty()) s << "x:" << x.str() << '|';
+  if (c.moe.n_expert > 0)  // dense models keep the identity they always had
+    s << "moe:" << c.moe.n_expert << ',' << c.moe.n_used << ',' << c.moe.ffn_dim << ',' << c.moe.shared_ffn_dim << ','
+      << int(c.moe.gating) << ',' << c.moe.norm_weights << ',' << int(c.moe.act) << '|';
   // The canonical path, so "m.gguf" and "./m.gguf" are the same model.
   std::error_code ec;
   const std::filesystem::path canon = std::filesystem::weakly_canonical(path, ec);
@@ -100,9 +103,16 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
   if (repack_enabled()) {
     std::vector<PackItem> items;
     const bool mapped = m->gguf_ != nullptr;  // only file-mapped data may be released
-    for (LayerWeights& l : m->w_.layers)
+    for (LayerWeights& l : m->w_.layers) {
       for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-        items.push_back({w, mapped});
+        if (w->data) items.push_back({w, mapped});
+      // Experts are packed slice by slice, like dense matrices.
+      MoeWeights& e = l.moe;
+      for (WeightView* w : {&e.router, &e.sh_gate, &e.sh_up, &e.sh_down})
+        if (w->data) items.push_back({w, mapped});
+      for (auto* v : {&e.gate, &e.up, &e.down})
+        for (WeightView& w : *v) items.push_back({&w, mapped});
+    }
     // A tied output shares its rows with the embedding table, which is read
     // row by row from the file layout: keep those pages.
     items.push_back({&m->w_.output, mapped && !m->cfg_.tied_output});

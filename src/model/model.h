@@ -23,11 +23,38 @@ enum class FfnAct { Silu, GeluTanh };
 // rope_factors_long / rope_factors_short, chosen by the context length).
 enum class RopeFactors { None, Freqs, LongShort };
 
+// How a mixture-of-experts layer turns router logits into k expert weights.
+enum class MoeGating : uint8_t {
+  SoftmaxTopK,  // softmax over all experts, then the k largest (Mixtral, Qwen MoE)
+  TopKSoftmax,  // the k largest logits, then softmax over those k (gpt-oss)
+};
+// The experts' gated activation: act(gate) * up.
+enum class MoeActivation : uint8_t {
+  SwiGLU,         // silu(gate) * up
+  SwiGLUClamped,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit): g * sigmoid(alpha g) * (u + 1)
+};
+
+// The most experts a layer may have (the loader refuses more; routing keeps
+// a bit per expert on the stack).
+constexpr int kMaxExperts = 1024;
+
+// Mixture-of-experts FFN shape and routing (n_expert == 0: a dense FFN).
+struct MoeConfig {
+  int n_expert = 0;         // experts per layer
+  int n_used = 0;           // experts each token runs (top-k)
+  int ffn_dim = 0;          // each expert's hidden width
+  int shared_ffn_dim = 0;   // the shared expert's hidden width; 0 = none
+  MoeGating gating = MoeGating::SoftmaxTopK;
+  bool norm_weights = false;  // rescale the k chosen weights to sum 1 (SoftmaxTopK only)
+  MoeActivation act = MoeActivation::SwiGLU;
+  float clamp_alpha = 1.702f, clamp_limit = 7.0f;  // SwiGLUClamped's constants
+};
+
 // What the forward computes, from the file's metadata. The architecture's
 // differences are data here (flags, per-layer facts) and optional tensors in
 // LayerWeights; the forward has no per-architecture branches.
 struct ModelConfig {
-  std::string arch;        // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"
+  std::string arch;        // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"
   std::string name;        // general.name or file stem
   int n_vocab = 0;
   int dim = 0;             // embedding width
@@ -74,8 +101,25 @@ struct ModelConfig {
   bool post_norms = false;    // RMSNorm of attention and FFN outputs before the residual add (Gemma 2, 3)
   bool fused_qkv = false;     // attn_qkv holds q, k, v (Phi-3); split into views at load
   bool fused_gate_up = false; // ffn_up holds gate then up (Phi-3); split into views at load
+  MoeConfig moe;              // n_expert > 0: every layer's FFN is a mixture of experts
   // Fixed bytes of the weights as stored (for planning / rooflines).
   size_t weight_bytes = 0;
+};
+
+// One layer's experts. Each expert is a contiguous slice of the file's 3-D
+// tensors (ffn_gate_exps / ffn_up_exps [n_expert, ffn_exp, dim],
+// ffn_down_exps [n_expert, dim, ffn_exp]), viewed as its own matrix so it is
+// repacked and multiplied like a dense one.
+struct MoeWeights {
+  WeightView router;                      // ffn_gate_inp: [n_expert, dim]
+  const float* router_bias = nullptr;     // [n_expert] or null
+  std::vector<WeightView> gate, up, down; // per expert: [ffn_exp, dim], [ffn_exp, dim], [dim, ffn_exp]
+  const float* gate_bias = nullptr;       // [n_expert, ffn_exp] or null
+  const float* up_bias = nullptr;         // [n_expert, ffn_exp] or null
+  const float* down_bias = nullptr;       // [n_expert, dim] or null
+  // Shared expert, run by every token (qwen2moe): sh_gate.data == nullptr when absent.
+  WeightView sh_gate, sh_up, sh_down;     // [shared_ffn, dim], [shared_ffn, dim], [dim, shared_ffn]
+  const float* sh_gate_inp = nullptr;     // [dim]: the shared expert's weight is sigmoid(x · sh_gate_inp); null = 1
 };
 
 struct LayerWeights {
@@ -88,7 +132,8 @@ struct LayerWeights {
   const float* k_norm = nullptr;     // [head_dim] per-head RMSNorm of k (qk_norm) or null
   const float* attn_post_norm = nullptr;  // [dim] (post_norms) or null
   const float* ffn_norm = nullptr;   // [dim]
-  WeightView w_gate, w_up, w_down;   // gate/up: [ffn, dim]; down: [dim, ffn]
+  WeightView w_gate, w_up, w_down;   // gate/up: [ffn, dim]; down: [dim, ffn] (dense FFN)
+  MoeWeights moe;                    // mixture-of-experts FFN (ModelConfig::moe.n_expert > 0)
   const float* ffn_post_norm = nullptr;   // [dim] (post_norms) or null
 };
 

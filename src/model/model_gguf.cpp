@@ -11,12 +11,14 @@
 #include "model/arch.h"
 #include "model/loaders.h"
 #include "model/meta.h"
+#include "model/tensor_loader.h"
 #include "model/vocab_loaders.h"
 
 namespace kvs {
 
 using detail::meta_float;
 using detail::meta_int;
+using detail::TensorLoader;
 
 namespace {
 
@@ -66,7 +68,10 @@ void shape_from_gguf(const GgufFile& f, const std::string& a, const ArchInfo& in
   if (value_length != c.head_dim)
     throw ModelError(f.path() + ": key '" + a + "attention.value_length' = " + std::to_string(value_length) +
                      " differs from key_length " + std::to_string(c.head_dim) + " (not supported)");
-  c.ffn_dim = meta_int(f, a + "feed_forward_length", std::nullopt, 1, 16 * kBig);
+  // Architectures whose every FFN is a mixture of experts may give only the experts' widths.
+  const bool moe_only = info.moe == ArchInfo::Moe::Always;
+  c.ffn_dim = meta_int(f, a + "feed_forward_length", moe_only ? std::optional<int>(0) : std::nullopt, moe_only ? 0 : 1,
+                       16 * kBig);
   c.n_ctx_train = meta_int(f, a + "context_length", std::nullopt, 1, 1 << 30);
   c.n_rot = meta_int(f, a + "rope.dimension_count", c.head_dim, 2, c.head_dim);
   if (c.n_rot % 2 != 0)
@@ -95,71 +100,6 @@ int vocab_size(const GgufFile& f, const std::string& a) {
   return n;
 }
 
-// Loads tensors by name and remembers which, so that the file's other
-// tensors can be refused by name.
-class TensorLoader {
- public:
-  explicit TensorLoader(Model& m) : m_(m), f_(*m.gguf_) {}
-
-  // A weight matrix [rows, cols], stored with ggml dims {cols, rows}.
-  WeightView matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const GgufTensorInfo& t = f_.tensor(name, {cols, rows});
-    used_.insert(name);
-    const TypeTraits& tt = type_traits(t.type);
-    if (!tt.supported)
-      throw ModelError(f_.path() + ": tensor '" + name + "' has type " + tt.name +
-                       ", which kvserve cannot compute (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                       "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)");
-    WeightView w;
-    w.type = t.type;
-    w.data = t.data;
-    w.rows = rows;
-    w.cols = cols;
-    w.row_stride = row_bytes(t.type, cols);
-    return w;
-  }
-
-  // A 1-D float vector [n] (norm weights, biases, RoPE factors). Kept in
-  // the mapping when it is F32 and 4-byte aligned; F16/BF16 (or a
-  // misaligned F32) become owned f32.
-  const float* vector(const std::string& name, int64_t n) {
-    const GgufTensorInfo& t = f_.tensor(name, {n});
-    used_.insert(name);
-    if (t.type == GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
-      return reinterpret_cast<const float*>(t.data);
-    if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)
-      throw ModelError(f_.path() + ": tensor '" + name + "' has type " + type_name(t.type) +
-                       ", expected F32 (norm weights, biases and RoPE factors are stored unquantized)");
-    auto& buf = m_.owned_f32_.emplace_back(static_cast<size_t>(n));
-    dequantize_row(t.type, t.data, buf.data(), n);
-    return buf.data();
-  }
-  const float* optional_vector(const std::string& name, int64_t n) {
-    return f_.find_tensor(name) ? vector(name, n) : nullptr;
-  }
-
-  // Rows [r0, r0 + n) of a matrix as a matrix of their own (fused tensors).
-  static WeightView rows(const WeightView& w, int64_t r0, int64_t n) {
-    WeightView v = w;
-    v.data = w.row(r0);
-    v.rows = n;
-    return v;
-  }
-
-  // Every tensor of the file must have been loaded.
-  void refuse_unused() const {
-    for (const GgufTensorInfo& t : f_.tensors())
-      if (!used_.count(t.name))
-        throw ModelError(f_.path() + ": tensor '" + t.name + "' is in the file, but kvserve's " + m_.cfg_.arch +
-                         " does not use it (an unsupported variant of the architecture?)");
-  }
-
- private:
-  Model& m_;
-  const GgufFile& f_;
-  std::set<std::string> used_;
-};
-
 // One layer's attention weights: q/k/v (separate or fused), biases, QK norms.
 void load_attention(TensorLoader& t, const ModelConfig& c, const std::string& p, LayerWeights& L) {
   const int64_t dim = c.dim, qdim = int64_t(c.n_heads) * c.head_dim, kvdim = int64_t(c.n_kv_heads) * c.head_dim;
@@ -187,19 +127,24 @@ void load_attention(TensorLoader& t, const ModelConfig& c, const std::string& p,
   if (c.post_norms) L.attn_post_norm = t.vector(p + "post_attention_norm.weight", dim);  // [dim]
 }
 
-// One layer's FFN weights: gate/up (separate or fused), down, norms.
+// One layer's FFN weights: gate/up (separate or fused), down, norms; or its
+// mixture of experts.
 void load_ffn(TensorLoader& t, const ModelConfig& c, const std::string& p, LayerWeights& L) {
   const int64_t dim = c.dim, ffn = c.ffn_dim;
   L.ffn_norm = t.vector(p + "ffn_norm.weight", dim);  // [dim]
-  if (c.fused_gate_up) {
-    const WeightView gu = t.matrix(p + "ffn_up.weight", 2 * ffn, dim);  // [2 ffn, dim]: gate rows, then up rows
-    L.w_gate = TensorLoader::rows(gu, 0, ffn);
-    L.w_up = TensorLoader::rows(gu, ffn, ffn);
+  if (c.moe.n_expert > 0) {
+    detail::load_moe_layer(t, c, p, L.moe);
   } else {
-    L.w_gate = t.matrix(p + "ffn_gate.weight", ffn, dim);  // [ffn, dim]
-    L.w_up = t.matrix(p + "ffn_up.weight", ffn, dim);      // [ffn, dim]
+    if (c.fused_gate_up) {
+      const WeightView gu = t.matrix(p + "ffn_up.weight", 2 * ffn, dim);  // [2 ffn, dim]: gate rows, then up rows
+      L.w_gate = TensorLoader::rows(gu, 0, ffn);
+      L.w_up = TensorLoader::rows(gu, ffn, ffn);
+    } else {
+      L.w_gate = t.matrix(p + "ffn_gate.weight", ffn, dim);  // [ffn, dim]
+      L.w_up = t.matrix(p + "ffn_up.weight", ffn, dim);      // [ffn, dim]
+    }
+    L.w_down = t.matrix(p + "ffn_down.weight", dim, ffn);  // [dim, ffn]
   }
-  L.w_down = t.matrix(p + "ffn_down.weight", dim, ffn);  // [dim, ffn]
   if (c.post_norms) L.ffn_post_norm = t.vector(p + "post_ffw_norm.weight", dim);  // [dim]
 }
 
@@ -221,6 +166,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_vocab = vocab_size(f, a);
 
   c.has_qkv_bias = info->qkv_bias && f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (c.arch == "qwen2moe" && !c.has_qkv_bias)  // the peers require them there
+    throw ModelError(f.path() + ": tensor 'blk.0.attn_q.bias' is missing (qwen2moe has q/k/v biases)");
+  c.moe = detail::moe_config_from_gguf(f, *info, c.ffn_dim);
   c.tied_output = !info->output_required && f.find_tensor("output.weight") == nullptr;
   // Which factor tensors the peers read: LongRoPE's pair for phi3 and for a
   // llama-like file of scaling type longrope, else Llama 3.1's rope_freqs

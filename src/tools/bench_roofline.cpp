@@ -33,13 +33,29 @@ PrefillOps prefill_ops_per_token(const Model& m, int n_prompt) {
     (compute_path_for_type(type_name(w.type)) == "fp32" ? o.fp32 : o.int8) += ops;
   };
   const ModelWeights& w = m.weights();
-  for (const LayerWeights& l : w.layers)
+  const MoeConfig& moe = m.config().moe;
+  for (const LayerWeights& l : w.layers) {
     for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*v, 1.0);
+    if (moe.n_expert == 0) continue;
+    for (const WeightView* v : {&l.moe.router, &l.moe.sh_gate, &l.moe.sh_up, &l.moe.sh_down}) add(*v, 1.0);
+    for (const auto* e : {&l.moe.gate, &l.moe.up, &l.moe.down}) add(e->front(), double(moe.n_used));
+  }
   add(w.output, 1.0 / n_prompt);
   // QKᵀ and P·V: 4 · heads · head_dim per key; token i sees i keys.
   const ModelConfig& c = m.config();
   o.attention = 4.0 * c.n_layers * c.n_heads * c.head_dim * (n_prompt + 1) / 2.0;
   return o;
+}
+
+double decode_weight_bytes(const Model& m) {
+  const ModelConfig& c = m.config();
+  const double embd = double(m.weights().tok_embd.row_stride) * c.n_vocab;
+  double bytes = double(c.weight_bytes) - (c.tied_output ? 0 : embd);
+  if (c.moe.n_expert > 0)
+    for (const LayerWeights& l : m.weights().layers)
+      for (const auto* e : {&l.moe.gate, &l.moe.up, &l.moe.down})
+        bytes -= double(c.moe.n_expert - c.moe.n_used) * double(e->front().rows) * double(e->front().row_stride);
+  return bytes;
 }
 
 double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r) {

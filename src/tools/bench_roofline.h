@@ -29,7 +29,13 @@ struct PrefillOps {
   double int8 = 0, fp32 = 0, attention = 0;
   double total() const { return int8 + fp32 + attention; }
 };
+// A mixture-of-experts layer counts its router, the k experts a token runs
+// and the shared expert.
 PrefillOps prefill_ops_per_token(const Model& m, int n_prompt);
+
+// Weight bytes one decode token reads: every matrix but the embedding table
+// (one row of it), and of a MoE layer's experts only the k it runs.
+double decode_weight_bytes(const Model& m);
 
 // Seconds per token at the peaks; 0 when a needed peak is unknown.
 double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r);

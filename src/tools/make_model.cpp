@@ -16,6 +16,7 @@
 #include "tokenizer/pre_type.h"
 #include "tools/byte_vocab.h"
 #include "tools/make_model_arch.h"
+#include "tools/make_model_moe.h"
 
 namespace kvs {
 
@@ -155,6 +156,13 @@ TensorSource random_source(GgufWriter& w, const MakeModelOptions& o) {
                         for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
                       });
   };
+  s.tensor = [&w, &o, seed](const std::string& tn, const std::vector<int64_t>& dims, float stddev, GgmlType t) {
+    auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
+    const int64_t cols = dims[0];
+    w.add_tensor_rows(tn, type_for_cols(t, cols, tn, o.progress), dims, [rng, cols, stddev](int64_t, float* out) {
+      for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
+    });
+  };
   s.values = [&w](const std::string& tn, const std::vector<float>& v) {
     w.add_tensor_f32(tn, GgmlType::F32, {int64_t(v.size())}, v.data());
   };
@@ -243,6 +251,7 @@ void make_random_model(const MakeModelOptions& given) {
   set_arch(w, o.arch, name, o.n_ctx, o.dim, o.n_layers, o.ffn_dim, o.n_heads, o.n_kv_heads, n_rot_key ? o.head_dim : 0,
            o.rope_theta, o.rms_eps, o.type);
   write_arch_keys(w, o, name);
+  if (moe_model(o)) set_moe_keys(w, o);
   if (src) {
     for (const auto& [k, v] : src->metadata())
       if (k.rfind("tokenizer.", 0) == 0) w.set_value(k, v);  // verbatim, every type

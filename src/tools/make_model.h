@@ -12,8 +12,9 @@ namespace kvs {
 
 struct MakeModelOptions {
   std::string out;                 // output .gguf path (required)
-  // llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3: the keys and
-  // tensors llama.cpp / ik_llama.cpp expect of each (make_model_arch.h).
+  // llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or
+  // phi3: the keys and tensors llama.cpp / ik_llama.cpp expect of each
+  // (make_model_arch.h, make_model_moe.h).
   std::string arch = "llama";
   std::string name;                // general.name; default "random-<arch>-<dim>x<layers>" (phi3: "random-phi-...")
   int dim = 64;
@@ -48,6 +49,12 @@ struct MakeModelOptions {
   bool rope_factors = false;
   float attn_softcap = -1.f;       // gemma2 only; -1 = 50 (Gemma 2's)
   float final_softcap = -1.f;      // gemma2 only; -1 = 30
+  // Mixture of experts (tools/make_model_moe.h): llama with n_expert > 0 is
+  // Mixtral-style; qwen2moe and qwen3moe always are. 0 = the default.
+  int n_expert = 0;                // experts per layer (MoE archs: 8)
+  int n_expert_used = 0;           // experts per token (2)
+  int expert_ffn = 0;              // qwen2moe / qwen3moe: each expert's width (ffn_dim)
+  int shared_ffn = 0;              // qwen2moe: the shared expert's width (ffn_dim)
 };
 
 // Named shapes: "tiny" (dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192,

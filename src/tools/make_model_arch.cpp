@@ -1,5 +1,7 @@
 #include "tools/make_model_arch.h"
 
+#include "tools/make_model_moe.h"
+
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -10,6 +12,8 @@ namespace {
 
 bool is_gemma(const std::string& a) { return a == "gemma2" || a == "gemma3"; }
 bool llama_family(const std::string& a) { return a == "llama" || a == "mistral"; }
+bool qwen2_attention(const std::string& a) { return a == "qwen2" || a == "qwen2moe"; }
+bool qwen3_attention(const std::string& a) { return a == "qwen3" || a == "qwen3moe"; }
 
 void need(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("make-model: " + what);
@@ -98,12 +102,12 @@ void attention_tensors(const MakeModelOptions& o, const std::string& p, const Te
     s.matrix(p + "attn_k.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
     s.matrix(p + "attn_v.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
   }
-  if (o.arch == "qwen2") {
+  if (qwen2_attention(o.arch)) {
     s.bias(p + "attn_q.bias", qdim);
     s.bias(p + "attn_k.bias", kvdim);
     s.bias(p + "attn_v.bias", kvdim);
   }
-  if (o.arch == "qwen3" || o.arch == "gemma3") {
+  if (qwen3_attention(o.arch) || o.arch == "gemma3") {
     s.norm(p + "attn_q_norm.weight", o.head_dim);  // [head_dim]
     s.norm(p + "attn_k_norm.weight", o.head_dim);
   }
@@ -111,11 +115,12 @@ void attention_tensors(const MakeModelOptions& o, const std::string& p, const Te
   if (is_gemma(o.arch)) s.norm(p + "post_attention_norm.weight", dim);
 }
 
-// One layer's FFN tensors.
+// One layer's FFN tensors (a mixture of experts: make_model_moe.h).
 void ffn_tensors(const MakeModelOptions& o, const std::string& p, const TensorSource& s) {
   const int64_t dim = o.dim, ffn = o.ffn_dim;
   const float s_in = 1.f / std::sqrt(float(dim)), s_branch = 1.f / std::sqrt(2.f * o.n_layers);
   s.norm(p + "ffn_norm.weight", dim);
+  if (moe_model(o)) return add_moe_ffn(o, p, s_branch, s.tensor);
   if (o.arch == "phi3") {
     s.matrix(p + "ffn_up.weight", 2 * ffn, dim, s_in);  // [2 ffn, dim]: gate rows, then up rows
   } else {
@@ -129,10 +134,11 @@ void ffn_tensors(const MakeModelOptions& o, const std::string& p, const TensorSo
 }  // namespace
 
 MakeModelOptions resolve_arch_options(const MakeModelOptions& given) {
-  static const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+  static const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"};
   bool known = false;
   for (const char* a : kArchs) known |= given.arch == a;
-  need(known, "unsupported arch '" + given.arch + "' (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3)");
+  need(known, "unsupported arch '" + given.arch +
+                  "' (supported: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3)");
   need(given.dim > 0 && given.n_layers > 0 && given.n_heads > 0 && given.n_kv_heads > 0 && given.ffn_dim > 0 &&
            given.n_ctx > 0,
        "dim, layers, heads, kv-heads, ffn and ctx must be positive");
@@ -152,12 +158,12 @@ MakeModelOptions resolve_arch_options(const MakeModelOptions& given) {
   MakeModelOptions r = given;
   fill_defaults(r);
   check_flags(r, given);
-  return r;
+  return moe_defaults(r);
 }
 
 void write_arch_keys(GgufWriter& w, const MakeModelOptions& o, const std::string&) {
   const std::string a = o.arch + ".";
-  if (o.head_dim != o.dim / o.n_heads || is_gemma(o.arch) || o.arch == "qwen3") {
+  if (o.head_dim != o.dim / o.n_heads || is_gemma(o.arch) || qwen3_attention(o.arch)) {
     w.set_u32(a + "attention.key_length", uint32_t(o.head_dim));
     w.set_u32(a + "attention.value_length", uint32_t(o.head_dim));
   }

@@ -31,6 +31,9 @@ struct TensorSource {
   std::function<void(const std::string& name, int64_t n)> norm;
   std::function<void(const std::string& name, int64_t n)> bias;
   std::function<void(const std::string& name, const std::vector<float>& values)> values;
+  // A random tensor of ggml dims `dims` (rows of dims[0]) in `type`: a MoE
+  // layer's 3-D experts, its F32 router.
+  std::function<void(const std::string& name, const std::vector<int64_t>& dims, float stddev, GgmlType type)> tensor;
 };
 
 // Every tensor of the architecture, in the order the converters write

@@ -229,6 +229,8 @@ ModelShape shape_from_gguf(const std::string& path) {
     if (t.name == "token_embd.weight") {
       embd = t.nbytes;
       if (s.tied_output) matmul += t.n_elements();  // used as the output projection
+    } else if (t.dims.size() == 3 && c.moe.n_expert > 0) {
+      matmul += t.n_elements() / c.moe.n_expert * c.moe.n_used;  // a token runs k of the experts
     } else {
       matmul += t.n_elements();
     }

@@ -37,8 +37,8 @@ struct ModelShape {
   std::string weight_type;         // "f16", "q4_0", or "mixed (q4_0 + ...)" from GGUF
   std::string compute_path;        // "fp32", "bf16" or "int8"
   uint64_t weight_bytes = 0;       // all tensors as stored (what must be resident)
-  uint64_t streamed_weight_bytes = 0;  // read by every decode step: all but an untied token_embd
-  int64_t matmul_params = 0;       // weights multiplied per token (2 FLOPs each)
+  uint64_t streamed_weight_bytes = 0;  // read by every decode step: all but an untied token_embd (MoE: every expert, as a batch reaches most)
+  int64_t matmul_params = 0;       // weights multiplied per token (2 FLOPs each; MoE: the k experts a token runs)
   int64_t total_params = 0;        // every parameter, embeddings and norms included
 };
 
