@@ -1,4 +1,5 @@
-// `kvserve serve` runs every new architecture: a small model of each, made
+// `kvserve serve` runs every new architecture, the MoE ones included: a small
+// model of each, made
 // here, answers /v1/completions and /v1/chat/completions (the plain fallback
 // template; for Gemma, Gemma 2's own Jinja template, which refuses system
 // messages from a client by name), and the same greedy prompt gives the same
@@ -20,7 +21,12 @@ namespace {
 std::string make(const std::string& arch, int layers, int window) {
   MakeModelOptions o;
   o.out = test::temp_dir() + "/serve-" + arch + ".gguf";
-  o.arch = arch;
+  // "llama-moe": a Mixtral-style llama (ffn_gate_inp present).
+  o.arch = arch == "llama-moe" ? "llama" : arch;
+  if (arch.find("moe") != std::string::npos) {
+    o.n_expert = 4;
+    o.n_expert_used = 2;
+  }
   o.dim = 64;
   o.n_layers = layers;
   o.n_ctx = 256;
@@ -37,7 +43,8 @@ TEST_P(ArchServe, CompletionsAndChat) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared is not available";
   const std::string arch = GetParam();
   const bool gemma = arch.rfind("gemma", 0) == 0;
-  const int window = arch == "qwen3" ? -1 : 16;
+  const bool moe = arch.find("moe") != std::string::npos || arch == "llama-moe";
+  const int window = arch == "qwen3" || moe ? -1 : 16;
   const std::string model = make(arch, arch == "gemma3" ? 6 : 2, window);
   std::vector<std::string> args = {"-m", model, "--ctx", "256", "-t", "2"};
   if (gemma) args.insert(args.end(), {"--chat-template", test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
@@ -68,7 +75,11 @@ TEST_P(ArchServe, CompletionsAndChat) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ArchServe, ::testing::Values("qwen3", "gemma2", "gemma3", "phi3"),
-                         [](const auto& i) { return std::string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Archs, ArchServe, ::testing::Values("qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "llama-moe"),
+                         [](const auto& i) {
+                           std::string n = i.param;
+                           for (char& c : n) c = c == '-' ? '_' : c;
+                           return n;
+                         });
 
 }  // namespace
