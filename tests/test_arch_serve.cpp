@@ -3,7 +3,8 @@
 // here, answers /v1/completions and /v1/chat/completions (the plain fallback
 // template; for Gemma, Gemma 2's own Jinja template, which refuses system
 // messages from a client by name), and the same greedy prompt gives the same
-// text through the server as through `kvserve generate`.
+// text through the server as through `kvserve generate`, and the same chat
+// turn the same reply through the server as through `kvserve chat`.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string make(const std::string& arch, int layers, int window) {
+std::string make(const std::string &arch, int layers, int window) {
   MakeModelOptions o;
   o.out = test::temp_dir() + "/serve-" + arch + ".gguf";
   // "llama-moe": a Mixtral-style llama (ffn_gate_inp present).
@@ -37,49 +38,89 @@ std::string make(const std::string& arch, int layers, int window) {
   return o.out;
 }
 
-class ArchServe : public ::testing::TestWithParam<const char*> {};
+class ArchServe : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(ArchServe, CompletionsAndChat) {
-  if (!test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  if (!test::shared_available())
+    GTEST_SKIP() << "../shared is not available";
   const std::string arch = GetParam();
   const bool gemma = arch.rfind("gemma", 0) == 0;
   const bool moe = arch.find("moe") != std::string::npos || arch == "llama-moe";
   const int window = arch == "qwen3" || moe ? -1 : 16;
   const std::string model = make(arch, arch == "gemma3" ? 6 : 2, window);
   std::vector<std::string> args = {"-m", model, "--ctx", "256", "-t", "2"};
-  if (gemma) args.insert(args.end(), {"--chat-template", test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
+  if (gemma)
+    args.insert(args.end(),
+                {"--chat-template",
+                 test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
   test::ServeProcess srv(args);
 
-  const json req{{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
-  const test::HttpReply r = test::http_request(srv.port(), "POST", "/v1/completions", req.dump());
+  const json req{
+      {"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
+  const test::HttpReply r =
+      test::http_request(srv.port(), "POST", "/v1/completions", req.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   const std::string text = json::parse(r.body)["choices"][0]["text"];
   std::string out, err;
-  ASSERT_EQ(test::run_kvserve({"generate", "-m", model, "-p", "Once upon a time", "-n", "12", "--temp", "0", "--ctx",
-                               "256", "-t", "2", "--json"},
+  ASSERT_EQ(test::run_kvserve({"generate", "-m", model, "-p",
+                               "Once upon a time", "-n", "12", "--temp", "0",
+                               "--ctx", "256", "-t", "2", "--json"},
                               &out, &err),
             0)
       << err;
-  EXPECT_EQ(text, json::parse(out)["text"].get<std::string>()) << "server and generate disagree";
+  EXPECT_EQ(text, json::parse(out)["text"].get<std::string>())
+      << "server and generate disagree";
 
-  const json chat{{"messages", {{{"role", "user"}, {"content", "Hello there"}}}}, {"max_tokens", 6}, {"temperature", 0}};
-  const test::HttpReply c = test::http_request(srv.port(), "POST", "/v1/chat/completions", chat.dump());
+  const json chat{
+      {"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+      {"max_tokens", 6},
+      {"temperature", 0}};
+  const test::HttpReply c = test::http_request(
+      srv.port(), "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(c.status, 200) << c.body;
-  EXPECT_EQ(json::parse(c.body)["choices"][0]["finish_reason"], "length") << c.body;
+  EXPECT_EQ(json::parse(c.body)["choices"][0]["finish_reason"], "length")
+      << c.body;
+
+  // `kvserve chat` (stdin not a terminal) answers the same turn with the
+  // same text as the server's chat endpoint.
+  std::vector<std::string> chat_args = {
+      "chat", "-m", model,    "--system", "",
+      "-n",   "6",  "--temp", "0",        "--repeat-penalty",
+      "1",    "-t", "2"};
+  if (gemma)
+    chat_args.insert(
+        chat_args.end(),
+        {"--chat-template",
+         test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
+  ASSERT_EQ(test::run_kvserve_input(chat_args, "Hello there\n", &out, &err), 0)
+      << err;
+  const std::string reply =
+      json::parse(c.body)["choices"][0]["message"]["content"];
+  ASSERT_FALSE(reply.empty());
+  EXPECT_NE(out.find(reply), std::string::npos)
+      << "chat printed:\n"
+      << out << "\nserver answered: " << reply;
   if (gemma) {
-    const json sys{{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+    const json sys{{"messages",
+                    {{{"role", "system"}, {"content", "Be brief."}},
+                     {{"role", "user"}, {"content", "Hi"}}}},
                    {"max_tokens", 4}};
-    const test::HttpReply e = test::http_request(srv.port(), "POST", "/v1/chat/completions", sys.dump());
+    const test::HttpReply e = test::http_request(
+        srv.port(), "POST", "/v1/chat/completions", sys.dump());
     EXPECT_EQ(e.status, 400) << e.body;
-    EXPECT_NE(e.body.find("System role not supported"), std::string::npos) << e.body;
+    EXPECT_NE(e.body.find("System role not supported"), std::string::npos)
+        << e.body;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ArchServe, ::testing::Values("qwen3", "gemma2", "gemma3", "phi3", "qwen2moe", "qwen3moe", "llama-moe"),
-                         [](const auto& i) {
+INSTANTIATE_TEST_SUITE_P(Archs, ArchServe,
+                         ::testing::Values("qwen3", "gemma2", "gemma3", "phi3",
+                                           "qwen2moe", "qwen3moe", "llama-moe"),
+                         [](const auto &i) {
                            std::string n = i.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
+                           for (char &c : n)
+                             c = c == '-' ? '_' : c;
                            return n;
                          });
 
-}  // namespace
+} // namespace
