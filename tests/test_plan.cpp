@@ -334,6 +334,23 @@ TEST(PlanGguf, MixtureOfExpertsCountsTheExpertsATokenRuns) {
   const int64_t router = int64_t(8) * o.dim;
   EXPECT_EQ(g.matmul_params, d.matmul_params + o.n_layers * (router + int64_t(3) * o.dim * o.ffn_dim));  // 2 experts
   EXPECT_GT(g.streamed_weight_bytes, d.streamed_weight_bytes + uint64_t(o.n_layers) * 6 * 3 * 2 * o.dim * o.ffn_dim);
+  // The experts' bytes (F16: 8 experts x 3 matrices), and what a decode step
+  // streams: one sequence reads 2 of 8 experts; B sequences, uniformly
+  // routed, a fraction 1 - (6/8)^B of them.
+  const uint64_t experts = uint64_t(o.n_layers) * 8 * 3 * 2 * o.dim * o.ffn_dim;
+  EXPECT_EQ(g.expert_bytes, experts);
+  EXPECT_EQ(g.n_expert, 8);
+  EXPECT_EQ(g.n_expert_used, 2);
+  PlanInput in;
+  in.model = g;
+  in.hw.bandwidth = 10e9;
+  in.batches = {1, 4};
+  const PlanResult p = make_plan(in);
+  const double all = double(g.streamed_weight_bytes);
+  EXPECT_DOUBLE_EQ(p.roofline.at(0).weight_bytes, all - double(experts) * 0.75);
+  EXPECT_DOUBLE_EQ(p.roofline.at(1).weight_bytes, all - double(experts) * std::pow(0.75, 4));
+  in.model = d;
+  EXPECT_DOUBLE_EQ(make_plan(in).roofline.at(0).weight_bytes, double(d.streamed_weight_bytes));
 }
 
 // ---- SVG -------------------------------------------------------------------------

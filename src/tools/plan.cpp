@@ -85,6 +85,16 @@ double prefill_pairs(const ModelShape& m, double P) {
   return n;
 }
 
+// Weight bytes one decode step of `batch` sequences streams. A MoE layer
+// reads only the experts some token picked: with routing taken as uniform,
+// a batch touches a fraction 1 - (1 - k/E)^B of them.
+double streamed_bytes(const ModelShape& m, int64_t batch) {
+  const double all = double(m.streamed_weight_bytes);
+  if (m.n_expert <= 0 || m.n_expert_used <= 0 || m.expert_bytes == 0) return all;
+  const double touched = 1.0 - std::pow(1.0 - double(m.n_expert_used) / double(m.n_expert), double(batch));
+  return all - double(m.expert_bytes) * (1.0 - touched);
+}
+
 // K/V bytes one decode step reads per sequence at `ctx`.
 double decode_kv_bytes(const PlanResult& p, int64_t ctx) {
   const ModelShape& m = p.in.model;
@@ -129,7 +139,7 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const ModelShape& m = p.in.model;
   RooflinePoint r;
   r.batch = batch;
-  r.weight_bytes = double(m.streamed_weight_bytes);
+  r.weight_bytes = streamed_bytes(m, batch);
   r.kv_bytes = double(batch) * decode_kv_bytes(p, ctx);
   r.bytes_per_step = r.weight_bytes + r.kv_bytes;
   r.ops_per_step = double(batch) * (2.0 * double(m.matmul_params) + decode_attn_ops(m, ctx));
@@ -155,7 +165,10 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   r.t_attention = std::max(t_kv, t_attn_ops);
   double biggest = r.t_attention;
   r.limit = t_kv >= t_attn_ops ? "KV read" : "attention compute";
-  for (const WeightPart& w : p.weight_mix) {
+  // Every weight type's part shrinks alike when a MoE batch skips experts.
+  const double mix_scale = r.weight_bytes / std::max(1.0, double(m.streamed_weight_bytes));
+  for (WeightPart w : p.weight_mix) {
+    w.bytes *= mix_scale;
     const double t_stream = bw > 0 ? w.bytes / bw : 0;
     double t_kernel = 0;
     std::string label;
