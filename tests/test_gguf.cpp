@@ -497,6 +497,14 @@ TEST(GgufBad, ValueAndTensorProblems) {
   RawGguf al0;
   al0.header(0, 1).kv_u32("general.alignment", 0);
   expect_error("align0.gguf", al0, {"general.alignment"});
+  // Past INT64_MAX as UINT64 (found by fuzz_gguf: it escaped as a
+  // std::runtime_error), and negative as INT32: each refused with the key named.
+  RawGguf alh;
+  alh.header(0, 1).str("general.alignment").u32(10).u64(0xF700000000000040ull);
+  expect_error("alignhuge.gguf", alh, {"general.alignment", "17798225727368200256", "power of two"});
+  RawGguf aln;
+  aln.header(0, 1).str("general.alignment").u32(5).u32(uint32_t(-32));
+  expect_error("alignneg.gguf", aln, {"general.alignment", "-32", "power of two"});
   RawGguf als;
   als.header(0, 1).kv_str("general.alignment", "32");
   expect_error("alignstr.gguf", als, {"general.alignment"});

@@ -84,6 +84,11 @@ uint64_t GgufValue::as_u64() const {
   throw std::runtime_error(std::string("value of type ") + gguf_type_name(type) + " is not an integer");
 }
 
+bool GgufValue::is_signed_negative() const {
+  const auto* p = std::get_if<int64_t>(&v);
+  return p && *p < 0;
+}
+
 int64_t GgufValue::as_i64() const {
   if (auto p = std::get_if<int64_t>(&v)) return *p;
   if (auto p = std::get_if<uint64_t>(&v)) {
@@ -174,9 +179,13 @@ class GgufParser {
     f_.alignment_ = 32;
     if (const GgufValue* a = f_.find("general.alignment")) {
       if (!gguf_is_integer(a->type)) fail("key 'general.alignment' has type " + std::string(gguf_type_name(a->type)) + ", expected UINT32");
-      const int64_t al = a->as_i64();
-      if (al <= 0 || (al & (al - 1)) != 0 || static_cast<uint64_t>(al) > kMaxAlignment)
-        fail("key 'general.alignment' = " + std::to_string(al) + " is not a power of two in [1, 2^20]");
+      // An unsigned value past INT64_MAX is as invalid as any other: checked
+      // unsigned first so that it fails here with the key named.
+      const bool neg = a->is_signed_negative();
+      const uint64_t al = neg ? 0 : a->as_u64();
+      if (neg || al == 0 || (al & (al - 1)) != 0 || al > kMaxAlignment)
+        fail("key 'general.alignment' = " + (neg ? std::to_string(a->as_i64()) : std::to_string(al)) +
+             " is not a power of two in [1, 2^20]");
       f_.alignment_ = static_cast<size_t>(al);
     }
 

@@ -38,6 +38,7 @@ struct GgufValue {
   // Conversions throw std::runtime_error on a type that does not convert.
   uint64_t as_u64() const;
   int64_t as_i64() const;
+  bool is_signed_negative() const;  // a signed integer below zero
   double as_f64() const;
   bool as_bool() const;
   const std::string& as_str() const;
