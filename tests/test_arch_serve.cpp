@@ -1,8 +1,9 @@
 // `kvserve serve` runs every new architecture: a small model of each, made
 // here, answers /v1/completions and /v1/chat/completions (the plain fallback
 // template; for Gemma, Gemma 2's own Jinja template, which refuses system
-// messages from a client by name), and the same greedy prompt gives the same
-// text through the server as through `kvserve generate`.
+// messages from a client by name; for gpt-oss, OpenAI's harmony template),
+// and the same greedy prompt gives the same text through the server as
+// through `kvserve generate`.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,10 @@ std::string make(const std::string& arch, int layers, int window) {
   o.window = window;
   o.progress = false;
   o.vocab_from = test::shared("golden/tokenizer/ggml-vocab-llama-spm.gguf");
+  if (arch == "gpt-oss") {  // a byte-level BPE vocabulary under gpt-oss's o200k pre-tokenizer
+    o.vocab_from = test::shared("golden/tokenizer/ggml-vocab-gpt-2.gguf");
+    o.tokenizer_pre = "gpt-4o";
+  }
   make_random_model(o);
   return o.out;
 }
@@ -41,6 +46,8 @@ TEST_P(ArchServe, CompletionsAndChat) {
   const std::string model = make(arch, arch == "gemma3" ? 6 : 2, window);
   std::vector<std::string> args = {"-m", model, "--ctx", "256", "-t", "2"};
   if (gemma) args.insert(args.end(), {"--chat-template", test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
+  if (arch == "gpt-oss")
+    args.insert(args.end(), {"--chat-template", test::shared("chat-templates/openai-gpt-oss-120b.jinja")});
   test::ServeProcess srv(args);
 
   const json req{{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}};
@@ -59,6 +66,13 @@ TEST_P(ArchServe, CompletionsAndChat) {
   const test::HttpReply c = test::http_request(srv.port(), "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(json::parse(c.body)["choices"][0]["finish_reason"], "length") << c.body;
+  if (arch == "gpt-oss") {  // the harmony format: system header, then the user turn, then the assistant's start
+    const test::HttpReply t = test::http_request(srv.port(), "POST", "/apply-template", chat.dump());
+    ASSERT_EQ(t.status, 200) << t.body;
+    const std::string prompt = json::parse(t.body)["prompt"];
+    EXPECT_EQ(prompt.rfind("<|start|>system<|message|>You are ChatGPT", 0), 0u) << prompt;
+    EXPECT_NE(prompt.find("<|start|>user<|message|>Hello there<|end|><|start|>assistant"), std::string::npos) << prompt;
+  }
   if (gemma) {
     const json sys{{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
                    {"max_tokens", 4}};
@@ -68,7 +82,11 @@ TEST_P(ArchServe, CompletionsAndChat) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ArchServe, ::testing::Values("qwen3", "gemma2", "gemma3", "phi3"),
-                         [](const auto& i) { return std::string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Archs, ArchServe, ::testing::Values("qwen3", "gemma2", "gemma3", "phi3", "gpt-oss"),
+                         [](const auto& i) {
+                           std::string s = i.param;
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
 
 }  // namespace
