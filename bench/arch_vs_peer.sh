@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # kvserve against the peers on the newer architectures, side by side,
 # interleaved (A B A B), same Q8_0 file for both: 1.1B-class random models of
-# qwen3, gemma2, gemma3 and phi3 made with `kvserve make-model --arch`.
-# gemma2 and phi3 run against llama.cpp b4748; qwen3 and gemma3 against
-# ik_llama.cpp (the older llama.cpp lacks them).
+# qwen3, gemma2, gemma3, phi3 and the MoE ones (qwen2moe, qwen3moe, a
+# Mixtral-style llama) made with `kvserve make-model --arch`.
+# gemma2, phi3, qwen2moe and the llama MoE run against llama.cpp b4748;
+# qwen3, gemma3 and qwen3moe against ik_llama.cpp (the older llama.cpp lacks
+# them).
 #
-#   bash bench/arch_vs_peer.sh LLAMA_CPP_BIN IK_LLAMA_BIN [MODELS_DIR] [PAIRS]
+#   [ARCHS="qwen3moe mixtral"] bash bench/arch_vs_peer.sh LLAMA_CPP_BIN IK_LLAMA_BIN [MODELS_DIR] [PAIRS]
 #
 # Prints one Markdown row per (architecture, test): kvserve tok/s, the
 # peer's, and the ratio of the medians. CI does not run it.
@@ -18,19 +20,26 @@ pairs=${4:-2}
 spm=../shared/golden/tokenizer/ggml-vocab-llama-spm.gguf
 bpe=../shared/golden/tokenizer/ggml-vocab-gpt-2.gguf
 mkdir -p "$dir"
-declare -A shape peer vocab
+declare -A shape peer vocab arch
 shape[qwen3]="--dim 2048 --layers 16 --heads 16 --kv-heads 8 --head-dim 128 --ffn 8192"; peer[qwen3]=$ik; vocab[qwen3]=$bpe
 shape[gemma2]="--dim 2048 --layers 26 --heads 8 --kv-heads 4 --head-dim 256 --ffn 5632"; peer[gemma2]=$llama; vocab[gemma2]=$spm
 shape[gemma3]="--dim 2048 --layers 18 --heads 8 --kv-heads 4 --head-dim 256 --ffn 8192"; peer[gemma3]=$ik; vocab[gemma3]=$spm
 shape[phi3]="--dim 2048 --layers 16 --heads 32 --kv-heads 32 --ffn 8192"; peer[phi3]=$llama; vocab[phi3]=$spm
+# MoE: about a billion weights in all, a tenth to a fifth of them per token.
+shape[qwen3moe]="--dim 1024 --layers 16 --heads 16 --kv-heads 4 --head-dim 128 --experts 32 --experts-used 4 --expert-ffn 512"
+peer[qwen3moe]=$ik; vocab[qwen3moe]=$bpe
+shape[qwen2moe]="--dim 1024 --layers 16 --heads 16 --kv-heads 16 --experts 32 --experts-used 4 --expert-ffn 512 --shared-ffn 2048"
+peer[qwen2moe]=$llama; vocab[qwen2moe]=$bpe
+shape[mixtral]="--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ffn 2816 --experts 8 --experts-used 2"
+peer[mixtral]=$llama; vocab[mixtral]=$spm; arch[mixtral]=llama
 med() { python3 -c 'import statistics,sys; print(f"{statistics.median(map(float, sys.argv[1:])):.1f}")' "$@"; }
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p')); 2 threads; $pairs interleaved pairs; KV f16 on both"
 echo
 echo "| arch | peer | test | kvserve tok/s | peer tok/s | ratio |"
 echo "|---|---|---|---|---|---|"
-for a in qwen3 gemma2 gemma3 phi3; do
+for a in ${ARCHS:-qwen3 gemma2 gemma3 phi3 qwen2moe qwen3moe mixtral}; do
   m="$dir/bench-$a-q8_0.gguf"
-  [ -f "$m" ] || ./build/kvserve make-model --arch "$a" ${shape[$a]} --ctx 4096 --type q8_0 \
+  [ -f "$m" ] || ./build/kvserve make-model --arch "${arch[$a]:-$a}" ${shape[$a]} --ctx 4096 --type q8_0 \
       --vocab-from "${vocab[$a]}" -q -o "$m"
   for test in "512 0" "0 64"; do
     set -- $test

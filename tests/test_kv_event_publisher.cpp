@@ -156,7 +156,7 @@ TEST(KvEventPublisher, CurveEncryptsTheChannel) {
     const json s = plain.summary();
     EXPECT_EQ(s["seqs"], json::array()) << s.dump();
   }
-  Subscriber sub("--pub " + pub.endpoint() + " --replay " + pub.replay_endpoint() + " --curve-server-key '" + pk +
+  Subscriber sub("--pub " + pub.endpoint() + " --replay " + pub.replay_endpoint() + " --curve-server-key='" + pk +
                  "' --block-size 4 --tokens --until-seq 2 --timeout 60");
   std::string why;
   ASSERT_TRUE(sub.ready(&why)) << why;

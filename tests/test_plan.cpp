@@ -334,6 +334,23 @@ TEST(PlanGguf, MixtureOfExpertsCountsTheExpertsATokenRuns) {
   const int64_t router = int64_t(8) * o.dim;
   EXPECT_EQ(g.matmul_params, d.matmul_params + o.n_layers * (router + int64_t(3) * o.dim * o.ffn_dim));  // 2 experts
   EXPECT_GT(g.streamed_weight_bytes, d.streamed_weight_bytes + uint64_t(o.n_layers) * 6 * 3 * 2 * o.dim * o.ffn_dim);
+  // The experts' bytes (F16: 8 experts x 3 matrices), and what a decode step
+  // streams: one sequence reads 2 of 8 experts; B sequences, uniformly
+  // routed, a fraction 1 - (6/8)^B of them.
+  const uint64_t experts = uint64_t(o.n_layers) * 8 * 3 * 2 * o.dim * o.ffn_dim;
+  EXPECT_EQ(g.expert_bytes, experts);
+  EXPECT_EQ(g.n_expert, 8);
+  EXPECT_EQ(g.n_expert_used, 2);
+  PlanInput in;
+  in.model = g;
+  in.hw.bandwidth = 10e9;
+  in.batches = {1, 4};
+  const PlanResult p = make_plan(in);
+  const double all = double(g.streamed_weight_bytes);
+  EXPECT_DOUBLE_EQ(p.roofline.at(0).weight_bytes, all - double(experts) * 0.75);
+  EXPECT_DOUBLE_EQ(p.roofline.at(1).weight_bytes, all - double(experts) * std::pow(0.75, 4));
+  in.model = d;
+  EXPECT_DOUBLE_EQ(make_plan(in).roofline.at(0).weight_bytes, double(d.streamed_weight_bytes));
 }
 
 // ---- SVG -------------------------------------------------------------------------
@@ -619,4 +636,18 @@ TEST(Plan, Gemma3HybridKvAtItsWindows) {
   EXPECT_EQ(j["hybrid_kv"]["sequence"][1]["hybrid_bytes"], r.hybrid_bytes);
   // One window for every layer, or none: no hybrid section.
   EXPECT_TRUE(make_plan(preset_input("llama-3-8b")).hybrid.tables.empty());
+
+  // Decode reads each windowed layer's window, not the whole context: at
+  // 32k, 10 global layers x 32,768 keys + 52 local ones x 1,024, each key
+  // 16 x 128 x 2 x 2 bytes (f16 K and V); attention scores as many keys.
+  const RooflinePoint d = roofline_point(p, 2, 32768);
+  const double keys = 10.0 * 32768 + 52.0 * 1024;
+  EXPECT_DOUBLE_EQ(d.kv_bytes, 2 * keys * 8192);
+  EXPECT_DOUBLE_EQ(d.ops_per_step, 2 * (2.0 * double(p.in.model.matmul_params) + 4.0 * 32 * 128 * keys));
+  // Prompts shorter than the window attend as full layers do.
+  const RooflinePoint s = roofline_point(p, 1, 1000);
+  EXPECT_DOUBLE_EQ(s.kv_bytes, 62.0 * 1000 * 8192);
+  // Prefill of 30,000 tokens: a local layer's query sees at most 1,024 keys.
+  const double P = 30000, pairs = 10 * P * (P + 1) / 2 + 52 * (1024.0 * 1025 / 2 + (P - 1024) * 1024);
+  EXPECT_DOUBLE_EQ(p.prefill.ops, 2.0 * double(p.in.model.matmul_params) * P + 4.0 * 32 * 128 * pairs);
 }

@@ -36,11 +36,21 @@ static std::string quote(const std::string& s) {
 }
 
 int run_kvserve(const std::vector<std::string>& args, std::string* out, std::string* err) {
+  return run_kvserve_input(args, "", out, err);
+}
+
+int run_kvserve_input(const std::vector<std::string>& args, const std::string& input, std::string* out,
+                      std::string* err) {
   std::string dir = temp_dir();
   std::string cmd = quote(KVS_BINARY);
   for (const auto& a : args) cmd += " " + quote(a);
   std::string errf = dir + "/stderr.txt";
-  cmd += " 2>" + quote(errf) + " </dev/null";
+  std::string inf = "/dev/null";
+  if (!input.empty()) {
+    inf = dir + "/stdin.txt";
+    std::ofstream(inf, std::ios::binary) << input;
+  }
+  cmd += " 2>" + quote(errf) + " <" + quote(inf);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   std::string o;

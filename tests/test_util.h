@@ -14,6 +14,9 @@ std::string read_file(const std::string& path);
 // Runs the kvserve binary with `args` (shell-quoted here); captures stdout
 // (and stderr into `err` when given). Returns the exit status.
 int run_kvserve(const std::vector<std::string>& args, std::string* out, std::string* err = nullptr);
+// The same with `input` as the process's standard input.
+int run_kvserve_input(const std::vector<std::string>& args, const std::string& input, std::string* out,
+                      std::string* err = nullptr);
 // A fresh temporary directory for this test process.
 std::string temp_dir();
 // Little-endian float16 file -> floats.

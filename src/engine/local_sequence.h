@@ -56,7 +56,7 @@ class LocalSequence {
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& bytes);
 
-  static constexpr int kMaxWindowChunk = 64;
+  static constexpr int kMaxWindowChunk = 512;
 
  private:
   Engine& e_;

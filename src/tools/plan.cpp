@@ -59,9 +59,52 @@ int64_t default_scratch_bytes(const ModelShape& m) {
 
 namespace {
 
-// Attention ops per token per position of context: QKᵀ and A·V, a multiply
-// and an add each, over every query head.
-double attn_ops_per_position(const ModelShape& m) { return 4.0 * m.n_layers * m.n_heads * m.head_dim; }
+// Attention ops are QKᵀ and A·V, a multiply and an add each, over every
+// query head, per key a query sees.
+
+// Keys one decoded token attends over all layers at `ctx` tokens of context:
+// a windowed layer reads only its window, the rest the whole context.
+double attended_keys(const ModelShape& m, int64_t ctx) {
+  if (m.layer_window.empty()) return double(m.n_layers) * double(ctx);
+  double n = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    const int w = l < int(m.layer_window.size()) ? m.layer_window[size_t(l)] : 0;
+    n += double(w > 0 ? std::min<int64_t>(ctx, w) : ctx);
+  }
+  return n;
+}
+
+// Query-key pairs causal attention over a prompt of P tokens scores, all
+// layers: a windowed layer's query sees at most its window.
+double prefill_pairs(const ModelShape& m, double P) {
+  double n = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    const int w = l < int(m.layer_window.size()) ? m.layer_window[size_t(l)] : 0;
+    n += w > 0 && w < P ? double(w) * (w + 1) / 2 + (P - w) * w : P * (P + 1) / 2;
+  }
+  return n;
+}
+
+// Weight bytes one decode step of `batch` sequences streams. A MoE layer
+// reads only the experts some token picked: with routing taken as uniform,
+// a batch touches a fraction 1 - (1 - k/E)^B of them.
+double streamed_bytes(const ModelShape& m, int64_t batch) {
+  const double all = double(m.streamed_weight_bytes);
+  if (m.n_expert <= 0 || m.n_expert_used <= 0 || m.expert_bytes == 0) return all;
+  const double touched = 1.0 - std::pow(1.0 - double(m.n_expert_used) / double(m.n_expert), double(batch));
+  return all - double(m.expert_bytes) * (1.0 - touched);
+}
+
+// K/V bytes one decode step reads per sequence at `ctx`.
+double decode_kv_bytes(const PlanResult& p, int64_t ctx) {
+  const ModelShape& m = p.in.model;
+  return attended_keys(m, ctx) * double(p.kv_bytes_per_token) / double(m.n_layers);
+}
+
+// Attention ops one decoded token does at `ctx` (QKᵀ and A·V, every query head).
+double decode_attn_ops(const ModelShape& m, int64_t ctx) {
+  return 4.0 * double(m.n_heads) * double(m.head_dim) * attended_keys(m, ctx);
+}
 
 Crossover crossover(uint64_t weights, int64_t batch, uint64_t kvpt, int n_ctx) {
   Crossover c;
@@ -96,10 +139,10 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const ModelShape& m = p.in.model;
   RooflinePoint r;
   r.batch = batch;
-  r.weight_bytes = double(m.streamed_weight_bytes);
-  r.kv_bytes = double(batch) * double(ctx) * double(p.kv_bytes_per_token);
+  r.weight_bytes = streamed_bytes(m, batch);
+  r.kv_bytes = double(batch) * decode_kv_bytes(p, ctx);
   r.bytes_per_step = r.weight_bytes + r.kv_bytes;
-  r.ops_per_step = double(batch) * (2.0 * double(m.matmul_params) + attn_ops_per_position(m) * double(ctx));
+  r.ops_per_step = double(batch) * (2.0 * double(m.matmul_params) + decode_attn_ops(m, ctx));
   r.intensity = r.ops_per_step / r.bytes_per_step;
   r.t_memory = p.in.hw.bandwidth > 0 ? r.bytes_per_step / p.in.hw.bandwidth : 0;
   r.t_compute = p.peak_ops > 0 ? r.ops_per_step / p.peak_ops : 0;
@@ -114,7 +157,7 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   const Hardware& hw = p.in.hw;
   const double bw = hw.bandwidth;
   const double t_kv = bw > 0 ? r.kv_bytes / bw : 0;
-  const double attn_ops = double(batch) * attn_ops_per_position(m) * double(ctx);
+  const double attn_ops = double(batch) * decode_attn_ops(m, ctx);
   // The measured attention kernel when the profile has it (it runs far
   // below the FMA peak), else the FP32 peak.
   const double attn_rate = hw.attention_ops > 0 ? hw.attention_ops : hw.flops_fp32;
@@ -122,7 +165,10 @@ RooflinePoint roofline_point(const PlanResult& p, int64_t batch, int64_t ctx) {
   r.t_attention = std::max(t_kv, t_attn_ops);
   double biggest = r.t_attention;
   r.limit = t_kv >= t_attn_ops ? "KV read" : "attention compute";
-  for (const WeightPart& w : p.weight_mix) {
+  // Every weight type's part shrinks alike when a MoE batch skips experts.
+  const double mix_scale = r.weight_bytes / std::max(1.0, double(m.streamed_weight_bytes));
+  for (WeightPart w : p.weight_mix) {
+    w.bytes *= mix_scale;
     const double t_stream = bw > 0 ? w.bytes / bw : 0;
     double t_kernel = 0;
     std::string label;
@@ -271,14 +317,14 @@ PlanResult make_plan(PlanInput in) {
   p.peak_ops = in.hw.flops_for(p.compute_path);
   p.has_roofline = in.hw.bandwidth > 0;
   const double W = double(m.streamed_weight_bytes);
-  const double kv_ctx = double(in.ctx) * double(p.kv_bytes_per_token);  // K/V bytes per sequence per step
+  const double kv_ctx = decode_kv_bytes(p, in.ctx);  // K/V bytes per sequence per step
   p.kv_overtakes_batch = int64_t(std::ceil(W / kv_ctx - 1e-12));
   if (p.kv_overtakes_batch < 1) p.kv_overtakes_batch = 1;
   if (p.has_roofline) {
     if (p.peak_ops > 0) {
       p.ridge_intensity = p.peak_ops / in.hw.bandwidth;
       // t_compute(B) = t_memory(B)  <=>  B·(o/P − S·k/bw) = W/bw, o = ops per sequence.
-      const double o = 2.0 * double(m.matmul_params) + attn_ops_per_position(m) * double(in.ctx);
+      const double o = 2.0 * double(m.matmul_params) + decode_attn_ops(m, in.ctx);
       const double denom = o / p.peak_ops - kv_ctx / in.hw.bandwidth;
       if (denom > 0) p.compute_bound_batch = std::max<int64_t>(1, int64_t(std::ceil(W / in.hw.bandwidth / denom)));
     }
@@ -289,7 +335,7 @@ PlanResult make_plan(PlanInput in) {
   PrefillEstimate& pf = p.prefill;
   pf.tokens = std::max<int64_t>(1, in.prompt);
   const double P = double(pf.tokens);
-  pf.ops = 2.0 * double(m.matmul_params) * P + attn_ops_per_position(m) * P * (P + 1) / 2;
+  pf.ops = 2.0 * double(m.matmul_params) * P + 4.0 * double(m.n_heads) * double(m.head_dim) * prefill_pairs(m, P);
   pf.bytes = W + P * double(p.kv_bytes_per_token);
   const double tm = in.hw.bandwidth > 0 ? pf.bytes / in.hw.bandwidth : 0;
   const double tc = p.peak_ops > 0 ? pf.ops / p.peak_ops : 0;

@@ -231,12 +231,15 @@ ModelShape shape_from_gguf(const std::string& path) {
       if (s.tied_output) matmul += t.n_elements();  // used as the output projection
     } else if (t.dims.size() == 3 && c.moe.n_expert > 0) {
       matmul += t.n_elements() / c.moe.n_expert * c.moe.n_used;  // a token runs k of the experts
+      s.expert_bytes += t.nbytes;
     } else {
       matmul += t.n_elements();
     }
   }
   s.weight_bytes = total;
   s.streamed_weight_bytes = total - (s.tied_output ? 0 : embd);
+  s.n_expert = c.moe.n_expert;
+  s.n_expert_used = c.moe.n_used;
   s.matmul_params = matmul;
   s.total_params = params;
   s.weight_type = type_name(main_type);

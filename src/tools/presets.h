@@ -38,6 +38,8 @@ struct ModelShape {
   std::string compute_path;        // "fp32", "bf16" or "int8"
   uint64_t weight_bytes = 0;       // all tensors as stored (what must be resident)
   uint64_t streamed_weight_bytes = 0;  // read by every decode step: all but an untied token_embd (MoE: every expert, as a batch reaches most)
+  uint64_t expert_bytes = 0;           // MoE: the routed experts' share of streamed_weight_bytes
+  int n_expert = 0, n_expert_used = 0;  // MoE: experts per layer, experts a token runs
   int64_t matmul_params = 0;       // weights multiplied per token (2 FLOPs each; MoE: the k experts a token runs)
   int64_t total_params = 0;        // every parameter, embeddings and norms included
 };
