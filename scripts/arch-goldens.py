@@ -80,9 +80,14 @@ def greedy(bin_dir, model, prompts, n_predict, ctx, extra=(), port=18977):
             toks = post(port, "/tokenize", {"content": p, "add_special": True})["tokens"]
             # llama.cpp's /completion gives token ids and top-2 log-probabilities;
             # ik_llama.cpp's gives them only through /v1/completions' logprobs.
-            d = post(port, "/completion", {"prompt": p, "n_predict": n_predict, "temperature": 0, "top_k": 1,
-                                           "n_probs": 2, "cache_prompt": False, "return_tokens": True,
-                                           "ignore_eos": True})
+            # ik_llama.cpp's /completion fails (HTTP 500, a JSON exception) on a
+            # byte token that leaves incomplete UTF-8; /v1/completions does not.
+            try:
+                d = post(port, "/completion", {"prompt": p, "n_predict": n_predict, "temperature": 0, "top_k": 1,
+                                               "n_probs": 2, "cache_prompt": False, "return_tokens": True,
+                                               "ignore_eos": True})
+            except urllib.error.HTTPError:
+                d = {}
             if "tokens" in d:
                 steps, ids = d["completion_probabilities"], d["tokens"]
             else:
@@ -147,10 +152,13 @@ def main():
                                                  "(ik_llama.cpp: /v1/completions with logprobs 2)"]}
                 if m.get("peer_f32_kv") and peer == m["reference"]:
                     # The same with an f32 KV cache, for kvserve's f32 KV run (MoE: a KV rounding can flip routing).
-                    f32 = list(extra) + ["-ctk", "f32", "-ctv", "f32"]
+                    # "peer_f32_kv_args": that cache's flags where the default pair is refused
+                    # (ik_llama.cpp without flash attention keeps V in f16: -ctk f32 only).
+                    f32 = list(extra) + m.get("peer_f32_kv_args", ["-ctk", "f32", "-ctv", "f32"])
                     ppl32, _ = perplexity(bins[peer], path, text, data["ctx"], f32)
                     gen32, _ = greedy(bins[peer], path, data["prompts"], data["n_predict"], data["ctx"], f32)
-                    m["peers"][peer]["f32_kv"] = {"ppl": ppl32, "greedy": gen32, "commands": "the above with -ctk f32 -ctv f32"}
+                    m["peers"][peer]["f32_kv"] = {"ppl": ppl32, "greedy": gen32,
+                                                  "commands": "the above with " + " ".join(f32[len(extra):])}
                 print(f"{m['name']}: {peer} PPL {ppl}", file=sys.stderr)
     with open(DATA, "w") as f:
         json.dump(data, f, indent=1)

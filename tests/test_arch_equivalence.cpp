@@ -4,7 +4,8 @@
 // prefix-cache hit in the paged pool, on models
 // made at test time with windows much shorter than the sequences, so that
 // windowed and global layers, both RoPE kinds, soft-caps and QK norms all
-// take part. f32 and f16 caches.
+// take part, and mixture-of-experts layers: qwen3moe's, and gpt-oss's with
+// its learned sinks, YaRN and MXFP4 experts. f32 and f16 caches.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -138,7 +139,12 @@ TEST_P(ArchEquivalence, PrefixHitGivesTheSameLogits) {
 INSTANTIATE_TEST_SUITE_P(Archs, ArchEquivalence,
                          ::testing::Values(ArchCase{"llama", 2, 0}, ArchCase{"mistral", 2, 12},
                                            ArchCase{"qwen3", 2, 0}, ArchCase{"gemma2", 4, 10},
-                                           ArchCase{"gemma3", 12, 13}, ArchCase{"phi3", 2, 11}),
-                         [](const auto& i) { return std::string(i.param.arch); });
+                                           ArchCase{"gemma3", 12, 13}, ArchCase{"phi3", 2, 11},
+                                           ArchCase{"qwen3moe", 2, 0}, ArchCase{"gpt-oss", 4, 10}),
+                         [](const auto& i) {
+                           std::string s = i.param.arch;
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
 
 }  // namespace

@@ -2,7 +2,8 @@
 // model of each, made
 // here, answers /v1/completions and /v1/chat/completions (the plain fallback
 // template; for Gemma, Gemma 2's own Jinja template, which refuses system
-// messages from a client by name), and the same greedy prompt gives the same
+// messages from a client by name; for gpt-oss, OpenAI's harmony template,
+// whose rendering /apply-template shows), and the same greedy prompt gives the same
 // text through the server as through `kvserve generate`, and the same chat
 // turn the same reply through the server as through `kvserve chat`.
 #include <gtest/gtest.h>
@@ -34,6 +35,10 @@ std::string make(const std::string &arch, int layers, int window) {
   o.window = window;
   o.progress = false;
   o.vocab_from = test::shared("golden/tokenizer/ggml-vocab-llama-spm.gguf");
+  if (arch == "gpt-oss") { // byte-level BPE under gpt-oss's o200k pre-tokenizer
+    o.vocab_from = test::shared("golden/tokenizer/ggml-vocab-gpt-2.gguf");
+    o.tokenizer_pre = "gpt-4o";
+  }
   make_random_model(o);
   return o.out;
 }
@@ -49,10 +54,14 @@ TEST_P(ArchServe, CompletionsAndChat) {
   const int window = arch == "qwen3" || moe ? -1 : 16;
   const std::string model = make(arch, arch == "gemma3" ? 6 : 2, window);
   std::vector<std::string> args = {"-m", model, "--ctx", "256", "-t", "2"};
+  // The family's own template where the made file has none.
+  std::string tmpl;
   if (gemma)
-    args.insert(args.end(),
-                {"--chat-template",
-                 test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
+    tmpl = test::shared("chat-templates/google-gemma-2-2b-it.jinja");
+  if (arch == "gpt-oss")
+    tmpl = test::shared("chat-templates/openai-gpt-oss-120b.jinja");
+  if (!tmpl.empty())
+    args.insert(args.end(), {"--chat-template", tmpl});
   test::ServeProcess srv(args);
 
   const json req{
@@ -80,6 +89,19 @@ TEST_P(ArchServe, CompletionsAndChat) {
   ASSERT_EQ(c.status, 200) << c.body;
   EXPECT_EQ(json::parse(c.body)["choices"][0]["finish_reason"], "length")
       << c.body;
+  if (arch == "gpt-oss") { // harmony: system header, the user turn, then the
+                           // assistant's start
+    const test::HttpReply t =
+        test::http_request(srv.port(), "POST", "/apply-template", chat.dump());
+    ASSERT_EQ(t.status, 200) << t.body;
+    const std::string prompt = json::parse(t.body)["prompt"];
+    EXPECT_EQ(prompt.rfind("<|start|>system<|message|>You are ChatGPT", 0), 0u)
+        << prompt;
+    EXPECT_NE(prompt.find("<|start|>user<|message|>Hello there<|end|><|start|>"
+                          "assistant"),
+              std::string::npos)
+        << prompt;
+  }
 
   // `kvserve chat` (stdin not a terminal) answers the same turn with the
   // same text as the server's chat endpoint.
@@ -87,11 +109,8 @@ TEST_P(ArchServe, CompletionsAndChat) {
       "chat", "-m", model,    "--system", "",
       "-n",   "6",  "--temp", "0",        "--repeat-penalty",
       "1",    "-t", "2"};
-  if (gemma)
-    chat_args.insert(
-        chat_args.end(),
-        {"--chat-template",
-         test::shared("chat-templates/google-gemma-2-2b-it.jinja")});
+  if (!tmpl.empty())
+    chat_args.insert(chat_args.end(), {"--chat-template", tmpl});
   ASSERT_EQ(test::run_kvserve_input(chat_args, "Hello there\n", &out, &err), 0)
       << err;
   const std::string reply =
@@ -115,7 +134,8 @@ TEST_P(ArchServe, CompletionsAndChat) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchServe,
                          ::testing::Values("qwen3", "gemma2", "gemma3", "phi3",
-                                           "qwen2moe", "qwen3moe", "llama-moe"),
+                                           "qwen2moe", "qwen3moe", "llama-moe",
+                                           "gpt-oss"),
                          [](const auto &i) {
                            std::string n = i.param;
                            for (char &c : n)

@@ -53,13 +53,20 @@ TEST_P(AttentionIsa, PagedMatchesContiguousReference) {
       std::copy_n(&k[t * row], row, st.view().k(table[t / sh.bs], layer, t % sh.bs));
       std::copy_n(&v[t * row], row, st.view().v(table[t / sh.bs], layer, t % sh.bs));
     }
-    AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
-    std::vector<float> out(sh.nh * sh.hd, -7.f), ref(sh.nh * sh.hd);
-    std::vector<float> scratch(attention_scratch_floats(sh.nh / sh.nkv, sh.hd));
-    const AttnSeq as{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
-    for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, as, g, s, out.data(), scratch.data());
-    attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
-    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i;
+    // Without and with learned sinks (one logit per head; some dominate).
+    std::vector<float> sinks(size_t(sh.nh));
+    for (int h = 0; h < sh.nh; ++h) sinks[size_t(h)] = h % 2 ? 4.f + nd(rng) : nd(rng);
+    for (const float* sk : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())}) {
+      AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
+      s.sinks = sk;
+      std::vector<float> out(sh.nh * sh.hd, -7.f), ref(sh.nh * sh.hd);
+      std::vector<float> scratch(attention_scratch_floats(sh.nh / sh.nkv, sh.hd));
+      const AttnSeq as{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
+      for (int g = 0; g < sh.nkv; ++g) attention_group(q.data(), st.view(), layer, as, g, s, out.data(), scratch.data());
+      attention_reference(q.data(), k.data(), v.data(), sh.n_ctx, s, ref.data());
+      for (size_t i = 0; i < out.size(); ++i)
+        EXPECT_NEAR(out[i], ref[i], 2e-5 * (1 + std::fabs(ref[i]))) << i << (sk ? " sinks" : "");
+    }
   }
 }
 
@@ -87,20 +94,29 @@ TEST_P(AttentionIsa, QueryBlockMatchesOneTokenAtATime) {
     for (auto& x : q) x = nd(rng);
     for (int t = 0; t < sh.n_ctx; ++t)
       kvc::store_rows(st.view(), table[t / sh.bs], 0, t % sh.bs, 1, &k[t * row], &v[t * row]);
-    const AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
-    const int r = sh.nh / sh.nkv;
-    std::vector<float> blk(sh.T * qdim, -7.f), one(sh.T * qdim, -9.f);
-    std::vector<float> scratch(attention_scratch_floats(r * sh.T, sh.hd));
-    const AttnSeq last{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
-    for (int g = 0; g < sh.nkv; ++g)
-      attention_group_block(q.data(), qdim, sh.T, st.view(), 0, last, g, s, blk.data(), qdim, scratch.data());
-    for (int i = 0; i < sh.T; ++i) {
-      const int ctx = sh.n_ctx - (sh.T - 1 - i);
-      const AttnSeq as{table.data(), ctx, ctx, nullptr, nullptr};
+    std::vector<float> sinks(size_t(sh.nh));
+    for (int h = 0; h < sh.nh; ++h) sinks[size_t(h)] = h % 2 ? 3.f : -1.f + 0.5f * float(h);
+    // Plain; then gpt-oss's learned sinks with a layer window shorter than the context.
+    for (bool gptoss : {false, true}) {
+      AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
+      if (gptoss) s.sinks = sinks.data();
+      const int window = gptoss ? 11 : 0;
+      const int r = sh.nh / sh.nkv;
+      std::vector<float> blk(sh.T * qdim, -7.f), one(sh.T * qdim, -9.f);
+      std::vector<float> scratch(attention_scratch_floats(r * sh.T, sh.hd));
+      AttnSeq last{table.data(), sh.n_ctx, sh.n_ctx, nullptr, nullptr};
+      last.window = window;
       for (int g = 0; g < sh.nkv; ++g)
-        attention_group(&q[i * qdim], st.view(), 0, as, g, s, &one[i * qdim], scratch.data());
+        attention_group_block(q.data(), qdim, sh.T, st.view(), 0, last, g, s, blk.data(), qdim, scratch.data());
+      for (int i = 0; i < sh.T; ++i) {
+        const int ctx = sh.n_ctx - (sh.T - 1 - i);
+        AttnSeq as{table.data(), ctx, ctx, nullptr, nullptr};
+        as.window = window;
+        for (int g = 0; g < sh.nkv; ++g)
+          attention_group(&q[i * qdim], st.view(), 0, as, g, s, &one[i * qdim], scratch.data());
+      }
+      ASSERT_EQ(0, std::memcmp(blk.data(), one.data(), blk.size() * 4)) << (gptoss ? "sinks + window" : "plain");
     }
-    ASSERT_EQ(0, std::memcmp(blk.data(), one.data(), blk.size() * 4));
   }
 }
 
@@ -407,7 +423,14 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
         if (!seen)
           for (int d = 0; d < c.hd; ++d) kt[j * tile + t * c.hd + d] = vt[j * tile + t * c.hd + d] = 1e6f;
       }
-    const attn::FlashQuery fq{q.data(), ldq, c.T, c.r, c.hd, 1.0f / std::sqrt(float(c.hd))};
+    // Learned sinks (gpt-oss): one logit per head, some above every score
+    // (the sink sets the max), some far below, some in between.
+    std::vector<float> sinks(size_t(c.r));
+    for (int h = 0; h < c.r; ++h) sinks[size_t(h)] = h % 3 == 0 ? 6.f + nd(rng) : h % 3 == 1 ? -9.f : nd(rng);
+    for (bool with_sinks : {false, true}) {
+    SCOPED_TRACE(with_sinks ? "sinks" : "no sinks");
+    const attn::FlashQuery fq{q.data(), ldq, c.T, c.r, c.hd, 1.0f / std::sqrt(float(c.hd)), 0.0f,
+                              with_sinks ? sinks.data() : nullptr};
     const std::vector<float> ref = run_kernel(attn::flash_kernel_scalar(), fq, kt, vt, vis, c.tiles);
     const size_t ldo = size_t(c.r) * c.hd + 5;
     for (int i = 0; i < c.T; ++i)
@@ -422,8 +445,9 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
             sc.push_back(d * fq.scale);
             vrows.push_back(&vt[j * tile + t * c.hd]);
           }
-        const double mx = *std::max_element(sc.begin(), sc.end());
-        double sum = 0;
+        double mx = *std::max_element(sc.begin(), sc.end());
+        if (with_sinks) mx = std::max(mx, double(sinks[size_t(h)]));
+        double sum = with_sinks ? std::exp(double(sinks[size_t(h)]) - mx) : 0.0;
         for (double x : sc) p.push_back(std::exp(x - mx)), sum += p.back();
         for (int e = 0; e < c.hd; ++e) {
           double o = 0;
@@ -434,6 +458,7 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
     for (const attn::FlashKernel* k : simd)
       EXPECT_EQ(0, std::memcmp(run_kernel(*k, fq, kt, vt, vis, c.tiles).data(), ref.data(), ref.size() * 4))
           << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512");
+    }
   }
 }
 

@@ -39,6 +39,18 @@ constexpr double kTolQ8 = 0.0012;
 // Q8_0 qwen2moe files measured (the JSON's about); PeersAgreeWithinTheQ8Tolerance
 // checks the stored qwen2moe-q8_0 pair against this bound.
 constexpr double kTolQ8Moe = 0.004;
+// gpt-oss: a mixture of experts whose experts are MXFP4 (as the real
+// files), so both effects above meet: int8 activations that the two engines
+// round differently (test_golden_peer's MXFP4 llama: 0.08%) and routing
+// near-ties that go the other way. Only ik_llama.cpp has gpt-oss, so the
+// bound is that peer's own spread, measured on six seeds of the JSON's
+// shape (4 layers, 16 heads over 2 KV heads of 64, window 32, 8 experts top
+// 4): with F16 non-expert weights its perplexity moves by up to 0.18%
+// between its f16 and f32 K caches and by up to 0.13% with and without its
+// flash attention (kvserve was within 0.15% of it on all six), hence 0.2%;
+// with Q8_0 non-expert weights by up to 0.23% and 0.15% (kvserve within
+// 0.30%), which the Q8_0 MoE bound above covers.
+constexpr double kTolMxfp4Experts = 0.002;
 // A greedy step may differ from the peer's only where the two best logits
 // are closer than the engines' logit gap, F16 and quantized weights (the
 // measured gaps: ../shared/golden/peer/README.md), with room to spare.
@@ -90,7 +102,11 @@ TEST_P(GoldenArch, MatchesPeer) {
   const int ctx = goldens()["ctx"];
   const bool f16 = std::find(m["make_model"].begin(), m["make_model"].end(), "f16") != m["make_model"].end();
   const bool moe = std::find(m["make_model"].begin(), m["make_model"].end(), "--experts") != m["make_model"].end();
-  const double tol = f16 ? kTolF16 : moe ? kTolQ8Moe : kTolQ8;
+  // gpt-oss files carry MXFP4 experts (make-model's default for it).
+  const auto arch = std::find(m["make_model"].begin(), m["make_model"].end(), "--arch");
+  const bool mxfp4_experts = arch != m["make_model"].end() && *std::next(arch) == "gpt-oss";
+  const double tol = mxfp4_experts ? (f16 ? kTolMxfp4Experts : kTolQ8Moe) : f16 ? kTolF16 : moe ? kTolQ8Moe : kTolQ8;
+  const double tie = f16 && !mxfp4_experts ? kTieF16 : kTieQ8;
   auto model = Model::load(path);
   auto tok = Tokenizer::create(model->vocab());
   EngineOptions eo;
@@ -141,7 +157,7 @@ TEST_P(GoldenArch, MatchesPeer) {
       // Only a near-tie may go the other way; after it the texts differ legitimately.
       if (same < expect.size()) {
         EXPECT_GE(margin[same], 0.0) << "prompt " << i << " step " << same << ": the peer's margin is unknown";
-        EXPECT_LT(margin[same], f16 ? kTieF16 : kTieQ8) << "prompt " << i << " step " << same << ": got "
+        EXPECT_LT(margin[same], tie) << "prompt " << i << " step " << same << ": got "
                                                          << out.tokens[same] << ", peer " << expect[same];
       }
     }

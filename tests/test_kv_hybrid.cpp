@@ -195,8 +195,14 @@ TEST_P(Hybrid, PagedSoloBatchedChunkedAndPrefixHitAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Hybrid,
-                         ::testing::Values(Shape{"gemma2", 4, 16}, Shape{"gemma3", 6, 32}),
-                         [](const ::testing::TestParamInfo<Shape>& i) { return std::string(i.param.arch); });
+                         // gpt-oss: windows on even layers as gemma2, plus its learned sinks
+                         // beside a policy's --kv-sinks (docs/KV.md), YaRN and MXFP4 experts.
+                         ::testing::Values(Shape{"gemma2", 4, 16}, Shape{"gemma3", 6, 32}, Shape{"gpt-oss", 4, 16}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           std::string s = i.param.arch;
+                           for (char& c : s) c = c == '-' ? '_' : c;
+                           return s;
+                         });
 
 // What the pool and the planner rely on: a Gemma 3 shaped cache at 32k
 // tokens needs a fraction of the full-size blocks (bytes: kv/capacity.h).

@@ -127,7 +127,9 @@ const char* kind_name(Kind k) {
 
 TEST(MoeFfn, FastPathEqualsScalarReferenceBitwise) {
   for (Kind kind : {Kind::Mixtral, Kind::Qwen2Moe, Kind::Qwen3Moe, Kind::GptOss}) {
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q6_K}) {
+    // MXFP4: gpt-oss's experts (17-byte blocks: slices and packed copies at odd offsets).
+    for (GgmlType t :
+         {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q6_K, GgmlType::MXFP4}) {
       const int dim = width_for(t, 96);
       for (bool packed : {false, true}) {
         Layer L = make_layer(kind, t, dim, 17);
@@ -143,7 +145,8 @@ TEST(MoeFfn, FastPathEqualsScalarReferenceBitwise) {
             IsaGuard g(isa);
             // Tiles from the first row on, so the experts' small groups run on them too.
             if (isa == Isa::Amx)
-              for (GgmlType a : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) set_amx_min_rows(a, 1);
+              for (GgmlType a : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4})
+                set_amx_min_rows(a, 1);
             for (int threads : {1, 3}) {
               ThreadPool pool(threads);
               MoeFfn moe;

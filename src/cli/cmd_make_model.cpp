@@ -13,7 +13,7 @@ namespace {
 
 struct MakeModelArgs {
   MakeModelOptions o;
-  std::string preset, type = "q8_0";
+  std::string preset, type = "q8_0", expert_type;
   bool quiet = false;
 };
 
@@ -30,10 +30,12 @@ void add_make_model(CLI::App& app, Runner& run) {
                                        "32 heads, 8 KV heads, ffn 8192, vocab 32000); other options override it")
       ->check(CLI::IsMember({"tiny", "1.1b"}));
   c->add_option("--arch", o.arch,
-                "Architecture: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or phi3 (the keys and "
-                "tensors llama.cpp expects of each; qwen2moe / qwen3moe: their attention with experts)")
+                "Architecture: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3 or gpt-oss (the "
+                "keys and tensors llama.cpp / ik_llama.cpp expect of each; qwen2moe / qwen3moe: their attention with "
+                "experts; gpt-oss: head dim 64, learned sinks, window on even layers, YaRN x32, MXFP4 experts)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"}));
+      ->check(CLI::IsMember(
+          {"llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"}));
   // Shape options remember whether they were given, so a preset only fills the rest.
   auto* dim = c->add_option("--dim", o.dim, "Embedding width")->capture_default_str();
   auto* layers = c->add_option("--layers", o.n_layers, "Number of transformer blocks")->capture_default_str();
@@ -45,8 +47,8 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_option("--head-dim", o.head_dim, "Head size, attention.key_length (default dim / heads)")
       ->check(CLI::PositiveNumber);
   c->add_option("--window", o.window,
-                "Sliding window: mistral and phi3 (every layer; phi3 0 = none), gemma2 (even layers), gemma3 (five "
-                "of six layers); defaults 4096, 0, 4096, 1024")
+                "Sliding window: mistral and phi3 (every layer; phi3 0 = none), gemma2 and gpt-oss (even layers), "
+                "gemma3 (five of six layers); defaults 4096, 0, 4096, 128, 1024")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--rope-theta", o.rope_theta, "RoPE frequency base (default 10000; gemma3 1e6, its global layers)")
       ->check(CLI::PositiveNumber);
@@ -72,10 +74,12 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd (gemma2 / gemma3 always)");
   c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
   c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
-  c->add_option("--experts", o.n_expert, "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe default 8)");
-  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2)");
-  c->add_option("--expert-ffn", o.expert_ffn, "qwen2moe/qwen3moe: each expert's width (default --ffn)");
+  c->add_option("--experts", o.n_expert, "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe/gpt-oss default 8)");
+  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2; gpt-oss 4)");
+  c->add_option("--expert-ffn", o.expert_ffn, "qwen2moe/qwen3moe/gpt-oss: each expert's width (default --ffn)");
   c->add_option("--shared-ffn", o.shared_ffn, "qwen2moe: the shared expert's width (default --ffn)");
+  c->add_option("--expert-type", a->expert_type,
+                "Tensor type of the experts (as --type; default: gpt-oss mxfp4, the others --type)");
   c->add_flag("-q,--quiet", a->quiet, "No progress output");
   c->callback([a, dim, layers, heads, kv, ffn, vocab, ctx, &run] {
     run = [a, dim, layers, heads, kv, ffn, vocab, ctx] {
@@ -92,6 +96,7 @@ void add_make_model(CLI::App& app, Runner& run) {
         if (!ctx->count()) o.n_ctx = p.n_ctx;
       }
       o.type = parse_tensor_type(a->type);
+      if (!a->expert_type.empty()) o.expert_type = parse_tensor_type(a->expert_type);
       o.progress = !a->quiet;
       make_random_model(o);
       return 0;

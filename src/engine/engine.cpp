@@ -1,5 +1,6 @@
 // Forward pass of a decoder-only transformer (llama / mistral / qwen2 /
-// qwen3 / gemma2 / gemma3 / phi3) over a batch of sequence chunks. All
+// qwen3 / gemma2 / gemma3 / phi3, their mixture-of-experts kin, gpt-oss)
+// over a batch of sequence chunks. All
 // tokens of the batch go through each weight matrix together (weights are
 // read once per step); attention runs per (query block, kv-head group)
 // through each sequence's block table. The batch is flattened once per step
@@ -197,7 +198,8 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
   const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, qdim = nh * hd, kvdim = nkv * hd;
   const float scale = c.attn_scale > 0.f ? c.attn_scale : 1.0f / std::sqrt(float(hd));
-  const AttnShape shape{nh, nkv, hd, scale, c.attn_softcap};
+  // gpt-oss: the layer's learned sinks [n_heads] (null elsewhere).
+  const AttnShape shape{nh, nkv, hd, scale, c.attn_softcap, model->weights().layers[size_t(l)].attn_sinks};
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const int G = kv.layout.group_tokens, window = c.layer_window[size_t(l)];
   const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);
@@ -279,6 +281,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   if (quant) store_quantized(kv, l);
   attend(kv, l);
   mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), dim);  // [T, dim]
+  add_bias(proj.data(), L.bo, plan.n_tokens, dim);
   per_token([&](int64_t t) {
     if (L.attn_post_norm) rmsnorm(&proj[t * dim], L.attn_post_norm, &proj[t * dim], dim, c.rms_eps);
     add_inplace(&x[t * dim], &proj[t * dim], dim);

@@ -61,7 +61,7 @@ void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& k
   if (T > 1 && (seq.sink_end < seq.win_start || seq.rope_cos))
     throw std::invalid_argument("attention: a query block needs every key visible and unrotated");
   const int r = s.n_heads / s.n_kv_heads, hd = s.head_dim, h0 = g * r;
-  const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale, s.softcap};
+  const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale, s.softcap, s.sinks ? s.sinks + h0 : nullptr};
   const attn::FlashKernel& fk = attn::flash_kernel();
   float* state = align64(scratch);                                  // the rows' state
   float* kt = state + attn::flash_state_floats(fq.rows(), hd);      // [kTile, hd] keys
@@ -107,7 +107,8 @@ void attention_reference(const float* q, const float* k, const float* v, int n_c
       if (s.softcap > 0) p[t] = s.softcap * std::tanh(p[t] / s.softcap);
       mx = p[t] > mx ? p[t] : mx;
     }
-    double sum = 0;
+    if (s.sinks) mx = std::max(mx, double(s.sinks[h]));
+    double sum = s.sinks ? std::exp(double(s.sinks[h]) - mx) : 0.0;
     for (int t = 0; t < n_ctx; ++t) sum += (p[t] = std::exp(p[t] - mx));
     for (int i = 0; i < hd; ++i) {
       double o = 0;

@@ -14,6 +14,10 @@ struct AttnShape {
   int head_dim = 0;
   float scale = 1.0f;    // 1/sqrt(head_dim), or the model's query scale
   float softcap = 0.0f;  // > 0: scores = softcap * tanh(scale * q.k / softcap) (Gemma 2)
+  // [n_heads] learned attention sinks (gpt-oss): head h's softmax has one
+  // more term, exp(sinks[h]), with no value; null = none. Not a kept token:
+  // a window never hides it (unlike WindowPolicy's sink tokens).
+  const float* sinks = nullptr;
 };
 
 // One query token's view of its sequence's keys and values: positions
@@ -80,7 +84,8 @@ size_t attention_scratch_floats(int rows, int head_dim);
 void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
                            int g, const AttnShape& s, float* out, size_t ldo, float* scratch);
 
-// Reference for tests: K/V given contiguously as [n_ctx, n_kv_heads, head_dim].
+// Reference for tests: K/V given contiguously as [n_ctx, n_kv_heads, head_dim];
+// s.sinks in double like the scores.
 void attention_reference(const float* q, const float* k, const float* v, int n_ctx,
                          const AttnShape& s, float* out);
 

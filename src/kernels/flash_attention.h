@@ -15,6 +15,13 @@
 //     l     = fma(l, alpha, tree16(p))
 //     o[d]  = o[d] * alpha, then o[d] = fma(p_k, V_k[d], o[d]) for each seen k in order
 //     m     = mn
+//   with learned sinks (gpt-oss: one logit z per head, no value), once
+//   after the last tile:
+//     zs    = z * log2 e
+//     mn    = max(m, zs)
+//     alpha = exp2n(m - mn)
+//     l     = fma(l, alpha, exp2n(zs - mn))
+//     o[d]  = o[d] * alpha
 //   out[d] = o[d] * (1 / l)
 // where exp2n is exp2n_scalar() below and tree16 sums lanes k and k + 8,
 // then k and k + 4, k + 2, k + 1. Without soft-capping, query_factor =
@@ -22,7 +29,9 @@
 // cap * tanh(scale * q.k / cap)), query_factor = scale * (2 / cap) and
 //   score(acc) = C1 - C2 / (1 + exp_poly(acc)),  C1 = cap * log2 e, C2 = 2 cap log2 e
 // (exp_poly.h's exp; cap * tanh(y) = cap - 2 cap / (1 + e^(2y))), which is the
-// capped score in log2 units.
+// capped score in log2 units. A sink is an extra softmax term, not a key:
+// it depends on nothing but its head, so it enters once per row at the end
+// and cannot change what the tiles computed.
 //
 // Why the result cannot depend on batching or chunking: the tiles are fixed
 // by absolute position, so a row visits the same tiles with the same masks
@@ -72,6 +81,7 @@ struct FlashQuery {
   int T = 1, r = 1, hd = 0;
   float scale = 1.0f;
   float softcap = 0.0f;  // > 0: scores soft-capped (above); 0: none
+  const float* sinks = nullptr;  // [r] the heads' sink logits (natural log units), or null: none
   int rows() const { return T * r; }
   float query_factor() const { return softcap > 0.0f ? scale * (2.0f / softcap) : scale * kLog2e; }
   float cap_c1() const { return softcap * kLog2e; }
@@ -83,7 +93,7 @@ struct FlashQuery {
 //   tile:  k, v  [kTile, hd] rows of the tile's keys and values (rows no
 //          token sees may hold anything finite); vis [T]: bit k set when
 //          token i sees key k, nullptr when every token sees all 16.
-//   finish: out + i * ldo: token i's [r, hd].
+//   finish: out + i * ldo: token i's [r, hd] (the sinks applied first).
 struct FlashKernel {
   void (*begin)(const FlashQuery& fq, float* state);
   void (*tile)(const FlashQuery& fq, float* state, const float* k, const float* v, const uint16_t* vis);

@@ -236,7 +236,8 @@ void tile_any(const FlashQuery& fq, float* st, const float* k, const float* v, c
   }
 }
 
-// out = oT * (1 / l), lanes back to rows.
+// out = (oT * alpha) * (1 / l), lanes back to rows; alpha and l take the
+// rows' sinks in (flash_attention.h), alpha = 1 without them.
 template <class V>
 void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
   using R = typename V::reg;
@@ -245,9 +246,19 @@ void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
     int off[V::L];
     lane_offsets<V>(fq, g, ldo, off);
     const unsigned live = live_lanes<V>(fq, g);
-    const R inv = V::div(V::set1(1.0f), V::load(lo.l + size_t(g) * V::L));
+    R l = V::load(lo.l + size_t(g) * V::L), alpha = V::set1(1.0f);
+    if (fq.sinks) {
+      float z[V::L];  // [L] each lane's head's sink
+      for (int lane = 0; lane < V::L; ++lane) z[lane] = fq.sinks[row_of(fq, g, lane, V::L) % fq.r];
+      const R m = V::load(lo.m + size_t(g) * V::L), zs = V::mul(V::load(z), V::set1(kvs::attn::kLog2e));
+      const R mn = V::max(m, zs);
+      alpha = V::exp2n(V::sub(m, mn));
+      l = V::fma(l, alpha, V::exp2n(V::sub(zs, mn)));
+    }
+    const R inv = V::div(V::set1(1.0f), l);
     const float* ot = lo.ot + size_t(g) * fq.hd * V::L;  // [hd, L]
-    for (int d = 0; d < fq.hd; ++d) V::scatter(out + d, off, live, V::mul(V::load(ot + size_t(d) * V::L), inv));
+    for (int d = 0; d < fq.hd; ++d)
+      V::scatter(out + d, off, live, V::mul(V::mul(V::load(ot + size_t(d) * V::L), alpha), inv));
   }
 }
 

@@ -88,9 +88,15 @@ void finish_scalar(const FlashQuery& fq, const float* state, float* out, size_t 
   for (int i = 0; i < fq.T; ++i)
     for (int j = 0; j < fq.r; ++j) {
       const int row = i * fq.r + j;
-      const float inv = 1.0f / st.l[row];
+      float l = st.l[row], alpha = 1.0f;
+      if (fq.sinks) {
+        const float zs = fq.sinks[j] * kLog2e, mn = std::max(st.m[row], zs);
+        alpha = exp2n_scalar(st.m[row] - mn);
+        l = std::fma(l, alpha, exp2n_scalar(zs - mn));
+      }
+      const float inv = 1.0f / l;
       float* y = out + size_t(i) * ldo + size_t(j) * fq.hd;  // [hd]
-      for (int d = 0; d < fq.hd; ++d) y[d] = st.o[size_t(row) * fq.hd + d] * inv;
+      for (int d = 0; d < fq.hd; ++d) y[d] = (st.o[size_t(row) * fq.hd + d] * alpha) * inv;
     }
 }
 

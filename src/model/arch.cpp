@@ -77,10 +77,23 @@ ArchInfo make_phi3() {
   return a;
 }
 
-const std::array<ArchInfo, 9>& table() {
-  static const std::array<ArchInfo, 9> t = {llama_like("llama"),      llama_like("mistral"),       make_qwen2(),
-                                            make_qwen3(),             make_gemma("gemma2", false), make_gemma("gemma3", true),
-                                            make_phi3(),              make_qwen2moe(),             make_qwen3moe()};
+// ik_llama.cpp's LLM_ARCH_OPENAI_MOE (graph openai-moe-iswa).
+ArchInfo make_gpt_oss() {
+  ArchInfo a;
+  a.name = "gpt-oss";
+  a.rope = RopeStyle::Neox;
+  a.output_required = true;
+  a.qkv_bias = true;
+  a.moe = ArchInfo::Moe::Always;
+  a.gpt_oss = true;
+  return a;
+}
+
+const std::array<ArchInfo, 10>& table() {
+  static const std::array<ArchInfo, 10> t = {llama_like("llama"),      llama_like("mistral"),       make_qwen2(),
+                                             make_qwen3(),             make_gemma("gemma2", false), make_gemma("gemma3", true),
+                                             make_phi3(),              make_qwen2moe(),             make_qwen3moe(),
+                                             make_gpt_oss()};
   return t;
 }
 
@@ -151,6 +164,13 @@ void apply_arch(const GgufFile& f, const ArchInfo& a, ModelConfig& c) {
     for (int l = 0; l < c.n_layers; ++l)
       if ((l + 1) % 6 != 0) c.layer_window[size_t(l)] = w, c.layer_rope[size_t(l)] = 1;
     c.attn_scale = gemma_query_scale(f, c, 62);
+  } else if (a.gpt_oss) {
+    // Even layers: a window (the key is required, as the peer reads it); odd layers: global.
+    const int w = detail::meta_int(f, wkey, std::nullopt, 1, 1 << 30);
+    for (int l = 0; l < c.n_layers; l += 2) c.layer_window[size_t(l)] = w;
+    c.attn_scale = 1.0f / std::sqrt(float(c.n_rot));
+    c.attn_sinks = true;
+    c.attn_out_bias = true;
   } else {
     const int w = a.name == "phi3" ? phi3_window(f, c) : detail::meta_int(f, wkey, 0, 0, 1 << 30);
     c.layer_window.assign(size_t(c.n_layers), w);

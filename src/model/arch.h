@@ -35,6 +35,11 @@ struct ArchInfo {
   enum class Moe { None, Optional, Always } moe = Moe::None;
   bool moe_norm_weights = false;
   bool moe_shared = false;
+  // gpt-oss: q/k/v and output biases required, learned attention sinks
+  // (attn_sinks [n_heads]), the FFN's norm stored as post_attention_norm,
+  // top-k-then-softmax routing with a router bias, experts with biases and
+  // the clamped SwiGLU, a window on even layers, query scale 1 / sqrt(n_rot).
+  bool gpt_oss = false;
 };
 
 // The entry for `name`, or null.

@@ -54,7 +54,7 @@ struct MoeConfig {
 // differences are data here (flags, per-layer facts) and optional tensors in
 // LayerWeights; the forward has no per-architecture branches.
 struct ModelConfig {
-  std::string arch;        // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"
+  std::string arch;        // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gpt-oss"
   std::string name;        // general.name or file stem
   int n_vocab = 0;
   int dim = 0;             // embedding width
@@ -101,6 +101,11 @@ struct ModelConfig {
   bool post_norms = false;    // RMSNorm of attention and FFN outputs before the residual add (Gemma 2, 3)
   bool fused_qkv = false;     // attn_qkv holds q, k, v (Phi-3); split into views at load
   bool fused_gate_up = false; // ffn_up holds gate then up (Phi-3); split into views at load
+  // gpt-oss: each head's softmax has a learned sink logit (attn_sinks, one
+  // per head: an extra term with no value, not a kept token; docs/KV.md),
+  // and the attention output has a bias.
+  bool attn_sinks = false;
+  bool attn_out_bias = false;
   MoeConfig moe;              // n_expert > 0: every layer's FFN is a mixture of experts
   // Fixed bytes of the weights as stored (for planning / rooflines).
   size_t weight_bytes = 0;
@@ -114,7 +119,7 @@ struct MoeWeights {
   WeightView router;                      // ffn_gate_inp: [n_expert, dim]
   const float* router_bias = nullptr;     // [n_expert] or null
   std::vector<WeightView> gate, up, down; // per expert: [ffn_exp, dim], [ffn_exp, dim], [dim, ffn_exp]
-  const float* gate_bias = nullptr;       // [n_expert, ffn_exp] or null
+  const float* gate_bias = nullptr;       // [n_expert, ffn_exp] or null (gpt-oss has all three)
   const float* up_bias = nullptr;         // [n_expert, ffn_exp] or null
   const float* down_bias = nullptr;       // [n_expert, dim] or null
   // Shared expert, run by every token (qwen2moe): sh_gate.data == nullptr when absent.
@@ -125,6 +130,8 @@ struct MoeWeights {
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [dim]
   WeightView wq, wk, wv, wo;         // wq: [n_heads*head_dim, dim]; wk/wv: [n_kv*head_dim, dim]; wo: [dim, n_heads*head_dim]
+  const float* bo = nullptr;         // [dim] attention output bias (gpt-oss) or null
+  const float* attn_sinks = nullptr; // [n_heads] learned sink logits (gpt-oss) or null
   const float* bq = nullptr;         // [n_heads*head_dim] (qwen2) or null
   const float* bk = nullptr;         // [n_kv*head_dim]
   const float* bv = nullptr;         // [n_kv*head_dim]

@@ -125,13 +125,16 @@ void load_attention(TensorLoader& t, const ModelConfig& c, const std::string& p,
     L.k_norm = t.vector(p + "attn_k_norm.weight", c.head_dim);  // [head_dim]
   }
   if (c.post_norms) L.attn_post_norm = t.vector(p + "post_attention_norm.weight", dim);  // [dim]
+  if (c.attn_out_bias) L.bo = t.vector(p + "attn_output.bias", dim);                  // [dim]
+  if (c.attn_sinks) L.attn_sinks = t.vector(p + "attn_sinks.weight", c.n_heads);      // [n_heads]
 }
 
 // One layer's FFN weights: gate/up (separate or fused), down, norms; or its
 // mixture of experts.
 void load_ffn(TensorLoader& t, const ModelConfig& c, const std::string& p, LayerWeights& L) {
   const int64_t dim = c.dim, ffn = c.ffn_dim;
-  L.ffn_norm = t.vector(p + "ffn_norm.weight", dim);  // [dim]
+  // gpt-oss stores the FFN's (pre-)norm under the name post_attention_norm.
+  L.ffn_norm = t.vector(p + (c.arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), dim);  // [dim]
   if (c.moe.n_expert > 0) {
     detail::load_moe_layer(t, c, p, L.moe);
   } else {
@@ -166,8 +169,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_vocab = vocab_size(f, a);
 
   c.has_qkv_bias = info->qkv_bias && f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  if (c.arch == "qwen2moe" && !c.has_qkv_bias)  // the peers require them there
-    throw ModelError(f.path() + ": tensor 'blk.0.attn_q.bias' is missing (qwen2moe has q/k/v biases)");
+  if ((c.arch == "qwen2moe" || info->gpt_oss) && !c.has_qkv_bias)  // the peers require them there
+    throw ModelError(f.path() + ": tensor 'blk.0.attn_q.bias' is missing (" + c.arch + " has q/k/v biases)");
   c.moe = detail::moe_config_from_gguf(f, *info, c.ffn_dim);
   c.tied_output = !info->output_required && f.find_tensor("output.weight") == nullptr;
   // Which factor tensors the peers read: LongRoPE's pair for phi3 and for a

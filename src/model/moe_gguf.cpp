@@ -8,6 +8,9 @@
 //     feed_forward_length) with a sigmoid gate; top k not renormalised.
 //   qwen3moe: expert_feed_forward_length (else feed_forward_length / k);
 //     top k renormalised.
+//   gpt-oss (ik_llama.cpp): expert_feed_forward_length required; the top k
+//     router logits (+ bias), then a softmax over those k; experts with
+//     gate / up / down biases and the clamped SwiGLU.
 // The peers fix the gating per architecture (model/arch.h); a file whose
 // gating keys say otherwise is refused rather than run differently from
 // what it asks. Tensors a layer does not use (a dense FFN beside the experts,
@@ -26,9 +29,12 @@ namespace {
 // they say what this architecture computes anyway.
 void check_gating_keys(const GgufFile& f, const std::string& a, const ArchInfo& am) {
   const std::string arch(am.name);
-  if (const auto g = f.opt_u64(a + "expert_gating_func"); g && *g != 1)
+  // llama.cpp's gating numbers: 1 = softmax over all experts, 3 = softmax over the chosen k (gpt-oss).
+  const uint64_t gating = am.gpt_oss ? 3 : 1;
+  if (const auto g = f.opt_u64(a + "expert_gating_func"); g && *g != gating)
     throw ModelError(f.path() + ": key '" + a + "expert_gating_func' = " + std::to_string(*g) +
-                     " is not supported for " + arch + " (1 = softmax is what it computes)");
+                     " is not supported for " + arch + " (" + std::to_string(gating) + " = " +
+                     (am.gpt_oss ? "softmax over the top k" : "softmax") + " is what it computes)");
   if (const auto n = f.opt_bool(a + "expert_weights_norm"); n && *n != am.moe_norm_weights)
     throw ModelError(f.path() + ": key '" + a + "expert_weights_norm' = " + (*n ? "true" : "false") +
                      " is not supported for " + arch + " (its experts' weights are " +
@@ -69,12 +75,13 @@ MoeConfig moe_config_from_gguf(const GgufFile& f, const ArchInfo& am, int ffn_di
     throw ModelError(f.path() + ": key '" + a + "expert_used_count' = " + std::to_string(c.n_used) +
                      " exceeds expert_count " + std::to_string(c.n_expert));
   check_gating_keys(f, a, am);
-  c.gating = MoeGating::SoftmaxTopK;
+  c.gating = am.gpt_oss ? MoeGating::TopKSoftmax : MoeGating::SoftmaxTopK;
   c.norm_weights = am.moe_norm_weights;
-  c.act = MoeActivation::SwiGLU;
-  // llama's experts are feed_forward_length wide; the others have their own key.
-  c.ffn_dim = always ? width_key(f, a + "expert_feed_forward_length", ffn_dim / c.n_used, a + "feed_forward_length")
-                     : ffn_dim;
+  c.act = am.gpt_oss ? MoeActivation::SwiGLUClamped : MoeActivation::SwiGLU;
+  // llama's experts are feed_forward_length wide; the others have their own
+  // key (gpt-oss: required, as the peer reads it).
+  const int def = am.gpt_oss ? 0 : ffn_dim / c.n_used;
+  c.ffn_dim = always ? width_key(f, a + "expert_feed_forward_length", def, a + "feed_forward_length") : ffn_dim;
   if (am.moe_shared)
     c.shared_ffn_dim = width_key(f, a + "expert_shared_feed_forward_length", ffn_dim, a + "feed_forward_length");
   return c;
@@ -87,6 +94,12 @@ void load_moe_layer(TensorLoader& t, const ModelConfig& c, const std::string& p,
   w.gate = t.slices(p + "ffn_gate_exps.weight", E, F, dim);           // E x [ffn_exp, dim]
   w.up = t.slices(p + "ffn_up_exps.weight", E, F, dim);               // E x [ffn_exp, dim]
   w.down = t.slices(p + "ffn_down_exps.weight", E, dim, F);           // E x [dim, ffn_exp]
+  if (mc.gating == MoeGating::TopKSoftmax) {  // gpt-oss: every product has its bias
+    w.router_bias = t.floats(p + "ffn_gate_inp.bias", {E});           // [n_expert]
+    w.gate_bias = t.floats(p + "ffn_gate_exps.bias", {F, E});         // [n_expert, ffn_exp]
+    w.up_bias = t.floats(p + "ffn_up_exps.bias", {F, E});             // [n_expert, ffn_exp]
+    w.down_bias = t.floats(p + "ffn_down_exps.bias", {dim, E});       // [n_expert, dim]
+  }
   if (mc.shared_ffn_dim > 0) {
     const int64_t S = mc.shared_ffn_dim;
     w.sh_gate_inp = t.vector(p + "ffn_gate_inp_shexp.weight", dim);  // [dim]

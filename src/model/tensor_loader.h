@@ -43,9 +43,13 @@ class TensorLoader {
   // A 1-D float vector [n] (norm weights, biases, RoPE factors). Kept in
   // the mapping when it is F32 and 4-byte aligned; F16/BF16 (or a
   // misaligned F32) become owned f32.
-  const float* vector(const std::string& name, int64_t n) {
-    const GgufTensorInfo& t = f_.tensor(name, {n});
+  const float* vector(const std::string& name, int64_t n) { return floats(name, {n}); }
+  // A float tensor of ggml dims `dims` (row length first), as vector().
+  const float* floats(const std::string& name, const std::vector<int64_t>& dims) {
+    const GgufTensorInfo& t = f_.tensor(name, dims);
     used_.insert(name);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
     if (t.type == GgmlType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
       return reinterpret_cast<const float*>(t.data);
     if (t.type != GgmlType::F32 && t.type != GgmlType::F16 && t.type != GgmlType::BF16)

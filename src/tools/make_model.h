@@ -4,6 +4,7 @@
 // model never needs its weights in memory twice.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kernels/quant.h"
@@ -12,8 +13,8 @@ namespace kvs {
 
 struct MakeModelOptions {
   std::string out;                 // output .gguf path (required)
-  // llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3 or
-  // phi3: the keys and tensors llama.cpp / ik_llama.cpp expect of each
+  // llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3
+  // or gpt-oss: the keys and tensors llama.cpp / ik_llama.cpp expect of each
   // (make_model_arch.h, make_model_moe.h).
   std::string arch = "llama";
   std::string name;                // general.name; default "random-<arch>-<dim>x<layers>" (phi3: "random-phi-...")
@@ -37,7 +38,7 @@ struct MakeModelOptions {
   std::string tokenizer_pre;
   bool progress = true;            // per-tensor progress lines on stderr
   int head_dim = 0;                // attention.key_length; 0 = dim / heads
-  int window = -1;                 // sliding window (mistral, gemma2, gemma3, phi3); -1 = the arch's default
+  int window = -1;                 // sliding window (mistral, gemma2, gemma3, phi3, gpt-oss); -1 = the arch's default
   // RoPE scaling: "" (none), "linear" or "yarn" with factor rope_scale and
   // YaRN's original context rope_orig_ctx (0 = ctx / rope_scale).
   std::string rope_scaling;
@@ -55,6 +56,9 @@ struct MakeModelOptions {
   int n_expert_used = 0;           // experts per token (2)
   int expert_ffn = 0;              // qwen2moe / qwen3moe: each expert's width (ffn_dim)
   int shared_ffn = 0;              // qwen2moe: the shared expert's width (ffn_dim)
+  // The experts' 3-D tensors' type; unset = gpt-oss: MXFP4 (as its real
+  // files are), the others: `type`.
+  std::optional<GgmlType> expert_type;
 };
 
 // Named shapes: "tiny" (dim 64, 2 layers, 4 heads, 2 KV heads, ffn 192,

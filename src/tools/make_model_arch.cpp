@@ -21,13 +21,18 @@ void need(bool ok, const std::string& what) {
 
 // Defaults of the architecture for what the caller left open.
 void fill_defaults(MakeModelOptions& r) {
+  const bool gpt_oss = r.arch == "gpt-oss";
+  if (r.head_dim == 0 && gpt_oss) r.head_dim = 64;  // gpt-oss's, whatever its width
   if (r.head_dim == 0 && r.n_heads > 0) r.head_dim = r.dim / r.n_heads;
-  if (r.rope_theta == 0.f) r.rope_theta = r.arch == "gemma3" ? 1e6f : 10000.f;  // Gemma 3's global layers
+  if (r.rope_theta == 0.f) r.rope_theta = r.arch == "gemma3" ? 1e6f : gpt_oss ? 150000.f : 10000.f;
   if (r.window < 0) {
     if (r.arch == "gemma2" || r.arch == "mistral") r.window = 4096;  // Gemma 2, Mistral 7B v0.1
     else if (r.arch == "gemma3") r.window = 1024;                    // Gemma 3 4B and up
+    else if (gpt_oss) r.window = 128;
     else r.window = 0;                                               // phi3: 0 = none (Phi-4 style)
   }
+  // gpt-oss's YaRN: factor 32 over an original context of ctx / 32.
+  if (gpt_oss && r.rope_scaling.empty()) r.rope_scaling = "yarn", r.rope_scale = 32.f;
   if (r.arch == "gemma2") {
     if (r.attn_softcap < 0.f) r.attn_softcap = 50.f;
     if (r.final_softcap < 0.f) r.final_softcap = 30.f;
@@ -41,9 +46,9 @@ void fill_defaults(MakeModelOptions& r) {
 // Flags the architecture cannot honour, named.
 void check_flags(const MakeModelOptions& o, const MakeModelOptions& given) {
   const std::string& a = o.arch;
-  need(given.window < 0 || a == "mistral" || is_gemma(a) || a == "phi3",
-       "--window: " + a + " has no sliding window (mistral, gemma2, gemma3 and phi3 have one)");
-  need(!is_gemma(a) || o.window > 0, "--window must be > 0 for " + a);
+  need(given.window < 0 || a == "mistral" || is_gemma(a) || a == "phi3" || a == "gpt-oss",
+       "--window: " + a + " has no sliding window (mistral, gemma2, gemma3, phi3 and gpt-oss have one)");
+  need(!(is_gemma(a) || a == "gpt-oss") || o.window > 0, "--window must be > 0 for " + a);
   need(o.window >= 0, "--window must be >= 0");
   need(!(given.tied && a == "phi3"), "--tied: phi3 files always have output.weight");
   need(a == "gemma2" || (given.attn_softcap < 0.f && given.final_softcap < 0.f),
@@ -102,7 +107,7 @@ void attention_tensors(const MakeModelOptions& o, const std::string& p, const Te
     s.matrix(p + "attn_k.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
     s.matrix(p + "attn_v.weight", kvdim, dim, s_in);  // [n_kv*hd, dim]
   }
-  if (qwen2_attention(o.arch)) {
+  if (qwen2_attention(o.arch) || o.arch == "gpt-oss") {
     s.bias(p + "attn_q.bias", qdim);
     s.bias(p + "attn_k.bias", kvdim);
     s.bias(p + "attn_v.bias", kvdim);
@@ -113,13 +118,20 @@ void attention_tensors(const MakeModelOptions& o, const std::string& p, const Te
   }
   s.matrix(p + "attn_output.weight", dim, qdim, s_branch / std::sqrt(float(qdim)));  // [dim, n_heads*hd]
   if (is_gemma(o.arch)) s.norm(p + "post_attention_norm.weight", dim);
+  if (o.arch == "gpt-oss") {
+    s.bias(p + "attn_output.bias", dim);  // [dim]
+    // Learned sink logits [n_heads], spread so that some heads' sinks take a
+    // real share of the softmax and others almost none.
+    s.tensor(p + "attn_sinks.weight", {o.n_heads}, 2.f, GgmlType::F32);
+  }
 }
 
 // One layer's FFN tensors (a mixture of experts: make_model_moe.h).
 void ffn_tensors(const MakeModelOptions& o, const std::string& p, const TensorSource& s) {
   const int64_t dim = o.dim, ffn = o.ffn_dim;
   const float s_in = 1.f / std::sqrt(float(dim)), s_branch = 1.f / std::sqrt(2.f * o.n_layers);
-  s.norm(p + "ffn_norm.weight", dim);
+  // gpt-oss's FFN norm is stored as post_attention_norm (the peer's name).
+  s.norm(p + (o.arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), dim);
   if (moe_model(o)) return add_moe_ffn(o, p, s_branch, s.tensor);
   if (o.arch == "phi3") {
     s.matrix(p + "ffn_up.weight", 2 * ffn, dim, s_in);  // [2 ffn, dim]: gate rows, then up rows
@@ -134,11 +146,12 @@ void ffn_tensors(const MakeModelOptions& o, const std::string& p, const TensorSo
 }  // namespace
 
 MakeModelOptions resolve_arch_options(const MakeModelOptions& given) {
-  static const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"};
+  static const char* kArchs[] = {"llama",  "mistral", "qwen2", "qwen2moe", "qwen3",
+                                 "qwen3moe", "gemma2", "gemma3", "phi3",     "gpt-oss"};
   bool known = false;
   for (const char* a : kArchs) known |= given.arch == a;
   need(known, "unsupported arch '" + given.arch +
-                  "' (supported: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3)");
+                  "' (supported: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt-oss)");
   need(given.dim > 0 && given.n_layers > 0 && given.n_heads > 0 && given.n_kv_heads > 0 && given.ffn_dim > 0 &&
            given.n_ctx > 0,
        "dim, layers, heads, kv-heads, ffn and ctx must be positive");
@@ -163,11 +176,11 @@ MakeModelOptions resolve_arch_options(const MakeModelOptions& given) {
 
 void write_arch_keys(GgufWriter& w, const MakeModelOptions& o, const std::string&) {
   const std::string a = o.arch + ".";
-  if (o.head_dim != o.dim / o.n_heads || is_gemma(o.arch) || qwen3_attention(o.arch)) {
+  if (o.head_dim != o.dim / o.n_heads || is_gemma(o.arch) || qwen3_attention(o.arch) || o.arch == "gpt-oss") {
     w.set_u32(a + "attention.key_length", uint32_t(o.head_dim));
     w.set_u32(a + "attention.value_length", uint32_t(o.head_dim));
   }
-  if (o.arch == "mistral" || is_gemma(o.arch) || o.arch == "phi3")
+  if (o.arch == "mistral" || is_gemma(o.arch) || o.arch == "phi3" || o.arch == "gpt-oss")
     w.set_u32(a + "attention.sliding_window", uint32_t(o.window));
   if (o.arch == "gemma2") {
     w.set_f32(a + "attn_logit_softcapping", o.attn_softcap);
