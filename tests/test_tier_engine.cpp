@@ -128,6 +128,46 @@ TEST_P(TierEngine, TierHitIsBitIdenticalToColdRun) {
   fs::remove_all(dir);
 }
 
+// One prompt through an engine with a disk tier: the cold run, then the
+// pool emptied, the prompt's blocks prefetched from the tier, and the warm
+// run; with the tier's stores and the blocks the warm run imported.
+struct TierRoundTrip {
+  GenRun cold, warm;
+  int64_t stores = 0, imported_blocks = 0;
+};
+
+TierRoundTrip tier_round_trip(Engine& engine, const PagedEngineOptions& o, const std::vector<int32_t>& prompt,
+                              int n_gen, const std::string& tag) {
+  const KvLayout layout = kv_layout_for(engine, o.block_size, o.cache);
+  const std::string dir = (fs::temp_directory_path() / ("kvs-tier-" + tag + "-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const crypto::SecretKey master = crypto::SecretKey::random();
+  const Scope scope = make_scope("test", "tenant");
+  TierRoundTrip r;
+  {
+    PagedEngine pe(engine, o);
+    auto tier = tier_on(dir, master, pe, engine.model().identity(), layout.describe(), layout.block_bytes());
+    pe.set_tier(tier.get());
+    r.cold = generate(pe, prompt, scope, n_gen);
+    tier->flush();
+    r.stores = tier->stats().tiers[0].stores;
+    pe.drop_cached();
+    const uint64_t ticket = pe.prefetch(prompt, scope, 0);
+    for (int i = 0; i < 1000 && pe.prefetch_pending(ticket); ++i) usleep(1000);
+    const KvStats before = pe.stats().kv;
+    r.warm = generate(pe, prompt, scope, n_gen);
+    r.imported_blocks = pe.stats().kv.imported_blocks - before.imported_blocks;
+    pe.set_tier(nullptr);
+  }
+  fs::remove_all(dir);
+  return r;
+}
+
+void expect_same_run(const GenRun& warm, const GenRun& cold) {
+  EXPECT_EQ(std::memcmp(warm.first_logits.data(), cold.first_logits.data(), cold.first_logits.size() * sizeof(float)), 0);
+  EXPECT_EQ(warm.tokens, cold.tokens);
+}
+
 // A hybrid cache (a Gemma 2 shaped model made here: a full table and a table
 // of 16-token windows): every table's keyed blocks go to the tier under
 // their table keys, and a reload brings back what each table needs (the
@@ -151,34 +191,16 @@ TEST(TierEngineHybrid, ReloadFillsEveryTable) {
   o.n_blocks = 64;
   o.max_ctx = 256;
   o.cache.type = KvType::F16;
-  const KvLayout layout = kv_layout_for(engine, o.block_size, o.cache);
-  ASSERT_EQ(layout.n_tables(), 2);
-  const std::string dir = (fs::temp_directory_path() / ("kvs-tier-hybrid-" + std::to_string(::getpid()))).string();
-  fs::remove_all(dir);
-  const crypto::SecretKey master = crypto::SecretKey::random();
+  ASSERT_EQ(kv_layout_for(engine, o.block_size, o.cache).n_tables(), 2);
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(101);
   for (auto& t : prompt) t = int32_t(3 + rng() % 500);
-  const Scope scope = make_scope("test", "tenant");
-  PagedEngine pe(engine, o);
-  auto tier = tier_on(dir, master, pe, model->identity(), layout.describe(), layout.block_bytes());
-  pe.set_tier(tier.get());
-  const GenRun cold = generate(pe, prompt, scope, 24);
-  tier->flush();
-  EXPECT_EQ(tier->stats().tiers[0].stores, 14);  // 125 tokens: seven full blocks in each table
-  pe.drop_cached();
-  const uint64_t ticket = pe.prefetch(prompt, scope, 0);
-  for (int i = 0; i < 1000 && pe.prefetch_pending(ticket); ++i) usleep(1000);
-  const KvStats before = pe.stats().kv;
-  const GenRun warm = generate(pe, prompt, scope, 24);
-  EXPECT_EQ(warm.cached, 96);
-  EXPECT_EQ(warm.imported, 96);
-  EXPECT_EQ(pe.stats().kv.imported_blocks - before.imported_blocks, 6 + 1);
-  EXPECT_EQ(std::memcmp(warm.first_logits.data(), cold.first_logits.data(), cold.first_logits.size() * sizeof(float)), 0);
-  EXPECT_EQ(warm.tokens, cold.tokens);
-  pe.set_tier(nullptr);
-  tier.reset();
-  fs::remove_all(dir);
+  const TierRoundTrip r = tier_round_trip(engine, o, prompt, 24, "hybrid");
+  EXPECT_EQ(r.stores, 14);  // 125 tokens: seven full blocks in each table
+  EXPECT_EQ(r.warm.cached, 96);
+  EXPECT_EQ(r.warm.imported, 96);
+  EXPECT_EQ(r.imported_blocks, 6 + 1);
+  expect_same_run(r.warm, r.cold);
 }
 
 // Every architecture, a small model of each made here (windows shorter than
@@ -217,31 +239,13 @@ TEST_P(TierEngineArch, ReloadGivesTheColdRunsBits) {
   o.n_blocks = 96;
   o.max_ctx = 256;
   o.cache.type = KvType::F16;
-  const KvLayout layout = kv_layout_for(engine, o.block_size, o.cache);
-  const std::string dir =
-      (fs::temp_directory_path() / ("kvs-tier-arch-" + std::string(c.name) + "-" + std::to_string(::getpid()))).string();
-  fs::remove_all(dir);
-  const crypto::SecretKey master = crypto::SecretKey::random();
   std::mt19937 rng(11);
   std::vector<int32_t> prompt(77);
   for (auto& t : prompt) t = int32_t(3 + rng() % 500);
-  const Scope scope = make_scope("test", "tenant");
-  PagedEngine pe(engine, o);
-  auto tier = tier_on(dir, master, pe, model->identity(), layout.describe(), layout.block_bytes());
-  pe.set_tier(tier.get());
-  const GenRun cold = generate(pe, prompt, scope, 12);
-  tier->flush();
-  pe.drop_cached();
-  const uint64_t ticket = pe.prefetch(prompt, scope, 0);
-  for (int i = 0; i < 1000 && pe.prefetch_pending(ticket); ++i) usleep(1000);
-  const GenRun warm = generate(pe, prompt, scope, 12);
-  EXPECT_EQ(warm.cached, 64);  // four full blocks of the 77-token prompt
-  EXPECT_EQ(warm.imported, c.imported);
-  EXPECT_EQ(std::memcmp(warm.first_logits.data(), cold.first_logits.data(), cold.first_logits.size() * sizeof(float)), 0);
-  EXPECT_EQ(warm.tokens, cold.tokens);
-  pe.set_tier(nullptr);
-  tier.reset();
-  fs::remove_all(dir);
+  const TierRoundTrip r = tier_round_trip(engine, o, prompt, 12, std::string("arch-") + c.name);
+  EXPECT_EQ(r.warm.cached, 64);  // four full blocks of the 77-token prompt
+  EXPECT_EQ(r.warm.imported, c.imported);
+  expect_same_run(r.warm, r.cold);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TierEngineArch,
@@ -254,7 +258,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TierEngineArch,
                                            ArchTierCase{"phi3", "phi3", 2, 20, 0, 32},
                                            ArchTierCase{"mixtral", "llama", 2, -1, 4, 64},
                                            ArchTierCase{"qwen2moe", "qwen2moe", 2, -1, 4, 64},
-                                           ArchTierCase{"qwen3moe", "qwen3moe", 2, -1, 4, 64}),
+                                           ArchTierCase{"qwen3moe", "qwen3moe", 2, -1, 4, 64},
+                                           ArchTierCase{"gpt_oss", "gpt-oss", 2, 20, 4, 64}),
                          [](const auto& i) { return std::string(i.param.name); });
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, TierEngine, ::testing::Values(KvType::F32, KvType::F16, KvType::Int8),
