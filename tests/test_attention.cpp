@@ -540,4 +540,46 @@ TEST(Ops, SwigluSimdMatchesScalarDefinition) {
   }
 }
 
+// gpt-oss's clamped SwiGLU: every ISA gives the scalar definition's bits,
+// beyond the limit, at +-inf and NaN too; the definition is within float
+// rounding of the double-precision formula.
+TEST(Ops, ClampedSwigluSimdMatchesScalarDefinition) {
+  const float alpha = 1.702f, limit = 7.0f;
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> small(-9.f, 9.f), wide(-120.f, 120.f);
+  const float specials[] = {limit, -limit, std::nextafter(limit, 100.f), 0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+  for (int n : {1, 7, 16, 37, 2881}) {
+    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      g[size_t(i)] = i % 5 == 0 ? wide(rng) : small(rng);
+      u[size_t(i)] = i % 7 == 0 ? wide(rng) : small(rng);
+      if (i % 11 == 3) g[size_t(i)] = specials[size_t(i / 11) % 8];
+      if (i % 13 == 4) u[size_t(i)] = specials[size_t(i / 13) % 8];
+    }
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) want[size_t(i)] = poly::clamped_swiglu_scalar(g[size_t(i)], u[size_t(i)], alpha, limit);
+    for (int i = 0; i < n; ++i) {
+      if (!std::isfinite(g[size_t(i)]) || !std::isfinite(u[size_t(i)])) continue;
+      const double x = std::min(double(g[size_t(i)]), double(limit));
+      const double y = std::clamp(double(u[size_t(i)]), -double(limit), double(limit));
+      const double ref = x / (1.0 + std::exp(-double(alpha) * x)) * (y + 1.0);
+      // The float product alpha * -x rounds the exponent's argument: a
+      // relative error up to |alpha x| ulps of one on top of the polynomial's.
+      const double tol = 1e-6 + 1.2e-7 * std::fabs(double(alpha) * x);
+      ASSERT_LE(std::fabs(want[size_t(i)] - ref), tol * std::fabs(ref) + 1e-30) << "g=" << g[size_t(i)];
+    }
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+      set_isa_override(isa);
+      if (active_isa() != isa) {
+        clear_isa_override();
+        continue;
+      }
+      std::vector<float> got = g;
+      clamped_swiglu_inplace(got.data(), u.data(), n, alpha, limit);
+      clear_isa_override();
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 4)) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
 }  // namespace

@@ -110,12 +110,7 @@ void moe_route(const MoeConfig& c, const float* logits, int32_t* ids, float* wei
 
 void moe_activation(const MoeConfig& c, float* g, const float* u, int n) {
   if (c.act == MoeActivation::SwiGLU) return swiglu_inplace(g, u, n);
-  const float alpha = c.clamp_alpha, limit = c.clamp_limit;
-  for (int i = 0; i < n; ++i) {
-    const float x = std::min(g[i], limit);
-    const float y = std::max(std::min(u[i], limit), -limit);
-    g[i] = x / (1.0f + poly::exp_poly_scalar(alpha * -x)) * (y + 1.0f);
-  }
+  clamped_swiglu_inplace(g, u, n, c.clamp_alpha, c.clamp_limit);
 }
 
 void MoeFfn::forward(const MoeConfig& c, const MoeWeights& w, const float* xn, int64_t T, int dim, float* out,

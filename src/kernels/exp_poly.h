@@ -8,6 +8,7 @@
 // AVX2 and AVX-512 agree bit for bit; exp_poly_scalar() is the definition
 // the SIMD versions are tested against. (The attention softmax has its own exp for x <= 0.)
 #pragma once
+#include <algorithm>
 #include <cmath>
 
 namespace kvs::poly {
@@ -53,5 +54,16 @@ struct Softcap {
   explicit Softcap(float cap) : k(2.0f / cap), c(cap), c2(2.0f * cap) {}
 };
 inline float softcap_scalar(float x, const Softcap& s) { return s.c - s.c2 / (1.0f + exp_poly_scalar(x * s.k)); }
+
+// gpt-oss's clamped SwiGLU: the gate clamped above, the linear half on both
+// sides and shifted by one:
+//   x = min(v, limit), y = clamp(u, -limit, limit),
+//   out = x / (1 + exp(alpha * -x)) * (y + 1)
+// min/max as std::min/max (a NaN gate stays NaN; SIMD takes (limit, v)).
+inline float clamped_swiglu_scalar(float v, float u, float alpha, float limit) {
+  const float x = std::min(v, limit);
+  const float y = std::max(std::min(u, limit), -limit);
+  return x / (1.0f + exp_poly_scalar(alpha * -x)) * (y + 1.0f);
+}
 
 }  // namespace kvs::poly

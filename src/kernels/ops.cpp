@@ -33,6 +33,16 @@ void swiglu_inplace(float* g, const float* u, int n) {
   }
 }
 
+void clamped_swiglu_inplace(float* g, const float* u, int n, float alpha, float limit) {
+  switch (active_isa()) {
+    case Isa::Amx:
+    case Isa::Avx512: return simd::clamped_swiglu_avx512(g, u, n, alpha, limit);
+    case Isa::Avx2: return simd::clamped_swiglu_avx2(g, u, n, alpha, limit);
+    default:
+      for (int i = 0; i < n; ++i) g[i] = poly::clamped_swiglu_scalar(g[i], u[i], alpha, limit);
+  }
+}
+
 void geglu_inplace(float* g, const float* u, int n) {
   switch (active_isa()) {
     case Isa::Amx:

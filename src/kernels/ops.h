@@ -17,6 +17,9 @@ void swiglu_inplace(float* g, const float* u, int n);
 // g[i] = gelu_tanh(g[i]) * u[i]   (GeGLU, Gemma), by exp_poly.h's
 // geglu_scalar: bit-identical on every ISA path.
 void geglu_inplace(float* g, const float* u, int n);
+// g[i] = clamped_swiglu(g[i], u[i])   (gpt-oss's experts), by exp_poly.h's
+// clamped_swiglu_scalar: bit-identical on every ISA path.
+void clamped_swiglu_inplace(float* g, const float* u, int n, float alpha, float limit);
 // x[i] = cap * tanh(x[i] / cap)   (logit soft-capping, Gemma 2), by
 // exp_poly.h's softcap_scalar: bit-identical on every ISA path.
 void softcap_inplace(float* x, int n, float cap);

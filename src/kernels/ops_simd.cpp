@@ -30,6 +30,15 @@ inline __m512 geglu512(__m512 v, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_poly512(z))), u);
 }
 
+// clamped_swiglu_scalar's operations; -x flips the sign bit as negation does.
+inline __m512 clamped_swiglu512(__m512 v, __m512 u, __m512 alpha, __m512 limit) {
+  const __m512 x = _mm512_min_ps(limit, v);
+  const __m512 y = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit), _mm512_min_ps(limit, u));
+  const __m512 e = exp_poly512(_mm512_mul_ps(alpha, _mm512_xor_ps(x, _mm512_set1_ps(-0.0f))));
+  return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                       _mm512_add_ps(y, _mm512_set1_ps(1.0f)));
+}
+
 inline __m512 softcap512(__m512 x, const poly::Softcap& s) {
   const __m512 e = exp_poly512(_mm512_mul_ps(x, _mm512_set1_ps(s.k)));
   return _mm512_sub_ps(_mm512_set1_ps(s.c), _mm512_div_ps(_mm512_set1_ps(s.c2), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
@@ -50,6 +59,17 @@ inline void map2_512(float* g, const float* u, int n) {
 
 void swiglu_avx512(float* g, const float* u, int n) { map2_512<swiglu512>(g, u, n); }
 void geglu_avx512(float* g, const float* u, int n) { map2_512<geglu512>(g, u, n); }
+
+void clamped_swiglu_avx512(float* g, const float* u, int n, float alpha, float limit) {
+  const __m512 a = _mm512_set1_ps(alpha), l = _mm512_set1_ps(limit);
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(g + i, clamped_swiglu512(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i), a, l));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(g + i, m, clamped_swiglu512(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i), a, l));
+  }
+}
 
 void softcap_avx512(float* x, int n, float cap) {
   const poly::Softcap s(cap);
@@ -82,6 +102,14 @@ inline __m256 geglu256(__m256 v, __m256 u) {
   return _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_poly256(z))), u);
 }
 
+inline __m256 clamped_swiglu256(__m256 v, __m256 u, __m256 alpha, __m256 limit) {
+  const __m256 x = _mm256_min_ps(limit, v);
+  const __m256 y = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), limit), _mm256_min_ps(limit, u));
+  const __m256 e = exp_poly256(_mm256_mul_ps(alpha, _mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+  return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                       _mm256_add_ps(y, _mm256_set1_ps(1.0f)));
+}
+
 inline __m256 softcap256(__m256 x, const poly::Softcap& s) {
   const __m256 e = exp_poly256(_mm256_mul_ps(x, _mm256_set1_ps(s.k)));
   return _mm256_sub_ps(_mm256_set1_ps(s.c), _mm256_div_ps(_mm256_set1_ps(s.c2), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
@@ -99,6 +127,14 @@ void geglu_avx2(float* g, const float* u, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, geglu256(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
   for (; i < n; ++i) g[i] = poly::geglu_scalar(g[i], u[i]);
+}
+
+void clamped_swiglu_avx2(float* g, const float* u, int n, float alpha, float limit) {
+  const __m256 a = _mm256_set1_ps(alpha), l = _mm256_set1_ps(limit);
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(g + i, clamped_swiglu256(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i), a, l));
+  for (; i < n; ++i) g[i] = poly::clamped_swiglu_scalar(g[i], u[i], alpha, limit);
 }
 
 void softcap_avx2(float* x, int n, float cap) {
