@@ -2,10 +2,10 @@
 # kvserve against the peers on the newer architectures, side by side,
 # interleaved (A B A B), same Q8_0 file for both: 1.1B-class random models of
 # qwen3, gemma2, gemma3, phi3 and the MoE ones (qwen2moe, qwen3moe, a
-# Mixtral-style llama) made with `kvserve make-model --arch`.
+# Mixtral-style llama, gpt-oss) made with `kvserve make-model --arch`.
 # gemma2, phi3, qwen2moe and the llama MoE run against llama.cpp b4748;
-# qwen3, gemma3 and qwen3moe against ik_llama.cpp (the older llama.cpp lacks
-# them).
+# qwen3, gemma3, qwen3moe and gpt-oss against ik_llama.cpp (the older
+# llama.cpp lacks them).
 #
 #   [ARCHS="qwen3moe mixtral"] bash bench/arch_vs_peer.sh LLAMA_CPP_BIN IK_LLAMA_BIN [MODELS_DIR] [PAIRS]
 #
@@ -32,12 +32,15 @@ shape[qwen2moe]="--dim 1024 --layers 16 --heads 16 --kv-heads 16 --experts 32 --
 peer[qwen2moe]=$llama; vocab[qwen2moe]=$bpe
 shape[mixtral]="--dim 1024 --layers 16 --heads 16 --kv-heads 4 --ffn 2816 --experts 8 --experts-used 2"
 peer[mixtral]=$llama; vocab[mixtral]=$spm; arch[mixtral]=llama
+# gpt-oss: MXFP4 experts (make-model's default, as the published files), the rest Q8_0.
+shape[gpt-oss]="--dim 1024 --layers 16 --heads 16 --kv-heads 4 --head-dim 64 --experts 32 --experts-used 4 --expert-ffn 1024"
+peer[gpt-oss]=$ik; vocab[gpt-oss]=$bpe
 med() { python3 -c 'import statistics,sys; print(f"{statistics.median(map(float, sys.argv[1:])):.1f}")' "$@"; }
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p')); 2 threads; $pairs interleaved pairs; KV f16 on both"
 echo
 echo "| arch | peer | test | kvserve tok/s | peer tok/s | ratio |"
 echo "|---|---|---|---|---|---|"
-for a in ${ARCHS:-qwen3 gemma2 gemma3 phi3 qwen2moe qwen3moe mixtral}; do
+for a in ${ARCHS:-qwen3 gemma2 gemma3 phi3 qwen2moe qwen3moe mixtral gpt-oss}; do
   m="$dir/bench-$a-q8_0.gguf"
   [ -f "$m" ] || ./build/kvserve make-model --arch "${arch[$a]:-$a}" ${shape[$a]} --ctx 4096 --type q8_0 \
       --vocab-from "${vocab[$a]}" -q -o "$m"
