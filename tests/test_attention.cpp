@@ -508,6 +508,23 @@ TEST(Ops, RmsnormSoftmaxSwiglu) {
   EXPECT_NEAR(g[1], -1 / (1 + std::exp(1.0)) * 4, 1e-5);
 }
 
+// Runs `op` on a copy of `in` under each ISA this machine has (scalar, AVX2,
+// AVX-512) and expects `want`'s bits from every one.
+template <class Op>
+void expect_every_isa_gives(const std::vector<float>& want, const std::vector<float>& in, Op op) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    set_isa_override(isa);
+    if (active_isa() != isa) {
+      clear_isa_override();
+      continue;
+    }
+    std::vector<float> got = in;
+    op(got.data());
+    clear_isa_override();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << isa_name(isa) << " n=" << want.size();
+  }
+}
+
 // SwiGLU on every ISA: bit-identical to the scalar definition (exp_poly.h)
 // on random inputs, including the clamp range (|v| up to 120), odd tails,
 // and within 1e-6 relative of silu computed in double.
@@ -526,17 +543,7 @@ TEST(Ops, SwigluSimdMatchesScalarDefinition) {
       const double v = g[size_t(i)], ref = v / (1.0 + std::exp(-v)) * u[size_t(i)];
       ASSERT_LE(std::fabs(want[size_t(i)] - ref), 1e-6 * std::fabs(ref) + 1e-30) << "v=" << v;
     }
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-      set_isa_override(isa);
-      if (active_isa() != isa) {
-        clear_isa_override();
-        continue;
-      }
-      std::vector<float> got = g;
-      swiglu_inplace(got.data(), u.data(), n);
-      clear_isa_override();
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 4)) << isa_name(isa) << " n=" << n;
-    }
+    expect_every_isa_gives(want, g, [&](float* x) { swiglu_inplace(x, u.data(), n); });
   }
 }
 
@@ -568,17 +575,7 @@ TEST(Ops, ClampedSwigluSimdMatchesScalarDefinition) {
       const double tol = 1e-6 + 1.2e-7 * std::fabs(double(alpha) * x);
       ASSERT_LE(std::fabs(want[size_t(i)] - ref), tol * std::fabs(ref) + 1e-30) << "g=" << g[size_t(i)];
     }
-    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-      set_isa_override(isa);
-      if (active_isa() != isa) {
-        clear_isa_override();
-        continue;
-      }
-      std::vector<float> got = g;
-      clamped_swiglu_inplace(got.data(), u.data(), n, alpha, limit);
-      clear_isa_override();
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 4)) << isa_name(isa) << " n=" << n;
-    }
+    expect_every_isa_gives(want, g, [&](float* x) { clamped_swiglu_inplace(x, u.data(), n, alpha, limit); });
   }
 }
 

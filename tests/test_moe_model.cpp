@@ -154,11 +154,7 @@ TEST(MoeModel, RepackedExpertsGiveTheSameResults) {
   const std::vector<float> a = logits(plain), b = logits(packed);
   ASSERT_EQ(a.size(), b.size());
   const size_t vocab = size_t(plain->config().n_vocab);
-  double max_diff = 0, max_abs = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
-    max_abs = std::max(max_abs, double(std::fabs(a[i])));
-  }
+  const auto [max_diff, max_abs] = test::max_diff_and_abs(a, b);
   EXPECT_LE(max_diff, 1e-4 * max_abs) << "max |diff| " << max_diff << " of max |logit| " << max_abs;
   for (size_t row = 0; row < a.size() / vocab; ++row) {
     auto arg = [&](const std::vector<float>& v) {

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,6 +72,15 @@ std::string temp_dir() {
     return tmpl;
   }();
   return dir;
+}
+
+std::pair<double, double> max_diff_and_abs(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, double(std::fabs(a[i] - b[i])));
+    m = std::max(m, double(std::fabs(a[i])));
+  }
+  return {d, m};
 }
 
 std::vector<float> read_f16_file(const std::string& path) {

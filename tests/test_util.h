@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvs::test {
@@ -19,6 +20,8 @@ int run_kvserve_input(const std::vector<std::string>& args, const std::string& i
                       std::string* err = nullptr);
 // A fresh temporary directory for this test process.
 std::string temp_dir();
+// max |a[i] - b[i]| and max |a[i]| over equal-length vectors.
+std::pair<double, double> max_diff_and_abs(const std::vector<float>& a, const std::vector<float>& b);
 // Little-endian float16 file -> floats.
 std::vector<float> read_f16_file(const std::string& path);
 

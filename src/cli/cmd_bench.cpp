@@ -132,21 +132,23 @@ void write_depth_plot(const BenchArgs& a, Loaded& l) {
   std::fprintf(stderr, "bench: wrote %s\n", a.svg.c_str());
 }
 
-int run_bench(const BenchArgs& a) {
+struct BenchRuns {
+  std::vector<double> pp, tg;  // tokens/s of each measured repetition
+};
+
+// One warm-up of each test, then the measured repetitions, on `seq`.
+BenchRuns measure_runs(const BenchArgs& a, LocalSequence& seq, int n_vocab) {
   using clock = std::chrono::steady_clock;
-  if (a.throttle) return run_throttle(a);
-  Loaded l = load_all(a.m);
-  const ModelConfig& c = l.model->config();
-  LocalSequence seq(*l.engine, std::max(a.p, a.depth + a.n) + 1, 16, a.kv.options());
   std::mt19937 rng(42);
-  std::uniform_int_distribution<int> tok(3, c.n_vocab - 1);
+  std::uniform_int_distribution<int> tok(3, n_vocab - 1);
   std::vector<int32_t> prompt(a.p);
   std::vector<int32_t> ctx_prompt(static_cast<size_t>(a.depth));
   for (auto& t : ctx_prompt) t = tok(rng);
   bool at_depth = false;  // the depth prefix is in the cache
   for (auto& t : prompt) t = tok(rng);
-  std::vector<double> pp, tg;
-  // One warm-up of each, then the measured repetitions.
+  BenchRuns r;
+  std::vector<double>& pp = r.pp;
+  std::vector<double>& tg = r.tg;
   tools::Progress bar("bench", a.reps);
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.p > 0) {
@@ -183,6 +185,14 @@ int run_bench(const BenchArgs& a) {
   }
   if (bar.enabled()) bar.finish();
   else std::fprintf(stderr, "\n");
+  return r;
+}
+
+// The table or JSON line of a run: rates, bytes read and the roofline.
+void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, const BenchRuns& runs) {
+  const ModelConfig& c = l.model->config();
+  const std::vector<double>& pp = runs.pp;
+  const std::vector<double>& tg = runs.tg;
   // Bytes a decode step must read: every weight except the embedding table
   // (one row; of a MoE layer only the experts it runs) plus, on average,
   // half the KV of the run.
@@ -234,9 +244,17 @@ int run_bench(const BenchArgs& a) {
                   st.sd, decode_gbs, r.c_str());
     }
   }
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.throttle) return run_throttle(a);
+  Loaded l = load_all(a.m);
+  LocalSequence seq(*l.engine, std::max(a.p, a.depth + a.n) + 1, 16, a.kv.options());
+  report_runs(a, l, seq, measure_runs(a, seq, l.model->config().n_vocab));
   if (!a.svg.empty()) write_depth_plot(a, l);
   return 0;
 }
+
 }  // namespace
 
 void add_bench(CLI::App& app, Runner& run) {

@@ -226,7 +226,10 @@ static void hybrid_kv(const ModelShape& m, const PlanInput& in, PlanResult& p) {
   }
 }
 
-PlanResult make_plan(PlanInput in) {
+namespace {
+
+// Checks the input and fills its defaults; notes what exceeds the model.
+void plan_defaults(PlanInput& in, PlanResult& p) {
   ModelShape& m = in.model;
   if (m.n_layers < 1 || m.n_heads < 1 || m.n_kv_heads < 1 || m.head_dim < 1)
     throw std::invalid_argument("plan: model '" + m.name + "' has an incomplete shape");
@@ -234,7 +237,6 @@ PlanResult make_plan(PlanInput in) {
   if (in.batch < 1) throw std::invalid_argument("plan: --batch must be >= 1, got " + std::to_string(in.batch));
   if (in.block_size < 1) throw std::invalid_argument("plan: --block-size must be >= 1");
   if (in.ctx < 0) throw std::invalid_argument("plan: --ctx must be >= 1");
-  PlanResult p;
   if (in.ctx == 0) in.ctx = m.n_ctx > 0 ? std::min<int64_t>(2048, m.n_ctx) : 2048;
   if (in.prompt < 0) in.prompt = std::min<int64_t>(512, in.ctx / 2);
   if (in.max_tokens < 0) in.max_tokens = std::max<int64_t>(1, std::min<int64_t>(256, in.ctx - in.prompt));
@@ -249,8 +251,11 @@ PlanResult make_plan(PlanInput in) {
   if (m.n_ctx > 0 && in.prompt + in.max_tokens > m.n_ctx)
     p.notes.push_back("prompt + max_tokens (" + std::to_string(in.prompt + in.max_tokens) +
                       ") exceeds the model's trained context of " + std::to_string(m.n_ctx));
+}
 
-  // KV per token, and what MHA / MQA variants of the same model would cost.
+// KV per token, and what MHA / MQA variants of the same model would cost.
+void plan_kv(const PlanInput& in, PlanResult& p) {
+  const ModelShape& m = in.model;
   p.kv_bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_kv_heads, m.head_dim, in.kv);
   p.mha_bytes_per_token = kv_bytes_per_token(m.n_layers, m.n_heads, m.head_dim, in.kv);
   p.mqa_bytes_per_token = kv_bytes_per_token(m.n_layers, 1, m.head_dim, in.kv);
@@ -272,8 +277,11 @@ PlanResult make_plan(PlanInput in) {
   p.crossovers.push_back(crossover(m.weight_bytes, 32, p.kv_bytes_per_token, m.n_ctx));
   if (in.batch != 1 && in.batch != 32)
     p.crossovers.push_back(crossover(m.weight_bytes, in.batch, p.kv_bytes_per_token, m.n_ctx));
+}
 
-  // Capacity: the admission controller's estimate, worst case per request.
+// Capacity: the admission controller's estimate, worst case per request.
+void plan_capacity(const PlanInput& in, PlanResult& p) {
+  const ModelShape& m = in.model;
   CapacityInput& ci = p.capacity_input;
   ci.mem_budget_bytes = in.hw.mem_bytes;
   ci.weight_bytes = m.weight_bytes;
@@ -298,9 +306,11 @@ PlanResult make_plan(PlanInput in) {
       p.capacity_error = e.what();
     }
   }
+}
 
-  // Roofline.
-  p.in = in;
+// The decode roofline over the plan's batch sizes.
+void plan_roofline(const PlanInput& in, PlanResult& p) {
+  const ModelShape& m = in.model;
   p.weight_mix = in.weight_mix;
   if (p.weight_mix.empty()) {
     // "q4_0", "q4_k (some rows q8_0/f16)", "mixed (q4_0 + f32)": the first type named.
@@ -330,8 +340,13 @@ PlanResult make_plan(PlanInput in) {
     }
     for (int64_t b : in.batches) p.roofline.push_back(roofline_point(p, b, in.ctx));
   }
+}
 
-  // Prefill of one prompt: matmuls over every token plus causal attention.
+// Prefill of one prompt: matmuls over every token plus causal attention;
+// and what reloading or transferring that prompt's KV would take instead.
+void plan_prefill(const PlanInput& in, PlanResult& p) {
+  const ModelShape& m = in.model;
+  const double W = double(m.streamed_weight_bytes);
   PrefillEstimate& pf = p.prefill;
   pf.tokens = std::max<int64_t>(1, in.prompt);
   const double P = double(pf.tokens);
@@ -353,6 +368,18 @@ PlanResult make_plan(PlanInput in) {
   xf.wire_bytes = double((pf.tokens + in.block_size - 1) / in.block_size * in.block_size) * double(p.kv_bytes_per_token);
   xf.seconds = in.link_bps > 0 ? xf.wire_bytes / in.link_bps : 0;
   xf.breakeven_bps = pf.seconds > 0 ? xf.wire_bytes / pf.seconds : 0;
+}
+
+}  // namespace
+
+PlanResult make_plan(PlanInput in) {
+  PlanResult p;
+  plan_defaults(in, p);
+  plan_kv(in, p);
+  plan_capacity(in, p);
+  p.in = in;
+  plan_roofline(in, p);
+  plan_prefill(in, p);
   if (p.has_roofline && !p.has_kernel_rates)
     p.notes.push_back("no measured kernel rate for the model's weight types (re-run `kvserve probe`): "
                       "expected decode = roofline terms summed");
@@ -362,6 +389,95 @@ PlanResult make_plan(PlanInput in) {
                       " path (--flops, --profile or --probe): decode treated as purely memory-bound");
   return p;
 }
+
+namespace {
+
+using nlohmann::json;
+
+json capacity_json(const PlanResult& p) {
+  const CapacityInput& ci = p.capacity_input;
+  json cap = {{"mem_budget_bytes", ci.mem_budget_bytes}, {"weight_bytes", ci.weight_bytes},
+              {"scratch_bytes", ci.scratch_bytes},       {"headroom_fraction", ci.headroom_fraction},
+              {"block_size", ci.block_size},             {"prompt_tokens", ci.prompt_tokens},
+              {"max_tokens", ci.max_tokens}};
+  if (!p.capacity_error.empty()) {
+    cap["error"] = p.capacity_error;
+  } else {
+    const CapacityResult& c = p.capacity;
+    cap["bytes_per_block"] = c.bytes_per_block;
+    cap["kv_budget_bytes"] = c.kv_budget_bytes;
+    cap["total_blocks"] = c.total_blocks;
+    cap["headroom_blocks"] = c.headroom_blocks;
+    cap["usable_blocks"] = c.usable_blocks;
+    cap["blocks_per_request"] = c.blocks_per_request;
+    cap["max_concurrent_sequences"] = c.max_concurrent_sequences;
+    cap["max_tokens_resident"] = c.max_tokens_resident;
+  }
+  return cap;
+}
+
+json hybrid_json(const HybridKv& hk) {
+  json h;
+  h["layer_token_bytes"] = hk.layer_token_bytes;
+  h["tables"] = json::array();
+  for (const KvTableShape& t : hk.tables) h["tables"].push_back({{"slots", t.slots}, {"window", t.window}});
+  h["sequence"] = json::array();
+  for (const HybridKvRow& r : hk.rows)
+    h["sequence"].push_back({{"ctx", r.ctx},
+                             {"full_bytes", r.full_bytes},
+                             {"hybrid_bytes", r.hybrid_bytes},
+                             {"bound_bytes", r.bound_bytes},
+                             {"full_blocks", r.full_blocks},
+                             {"hybrid_blocks", r.hybrid_blocks},
+                             {"saving", r.saving}});
+  return h;
+}
+
+json roofline_json(const PlanResult& p) {
+  json roof = {{"context", p.in.ctx},
+               {"compute_path", p.compute_path},
+               {"peak_ops_per_s", p.peak_ops},
+               {"bandwidth_bytes_per_s", p.in.hw.bandwidth},
+               {"ridge_intensity", p.ridge_intensity},
+               {"kv_overtakes_weights_batch", p.kv_overtakes_batch},
+               {"compute_bound_batch", p.compute_bound_batch}};
+  json pts = json::array();
+  for (const auto& r : p.roofline)
+    pts.push_back({{"batch", r.batch},
+                   {"weight_bytes", r.weight_bytes},
+                   {"kv_bytes", r.kv_bytes},
+                   {"bytes_per_step", r.bytes_per_step},
+                   {"ops_per_step", r.ops_per_step},
+                   {"intensity", r.intensity},
+                   {"t_memory_s", r.t_memory},
+                   {"t_compute_s", r.t_compute},
+                   {"tok_s", r.tok_s},
+                   {"bound", r.memory_bound ? "memory" : "compute"},
+                   {"fits", r.fits},
+                   {"expected",
+                    {{"t_weights_s", r.t_weights},
+                     {"t_attention_s", r.t_attention},
+                     {"step_s", r.t_expected},
+                     {"tok_s", r.tok_s_expected},
+                     {"limit", r.limit}}}});
+  roof["points"] = pts;
+  json mix = json::array();
+  for (const auto& w : p.weight_mix) {
+    json e = {{"type", w.type}, {"bytes", w.bytes}, {"params", w.params}};
+    if (const KernelRate* k = p.in.hw.kernel(w.type)) {
+      json kp = json::array();
+      for (const auto& q : k->points)
+        kp.push_back({{"n", q.n}, {"ops_per_s", q.ops_per_s}, {"weight_bytes_per_s", q.weight_bytes_per_s}});
+      e["kernel"] = kp;
+    }
+    mix.push_back(e);
+  }
+  roof["weight_mix"] = mix;
+  roof["kernel_rates"] = p.has_kernel_rates;
+  return roof;
+}
+
+}  // namespace
 
 nlohmann::json plan_to_json(const PlanResult& p) {
   using nlohmann::json;
@@ -404,82 +520,9 @@ nlohmann::json plan_to_json(const PlanResult& p) {
                   {"context_tokens", c.context_tokens},
                   {"within_trained_context", c.within_trained_context}});
   j["crossover"] = xs;
-  const CapacityInput& ci = p.capacity_input;
-  json cap = {{"mem_budget_bytes", ci.mem_budget_bytes}, {"weight_bytes", ci.weight_bytes},
-              {"scratch_bytes", ci.scratch_bytes},       {"headroom_fraction", ci.headroom_fraction},
-              {"block_size", ci.block_size},             {"prompt_tokens", ci.prompt_tokens},
-              {"max_tokens", ci.max_tokens}};
-  if (!p.capacity_error.empty()) {
-    cap["error"] = p.capacity_error;
-  } else {
-    const CapacityResult& c = p.capacity;
-    cap["bytes_per_block"] = c.bytes_per_block;
-    cap["kv_budget_bytes"] = c.kv_budget_bytes;
-    cap["total_blocks"] = c.total_blocks;
-    cap["headroom_blocks"] = c.headroom_blocks;
-    cap["usable_blocks"] = c.usable_blocks;
-    cap["blocks_per_request"] = c.blocks_per_request;
-    cap["max_concurrent_sequences"] = c.max_concurrent_sequences;
-    cap["max_tokens_resident"] = c.max_tokens_resident;
-  }
-  j["capacity"] = cap;
-  if (!p.hybrid.tables.empty()) {
-    json h;
-    h["layer_token_bytes"] = p.hybrid.layer_token_bytes;
-    h["tables"] = json::array();
-    for (const KvTableShape& t : p.hybrid.tables) h["tables"].push_back({{"slots", t.slots}, {"window", t.window}});
-    h["sequence"] = json::array();
-    for (const HybridKvRow& r : p.hybrid.rows)
-      h["sequence"].push_back({{"ctx", r.ctx},
-                               {"full_bytes", r.full_bytes},
-                               {"hybrid_bytes", r.hybrid_bytes},
-                               {"bound_bytes", r.bound_bytes},
-                               {"full_blocks", r.full_blocks},
-                               {"hybrid_blocks", r.hybrid_blocks},
-                               {"saving", r.saving}});
-    j["hybrid_kv"] = h;
-  }
-  json roof = {{"context", p.in.ctx},
-               {"compute_path", p.compute_path},
-               {"peak_ops_per_s", p.peak_ops},
-               {"bandwidth_bytes_per_s", p.in.hw.bandwidth},
-               {"ridge_intensity", p.ridge_intensity},
-               {"kv_overtakes_weights_batch", p.kv_overtakes_batch},
-               {"compute_bound_batch", p.compute_bound_batch}};
-  json pts = json::array();
-  for (const auto& r : p.roofline)
-    pts.push_back({{"batch", r.batch},
-                   {"weight_bytes", r.weight_bytes},
-                   {"kv_bytes", r.kv_bytes},
-                   {"bytes_per_step", r.bytes_per_step},
-                   {"ops_per_step", r.ops_per_step},
-                   {"intensity", r.intensity},
-                   {"t_memory_s", r.t_memory},
-                   {"t_compute_s", r.t_compute},
-                   {"tok_s", r.tok_s},
-                   {"bound", r.memory_bound ? "memory" : "compute"},
-                   {"fits", r.fits},
-                   {"expected",
-                    {{"t_weights_s", r.t_weights},
-                     {"t_attention_s", r.t_attention},
-                     {"step_s", r.t_expected},
-                     {"tok_s", r.tok_s_expected},
-                     {"limit", r.limit}}}});
-  roof["points"] = pts;
-  json mix = json::array();
-  for (const auto& w : p.weight_mix) {
-    json e = {{"type", w.type}, {"bytes", w.bytes}, {"params", w.params}};
-    if (const KernelRate* k = p.in.hw.kernel(w.type)) {
-      json kp = json::array();
-      for (const auto& q : k->points)
-        kp.push_back({{"n", q.n}, {"ops_per_s", q.ops_per_s}, {"weight_bytes_per_s", q.weight_bytes_per_s}});
-      e["kernel"] = kp;
-    }
-    mix.push_back(e);
-  }
-  roof["weight_mix"] = mix;
-  roof["kernel_rates"] = p.has_kernel_rates;
-  j["roofline"] = roof;
+  j["capacity"] = capacity_json(p);
+  if (!p.hybrid.tables.empty()) j["hybrid_kv"] = hybrid_json(p.hybrid);
+  j["roofline"] = roofline_json(p);
   j["prefill"] = {{"tokens", p.prefill.tokens},        {"ops", p.prefill.ops},
                   {"bytes", p.prefill.bytes},          {"seconds", p.prefill.seconds},
                   {"tok_s", p.prefill.tok_s},          {"bound", p.prefill.compute_bound ? "compute" : "memory"}};
