@@ -92,6 +92,37 @@ TEST(Presets, WeightBytes) {
   EXPECT_THROW(parse_weight_quant("q3_k"), std::invalid_argument);
 }
 
+// The MoE presets: Mixtral's count is exact (above); the others against the
+// rounded totals and active counts of their model cards; gpt-oss's experts
+// priced in MXFP4 whatever the rest is stored as, and its even layers a
+// window of their own in the hybrid cache.
+TEST(Presets, MixtureOfExperts) {
+  const auto billions = [](int64_t n) { return std::round(double(n) / 1e7) / 100; };  // two decimals
+  EXPECT_EQ(billions(shape_param_count(find_preset("qwen3-30b-a3b"))), 30.53);  // card: 30.5B
+  const ModelShape g20 = priced_shape(find_preset("gpt-oss-20b"), WeightQuant::Q8_0);
+  const ModelShape g120 = priced_shape(find_preset("gpt-oss-120b"), WeightQuant::Q8_0);
+  EXPECT_EQ(billions(g20.total_params), 20.91);
+  EXPECT_EQ(billions(g120.total_params), 116.83);
+  EXPECT_EQ(billions(g20.matmul_params), 3.61);  // active per token, the card's figure
+  EXPECT_EQ(billions(g120.matmul_params), 5.13);
+  EXPECT_EQ(g20.expert_bytes, 24ull * 32 * 3 * 2880 * (2880 / 32) * 17);
+  EXPECT_EQ(g20.weight_type, "q8_0 (experts mxfp4)");
+  const ModelShape mx = priced_shape(find_preset("mixtral-8x7b"), WeightQuant::Q4_0);
+  EXPECT_EQ(mx.expert_bytes, 32ull * 8 * 3 * 4096 * (14336 / 32) * 18);
+  EXPECT_EQ(mx.matmul_params, 32LL * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 8 * 4096 + 2LL * 3 * 4096 * 14336) +
+                                  32000LL * 4096);
+  PlanInput in;
+  in.model = g20;
+  in.hw.bandwidth = 50e9;
+  in.hw.mem_bytes = 64ull << 30;
+  in.batches = {1};
+  const PlanResult p = make_plan(in);
+  EXPECT_DOUBLE_EQ(p.roofline.at(0).weight_bytes,
+                   double(g20.streamed_weight_bytes) - double(g20.expert_bytes) * (1.0 - 4.0 / 32));
+  ASSERT_EQ(p.hybrid.tables.size(), 2u);
+  EXPECT_EQ(p.hybrid.tables[1].window, 128);
+}
+
 // ---- the planner ---------------------------------------------------------------
 
 TEST(Plan, CrossoverContexts) {

@@ -53,7 +53,9 @@ Hardware hardware_from_profile(const HardwareProfile& p, const std::string& sour
 }
 
 int64_t default_scratch_bytes(const ModelShape& m) {
-  const int64_t per_token = 4 * int64_t(m.dim) + 2 * int64_t(m.ffn_dim) + m.n_vocab;
+  // A MoE token's FFN activations: the gate and up rows of each of its k experts.
+  const int64_t ffn = std::max<int64_t>(m.ffn_dim, int64_t(m.n_expert_used) * m.expert_ffn);
+  const int64_t per_token = 4 * int64_t(m.dim) + 2 * ffn + m.n_vocab;
   return 512 * per_token * 4;
 }
 
@@ -491,6 +493,9 @@ nlohmann::json plan_to_json(const PlanResult& p) {
                 {"n_ctx", m.n_ctx},       {"weight_type", m.weight_type},
                 {"weight_bytes", m.weight_bytes}, {"streamed_weight_bytes", m.streamed_weight_bytes},
                 {"matmul_params", m.matmul_params}, {"total_params", m.total_params}};
+  if (m.n_expert > 0)
+    j["model"]["experts"] = {{"count", m.n_expert}, {"used", m.n_expert_used}, {"ffn_dim", m.expert_ffn},
+                             {"bytes", m.expert_bytes}};
   j["hardware"] = {{"source", p.in.hw.source},
                    {"mem_bytes", p.in.hw.mem_bytes},
                    {"bandwidth_bytes_per_s", p.in.hw.bandwidth},

@@ -78,8 +78,15 @@ std::string format_plan(const PlanResult& p) {
   std::ostringstream o;
   o << "Model      " << m.name << " (" << m.arch << ", " << (m.source == "preset" ? "preset" : m.source) << ")\n"
     << "           " << m.n_layers << " layers, " << m.n_heads << " heads / " << m.n_kv_heads << " KV heads x "
-    << m.head_dim << ", dim " << m.dim << ", ffn " << m.ffn_dim << ", vocab " << m.n_vocab << ", trained context "
-    << m.n_ctx << "\n";
+    << m.head_dim << ", dim " << m.dim << ", ";
+  if (m.n_expert > 0) {
+    o << m.n_expert << " experts";
+    if (m.expert_ffn > 0) o << " of " << m.expert_ffn;
+    o << " (" << m.n_expert_used << " per token)";
+  } else {
+    o << "ffn " << m.ffn_dim;
+  }
+  o << ", vocab " << m.n_vocab << ", trained context " << m.n_ctx << "\n";
   o << "Weights    " << m.weight_type << ": " << format_bytes(double(m.weight_bytes)) << " ("
     << format_int(int64_t(m.weight_bytes)) << " B), " << format_si(double(m.total_params), "") << " params; read per decode step: "
     << format_bytes(double(m.streamed_weight_bytes)) << "\n";

@@ -32,7 +32,7 @@ const QuantInfo kQuants[] = {
     {WeightQuant::F32, "f32", 1, 4, "fp32"},      {WeightQuant::F16, "f16", 1, 2, "fp32"},
     {WeightQuant::BF16, "bf16", 1, 2, "fp32"},    {WeightQuant::Q8_0, "q8_0", 32, 34, "int8"},
     {WeightQuant::Q6_K, "q6_k", 256, 210, "int8"}, {WeightQuant::Q4_K, "q4_k", 256, 144, "int8"},
-    {WeightQuant::Q4_0, "q4_0", 32, 18, "int8"},
+    {WeightQuant::Q4_0, "q4_0", 32, 18, "int8"},  {WeightQuant::MXFP4, "mxfp4", 32, 17, "int8"},
 };
 
 const QuantInfo& info(WeightQuant q) {
@@ -73,6 +73,22 @@ ModelShape make(const char* name, const char* arch, int layers, int heads, int k
   return s;
 }
 
+// A mixture-of-experts FFN on every layer: E experts of width eff, k per token.
+ModelShape moe(ModelShape s, int n_expert, int n_used, int expert_ffn) {
+  s.n_expert = n_expert;
+  s.n_expert_used = n_used;
+  s.expert_ffn = expert_ffn;
+  s.ffn_dim = 0;
+  return s;
+}
+
+// gpt-oss: its biases and sinks, and a window on even layers.
+ModelShape gpt_oss(ModelShape s, int window) {
+  s.gpt_oss_extras = true;
+  for (int l = 0; l < s.n_layers; ++l) s.layer_window.push_back(l % 2 == 0 ? window : 0);
+  return s;
+}
+
 // Gemma 3's pattern: five local (windowed) layers, then a global one.
 ModelShape gemma3(ModelShape s, int window) {
   for (int l = 0; l < s.n_layers; ++l) s.layer_window.push_back((l + 1) % 6 == 0 ? 0 : window);
@@ -107,6 +123,11 @@ int64_t shape_param_count(const ModelShape& s) {
                   + 3 * int64_t(s.dim) * s.ffn_dim  // gate, up, down
                   + 2 * int64_t(s.dim);    // attention and FFN RMSNorm
   if (s.qkv_bias) layer += q_out + 2 * kv_out;
+  if (s.n_expert > 0) {
+    const int64_t d = s.dim, e = s.n_expert, f = s.expert_ffn;
+    layer += d * e + e * 3 * d * f - 3 * d * int64_t(s.ffn_dim);  // router and experts for the dense FFN
+    if (s.gpt_oss_extras) layer += e + e * (2 * f + d) + d + s.n_heads;  // router, expert, output biases; sinks
+  }
   const int64_t embd = int64_t(s.n_vocab) * s.dim;
   return int64_t(s.n_layers) * layer + embd * (s.tied_output ? 1 : 2) + s.dim /* final norm */;
 }
@@ -120,15 +141,27 @@ ModelShape priced_shape(ModelShape s, WeightQuant q) {
                    matrix_bytes(s.dim, q_out, q, &fell_back) + 2 * matrix_bytes(s.ffn_dim, s.dim, q, &fell_back) +
                    matrix_bytes(s.dim, s.ffn_dim, q, &fell_back) + 4ull * 2 * uint64_t(s.dim);
   if (s.qkv_bias) layer += 4ull * uint64_t(q_out + 2 * kv_out);
+  uint64_t experts = 0;  // one layer's
+  int64_t ffn_params = 3 * int64_t(s.dim) * s.ffn_dim;
+  if (s.n_expert > 0) {
+    const int64_t d = s.dim, e = s.n_expert, f = s.expert_ffn;
+    const WeightQuant eq = s.gpt_oss_extras ? WeightQuant::MXFP4 : q;  // as the published files
+    experts = uint64_t(e) * (2 * matrix_bytes(f, d, eq, &fell_back) + matrix_bytes(d, f, eq, &fell_back));
+    layer += experts + matrix_bytes(e, d, q, &fell_back);
+    if (s.gpt_oss_extras) layer += 4ull * uint64_t(e + e * (2 * f + d) + d + s.n_heads);
+    ffn_params = e * d + int64_t(s.n_expert_used) * 3 * d * f;
+  }
   const uint64_t embd = matrix_bytes(s.n_vocab, s.dim, q, &fell_back);
   const uint64_t fixed = embd * (s.tied_output ? 1 : 2) + 4ull * uint64_t(s.dim);
   s.weight_bytes = uint64_t(s.n_layers) * layer + fixed;
   // An untied token_embd is only gathered (one row per token), never streamed.
   s.streamed_weight_bytes = s.weight_bytes - (s.tied_output ? 0 : embd);
-  s.matmul_params = int64_t(s.n_layers) * (2 * q_out * s.dim + 2 * kv_out * s.dim + 3 * int64_t(s.dim) * s.ffn_dim) +
+  s.expert_bytes = uint64_t(s.n_layers) * experts;
+  s.matmul_params = int64_t(s.n_layers) * (2 * q_out * s.dim + 2 * kv_out * s.dim + ffn_params) +
                     int64_t(s.n_vocab) * s.dim;
   s.total_params = shape_param_count(s);
-  s.weight_type = weight_quant_name(q) + (fell_back ? " (some rows q8_0/f16)" : "");
+  s.weight_type = weight_quant_name(q) + (fell_back ? " (some rows q8_0/f16)" : "") +
+                  (s.gpt_oss_extras && q != WeightQuant::MXFP4 ? " (experts mxfp4)" : "");
   s.compute_path = compute_path_for(q);
   return s;
 }
@@ -172,6 +205,25 @@ const std::vector<ModelShape>& presets() {
       gemma3(make("gemma-3-4b", "gemma3", 34, 8, 4, 256, 2560, 10240, 262208, 131072, true, false, 0), 1024),
       // 27B: 62 layers, 32 heads, 16 KV heads x 128, dim 5376, ffn 21504, window 1024.
       gemma3(make("gemma-3-27b", "gemma3", 62, 32, 16, 128, 5376, 21504, 262208, 131072, true, false, 0), 1024),
+      // mistralai/Mixtral-8x7B-v0.1: 32 layers, 32 heads, 8 KV heads, dim 4096,
+      // 8 experts of 14336 (2 per token), vocab 32000, 32768 positions;
+      // 46,702,792,704 params.
+      moe(make("mixtral-8x7b", "llama", 32, 32, 8, 128, 4096, 0, 32000, 32768, false, false, 46702792704), 8, 2,
+          14336),
+      // Qwen/Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, dim 2048,
+      // 128 experts of 768 (8 per token), vocab 151936, 40960 positions; the
+      // card's "30.5B" (q/k norms not counted here: published 0).
+      moe(make("qwen3-30b-a3b", "qwen3moe", 48, 32, 4, 128, 2048, 0, 151936, 40960, false, false, 0), 128, 8, 768),
+      // openai/gpt-oss-20b and -120b: dim 2880, 64 heads, 8 KV heads x 64,
+      // experts of 2880 (4 per token; 32 / 128 of them), vocab 201088,
+      // 131072 positions, a 128-token window on even layers; the card's
+      // 20.91B / 116.83B total, 3.61B / 5.13B active (not exact: published 0).
+      gpt_oss(moe(make("gpt-oss-20b", "gpt-oss", 24, 64, 8, 64, 2880, 0, 201088, 131072, false, true, 0), 32, 4,
+                  2880),
+              128),
+      gpt_oss(moe(make("gpt-oss-120b", "gpt-oss", 36, 64, 8, 64, 2880, 0, 201088, 131072, false, true, 0), 128, 4,
+                  2880),
+              128),
       // kvserve's own 1.1B benchmark model (random weights, written by
       // `kvserve make-model`): dim 2048, 16 layers, 32 heads, 8 KV heads,
       // head_dim 64, ffn 8192, vocab 32000, untied output. Not a public model.

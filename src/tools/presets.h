@@ -11,7 +11,7 @@ namespace kvs::tools {
 // Storage types the planner can price a preset's weights in. Bytes per block
 // follow ggml's block formats (kernels/quant.h): Q8_0 34 B / 32 weights,
 // Q6_K 210 B / 256, Q4_K 144 B / 256, Q4_0 18 B / 32.
-enum class WeightQuant { F32, F16, BF16, Q8_0, Q6_K, Q4_K, Q4_0 };
+enum class WeightQuant { F32, F16, BF16, Q8_0, Q6_K, Q4_K, Q4_0, MXFP4 };
 
 WeightQuant parse_weight_quant(const std::string& s);  // "f16", "q8_0", ... (throws)
 std::string weight_quant_name(WeightQuant q);
@@ -29,6 +29,12 @@ struct ModelShape {
   bool tied_output = false;  // output projection reuses token_embd
   bool qkv_bias = false;     // Qwen2 has q/k/v biases
   int64_t published_params = 0;  // from the model card; 0 if not a public model or not counted exactly
+  // Mixture of experts (n_expert > 0): every layer's FFN is n_expert experts
+  // of expert_ffn (ffn_dim unused), a router of [n_expert, dim], k run per
+  // token. gpt-oss adds biases on the router, the experts and the attention
+  // output, one learned sink per head, and ships its experts in MXFP4.
+  int expert_ffn = 0;
+  bool gpt_oss_extras = false;
   // Per layer: its sliding window (0 = the whole context); empty = none.
   // Layers of different windows make a hybrid KV cache (kernels/kv_groups.h).
   std::vector<int> layer_window;
