@@ -372,6 +372,7 @@ TEST(PlanGguf, MixtureOfExpertsCountsTheExpertsATokenRuns) {
   EXPECT_EQ(g.expert_bytes, experts);
   EXPECT_EQ(g.n_expert, 8);
   EXPECT_EQ(g.n_expert_used, 2);
+  EXPECT_EQ(g.expert_ffn, o.ffn_dim);  // a Mixtral-style file's experts are --ffn wide
   PlanInput in;
   in.model = g;
   in.hw.bandwidth = 10e9;

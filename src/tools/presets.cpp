@@ -292,6 +292,7 @@ ModelShape shape_from_gguf(const std::string& path) {
   s.streamed_weight_bytes = total - (s.tied_output ? 0 : embd);
   s.n_expert = c.moe.n_expert;
   s.n_expert_used = c.moe.n_used;
+  s.expert_ffn = c.moe.ffn_dim;
   s.matmul_params = matmul;
   s.total_params = params;
   s.weight_type = type_name(main_type);
