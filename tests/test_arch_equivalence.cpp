@@ -16,6 +16,7 @@
 #include "engine/paged_engine.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 
@@ -48,13 +49,7 @@ std::string make(const ArchCase& a) {
   return o.out;
 }
 
-std::vector<int32_t> random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 class ArchEquivalence : public ::testing::TestWithParam<ArchCase> {};
 
@@ -94,11 +89,7 @@ TEST_P(ArchEquivalence, SoloBatchedChunkedAndDecodeAgree) {
   BlockStorage st(lay, 16);
   std::vector<int32_t> t0 = {0, 1, 2}, t1 = {4, 5}, t2 = {6, 7, 8, 9};
   const auto o1 = random_tokens(23, nv, 3), o2 = random_tokens(50, nv, 4);
-  auto chunk = [](const int32_t* table, const int32_t* tokens, int n_tokens, bool all) {
-    SeqChunk s;
-    s.block_table = table, s.tokens = tokens, s.n_tokens = n_tokens, s.all_logits = all;
-    return s;
-  };
+  const auto chunk = test::seq_chunk;
   std::vector<float> lg;
   engine.forward({chunk(t1.data(), o1.data(), 23, false), chunk(t0.data(), toks.data(), n, true),
                   chunk(t2.data(), o2.data(), 50, true)},

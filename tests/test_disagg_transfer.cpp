@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "pool_owner.h"
 #include "sched/executor.h"
+#include "small_models.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 
@@ -186,18 +187,8 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, DisaggExact, ::testing::Values(KvType::F32, Kv
 // the decode side lacks travel. Decoding after the transfer equals one
 // engine doing both.
 TEST(DisaggTransfer, HybridShipsEachTablesVisibleBlocks) {
-  MakeModelOptions mo;
-  mo.out = test::temp_dir() + "/disagg-gemma2.gguf";
-  mo.arch = "gemma2";
-  mo.dim = 64;
-  mo.n_layers = 4;
-  mo.head_dim = 32;
-  mo.n_ctx = 256;
-  mo.window = 16;
-  mo.type = GgmlType::F16;
-  mo.progress = false;
-  make_random_model(mo);
-  Engines e(KvType::F16, 64, Model::load(mo.out));
+  const std::string gemma2 = test::make_windowed_gemma2("disagg-gemma2.gguf");
+  Engines e(KvType::F16, 64, Model::load(gemma2));
   auto both = e.paged(), pre = e.paged();
   ASSERT_EQ(pre->kv().n_tables(), 2);
   auto decx = e.executor();

@@ -11,6 +11,7 @@
 #include "engine/local_sequence.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 using namespace kvs;
@@ -21,13 +22,7 @@ const char* kModels[] = {"stories260K/stories260K.gguf", "stories260K/stories260
                          "tiny-random/tiny-llama-f16.gguf", "tiny-random/tiny-llama-q4_0.gguf",
                          "tiny-random/tiny-qwen2-q8_0.gguf", "tiny-random/tiny-qwen2-q4_k_m.gguf"};
 
-std::vector<int32_t> random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 double max_rel(const float* a, const float* b, size_t n) {
   double worst = 0;
@@ -77,14 +72,7 @@ TEST_P(KvEquivalence, IndependentOfChunkingBlockSizeAndBatch) {
   std::vector<int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5}, t2 = {6, 7, 8, 9, 10, 11};
   auto o1 = random_tokens(23, nv, 3), o2 = random_tokens(50, nv, 4);
   std::vector<float> lg;
-  auto chunk = [](const int32_t* table, const int32_t* tokens, int n_tokens, bool all) {
-    SeqChunk c;
-    c.block_table = table;
-    c.tokens = tokens;
-    c.n_tokens = n_tokens;
-    c.all_logits = all;
-    return c;
-  };
+  const auto chunk = test::seq_chunk;
   engine.forward({chunk(t1.data(), o1.data(), 23, false), chunk(t0.data(), toks.data(), n, true),
                   chunk(t2.data(), o2.data(), 50, true)},
                  st.view(), lg);

@@ -14,6 +14,7 @@
 #include "engine/paged_engine.h"
 #include "kv/capacity.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 
@@ -44,13 +45,7 @@ std::shared_ptr<const Model> make(const Shape& s) {
   return Model::load(o.out);
 }
 
-V random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  V t(static_cast<size_t>(n));
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 bool same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -23,6 +23,7 @@
 #include "kernels/quant.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,13 +49,7 @@ std::vector<float> normal(size_t n, unsigned seed, float sd = 1.f) {
   return v;
 }
 
-V random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  V t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 int qmax_of(KvType t) { return t == KvType::Int8 ? 255 : 15; }
 const char* name(KvType t, KeyScale k) {

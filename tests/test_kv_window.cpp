@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,13 +38,7 @@ std::shared_ptr<const Model> stories() {
   return Model::load(test::shared("models/stories260K/stories260K.gguf"));
 }
 
-V random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  V t(static_cast<size_t>(n));
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 // --- the policy arithmetic, value by value ---
 

@@ -22,6 +22,7 @@
 #include "kernels/threadpool.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 
@@ -56,13 +57,7 @@ std::string made(const std::string& arch, GgmlType type) {
   return o.out;
 }
 
-std::vector<int32_t> random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 }  // namespace
 
@@ -205,14 +200,7 @@ TEST(MoeModel, TokenOutputIndependentOfBatchAndChunking) {
       BlockStorage st(lay, 16);
       std::vector<int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5}, t2 = {6, 7, 8, 9, 10, 11};
       auto o1 = random_tokens(23, nv, 3), o2 = random_tokens(50, nv, 4);
-      auto chunk = [](const int32_t* table, const int32_t* tokens, int n_tokens, bool all) {
-        SeqChunk c;
-        c.block_table = table;
-        c.tokens = tokens;
-        c.n_tokens = n_tokens;
-        c.all_logits = all;
-        return c;
-      };
+      const auto chunk = test::seq_chunk;
       std::vector<float> lg;
       engine.forward({chunk(t1.data(), o1.data(), 23, false), chunk(t0.data(), toks.data(), n, true),
                       chunk(t2.data(), o2.data(), 50, true)},

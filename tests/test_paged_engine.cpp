@@ -16,6 +16,7 @@
 #include "engine/paged_engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "engine_test_util.h"
 #include "test_util.h"
 
 using namespace kvs;
@@ -27,13 +28,7 @@ const char* kModels[] = {"stories260K/stories260K.gguf", "tiny-random/tiny-llama
                          "tiny-random/tiny-llama-q4_0.gguf", "tiny-random/tiny-qwen2-q8_0.gguf",
                          "tiny-random/tiny-qwen2-q4_k_m.gguf"};
 
-V random_tokens(int n, int n_vocab, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(3, n_vocab - 1);
-  V t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 double max_abs(const float* a, const float* b, size_t n) {
   double w = 0;

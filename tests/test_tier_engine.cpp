@@ -13,6 +13,7 @@
 #include "crypto/secret_key.h"
 #include "engine/paged_engine.h"
 #include "model/model.h"
+#include "small_models.h"
 #include "test_util.h"
 #include "tiers/disk_store.h"
 #include "tiers/tier_set.h"
@@ -174,18 +175,8 @@ void expect_same_run(const GenRun& warm, const GenRun& cold) {
 // full table's six blocks, the windowed table's last one): the same logits
 // and tokens as the cold run.
 TEST(TierEngineHybrid, ReloadFillsEveryTable) {
-  MakeModelOptions mo;
-  mo.out = test::temp_dir() + "/tier-gemma2.gguf";
-  mo.arch = "gemma2";
-  mo.dim = 64;
-  mo.n_layers = 4;
-  mo.head_dim = 32;
-  mo.n_ctx = 256;
-  mo.window = 16;
-  mo.type = GgmlType::F16;
-  mo.progress = false;
-  make_random_model(mo);
-  auto model = Model::load(mo.out);
+  const std::string gemma2 = test::make_windowed_gemma2("tier-gemma2.gguf");
+  auto model = Model::load(gemma2);
   Engine engine(model, EngineOptions{2});
   PagedEngineOptions o;
   o.n_blocks = 64;
