@@ -1,4 +1,5 @@
-// AMX tile primitives for matmul_amx.cpp (include it from there only): the
+// AMX tile primitives for matmul_amx.cpp (and bench/bench_amx_anatomy.cpp,
+// which times them; nothing else includes it): the
 // tile configuration, tile loads and stores, the integer block products and
 // the float chain that turns a block's integer sums into the accumulators.
 #pragma once

@@ -1,0 +1,232 @@
+// Where an AMX tile block goes: the parts of the Q8_0 tile kernel's inner
+// loop (kernels/matmul_amx_tiles.h) timed alone and together, all in L1, on
+// one thread. The unit is one block tile: 16 activation rows x 16 weight
+// rows x one 32-element block (8,192 multiply-adds), as the kernel runs it.
+//   dp           tdpbssd alone (zeroed C, tiles already loaded)
+//   product      the kernel's product: tile loads, zero, tdpbssd, tile store
+//   chain        the float chain alone: per row load, convert, scale, fma
+//   chain_amx    the chain with a tdpbssd every fourth block (AMX in use)
+//   kernel       products one group ahead of the chain, as tile_rows runs
+//   kernel_l2    the same over 32 M tiles in turn (activations from L2)
+// Counters: TSC ticks per block tile (tsc/tile) and G multiply-adds per
+// second. `clock/*` times a chain of dependent integer multiplies (three
+// core cycles each; adds can be folded at rename) with and without tile products in between: the core clock while
+// AMX runs. docs/PERFORMANCE.md reads these as the ceiling of an exact
+// (VNNI-identical) tile kernel on the machine.
+// Run: build/bench_amx_anatomy
+#include <benchmark/benchmark.h>
+#include <x86intrin.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "kernels/matmul_amx_tiles.h"
+
+namespace {
+
+using namespace kvs::mm;
+using namespace kvs::mm::amx_detail;
+
+constexpr int kBlocks = KB;  // one K slice, as the kernel's scratch holds
+constexpr double kMacs = 16.0 * 16.0 * 32.0;
+
+// The scratch slice and activation tiles the kernel would see.
+struct Data {
+  std::vector<uint8_t> raw = std::vector<uint8_t>(KB / 2 * kPairBytes + 64);
+  uint8_t* slice;
+  alignas(64) XTile x[kBlocks];
+  alignas(64) int32_t cbuf[4 * 256];
+  Data() {
+    slice = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64;
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> lv(-127, 127);
+    std::uniform_real_distribution<float> sc(0.001f, 0.01f);
+    for (int b = 0; b < kBlocks; ++b) {
+      uint8_t* l = lev(slice, b);
+      for (int i = 0; i < 512; ++i) l[i] = uint8_t(lv(rng));
+      float* s = scl(slice, b);
+      for (int i = 0; i < 48; ++i) s[i] = sc(rng);
+      for (int m = 0; m < 16; ++m) {
+        for (int k = 0; k < 32; ++k) x[b].q[m][k] = int8_t(lv(rng));
+        x[b].d[m] = sc(rng);
+        x[b].s[m] = 0.0f;
+      }
+    }
+    for (int i = 0; i < 4 * 256; ++i) cbuf[i] = lv(rng);
+  }
+};
+
+bool have_amx(benchmark::State& state) {
+  if (kvs::active_isa() == kvs::Isa::Amx) return true;
+  state.SkipWithError("no AMX here (or KVS_ISA lowered it, or the kernel refused the tile permission)");
+  return false;
+}
+
+void report(benchmark::State& state, uint64_t ticks, int64_t tiles) {
+  state.counters["tsc/tile"] = double(ticks) / double(tiles);
+  state.counters["GMAC/s"] = benchmark::Counter(kMacs * double(tiles) / 1e9, benchmark::Counter::kIsRate);
+}
+
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+
+// The scratch copy as the kernel reads it (matmul_amx.cpp's SliceSrc).
+struct Src {
+  static constexpr bool kU8 = false;
+  const uint8_t* s;
+  __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
+  __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
+  __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
+};
+
+// The accumulators live in `out` ([16, 16]) between passes, so nothing
+// outside this region holds a vector.
+struct Acc {
+  float* out;
+  __m512 v[16];
+  explicit Acc(float* o) : out(o) {
+    for (int m = 0; m < 16; ++m) v[m] = _mm512_loadu_ps(out + 16 * m);
+  }
+  ~Acc() {
+    for (int m = 0; m < 16; ++m) _mm512_storeu_ps(out + 16 * m, v[m]);
+  }
+};
+
+
+__attribute__((noinline)) void dp_pass(Data& d) {
+  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  KVS_TILE_LOAD(5, d.x[1].q, 32, 512);
+  KVS_TILE_LOAD(7, lev(d.slice, 1), 64, 512);
+  for (int b = 0; b < kBlocks; b += 2) {
+    _tile_zero(0);
+    _tile_dpbssd(0, 4, 6);
+    _tile_zero(1);
+    _tile_dpbssd(1, 5, 7);
+  }
+  KVS_TILE_STORE(0, d.cbuf);
+}
+
+__attribute__((noinline)) void product_pass(Data& d) {
+  for (int b = 0; b < kBlocks; b += 2)
+    products<false, false>(0, d.x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, d.cbuf);
+}
+
+// every: a tdpbssd before every `every`-th block (0: none).
+__attribute__((noinline)) void chain_pass(const Data& d, int every, float* out) {
+  Acc a(out);
+  __m512* acc = a.v;
+  const Src src{d.slice};
+  for (int b = 0; b < kBlocks; ++b) {
+    if (every && b % every == 0) _tile_dpbssd(0, 4, 6);
+    chain<false, false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
+  }
+}
+
+// tile_rows<false, false, true, 2> over one slice: products of a group of
+// two blocks issued before the chain of the group before.
+// x: the M tile's activation tiles (d.x, or one of many further out).
+__attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {
+  Acc a(out);
+  __m512* acc = a.v;
+  const Src src{d.slice};
+  int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
+  products<false, false>(0, x, lev(d.slice, 0), lev(d.slice, 1), 2, ring[0]);
+  for (int g = 0; g < kBlocks; g += 2) {
+    const int k = (g / 2) & 1;
+    if (g + 2 < kBlocks) products<false, false>(k ^ 1, x + g + 2, lev(d.slice, g + 2), lev(d.slice, g + 3), 2, ring[k ^ 1]);
+    chain<false, false, true>(ring[k], src, g, x[g], 16, acc);
+    chain<false, false, true>(ring[k] + 256, src, g + 1, x[g + 1], 16, acc);
+  }
+}
+
+__attribute__((noinline)) uint64_t mul_chain(int64_t n, int dp_every, uint64_t v) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (dp_every && i % dp_every == 0) _tile_dpbssd(0, 4, 6);
+#pragma GCC unroll 16
+    for (int k = 0; k < 64; ++k) __asm__ volatile("imul %0, %0" : "+r"(v));
+  }
+  return v;
+}
+
+KVS_TARGET_END()
+
+template <class F>
+void run(benchmark::State& state, int tiles_per_pass, F pass) {
+  if (!have_amx(state)) return;
+  Data d;
+  TileScope scope(TileMode::K32);
+  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  int64_t tiles = 0;
+  const uint64_t t0 = __rdtsc();
+  for (auto _ : state) {
+    pass(d);
+    tiles += tiles_per_pass;
+  }
+  report(state, __rdtsc() - t0, tiles);
+}
+
+void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass(d); }); }
+void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass(d); }); }
+void BM_chain(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 0, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_chain_amx(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_kernel(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, kBlocks, [&](Data& d) { kernel_pass(d, d.x, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+// The same against 32 M tiles in turn, whose activation tiles (as a
+// 512-row prefill chunk's) are in L2, not L1: the slice stays in L1.
+void BM_kernel_l2(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  std::vector<XTile> many;
+  int64_t t = 0;
+  run(state, kBlocks, [&](Data& d) {
+    if (many.empty())
+      for (int i = 0; i < 32; ++i) many.insert(many.end(), d.x, d.x + kBlocks);
+    kernel_pass(d, many.data() + (t++ % 32) * kBlocks, acc.data());
+  });
+  benchmark::DoNotOptimize(acc.data());
+}
+
+// Core clock from a dependent multiply chain (three cycles each), with a
+// tile product every `every` groups of 64 (0: none, AMX idle).
+void BM_clock(benchmark::State& state) {
+  if (!have_amx(state)) return;
+  const int every = int(state.range(0));
+  Data d;
+  TileScope scope(TileMode::K32);
+  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  constexpr int64_t kGroups = 4096;
+  uint64_t v = 3;
+  int64_t muls = 0;
+  const uint64_t t0 = __rdtsc();
+  for (auto _ : state) {
+    v = mul_chain(kGroups, every, v);
+    muls += 64 * kGroups;
+  }
+  state.counters["tsc/cycle"] = double(__rdtsc() - t0) / double(3 * muls);
+  state.counters["core_GHz"] = benchmark::Counter(3.0 * double(muls) / 1e9, benchmark::Counter::kIsRate);
+  benchmark::DoNotOptimize(v);
+}
+
+BENCHMARK(BM_dp);
+BENCHMARK(BM_product);
+BENCHMARK(BM_chain);
+BENCHMARK(BM_chain_amx);
+BENCHMARK(BM_kernel);
+BENCHMARK(BM_kernel_l2);
+BENCHMARK(BM_clock)->Arg(0)->Arg(1)->Arg(16);
+
+}  // namespace
