@@ -74,7 +74,7 @@ def peer_bench(a, model, threads):
 
 
 def kvs_batched(a, model, threads, npl):
-    out = run([a.kvserve, "batched-bench", "-m", model, "-p", "128", "-n", "32", "--npl", npl,
+    out = run([a.kvserve, "batched-bench", "-m", model, "-p", "128", "-n", "32", "--npl", npl, "--kv-type", "f16",
                "-t", str(threads), "--json"])
     return {r["b"]: r["s_tg"] for r in json.loads(out)["rows"]}
 

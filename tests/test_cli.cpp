@@ -80,6 +80,7 @@ TEST(Cli, BadInputsFailCleanly) {
       {{"eval", "-m", test::shared("models/stories260K/stories260K.gguf"), "-f", test::shared("eval/stories-eval.txt"),
         "--kv-sinks", "4"},
        "--kv-window"},
+      {{"batched-bench", "-m", test::shared("models/stories260K/stories260K.gguf"), "--kv-type", "f17"}, "f17"},
   };
   for (const auto& c : cases) {
     std::string out, err;
@@ -133,6 +134,22 @@ TEST(Cli, GenerateRunsPastTheContextWithAWindow) {
   const json r = json::parse(out);
   EXPECT_LT(r["tokens"].size(), 512u);
   EXPECT_EQ(r["finish_reason"], "length");
+}
+
+// batched-bench takes the KV options of bench (llama-batched-bench's cache is
+// f16, so like-for-like runs need them) and says which type it ran.
+TEST(Cli, BatchedBenchTakesTheKvType) {
+  const std::string m = test::shared("models/stories260K/stories260K.gguf");
+  for (const char* t : {"f16", "int8"}) {
+    std::string out, err;
+    ASSERT_EQ(0, test::run_kvserve({"batched-bench", "-m", m, "-p", "16", "-n", "4", "--npl", "1,4", "--kv-type", t, "--json"},
+                                   &out, &err))
+        << err;
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    EXPECT_EQ(j["kv_type"], t);
+    ASSERT_EQ(j["rows"].size(), 2u);
+    for (const auto& r : j["rows"]) EXPECT_GT(double(r["s_tg"]), 0.0);
+  }
 }
 
 TEST(Cli, HelpOnEveryCommand) {

@@ -28,6 +28,7 @@ namespace {
 
 struct Args {
   ModelArgs m;
+  KvArgs kv;  // --kv-type and friends (llama-batched-bench's cache is f16)
   int p = 128, n = 32;
   std::string npl = "1,4,16,64";
   int max_batch_tokens = 2048;
@@ -99,8 +100,8 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int n_vocab, int len) {
 
 // Blocks one sequence of `tokens` tokens holds at most, every KV table (a
 // hybrid cache's windowed tables at their bound).
-int64_t blocks_per_sequence(const Loaded& l, int block_size, int64_t tokens, int step) {
-  const KvLayout layout = kv_layout_for(*l.engine, block_size, {});
+int64_t blocks_per_sequence(const Loaded& l, int block_size, int64_t tokens, int step, const KvCacheOptions& cache) {
+  const KvLayout layout = kv_layout_for(*l.engine, block_size, cache);
   return sequence_block_cap(table_windows(WindowPolicy{}, layout.groups), tokens, block_size, step);
 }
 
@@ -118,7 +119,8 @@ int run_throughput(const Args& a, Loaded& l) {
     sched::EngineLoopOptions o;
     o.block_size = a.block_size;
     o.max_ctx = a.p + a.n + 1;
-    const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, std::max(a.max_batch_tokens, a.p));
+    o.cache = a.kv.options();
+    const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, std::max(a.max_batch_tokens, a.p), o.cache);
     o.kv_blocks = per * b * 5 / 4 + per + 8;  // all fit, past headroom and the interactive reserve
     o.prefix_caching = false;                 // distinct prompts anyway; measure compute
     o.sched.max_batch_tokens = std::max(a.max_batch_tokens, a.p);
@@ -164,7 +166,10 @@ int run_throughput(const Args& a, Loaded& l) {
     std::fflush(stdout);
   }
   if (a.json)
-    std::printf("%s\n", nlohmann::json{{"model", l.model->path()}, {"threads", l.engine->n_threads()}, {"rows", rows}}
+    std::printf("%s\n", nlohmann::json{{"model", l.model->path()},
+                                       {"threads", l.engine->n_threads()},
+                                       {"kv_type", to_string(a.kv.options().type)},
+                                       {"rows", rows}}
                             .dump()
                             .c_str());
   return 0;
@@ -176,7 +181,8 @@ int run_burst(const Args& a, Loaded& l) {
   sched::EngineLoopOptions o;
   o.block_size = a.block_size;
   o.max_ctx = a.p + a.n + 1;
-  const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, a.max_batch_tokens);
+  o.cache = a.kv.options();
+  const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, a.max_batch_tokens, o.cache);
   // A pool whose interactive limit (total - 5% headroom) holds burst_fit requests.
   o.kv_blocks = (per * a.burst_fit * 100 + 94) / 95;
   o.sched.max_batch_tokens = a.max_batch_tokens;
@@ -242,6 +248,7 @@ void add_batched_bench(CLI::App& app, Runner& run) {
   c->add_option("--npl", a->npl, "Concurrent sequences, comma-separated")->capture_default_str();
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "Token budget per step")->capture_default_str();
   c->add_option("--block-size", a->block_size, "KV block size")->capture_default_str();
+  add_kv_args(c, a->kv);
   c->add_option("--grammar", a->grammar_file, "Constrain every request to this GBNF grammar");
   c->add_option("--json-schema", a->schema_file, "Constrain every request to JSON matching this schema file");
   c->add_flag("--json-object", a->json_object, "Constrain every request to a JSON object");
@@ -253,6 +260,7 @@ void add_batched_bench(CLI::App& app, Runner& run) {
   c->callback([a, &run] {
     run = [a] {
       a->grammar = load_grammar(*a);  // errors before the model loads
+      (void)a->kv.options();          // likewise a bad --kv-type
       Loaded l = load_all(a->m);
       return a->burst > 0 ? run_burst(*a, l) : run_throughput(*a, l);
     };
