@@ -6,6 +6,9 @@
 //   product      the kernel's product: tile loads, zero, tdpbssd, tile store
 //   chain        the float chain alone: per row load, convert, scale, fma
 //   chain_amx    the chain with a tdpbssd every fourth block (AMX in use)
+//   chain_dp     the chain with a tdpbssd before every block
+//   chain_store  chain_amx plus a tile store before every block, to memory
+//                the chain does not read
 //   kernel       products one group ahead of the chain, as tile_rows runs
 //   kernel_l2    the same over 32 M tiles in turn (activations from L2)
 // Counters: TSC ticks per block tile (tsc/tile) and G multiply-adds per
@@ -113,13 +116,15 @@ __attribute__((noinline)) void product_pass(Data& d) {
     products<false, false>(0, d.x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, d.cbuf);
 }
 
-// every: a tdpbssd before every `every`-th block (0: none).
-__attribute__((noinline)) void chain_pass(const Data& d, int every, float* out) {
+// every: a tdpbssd before every `every`-th block (0: none); store: a tile
+// store before every block, to memory the chain does not read.
+__attribute__((noinline)) void chain_pass(Data& d, int every, bool store, float* out) {
   Acc a(out);
   __m512* acc = a.v;
   const Src src{d.slice};
   for (int b = 0; b < kBlocks; ++b) {
     if (every && b % every == 0) _tile_dpbssd(0, 4, 6);
+    if (store) KVS_TILE_STORE(1, d.cbuf + 512);
     chain<false, false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
   }
 }
@@ -172,12 +177,22 @@ void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass(
 void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass(d); }); }
 void BM_chain(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 0, acc.data()); });
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 0, false, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 void BM_chain_amx(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, acc.data()); });
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, false, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_chain_dp(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 1, false, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_chain_store(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, true, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 void BM_kernel(benchmark::State& state) {
@@ -225,6 +240,8 @@ BENCHMARK(BM_dp);
 BENCHMARK(BM_product);
 BENCHMARK(BM_chain);
 BENCHMARK(BM_chain_amx);
+BENCHMARK(BM_chain_dp);
+BENCHMARK(BM_chain_store);
 BENCHMARK(BM_kernel);
 BENCHMARK(BM_kernel_l2);
 BENCHMARK(BM_clock)->Arg(0)->Arg(1)->Arg(16);

@@ -125,6 +125,42 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
   }
 }
 
+// tile_rows for formats with one integer sum per block (not Q6_K), in the
+// rotation of rot_product: block b's store is issued while block b + 1's
+// product runs, then block b + 2's product, then block b's float chain, so
+// no store waits for its product and the chain's loads wait only for a
+// store whose data is ready. Same integer sums, same chain order: the same
+// bits as tile_rows. Run for a single M tile (n <= 16: batched decode, the
+// weights streaming from DRAM), where it is faster; with several M tiles
+// tile_rows' two-block groups measured faster (docs/PERFORMANCE.md).
+template <bool MIN, bool FULL, class Src>
+inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows,
+                                                    float* y, int64_t ldy, __mmask16 valid, int32_t* cbuf,
+                                                    Ahead ahead) {
+  constexpr bool U8 = Src::kU8;
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+  }
+  const XTile* x = xt + kb0;
+  int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // block b's sums at ring[b % 3]
+  rot_product<U8>(0, x, src.lev(0));
+  if (kb > 1) rot_product<U8>(1, x + 1, src.lev(1));
+  rot_store(0, ring[0]);
+  for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
+    if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
+    if (b + 2 < kb) rot_product<U8>(b + 2, x + b + 2, src.lev(b + 2));
+    chain<false, MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
+    ahead.at(b);
+  }
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
 // Up to kPairRows activation rows against one slice, a pair of blocks per
 // product (TileMode::Pair); pa: the pairs' A tiles from block 0 ([nb / 2
 // rounded up][16, 64] s8). An odd last block's pair has zero levels for
@@ -174,6 +210,8 @@ void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* p
     a.spread(kb);
     const int rows = int(std::min<int64_t>(16, n - 16 * t));
     if (!SUB16 && pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
+    else if (!SUB16 && mt == 1 && rows == 16) rot_rows<MIN, true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (!SUB16 && mt == 1) rot_rows<MIN, false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);

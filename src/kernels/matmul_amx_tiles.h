@@ -153,6 +153,31 @@ inline void pair_product(int set, const int8_t* a, const uint8_t* b, int32_t* ou
     KVS_TILE_STORE(1, out);
   }
 }
+// The three-tile rotation of tile_rows (TileMode::K32, one block per
+// product): block i's product goes to C tile i % 3 from the A/B pair i % 2
+// (A 4 / B 6 or A 5 / B 7), and its store is issued a whole block later,
+// once the product is done: a tile store keeps later loads (the float
+// chain's) waiting until it has written, and a store that first waits for
+// its product holds them for the product's latency too.
+template <bool U8>
+inline void rot_product(int64_t i, const XTile* a, const uint8_t* b) {
+  switch (int(i % 6)) {  // (C tile, pair) = (i % 3, i % 2)
+    case 0: KVS_PRODUCT_K32(U8, 0, 4, 6, a, b); break;
+    case 1: KVS_PRODUCT_K32(U8, 1, 5, 7, a, b); break;
+    case 2: KVS_PRODUCT_K32(U8, 2, 4, 6, a, b); break;
+    case 3: KVS_PRODUCT_K32(U8, 0, 5, 7, a, b); break;
+    case 4: KVS_PRODUCT_K32(U8, 1, 4, 6, a, b); break;
+    default: KVS_PRODUCT_K32(U8, 2, 5, 7, a, b); break;
+  }
+}
+inline void rot_store(int64_t i, int32_t* out) {
+  switch (int(i % 3)) {
+    case 0: KVS_TILE_STORE(0, out); break;
+    case 1: KVS_TILE_STORE(1, out); break;
+    default: KVS_TILE_STORE(2, out); break;
+  }
+}
+
 #undef KVS_PRODUCT_K32
 #undef KVS_PRODUCT_SUB16
 #undef KVS_PRODUCT_PAIR
