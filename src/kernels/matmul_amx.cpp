@@ -177,11 +177,18 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
   }
   const XTile* x = xt + kb0;
   const int8_t* a = pa + kb0 / 2 * 1024;  // kb0 is even
-  int32_t* const ring[2] = {cbuf, cbuf + 256};
-  pair_product<U8>(0, a, src.lev(0), ring[0]);
+  // Pairs rotate over three C tiles as in rot_rows: pair c's store is
+  // issued while pair c + 1's product runs.
+  int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // pair c's sums at ring[c % 3]
+  const int64_t np = (kb + 1) / 2;
+  rot_pair_product<U8>(0, a, src.lev(0));
+  if (np > 1) rot_pair_product<U8>(1, a + 1024, src.lev(2));
+  rot_store(0, ring[0]);
   for (int64_t g = 0; g < kb; g += 2) {
-    const int k = (g / 2) & 1;
-    if (g + 2 < kb) pair_product<U8>(k ^ 1, a + (g + 2) / 2 * 1024, src.lev(g + 2), ring[k ^ 1]);
+    const int64_t c = g / 2;
+    if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
+    if (c + 2 < np) rot_pair_product<U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
+    const int k = int(c % 3);
     chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {

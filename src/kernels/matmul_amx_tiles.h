@@ -141,19 +141,7 @@ inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* 
   }
 }
 
-// A pair's product into out ([16, 16] int32: rows 0..7 the first block's
-// sums, rows 8..15 the second's) on tile set `set`.
-template <bool U8>
-inline void pair_product(int set, const int8_t* a, const uint8_t* b, int32_t* out) {
-  if (set == 0) {
-    KVS_PRODUCT_PAIR(U8, 0, 4, 6, a, b);
-    KVS_TILE_STORE(0, out);
-  } else {
-    KVS_PRODUCT_PAIR(U8, 1, 5, 7, a, b);
-    KVS_TILE_STORE(1, out);
-  }
-}
-// The three-tile rotation of tile_rows (TileMode::K32, one block per
+// The three-tile rotation of rot_rows (TileMode::K32, one block per
 // product): block i's product goes to C tile i % 3 from the A/B pair i % 2
 // (A 4 / B 6 or A 5 / B 7), and its store is issued a whole block later,
 // once the product is done: a tile store keeps later loads (the float
@@ -168,6 +156,18 @@ inline void rot_product(int64_t i, const XTile* a, const uint8_t* b) {
     case 3: KVS_PRODUCT_K32(U8, 0, 5, 7, a, b); break;
     case 4: KVS_PRODUCT_K32(U8, 1, 4, 6, a, b); break;
     default: KVS_PRODUCT_K32(U8, 2, 5, 7, a, b); break;
+  }
+}
+// The same rotation in TileMode::Pair: pair i's product (two blocks, K = 64).
+template <bool U8>
+inline void rot_pair_product(int64_t i, const int8_t* a, const uint8_t* b) {
+  switch (int(i % 6)) {
+    case 0: KVS_PRODUCT_PAIR(U8, 0, 4, 6, a, b); break;
+    case 1: KVS_PRODUCT_PAIR(U8, 1, 5, 7, a, b); break;
+    case 2: KVS_PRODUCT_PAIR(U8, 2, 4, 6, a, b); break;
+    case 3: KVS_PRODUCT_PAIR(U8, 0, 5, 7, a, b); break;
+    case 4: KVS_PRODUCT_PAIR(U8, 1, 4, 6, a, b); break;
+    default: KVS_PRODUCT_PAIR(U8, 2, 5, 7, a, b); break;
   }
 }
 inline void rot_store(int64_t i, int32_t* out) {
