@@ -19,6 +19,7 @@
 #include "engine/perplexity.h"
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
+#include "kernels/half.h"
 #include "kernels/kv_codec.h"
 #include "kernels/quant.h"
 #include "kv/block_storage.h"
@@ -235,6 +236,65 @@ TEST(KvCodec, HalfPrecisionRowsRoundTrip) {
       }
     }
   }
+}
+
+// The f16 store's SIMD path writes the bits of the scalar conversion
+// (f32_to_fp16 of the value clamped to the f16 range) on every ISA: every
+// f16 value, its neighbours and the ties between neighbours, the subnormal
+// and underflow range, values past the range, infinities and NaNs.
+TEST(KvCodec, F16StoreBitsEqualTheScalarConversion) {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = fp16_to_f32(fp16_t(h));
+    if (std::isnan(f)) continue;
+    x.push_back(f);
+    x.push_back(std::nextafter(f, 1e30f));
+    x.push_back(std::nextafter(f, -1e30f));
+    if ((h & 0x7FFF) < 0x7C00) {  // the tie with the next value up in magnitude
+      const float g = fp16_to_f32(fp16_t(h + 1));
+      if (std::isfinite(g)) x.push_back(f + (g - f) / 2);
+    }
+  }
+  for (float f : {1e-30f, -1e-30f, 0x1p-25f, -0x1p-25f, 0x1.8p-25f, 0x1p-26f, 1e-45f, 65519.f, 65520.f, 1e6f, -1e38f,
+                  INFINITY, -INFINITY})
+    x.push_back(f);
+  for (uint32_t u : {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7FA5A5A5u, 0xFFFFFFFFu}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 30.f);
+  for (int i = 0; i < 4096; ++i) x.push_back(nd(rng));
+  const KvLayout L = layout(KvType::F16, KeyScale::Channel, 4, 64, 16, 16, 32);
+  const size_t chunk = size_t(L.block_size) * L.row_floats();  // one whole block per store
+  x.resize((x.size() + chunk - 1) / chunk * chunk, 0.5f);
+  std::vector<float> y(x.rbegin(), x.rend());  // V: the same values in another order
+  for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
+    if (isa > active_isa()) continue;
+    set_isa_override(isa);
+    SCOPED_TRACE(isa_name(isa));
+    BlockStorage st(L, 4);
+    int bad = 0;
+    for (size_t c0 = 0; c0 < x.size(); c0 += chunk) {
+      const int32_t block = int32_t(c0 / chunk % 4);
+      kvc::store_rows(st.view(), block, 1, 0, L.block_size, &x[c0], &y[c0]);
+      for (int which = 0; which < 2; ++which) {
+        const auto* got = reinterpret_cast<const uint16_t*>(which ? st.view().v_area(block, 1) : st.view().k_area(block, 1));
+        const float* src = which ? &y[c0] : &x[c0];
+        for (size_t i = 0; i < chunk; ++i) {
+          const uint16_t want = f32_to_fp16(std::clamp(src[i], -65504.f, 65504.f));
+          if (got[i] != want && bad++ < 5) {
+            uint32_t u;
+            std::memcpy(&u, &src[i], 4);
+            ADD_FAILURE() << std::hex << "f32 bits 0x" << u << ": stored 0x" << got[i] << ", scalar 0x" << want;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  clear_isa_override();
 }
 
 // Keys with two outlier channels (20x): per-channel scales (KIVI) keep the

@@ -124,31 +124,6 @@ void quantize_asym(const float* x, int n, int stride, int bits, uint16_t* scale,
   }
 }
 
-void store_rows(const KvStorage& kv, int32_t block, int layer, int slot0, int n, const float* k, const float* v) {
-  const KvLayout& L = kv.layout;
-  const size_t row = L.row_floats();
-  switch (L.type) {
-    case KvType::F32:
-      std::memcpy(kv.k(block, layer, slot0), k, size_t(n) * row * sizeof(float));
-      std::memcpy(kv.v(block, layer, slot0), v, size_t(n) * row * sizeof(float));
-      return;
-    case KvType::F16:
-    case KvType::BF16: {
-      auto* kd = reinterpret_cast<uint16_t*>(kv.k_area(block, layer)) + size_t(slot0) * row;
-      auto* vd = reinterpret_cast<uint16_t*>(kv.v_area(block, layer)) + size_t(slot0) * row;
-      const bool h = L.type == KvType::F16;
-      for (size_t i = 0; i < size_t(n) * row; ++i) {
-        kd[i] = h ? f32_to_fp16(clamp_half(k[i])) : f32_to_bf16(k[i]);
-        vd[i] = h ? f32_to_fp16(clamp_half(v[i])) : f32_to_bf16(v[i]);
-      }
-      return;
-    }
-    default:
-      break;
-  }
-  throw std::logic_error("kv codec: store_rows on a quantized cache (use store_group)");
-}
-
 void store_group(const KvStorage& kv, int32_t block, int layer, int slot0, const float* k, const float* v) {
   const KvLayout& L = kv.layout;
   if (!L.quantized()) throw std::logic_error("kv codec: store_group on an unquantized cache");
@@ -367,6 +342,21 @@ void load_half_rows_avx512(const uint16_t* src0, bool f16, size_t row, int g, in
   }
 }
 
+// f32 to f16, clamped as clamp_half: vcvtps2ph rounds to nearest even
+// exactly as f32_to_fp16 does (subnormals and NaN payloads included), and
+// max/min return their second operand for a NaN, so NaN passes as in
+// std::clamp: the same bits as the scalar loop.
+void store_f16_avx512(const float* src, uint16_t* dst, size_t count) {
+  const __m512 lo = _mm512_set1_ps(-65504.f), hi = _mm512_set1_ps(65504.f);
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512 x = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_loadu_ps(src + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < count; ++i) dst[i] = f32_to_fp16(clamp_half(src[i]));
+}
+
 }  // namespace
 KVS_TARGET_END()
 
@@ -377,6 +367,36 @@ bool fast512(const KvLayout& L) {
          (!L.quantized() || (L.group_channels % 16 == 0 && L.head_dim <= 16 * L.group_channels));
 }
 }  // namespace
+
+void store_rows(const KvStorage& kv, int32_t block, int layer, int slot0, int n, const float* k, const float* v) {
+  const KvLayout& L = kv.layout;
+  const size_t row = L.row_floats();
+  switch (L.type) {
+    case KvType::F32:
+      std::memcpy(kv.k(block, layer, slot0), k, size_t(n) * row * sizeof(float));
+      std::memcpy(kv.v(block, layer, slot0), v, size_t(n) * row * sizeof(float));
+      return;
+    case KvType::F16:
+    case KvType::BF16: {
+      auto* kd = reinterpret_cast<uint16_t*>(kv.k_area(block, layer)) + size_t(slot0) * row;
+      auto* vd = reinterpret_cast<uint16_t*>(kv.v_area(block, layer)) + size_t(slot0) * row;
+      const bool h = L.type == KvType::F16;
+      if (h && active_isa() >= Isa::Avx512) {
+        store_f16_avx512(k, kd, size_t(n) * row);
+        store_f16_avx512(v, vd, size_t(n) * row);
+        return;
+      }
+      for (size_t i = 0; i < size_t(n) * row; ++i) {
+        kd[i] = h ? f32_to_fp16(clamp_half(k[i])) : f32_to_bf16(k[i]);
+        vd[i] = h ? f32_to_fp16(clamp_half(v[i])) : f32_to_bf16(v[i]);
+      }
+      return;
+    }
+    default:
+      break;
+  }
+  throw std::logic_error("kv codec: store_rows on a quantized cache (use store_group)");
+}
 
 void load_k(const KvStorage& kv, int32_t block, int layer, int g, int slot0, int n, float* out) {
   const KvLayout& L = kv.layout;
