@@ -84,6 +84,12 @@ struct PanelSrc {
   __m512 wm(int64_t bb) const { return ws0(bb); }
 };
 
+// A source whose products come out as signed sums (no correction).
+template <class Src>
+struct Signed : Src {
+  static constexpr bool kU8 = false;
+};
+
 // One M tile (activation rows of xt, `rows` of them real; y at its first
 // row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
 // The accumulators live in y between slices (exact round trip), as in the
@@ -146,13 +152,15 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
   }
   const XTile* x = xt + kb0;
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // block b's sums at ring[b % 3]
+  if (U8) load_neg128();
+  const Signed<Src> ssrc{src};  // the sums come out signed (rot_product)
   rot_product<U8>(0, x, src.lev(0));
   if (kb > 1) rot_product<U8>(1, x + 1, src.lev(1));
   rot_store(0, ring[0]);
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
     if (b + 2 < kb) rot_product<U8>(b + 2, x + b + 2, src.lev(b + 2));
-    chain<false, MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
+    chain<false, MIN, FULL>(ring[b % 3], ssrc, b, x[b], rows, acc);
     ahead.at(b);
   }
   for (int m = 0; m < 16; ++m) {

@@ -54,7 +54,7 @@ class TileScope {
   explicit TileScope(TileMode mode) {
     TileConfig c;
     for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
-    if (mode == TileMode::K32) c.colsb[4] = c.colsb[5] = 32, c.rows[6] = c.rows[7] = 8;
+    if (mode == TileMode::K32) c.colsb[4] = c.colsb[5] = 32, c.rows[6] = c.rows[7] = c.rows[3] = 8;  // 3: kNeg128
     if (mode == TileMode::Sub16) c.colsb[4] = c.colsb[5] = 16, c.rows[6] = c.rows[7] = 4;
     // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other
     // stores to c could be dropped: the whole struct is the operand here.
@@ -147,17 +147,34 @@ inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* 
 // once the product is done: a tile store keeps later loads (the float
 // chain's) waiting until it has written, and a store that first waits for
 // its product holds them for the product's latency too.
+// With u8 levels (u = q + 128, read in place) the product also takes the
+// activations against tile 3, a B tile of -128 (load_neg128): C then holds
+// sum(a * u) - 128 * sum(a) = sum(a * q), the exact signed sum, and the
+// float chain needs no correction (Src::kU8 false for it).
+alignas(64) inline constexpr int8_t kNeg128[1024] = {
+#define KVS_N8 -128, -128, -128, -128, -128, -128, -128, -128
+#define KVS_N64 KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8
+    KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64,
+    KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64, KVS_N64
+#undef KVS_N64
+#undef KVS_N8
+};
+inline void load_neg128() { KVS_TILE_LOAD(3, kNeg128, 64, 512); }
+#define KVS_PRODUCT_K32_SIGNED(U8, C, A, B, a, b) \
+  KVS_PRODUCT_K32(U8, C, A, B, a, b);             \
+  if (U8) _tile_dpbssd(C, A, 3)
 template <bool U8>
 inline void rot_product(int64_t i, const XTile* a, const uint8_t* b) {
   switch (int(i % 6)) {  // (C tile, pair) = (i % 3, i % 2)
-    case 0: KVS_PRODUCT_K32(U8, 0, 4, 6, a, b); break;
-    case 1: KVS_PRODUCT_K32(U8, 1, 5, 7, a, b); break;
-    case 2: KVS_PRODUCT_K32(U8, 2, 4, 6, a, b); break;
-    case 3: KVS_PRODUCT_K32(U8, 0, 5, 7, a, b); break;
-    case 4: KVS_PRODUCT_K32(U8, 1, 4, 6, a, b); break;
-    default: KVS_PRODUCT_K32(U8, 2, 5, 7, a, b); break;
+    case 0: KVS_PRODUCT_K32_SIGNED(U8, 0, 4, 6, a, b); break;
+    case 1: KVS_PRODUCT_K32_SIGNED(U8, 1, 5, 7, a, b); break;
+    case 2: KVS_PRODUCT_K32_SIGNED(U8, 2, 4, 6, a, b); break;
+    case 3: KVS_PRODUCT_K32_SIGNED(U8, 0, 5, 7, a, b); break;
+    case 4: KVS_PRODUCT_K32_SIGNED(U8, 1, 4, 6, a, b); break;
+    default: KVS_PRODUCT_K32_SIGNED(U8, 2, 5, 7, a, b); break;
   }
 }
+#undef KVS_PRODUCT_K32_SIGNED
 // The same rotation in TileMode::Pair: pair i's product (two blocks, K = 64).
 template <bool U8>
 inline void rot_pair_product(int64_t i, const int8_t* a, const uint8_t* b) {
