@@ -189,6 +189,8 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
   // issued while pair c + 1's product runs.
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // pair c's sums at ring[c % 3]
   const int64_t np = (kb + 1) / 2;
+  if (U8) load_neg128_pair();
+  const Signed<Src> ssrc{src};  // the sums come out signed (rot_pair_product)
   rot_pair_product<U8>(0, a, src.lev(0));
   if (np > 1) rot_pair_product<U8>(1, a + 1024, src.lev(2));
   rot_store(0, ring[0]);
@@ -197,10 +199,10 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
     if (c + 2 < np) rot_pair_product<U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
-    chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
+    chain<false, MIN, false>(ring[k], ssrc, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<false, MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      chain<false, MIN, false>(ring[k] + 8 * 16, ssrc, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }

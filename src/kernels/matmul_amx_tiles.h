@@ -159,7 +159,8 @@ alignas(64) inline constexpr int8_t kNeg128[1024] = {
 #undef KVS_N64
 #undef KVS_N8
 };
-inline void load_neg128() { KVS_TILE_LOAD(3, kNeg128, 64, 512); }
+inline void load_neg128() { KVS_TILE_LOAD(3, kNeg128, 64, 512); }        // K32: [8, 64]
+inline void load_neg128_pair() { KVS_TILE_LOAD(3, kNeg128, 64, 1024); }  // Pair: [16, 64]
 #define KVS_PRODUCT_K32_SIGNED(U8, C, A, B, a, b) \
   KVS_PRODUCT_K32(U8, C, A, B, a, b);             \
   if (U8) _tile_dpbssd(C, A, 3)
@@ -176,17 +177,22 @@ inline void rot_product(int64_t i, const XTile* a, const uint8_t* b) {
 }
 #undef KVS_PRODUCT_K32_SIGNED
 // The same rotation in TileMode::Pair: pair i's product (two blocks, K = 64).
+// (u8 levels: signed sums through tile 3 as in rot_product.)
+#define KVS_PRODUCT_PAIR_SIGNED(U8, C, A, B, a, b) \
+  KVS_PRODUCT_PAIR(U8, C, A, B, a, b);             \
+  if (U8) _tile_dpbssd(C, A, 3)
 template <bool U8>
 inline void rot_pair_product(int64_t i, const int8_t* a, const uint8_t* b) {
   switch (int(i % 6)) {
-    case 0: KVS_PRODUCT_PAIR(U8, 0, 4, 6, a, b); break;
-    case 1: KVS_PRODUCT_PAIR(U8, 1, 5, 7, a, b); break;
-    case 2: KVS_PRODUCT_PAIR(U8, 2, 4, 6, a, b); break;
-    case 3: KVS_PRODUCT_PAIR(U8, 0, 5, 7, a, b); break;
-    case 4: KVS_PRODUCT_PAIR(U8, 1, 4, 6, a, b); break;
-    default: KVS_PRODUCT_PAIR(U8, 2, 5, 7, a, b); break;
+    case 0: KVS_PRODUCT_PAIR_SIGNED(U8, 0, 4, 6, a, b); break;
+    case 1: KVS_PRODUCT_PAIR_SIGNED(U8, 1, 5, 7, a, b); break;
+    case 2: KVS_PRODUCT_PAIR_SIGNED(U8, 2, 4, 6, a, b); break;
+    case 3: KVS_PRODUCT_PAIR_SIGNED(U8, 0, 5, 7, a, b); break;
+    case 4: KVS_PRODUCT_PAIR_SIGNED(U8, 1, 4, 6, a, b); break;
+    default: KVS_PRODUCT_PAIR_SIGNED(U8, 2, 5, 7, a, b); break;
   }
 }
+#undef KVS_PRODUCT_PAIR_SIGNED
 inline void rot_store(int64_t i, int32_t* out) {
   switch (int(i % 3)) {
     case 0: KVS_TILE_STORE(0, out); break;
