@@ -662,6 +662,36 @@ TEST(Matmul, HugeBatch) {
   }
 }
 
+// Every ISA's activation quantizer writes the scalar one's XBlocks, byte
+// for byte: rows of 1 to 177 blocks (the 16-block groups and the tail),
+// all-zero blocks, a wide range of magnitudes, every weight convention.
+TEST(Matmul, QuantizeXBitExactAcrossIsas) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_int_distribution<int> ex(-40, 40);
+  const mm::IsaKernels* isas[] = {&mm::avx2_kernels(), &mm::avx512_kernels()};
+  const bool have[] = {active_isa() >= Isa::Avx2, active_isa() >= Isa::Avx512};
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+    for (int nb : {1, 15, 16, 17, 33, 64, 177}) {
+      const int64_t cols = 32 * int64_t(nb);
+      std::vector<float> x(static_cast<size_t>(cols));
+      for (int b = 0; b < nb; ++b) {
+        const float scale = std::ldexp(1.0f, ex(rng));
+        for (int i = 0; i < 32; ++i) x[size_t(32 * b + i)] = b % 7 == 3 ? 0.0f : nd(rng) * scale;
+      }
+      std::vector<mm::XBlock> want(static_cast<size_t>(nb)), got(static_cast<size_t>(nb));
+      for (int k = 0; k < 2; ++k) {
+        if (!have[k]) continue;
+        const mm::QFormat f = mm::qformat(t, isas[k]->signed_q8);
+        mm::quantize_x_scalar(x.data(), cols, f, want.data());
+        std::memset(static_cast<void*>(got.data()), 0xAB, got.size() * sizeof(mm::XBlock));
+        isas[k]->quantize_x(x.data(), cols, f, got.data());
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(mm::XBlock)))
+            << type_name(t) << " blocks " << nb << " isa " << k;
+      }
+    }
+}
+
 TEST(Matmul, DequantizeWeightRow) {
   for (GgmlType t : kAllTypes) {
     const int64_t cols = 512;
