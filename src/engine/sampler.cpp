@@ -60,6 +60,16 @@ void Sampler::adjust(int n_vocab, const DrawContext& ctx) {
 }
 
 int Sampler::sample_with(const float* logits, int n_vocab, const DrawContext& ctx) {
+  // Greedy with nothing to adjust: the first largest logit, read in place
+  // (the same choice as below, without copying the vocabulary).
+  const bool penalties = (ctx.history && p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) ||
+                         (ctx.generated && (p_.presence_penalty != 0 || p_.frequency_penalty != 0));
+  if (p_.temperature <= 0.f && p_.logit_bias.empty() && !penalties && ctx.banned.empty() && !ctx.allowed) {
+    int best = 0;
+    for (int i = 1; i < n_vocab; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return best;
+  }
   cand_.resize(size_t(n_vocab));
   for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i], i};
   adjust(n_vocab, ctx);
