@@ -4,11 +4,10 @@
 // rows x one 32-element block (8,192 multiply-adds), as the kernel runs it.
 //   dp           tdpbssd alone (zeroed C, tiles already loaded)
 //   product      the kernel's product: tile loads, zero, tdpbssd, tile store
-//   chain        the float chain alone: per row load, convert, scale, fma
-//   chain_amx    the chain with a tdpbssd every fourth block (AMX in use)
-//   chain_dp     the chain with a tdpbssd before every block
-//   chain_store  chain_amx plus a tile store before every block, to memory
-//                the chain does not read
+//   chain        the float chain: per row load, convert, scale, fma; alone
+//                (dp_every:0), with a tdpbssd every fourth block (AMX in
+//                use) or every block, and with a tile store before every
+//                block to memory it does not read (store:1)
 //   kernel       products one group ahead of the chain, as tile_rows runs
 //   kernel_l2    the same over 32 M tiles in turn (activations from L2)
 // Counters: TSC ticks per block tile (tsc/tile) and G multiply-adds per
@@ -175,24 +174,12 @@ void run(benchmark::State& state, int tiles_per_pass, F pass) {
 
 void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass(d); }); }
 void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass(d); }); }
+// Args: a tdpbssd every `every` blocks (0: none), a tile store per block (1).
 void BM_chain(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 0, false, acc.data()); });
-  benchmark::DoNotOptimize(acc.data());
-}
-void BM_chain_amx(benchmark::State& state) {
-  std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, false, acc.data()); });
-  benchmark::DoNotOptimize(acc.data());
-}
-void BM_chain_dp(benchmark::State& state) {
-  std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 1, false, acc.data()); });
-  benchmark::DoNotOptimize(acc.data());
-}
-void BM_chain_store(benchmark::State& state) {
-  std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, 4, true, acc.data()); });
+  const int every = int(state.range(0));
+  const bool store = state.range(1) != 0;
+  run(state, kBlocks, [&](Data& d) { chain_pass(d, every, store, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 void BM_kernel(benchmark::State& state) {
@@ -238,10 +225,7 @@ void BM_clock(benchmark::State& state) {
 
 BENCHMARK(BM_dp);
 BENCHMARK(BM_product);
-BENCHMARK(BM_chain);
-BENCHMARK(BM_chain_amx);
-BENCHMARK(BM_chain_dp);
-BENCHMARK(BM_chain_store);
+BENCHMARK(BM_chain)->ArgNames({"dp_every", "store"})->Args({0, 0})->Args({4, 0})->Args({1, 0})->Args({4, 1});
 BENCHMARK(BM_kernel);
 BENCHMARK(BM_kernel_l2);
 BENCHMARK(BM_clock)->Arg(0)->Arg(1)->Arg(16);

@@ -90,6 +90,27 @@ struct Signed : Src {
   static constexpr bool kU8 = false;
 };
 
+// The accumulators of `rows` activation rows (all 16 when FULL) from y,
+// or zero at the first slice; and back.
+template <bool FULL>
+inline __attribute__((always_inline)) void load_acc(__m512* acc, int64_t kb0, int rows, const float* y, int64_t ldy,
+                                                    __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+  }
+}
+template <bool FULL>
+inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows, float* y, int64_t ldy,
+                                                     __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
 // One M tile (activation rows of xt, `rows` of them real; y at its first
 // row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
 // The accumulators live in y between slices (exact round trip), as in the
@@ -101,11 +122,7 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   constexpr bool U8 = Src::kU8;
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
-  }
+  load_acc<FULL>(acc, kb0, rows, y, ldy, valid);
   const XTile* x = xt + kb0;
   constexpr int64_t kC = kCInts<SUB16>;
   int32_t* const ring0 = cbuf;           // even groups' integers
@@ -125,10 +142,7 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
       ahead.at(g + 1);
     }
   }
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
-  }
+  store_acc<FULL>(acc, rows, y, ldy, valid);
 }
 
 // tile_rows for formats with one integer sum per block (not Q6_K), in the
@@ -145,28 +159,21 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
                                                     Ahead ahead) {
   constexpr bool U8 = Src::kU8;
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
-  }
+  load_acc<FULL>(acc, kb0, rows, y, ldy, valid);
   const XTile* x = xt + kb0;
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // block b's sums at ring[b % 3]
   if (U8) load_neg128();
   const Signed<Src> ssrc{src};  // the sums come out signed (rot_product)
-  rot_product<U8>(0, x, src.lev(0));
-  if (kb > 1) rot_product<U8>(1, x + 1, src.lev(1));
+  rot_product<false, U8>(0, x[0].q, src.lev(0));
+  if (kb > 1) rot_product<false, U8>(1, x[1].q, src.lev(1));
   rot_store(0, ring[0]);
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
-    if (b + 2 < kb) rot_product<U8>(b + 2, x + b + 2, src.lev(b + 2));
+    if (b + 2 < kb) rot_product<false, U8>(b + 2, x[b + 2].q, src.lev(b + 2));
     chain<false, MIN, FULL>(ring[b % 3], ssrc, b, x[b], rows, acc);
     ahead.at(b);
   }
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
-  }
+  store_acc<FULL>(acc, rows, y, ldy, valid);
 }
 
 // Up to kPairRows activation rows against one slice, a pair of blocks per
@@ -178,11 +185,7 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
                int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   constexpr bool U8 = Src::kU8;
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (m >= rows) break;
-    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
-  }
+  load_acc<false>(acc, kb0, rows, y, ldy, valid);
   const XTile* x = xt + kb0;
   const int8_t* a = pa + kb0 / 2 * 1024;  // kb0 is even
   // Pairs rotate over three C tiles as in rot_rows: pair c's store is
@@ -190,14 +193,14 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // pair c's sums at ring[c % 3]
   const int64_t np = (kb + 1) / 2;
   if (U8) load_neg128_pair();
-  const Signed<Src> ssrc{src};  // the sums come out signed (rot_pair_product)
-  rot_pair_product<U8>(0, a, src.lev(0));
-  if (np > 1) rot_pair_product<U8>(1, a + 1024, src.lev(2));
+  const Signed<Src> ssrc{src};  // the sums come out signed (rot_product)
+  rot_product<true, U8>(0, a, src.lev(0));
+  if (np > 1) rot_product<true, U8>(1, a + 1024, src.lev(2));
   rot_store(0, ring[0]);
   for (int64_t g = 0; g < kb; g += 2) {
     const int64_t c = g / 2;
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
-    if (c + 2 < np) rot_pair_product<U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
+    if (c + 2 < np) rot_product<true, U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
     chain<false, MIN, false>(ring[k], ssrc, g, x[g], rows, acc);
     ahead.at(g);
@@ -206,10 +209,7 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
       ahead.at(g + 1);
     }
   }
-  for (int m = 0; m < 16; ++m) {
-    if (m >= rows) break;
-    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
-  }
+  store_acc<false>(acc, rows, y, ldy, valid);
 }
 
 // Every M tile against one slice of the panel at weight row p0; the M

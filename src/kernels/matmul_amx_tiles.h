@@ -161,38 +161,36 @@ alignas(64) inline constexpr int8_t kNeg128[1024] = {
 };
 inline void load_neg128() { KVS_TILE_LOAD(3, kNeg128, 64, 512); }        // K32: [8, 64]
 inline void load_neg128_pair() { KVS_TILE_LOAD(3, kNeg128, 64, 1024); }  // Pair: [16, 64]
-#define KVS_PRODUCT_K32_SIGNED(U8, C, A, B, a, b) \
-  KVS_PRODUCT_K32(U8, C, A, B, a, b);             \
-  if (U8) _tile_dpbssd(C, A, 3)
-template <bool U8>
-inline void rot_product(int64_t i, const XTile* a, const uint8_t* b) {
-  switch (int(i % 6)) {  // (C tile, pair) = (i % 3, i % 2)
-    case 0: KVS_PRODUCT_K32_SIGNED(U8, 0, 4, 6, a, b); break;
-    case 1: KVS_PRODUCT_K32_SIGNED(U8, 1, 5, 7, a, b); break;
-    case 2: KVS_PRODUCT_K32_SIGNED(U8, 2, 4, 6, a, b); break;
-    case 3: KVS_PRODUCT_K32_SIGNED(U8, 0, 5, 7, a, b); break;
-    case 4: KVS_PRODUCT_K32_SIGNED(U8, 1, 4, 6, a, b); break;
-    default: KVS_PRODUCT_K32_SIGNED(U8, 2, 5, 7, a, b); break;
+// Block i's product (PAIR: pair i's, TileMode::Pair) on C tile i % 3 from
+// the A/B pair i % 2; a: its A tile (XTile::q, or a pair tile), b: its
+// levels. u8 levels: a second product against tile 3 makes the sums signed.
+#define KVS_ROT(C, A, B)                                  \
+  if (PAIR) {                                             \
+    KVS_TILE_LOAD(A, a, 64, 1024);                        \
+    KVS_TILE_LOAD(B, b, 64, 1024);                        \
+  } else {                                                \
+    KVS_TILE_LOAD(A, a, 32, 512);                         \
+    KVS_TILE_LOAD(B, b, 64, 512);                         \
+  }                                                       \
+  _tile_zero(C);                                          \
+  if (U8) {                                               \
+    _tile_dpbsud(C, A, B);                                \
+    _tile_dpbssd(C, A, 3);                                \
+  } else {                                                \
+    _tile_dpbssd(C, A, B);                                \
   }
-}
-#undef KVS_PRODUCT_K32_SIGNED
-// The same rotation in TileMode::Pair: pair i's product (two blocks, K = 64).
-// (u8 levels: signed sums through tile 3 as in rot_product.)
-#define KVS_PRODUCT_PAIR_SIGNED(U8, C, A, B, a, b) \
-  KVS_PRODUCT_PAIR(U8, C, A, B, a, b);             \
-  if (U8) _tile_dpbssd(C, A, 3)
-template <bool U8>
-inline void rot_pair_product(int64_t i, const int8_t* a, const uint8_t* b) {
+template <bool PAIR, bool U8>
+inline void rot_product(int64_t i, const void* a, const uint8_t* b) {
   switch (int(i % 6)) {
-    case 0: KVS_PRODUCT_PAIR_SIGNED(U8, 0, 4, 6, a, b); break;
-    case 1: KVS_PRODUCT_PAIR_SIGNED(U8, 1, 5, 7, a, b); break;
-    case 2: KVS_PRODUCT_PAIR_SIGNED(U8, 2, 4, 6, a, b); break;
-    case 3: KVS_PRODUCT_PAIR_SIGNED(U8, 0, 5, 7, a, b); break;
-    case 4: KVS_PRODUCT_PAIR_SIGNED(U8, 1, 4, 6, a, b); break;
-    default: KVS_PRODUCT_PAIR_SIGNED(U8, 2, 5, 7, a, b); break;
+    case 0: KVS_ROT(0, 4, 6); break;
+    case 1: KVS_ROT(1, 5, 7); break;
+    case 2: KVS_ROT(2, 4, 6); break;
+    case 3: KVS_ROT(0, 5, 7); break;
+    case 4: KVS_ROT(1, 4, 6); break;
+    default: KVS_ROT(2, 5, 7); break;
   }
 }
-#undef KVS_PRODUCT_PAIR_SIGNED
+#undef KVS_ROT
 inline void rot_store(int64_t i, int32_t* out) {
   switch (int(i % 3)) {
     case 0: KVS_TILE_STORE(0, out); break;
