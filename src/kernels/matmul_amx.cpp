@@ -72,8 +72,9 @@ struct SliceSrc {
   __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
 };
 // Q8_0's Panel16 copy in place (u = q + 128, fp16 scales), from block kb0:
-// where a slice serves a single M tile, copying it cost more than the
-// per-row correction (docs/PERFORMANCE.md).
+// where a slice serves a single M tile, reading it in place beats copying
+// it (docs/PERFORMANCE.md); the tile paths that read it (rot_rows,
+// pair_rows) make the sums signed with a second product (rot_product).
 struct PanelSrc {
   static constexpr bool kU8 = true;
   const uint8_t* pan;

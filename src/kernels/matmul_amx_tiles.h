@@ -76,7 +76,8 @@ class TileScope {
                    "r"(int64_t(64)))
 
 // The block product: signed levels (a scratch copy) or u8 levels u = q +
-// off read in place, whose sums then need the XTile correction.
+// off read in place, whose sums then need the XTile correction in the
+// chain (rot_product below folds it into the tile sums instead).
 #define KVS_DP(U8, C, A, B) \
   if (U8) _tile_dpbsud(C, A, B); \
   else _tile_dpbssd(C, A, B)
