@@ -112,7 +112,7 @@ __attribute__((noinline)) void dp_pass(Data& d) {
 
 __attribute__((noinline)) void product_pass(Data& d) {
   for (int b = 0; b < kBlocks; b += 2)
-    products<false, false>(0, d.x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, d.cbuf);
+    products<false>(0, d.x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, d.cbuf);
 }
 
 // every: a tdpbssd before every `every`-th block (0: none); store: a tile
@@ -136,10 +136,10 @@ __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) 
   __m512* acc = a.v;
   const Src src{d.slice};
   int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
-  products<false, false>(0, x, lev(d.slice, 0), lev(d.slice, 1), 2, ring[0]);
+  products<false>(0, x, lev(d.slice, 0), lev(d.slice, 1), 2, ring[0]);
   for (int g = 0; g < kBlocks; g += 2) {
     const int k = (g / 2) & 1;
-    if (g + 2 < kBlocks) products<false, false>(k ^ 1, x + g + 2, lev(d.slice, g + 2), lev(d.slice, g + 3), 2, ring[k ^ 1]);
+    if (g + 2 < kBlocks) products<false>(k ^ 1, x + g + 2, lev(d.slice, g + 2), lev(d.slice, g + 3), 2, ring[k ^ 1]);
     chain<false, false, true>(ring[k], src, g, x[g], 16, acc);
     chain<false, false, true>(ring[k] + 256, src, g + 1, x[g + 1], 16, acc);
   }

@@ -25,6 +25,10 @@
 // rows 0..7 hold block 2c's levels and zeros, rows 8..15 zeros and block
 // 2c+1's; B holds both blocks' levels. C rows 0..7 are then block 2c's
 // sums, rows 8..15 block 2c+1's, each an exact integer as before.
+//
+// For n <= 16, Q8_0 reads the Panel16 levels in place (u = q + 128) with
+// tdpbsud and a second product against a tile of -128, which leaves the
+// same signed sums in C (rot_product).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -85,12 +89,6 @@ struct PanelSrc {
   __m512 wm(int64_t bb) const { return ws0(bb); }
 };
 
-// A source whose products come out as signed sums (no correction).
-template <class Src>
-struct Signed : Src {
-  static constexpr bool kU8 = false;
-};
-
 // The accumulators of `rows` activation rows (all 16 when FULL) from y,
 // or zero at the first slice; and back.
 template <bool FULL>
@@ -121,20 +119,20 @@ inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows
 template <bool SUB16, bool MIN, bool FULL, int G, class Src>
 inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
-  constexpr bool U8 = Src::kU8;
+  static_assert(!Src::kU8, "levels read in place run in rot_rows / pair_rows");
   __m512 acc[16];
   load_acc<FULL>(acc, kb0, rows, y, ldy, valid);
   const XTile* x = xt + kb0;
   constexpr int64_t kC = kCInts<SUB16>;
   int32_t* const ring0 = cbuf;           // even groups' integers
   int32_t* const ring1 = cbuf + 2 * kC;  // odd groups'
-  products<SUB16, U8>(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
+  products<SUB16>(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
   for (int64_t g = 0; g < kb; g += G) {  // no inner loop: the accumulators stay in registers
     const bool odd = (g / G) & 1;
     int32_t* const cur = odd ? ring1 : ring0;
     const int64_t nx = g + G;
     if (nx < kb)
-      products<SUB16, U8>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
+      products<SUB16>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);
     chain<SUB16, MIN, FULL>(cur, src, g, x[g], rows, acc);
     ahead.at(g);
@@ -164,14 +162,13 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
   const XTile* x = xt + kb0;
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // block b's sums at ring[b % 3]
   if (U8) load_neg128();
-  const Signed<Src> ssrc{src};  // the sums come out signed (rot_product)
   rot_product<false, U8>(0, x[0].q, src.lev(0));
   if (kb > 1) rot_product<false, U8>(1, x[1].q, src.lev(1));
   rot_store(0, ring[0]);
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
     if (b + 2 < kb) rot_product<false, U8>(b + 2, x[b + 2].q, src.lev(b + 2));
-    chain<false, MIN, FULL>(ring[b % 3], ssrc, b, x[b], rows, acc);
+    chain<false, MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
     ahead.at(b);
   }
   store_acc<FULL>(acc, rows, y, ldy, valid);
@@ -194,7 +191,6 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
   int32_t* const ring[3] = {cbuf, cbuf + 256, cbuf + 512};  // pair c's sums at ring[c % 3]
   const int64_t np = (kb + 1) / 2;
   if (U8) load_neg128_pair();
-  const Signed<Src> ssrc{src};  // the sums come out signed (rot_product)
   rot_product<true, U8>(0, a, src.lev(0));
   if (np > 1) rot_product<true, U8>(1, a + 1024, src.lev(2));
   rot_store(0, ring[0]);
@@ -203,10 +199,10 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
     if (c + 2 < np) rot_product<true, U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
-    chain<false, MIN, false>(ring[k], ssrc, g, x[g], rows, acc);
+    chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<false, MIN, false>(ring[k] + 8 * 16, ssrc, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      chain<false, MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }
@@ -230,6 +226,7 @@ void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* p
     if (!SUB16 && pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
     else if (!SUB16 && mt == 1 && rows == 16) rot_rows<MIN, true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (!SUB16 && mt == 1) rot_rows<MIN, false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if constexpr (Src::kU8) continue;  // (n <= 16: one M tile, handled above)
     else if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
@@ -344,8 +341,7 @@ void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1,
                                 : _mm256_setzero_si256();
         _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[m]), q);
         o.d[m] = i < n ? xq[i * nb + b].d : 0.0f;
-        if (has_min) o.s[m] = i < n ? xq[i * nb + b].s : 0.0f;
-        else o.corr[m] = i < n ? xq[i * nb + b].corr[0] : 0;
+        o.s[m] = has_min && i < n ? xq[i * nb + b].s : 0.0f;
       }
     }
 }

@@ -75,18 +75,13 @@ class TileScope {
   __asm__ volatile("tilestored %%tmm" #t ", (%1,%2,1)" : "=m"(*(int32_t(*)[256])(base)) : "r"(base), \
                    "r"(int64_t(64)))
 
-// The block product: signed levels (a scratch copy) or u8 levels u = q +
-// off read in place, whose sums then need the XTile correction in the
-// chain (rot_product below folds it into the tile sums instead).
-#define KVS_DP(U8, C, A, B) \
-  if (U8) _tile_dpbsud(C, A, B); \
-  else _tile_dpbssd(C, A, B)
-// One block's product on a tile set: a its activation tile, b its levels.
-#define KVS_PRODUCT_K32(U8, C, A, B, a, b) \
-  KVS_TILE_LOAD(A, (a)->q, 32, 512);       \
-  KVS_TILE_LOAD(B, (b), 64, 512);          \
-  _tile_zero(C);                           \
-  KVS_DP(U8, C, A, B)
+// One block's product on a tile set: a its activation tile, b its signed
+// levels (a scratch copy; levels read in place go through rot_product).
+#define KVS_PRODUCT_K32(C, A, B, a, b) \
+  KVS_TILE_LOAD(A, (a)->q, 32, 512);   \
+  KVS_TILE_LOAD(B, (b), 64, 512);      \
+  _tile_zero(C);                       \
+  _tile_dpbssd(C, A, B)
 #define KVS_PRODUCT_SUB16(CL, CH, a, b)                                        \
   KVS_TILE_LOAD(4, (a)->q, 32, 512);                                           \
   KVS_TILE_LOAD(5, &(a)->q[0][16], 32, 496); /* bytes 16..31 of each row */ \
@@ -96,32 +91,24 @@ class TileScope {
   _tile_zero(CH);                                                              \
   _tile_dpbssd(CL, 4, 6);                                                      \
   _tile_dpbssd(CH, 5, 7)
-// Two blocks at once (TileMode::Pair): a the pair's A tile [16, 64], b the
-// pair's levels [16, 64].
-#define KVS_PRODUCT_PAIR(U8, C, A, B, a, b) \
-  KVS_TILE_LOAD(A, (a), 64, 1024);          \
-  KVS_TILE_LOAD(B, (b), 64, 1024);          \
-  _tile_zero(C);                            \
-  KVS_DP(U8, C, A, B)
-
 // Integer products of cnt (1 or 2) blocks into out ([cnt][kCInts] int32):
 // one block on tile set `set`, two on both sets, both products issued
 // before the stores (a store waits for its product; the float chain that
 // follows reads a buffer stored the round before). a: the blocks'
-// activation tiles; b0, b1: their levels (u8 when U8; Q6_K: signed only).
-template <bool SUB16, bool U8>
+// activation tiles; b0, b1: their signed levels.
+template <bool SUB16>
 inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* b1, int cnt, int32_t* out) {
   if (!SUB16) {
     if (cnt == 2) {
-      KVS_PRODUCT_K32(U8, 0, 4, 6, a, b0);
-      KVS_PRODUCT_K32(U8, 1, 5, 7, a + 1, b1);
+      KVS_PRODUCT_K32(0, 4, 6, a, b0);
+      KVS_PRODUCT_K32(1, 5, 7, a + 1, b1);
       KVS_TILE_STORE(0, out);
       KVS_TILE_STORE(1, out + 256);
     } else if (set == 0) {
-      KVS_PRODUCT_K32(U8, 0, 4, 6, a, b0);
+      KVS_PRODUCT_K32(0, 4, 6, a, b0);
       KVS_TILE_STORE(0, out);
     } else {
-      KVS_PRODUCT_K32(U8, 1, 5, 7, a, b0);
+      KVS_PRODUCT_K32(1, 5, 7, a, b0);
       KVS_TILE_STORE(1, out);
     }
   } else if (cnt == 2) {
@@ -151,7 +138,7 @@ inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* 
 // With u8 levels (u = q + 128, read in place) the product also takes the
 // activations against tile 3, a B tile of -128 (load_neg128): C then holds
 // sum(a * u) - 128 * sum(a) = sum(a * q), the exact signed sum, and the
-// float chain needs no correction (Src::kU8 false for it).
+// float chain needs no correction.
 alignas(64) inline constexpr int8_t kNeg128[1024] = {
 #define KVS_N8 -128, -128, -128, -128, -128, -128, -128, -128
 #define KVS_N64 KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8, KVS_N8
@@ -202,14 +189,12 @@ inline void rot_store(int64_t i, int32_t* out) {
 
 #undef KVS_PRODUCT_K32
 #undef KVS_PRODUCT_SUB16
-#undef KVS_PRODUCT_PAIR
-#undef KVS_DP
 
 // The float chain step of block bb for rows m < rows (all 16 when FULL):
 // exactly block_step()'s operations on the tile's integer sums c ([rows]
-// of 16 int32; Q6_K's hi half at c + 256), plus the XTile correction first
-// where the product took u8 levels (Src::kU8). src gives the block's float
-// scales (lanes = the panel's weight rows), loaded here, where they are used.
+// of 16 int32, signed; Q6_K's hi half at c + 256). src gives the block's
+// float scales (lanes = the panel's weight rows), loaded here, where they
+// are used.
 template <bool SUB16, bool MIN, bool FULL, class Src>
 inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int rows, __m512* acc) {
   const __m512 ws0 = src.ws0(bb);
@@ -219,8 +204,7 @@ inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int row
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     const __m512 xd = _mm512_set1_ps(x.d[m]);
-    __m512i isum = _mm512_load_si512(c + 16 * m);
-    if (Src::kU8) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(x.corr[m]));
+    const __m512i isum = _mm512_load_si512(c + 16 * m);
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws0, xd), acc[m]);
     if (SUB16) {
       const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(c + 256 + 16 * m));

@@ -60,10 +60,7 @@ static_assert(sizeof(XBlock) == 48);
 struct XTile {
   int8_t q[16][32];  // XBlock::q of the 16 rows
   float d[16];       // XBlock::d
-  union {            // formats with a min need s; the others may need corr
-    float s[16];        // XBlock::s
-    int32_t corr[16];   // XBlock::corr[0] (kernels that take the weights as u = q + off)
-  };
+  float s[16];       // XBlock::s (formats with a min; zero for the others)
 };
 static_assert(sizeof(XTile) == 640);
 
@@ -136,7 +133,7 @@ struct IsaKernels {
   // Tile kernels (nullptr where the ISA has none): the driver calls them
   // instead of quant_rows when amx_tiles_apply(w, n), with the activations
   // also laid out as XTiles by tile_x (M tiles [t0, t1), all blocks; s
-  // when the format has a min, else corr).
+  // when the format has a min, else zero).
   void (*tile_x)(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min,
                  XTile* out) = nullptr;
   void (*quant_rows_tiles)(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y,
