@@ -59,26 +59,28 @@ void Sampler::adjust(int n_vocab, const DrawContext& ctx) {
   }
 }
 
+namespace {
+// The lowest index of the largest value(i), i < n: the greedy choice.
+template <class Value>
+int first_max(int n, Value value) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (value(i) > value(best)) best = i;
+  return best;
+}
+}  // namespace
+
 int Sampler::sample_with(const float* logits, int n_vocab, const DrawContext& ctx) {
   // Greedy with nothing to adjust: the first largest logit, read in place
   // (the same choice as below, without copying the vocabulary).
   const bool penalties = (ctx.history && p_.repeat_penalty != 1.0f && p_.repeat_last_n != 0) ||
                          (ctx.generated && (p_.presence_penalty != 0 || p_.frequency_penalty != 0));
-  if (p_.temperature <= 0.f && p_.logit_bias.empty() && !penalties && ctx.banned.empty() && !ctx.allowed) {
-    int best = 0;
-    for (int i = 1; i < n_vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return best;
-  }
+  if (p_.temperature <= 0.f && p_.logit_bias.empty() && !penalties && ctx.banned.empty() && !ctx.allowed)
+    return first_max(n_vocab, [&](int i) { return logits[i]; });
   cand_.resize(size_t(n_vocab));
   for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i], i};
   adjust(n_vocab, ctx);
-  if (p_.temperature <= 0.f) {
-    int best = 0;
-    for (int i = 1; i < n_vocab; ++i)
-      if (cand_[i].first > cand_[best].first) best = i;
-    return best;
-  }
+  if (p_.temperature <= 0.f) return first_max(n_vocab, [&](int i) { return cand_[size_t(i)].first; });
   // Sort descending by logit (ties: lower id first) so every filter below is a prefix cut.
   auto by_logit = [](const std::pair<float, int>& a, const std::pair<float, int>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
