@@ -15,6 +15,7 @@
 #include "engine/local_sequence.h"
 #include "engine/paged_engine.h"
 #include "engine/sampler.h"
+#include "kernels/cpu.h"
 #include "model/model.h"
 #include "engine_test_util.h"
 #include "test_util.h"
@@ -82,8 +83,7 @@ class PagedModels : public ::testing::TestWithParam<const char*> {};
 
 // Same tokens -> same bits as the contiguous LocalSequence, for block sizes
 // 1, 16 and 64, while another sequence's blocks interleave with ours.
-TEST_P(PagedModels, BitIdenticalToContiguousPath) {
-  auto model = load(GetParam());
+void expect_paged_equals_contiguous(const std::shared_ptr<const Model>& model) {
   Engine engine(model, EngineOptions{2});
   const int nv = model->config().n_vocab;
   const int n = 90, n_prompt = 37;
@@ -112,6 +112,20 @@ TEST_P(PagedModels, BitIdenticalToContiguousPath) {
     // b reserved first, so a's table is not the identity 0, 1, 2, ...
     EXPECT_NE(pe.kv().block_table(a.seq)[0], 0);
     pe.kv().check_invariants(true);
+  }
+}
+
+TEST_P(PagedModels, BitIdenticalToContiguousPath) { expect_paged_equals_contiguous(load(GetParam())); }
+
+// With bf16 matmuls (float weights on AMX-BF16 tiles) a token's logits still
+// do not depend on the batch, the chunk or the other sequences.
+TEST(PagedEngine, Bf16MatmulsStayBatchIndependent) {
+  if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 here: --prefill-precision bf16 is refused, nothing to check";
+  for (const char* rel : {"stories260K/stories260K.gguf", "tiny-random/tiny-llama-f16.gguf"}) {
+    SCOPED_TRACE(rel);
+    auto model = Model::load(test::shared(std::string("models/") + rel), "", nullptr, MatmulPrecision::Bf16);
+    ASSERT_EQ(model->precision(), MatmulPrecision::Bf16);
+    expect_paged_equals_contiguous(model);
   }
 }
 

@@ -169,6 +169,7 @@ int run_throughput(const Args& a, Loaded& l) {
     std::printf("%s\n", nlohmann::json{{"model", l.model->path()},
                                        {"threads", l.engine->n_threads()},
                                        {"kv_type", to_string(a.kv.options().type)},
+                                       {"precision", precision_name(l.model->precision())},
                                        {"rows", rows}}
                             .dump()
                             .c_str());

@@ -202,14 +202,17 @@ void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, 
   Stat sp = pp.empty() ? Stat{} : stat(pp), st = tg.empty() ? Stat{} : stat(tg);
   const tools::BenchRoofline roof = roofline_for(a.profile, l.engine->n_threads());
   const tools::PrefillOps ops = tools::prefill_ops_per_token(*l.model, a.p);
-  const double t_roof = tools::prefill_roofline_seconds(ops, roof);
+  // The roofline counts float-weight products at the fp32 peak; bf16 ones
+  // run on tiles the probe does not time, so none is claimed for them.
+  const bool bf16 = l.model->precision() == MatmulPrecision::Bf16;
+  const double t_roof = bf16 ? 0.0 : tools::prefill_roofline_seconds(ops, roof);
   const double pp_peak_frac = t_roof > 0 && sp.mean > 0 ? t_roof * sp.mean : 0;  // roofline time / measured time
   const double decode_gbs = st.mean * bytes_per_token / 1e9;
   const double bw_frac = roof.bandwidth > 0 ? decode_gbs * 1e9 / roof.bandwidth : 0;
   if (a.json) {
     nlohmann::json j{{"model", l.model->path()}, {"threads", l.engine->n_threads()},
                      {"pp", a.p}, {"tg", a.n}, {"depth", a.depth}, {"reps", a.reps},
-                     {"kv", seq.layout().describe()},
+                     {"kv", seq.layout().describe()}, {"precision", precision_name(l.model->precision())},
                      {"pp_tokens_per_s", sp.mean}, {"pp_sd", sp.sd},
                      {"tg_tokens_per_s", st.mean}, {"tg_sd", st.sd},
                      {"decode_bytes_per_token", bytes_per_token},

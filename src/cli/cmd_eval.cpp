@@ -137,7 +137,8 @@ int run_eval(const EvalArgs& a) {
                      {"kv_type", a.kv.type}, {"key_scale", a.kv.key_scale},
                      {"kv", kv_layout_for(*l.engine, a.block_size, a.kv.options()).describe()},
                      {"window", o.window.describe()}, {"ctx", a.ctx}, {"chunks", r.n_chunks},
-                     {"scored_tokens", r.n_scored}, {"model", l.model->path()}};
+                     {"scored_tokens", r.n_scored}, {"model", l.model->path()},
+                     {"precision", precision_name(l.model->precision())}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("PPL %.4f (f32 cache %.4f, %+.3f%%), KL %.6f nats/token, top-1 agreement %.2f%%, KV %.1f bytes/token\n",

@@ -18,6 +18,13 @@ void add_model_args(CLI::App* cmd, ModelArgs& a) {
                   "random model)");
   cmd->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer file for .bin models (default: tok512.bin beside it)");
   cmd->add_option("-t,--threads", a.threads, "Compute threads (default: one per core)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--prefill-precision", a.precision,
+                  "Products with float (F32/F16/BF16) weights: fp32 (exact, the same bits on every machine) or bf16 "
+                  "(AMX-BF16 tiles: weights and activations rounded to bfloat16, much faster prefill, slightly "
+                  "different results; every product of those weights, decode too, so output stays independent "
+                  "of batching). Quantized weights are exact either way. bf16 needs a CPU with amx_bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
 void add_kv_args(CLI::App* cmd, KvArgs& a) {
@@ -87,11 +94,14 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
     // Per matrix as the load-time copies finish (on a terminal only).
     std::mutex mu;
     std::unique_ptr<tools::Progress> bar;
-    l.model = Model::load(resolve_model_path(a.model), a.tokenizer, [&](int64_t done, int64_t total) {
-      std::lock_guard lk(mu);
-      if (!bar) bar = std::make_unique<tools::Progress>("repack", total);
-      bar->update(done);
-    });
+    l.model = Model::load(
+        resolve_model_path(a.model), a.tokenizer,
+        [&](int64_t done, int64_t total) {
+          std::lock_guard lk(mu);
+          if (!bar) bar = std::make_unique<tools::Progress>("repack", total);
+          bar->update(done);
+        },
+        parse_precision(a.precision));
   }
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;

@@ -15,6 +15,7 @@ struct ModelArgs {
   std::string model;      // empty: default model (see resolve_model_path)
   std::string tokenizer;  // llama2.c tokenizer file for .bin models
   int threads = 0;        // 0 = one per core
+  std::string precision = "fp32";  // --prefill-precision: MatmulPrecision of float weights
 };
 
 void add_model_args(CLI::App* cmd, ModelArgs& a);

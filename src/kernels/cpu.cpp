@@ -90,6 +90,7 @@ CpuFeatures detect() {
   }
   f.amx_tile = (edx7 >> 24) & 1;
   f.amx_int8 = (edx7 >> 25) & 1;
+  f.amx_bf16 = (edx7 >> 22) & 1;
   f.amx_os = (xcr0 & 0x60000) == 0x60000;  // XTILECFG (17) + XTILEDATA (18)
   if (f.amx_tile && f.amx_int8 && f.amx_os) f.amx_permitted = request_amx_permission();
   return f;
@@ -135,6 +136,11 @@ Isa active_isa() {
 
 void set_isa_override(Isa isa) { g_override.store(int(isa), std::memory_order_relaxed); }
 void clear_isa_override() { g_override.store(-1, std::memory_order_relaxed); }
+
+bool amx_bf16_active() {
+  const CpuFeatures& f = cpu_features();
+  return active_isa() == Isa::Amx && f.amx_bf16 && f.avx512bf16;
+}
 
 std::string isa_name(Isa isa) {
   switch (isa) {

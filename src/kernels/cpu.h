@@ -16,6 +16,7 @@ struct CpuFeatures {
   // AMX: CPUID bits, XCR0 enabling XTILECFG + XTILEDATA, and (Linux) the
   // kernel's permission for this process to use tile data; all four needed.
   bool amx_tile = false, amx_int8 = false, amx_os = false, amx_permitted = false;
+  bool amx_bf16 = false;  // CPUID only; usable where active_isa() is Isa::Amx
   int logical_cores = 1;
 };
 
@@ -27,5 +28,8 @@ Isa active_isa();
 void set_isa_override(Isa isa);  // tests: force a path (clamped to what the CPU has)
 void clear_isa_override();       // back to KVS_ISA / the best the CPU has
 std::string isa_name(Isa isa);
+// AMX-BF16 tiles usable now: the active ISA is Isa::Amx and the CPU has
+// AMX-BF16 and AVX512-BF16 (the activations' conversion).
+bool amx_bf16_active();
 
 }  // namespace kvs

@@ -3,6 +3,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -106,6 +107,28 @@ int64_t row_chunk(int64_t rows, int threads, int align) {
   return std::max<int64_t>(c, align);
 }
 
+// Whether w runs on the AMX-BF16 tiles; throws where it must but cannot
+// (its copy is bfloat16 tiles and the tiles are not usable now).
+bool runs_bf16(const IsaKernels& k, const WeightView& w) {
+  if (w.pack != PackLayout::AmxBf16) return false;
+  if (!k.bf16_rows || !amx_bf16_active())
+    throw std::runtime_error("matmul: these weights were loaded for bf16 matmuls (AMX-BF16 tiles), which the "
+                             "active ISA (" + isa_name(active_isa()) + ") cannot run; load them with fp32 precision");
+  return true;
+}
+
+// X [n, cols] as bfloat16 rows of kp elements for the bf16 kernels, rows
+// past n up to a whole M tile zero; reused across calls on the caller thread.
+const uint16_t* bf16_activations(const IsaKernels& k, const float* x, int64_t ldx, int64_t n, int64_t cols,
+                                 ThreadPool& pool) {
+  const int64_t kp = (cols + 31) / 32 * 32, rows = m_tiles(n) * 16;
+  uint16_t* xb = x_buffer<uint16_t>(size_t(rows * kp));  // [rows, kp]
+  if (n >= 8 && pool.size() > 1) pool.parallel_for(n, [&](int64_t i, int) { k.bf16_x(x, ldx, cols, i, i + 1, kp, xb); });
+  else k.bf16_x(x, ldx, cols, 0, n, kp, xb);
+  std::memset(xb + n * kp, 0, size_t((rows - n) * kp) * sizeof(uint16_t));
+  return xb;
+}
+
 void run_rows(const WeightView& w, int64_t n, ThreadPool& pool, int align,
               const std::function<void(int64_t, int64_t, mm::Scratch)>& body) {
   const int64_t chunk = row_chunk(w.rows, pool.size(), align);
@@ -127,6 +150,11 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
   check_args(w, x, ldx, n, y, ldy);
   if (n == 0 || w.rows == 0) return;
   const IsaKernels& k = kernels_for(active_isa());
+  if (runs_bf16(k, w)) {
+    const uint16_t* xb = bf16_activations(k, x, ldx, n, w.cols, pool);
+    run_rows(w, n, pool, 16, [&](int64_t r0, int64_t r1, mm::Scratch) { k.bf16_rows(w, r0, r1, xb, n, y, ldy); });
+    return;
+  }
   if (mm::is_float_type(w.type)) {
     run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
       k.float_rows(w, r0, r1, x, ldx, n, y, ldy, s);
@@ -170,8 +198,10 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
   // arrays: this runs several times per token and allocates nothing.
   mm::QFormat formats[kMaxOuts];
   int n_formats = 0, fmt_of[kMaxOuts];
+  bool bf16[kMaxOuts] = {}, any_bf16 = false;
   for (int j = 0; j < count; ++j) {
     fmt_of[j] = -1;
+    if (runs_bf16(k, *outs[j].w)) bf16[j] = any_bf16 = true;
     if (mm::is_float_type(outs[j].w->type)) continue;
     const mm::QFormat f = mm::qformat(outs[j].w->type, k.signed_q8);
     int i = 0;
@@ -194,6 +224,7 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     xt = x_buffer<XTile>(size_t(n_formats) * size_t(m_tiles(n) * nb));
     tile_activations(k, xq, formats, n_formats, n, nb, xt, pool);
   }
+  const uint16_t* xb = any_bf16 ? bf16_activations(k, x, ldx, n, cols, pool) : nullptr;
   // Tasks: output j's row chunks, in order; task t belongs to the output
   // whose first task index is the largest one <= t.
   int64_t total = 0, first[kMaxOuts + 1];
@@ -206,7 +237,9 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     while (first[j + 1] <= t) ++j;
     const MatmulOut& o = outs[j];
     const int64_t r0 = (t - first[j]) * chunk, r1 = std::min(o.w->rows, r0 + chunk);
-    if (fmt_of[j] < 0)
+    if (bf16[j])
+      k.bf16_rows(*o.w, r0, r1, xb, n, o.y, o.ldy);
+    else if (fmt_of[j] < 0)
       k.float_rows(*o.w, r0, r1, x, ldx, n, o.y, o.ldy, thread_scratch());
     else if (tiles[j])
       k.quant_rows_tiles(*o.w, r0, r1, xt + int64_t(fmt_of[j]) * m_tiles(n) * nb, n, o.y, o.ldy, thread_scratch());
@@ -221,6 +254,7 @@ namespace {
 struct GroupPlan {
   int64_t xq = -1;       // first XBlock of its quantized X; -1: float weights or n = 0
   int64_t xt = -1;       // first XTile of its tile layout; -1: no tiles
+  int64_t xb = -1;       // first bf16 element of its bf16 X (AmxBf16 weights); -1: none
   bool owner = false;    // quantizes its X (else shares the previous group's)
   mm::QFormat f{};
 };
@@ -243,17 +277,24 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
   // per step). The pool's workers must see the caller's copies, so the
   // lambdas below capture references, never name the thread_locals.
   thread_local std::vector<GroupPlan> plan_tls;
-  thread_local std::vector<int64_t> tls[5];
+  thread_local std::vector<int64_t> tls[7];
   std::vector<GroupPlan>& plan = plan_tls;
   std::vector<int64_t>&q_first = tls[0], &q_group = tls[1], &t_first = tls[2], &t_group = tls[3],
-                      &task_first = tls[4];
+                      &task_first = tls[4], &b_first = tls[5], &b_group = tls[6];
   plan.assign(size_t(count), GroupPlan{});
   q_first.assign(1, 0), q_group.clear(), t_first.assign(1, 0), t_group.clear(), task_first.assign(1, 0);
-  int64_t xq_total = 0, xt_total = 0, total_rows = 0;
+  b_first.assign(1, 0), b_group.clear();
+  int64_t xq_total = 0, xt_total = 0, xb_total = 0, total_rows = 0;
   for (int g = 0; g < count; ++g) {
     const MatmulGroup& G = groups[g];
-    if (G.n == 0 || G.w->rows == 0 || mm::is_float_type(G.w->type)) continue;
+    if (G.n == 0 || G.w->rows == 0) continue;
     GroupPlan& p = plan[size_t(g)];
+    if (runs_bf16(k, *G.w)) {
+      p.xb = xb_total;
+      xb_total += m_tiles(G.n) * 16 * ((G.w->cols + 31) / 32 * 32);
+      b_group.push_back(g), b_first.push_back(b_first.back() + m_tiles(G.n) * 16);
+    }
+    if (mm::is_float_type(G.w->type)) continue;
     const int64_t nb = G.w->cols / mm::kQBlock;
     p.f = mm::qformat(G.w->type, k.signed_q8);
     const GroupPlan* prev = g > 0 ? &plan[size_t(g - 1)] : nullptr;
@@ -297,6 +338,20 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     if (t_first.back() > 1 && pool.size() > 1) pool.parallel_for(t_first.back(), [&](int64_t i, int) { tile(i); });
     else for (int64_t i = 0; i < t_first.back(); ++i) tile(i);
   }
+  uint16_t* xb = nullptr;  // per bf16 group: [ceil(n / 16) * 16, kp]
+  if (xb_total > 0) {
+    xb = x_buffer<uint16_t>(size_t(xb_total));
+    const auto convert = [&](int64_t i) {
+      const int j = group_of(b_first, i);
+      const MatmulGroup& G = groups[b_group[size_t(j)]];
+      const int64_t r = i - b_first[size_t(j)], kp = (G.w->cols + 31) / 32 * 32;
+      uint16_t* out = xb + plan[size_t(b_group[size_t(j)])].xb;
+      if (r < G.n) k.bf16_x(G.x, G.ldx, G.w->cols, r, r + 1, kp, out);
+      else std::memset(out + r * kp, 0, size_t(kp) * sizeof(uint16_t));
+    };
+    if (b_first.back() >= 8 && pool.size() > 1) pool.parallel_for(b_first.back(), [&](int64_t i, int) { convert(i); });
+    else for (int64_t i = 0; i < b_first.back(); ++i) convert(i);
+  }
   // Tasks: group g's row chunks, in order.
   const int64_t chunk = row_chunk(total_rows, pool.size(), k.row_align);
   for (int g = 0; g < count; ++g)
@@ -306,13 +361,23 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     const MatmulGroup& G = groups[g];
     const GroupPlan& p = plan[size_t(g)];
     const int64_t r0 = (t - task_first[size_t(g)]) * chunk, r1 = std::min(G.w->rows, r0 + chunk);
-    if (p.xq < 0)
+    if (p.xb >= 0)
+      k.bf16_rows(*G.w, r0, r1, xb + p.xb, G.n, G.y, G.ldy);
+    else if (p.xq < 0)
       k.float_rows(*G.w, r0, r1, G.x, G.ldx, G.n, G.y, G.ldy, thread_scratch());
     else if (p.xt >= 0)
       k.quant_rows_tiles(*G.w, r0, r1, xt + p.xt, G.n, G.y, G.ldy, thread_scratch());
     else
       k.quant_rows(*G.w, r0, r1, xq + p.xq, G.n, G.y, G.ldy, thread_scratch());
   });
+}
+
+std::string precision_name(MatmulPrecision p) { return p == MatmulPrecision::Bf16 ? "bf16" : "fp32"; }
+
+MatmulPrecision parse_precision(const std::string& s) {
+  if (s == "fp32") return MatmulPrecision::Fp32;
+  if (s == "bf16") return MatmulPrecision::Bf16;
+  throw std::invalid_argument("unknown matmul precision '" + s + "' (choose fp32 or bf16)");
 }
 
 void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,

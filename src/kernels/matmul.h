@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include "kernels/quant.h"
 
 namespace kvs {
@@ -16,8 +17,23 @@ namespace kvs {
 class ThreadPool;
 
 // How `WeightView::packed` is laid out (kernels/weight_pack.h): 16-row
-// panels for the AVX-512 kernels, 8-row panels for the AVX2 ones.
-enum class PackLayout : uint8_t { None = 0, Panel16 = 1, Panel8 = 2 };
+// panels for the AVX-512 kernels, 8-row panels for the AVX2 ones; AmxBf16
+// holds float weights as bfloat16 tiles for the AMX-BF16 kernels, chosen
+// at load by MatmulPrecision::Bf16 only.
+enum class PackLayout : uint8_t { None = 0, Panel16 = 1, Panel8 = 2, AmxBf16 = 3 };
+
+// The arithmetic of products with float (F32 / F16 / BF16) weights.
+//   Fp32: float32 throughout, in the fixed orders of matmul_internal.h (the
+//         default; the same bits on every machine).
+//   Bf16: weights rounded to bfloat16 at load, activations rounded to
+//         bfloat16 per call, products summed in float32 inside AMX-BF16
+//         tiles, for every n (so output still does not depend on batching
+//         or chunking). Needs AMX-BF16; the bits are those of the tile unit.
+// Quantized weights are not affected: their kernels are exact either way.
+enum class MatmulPrecision : uint8_t { Fp32 = 0, Bf16 = 1 };
+std::string precision_name(MatmulPrecision p);
+// "fp32" / "bf16"; throws std::invalid_argument naming the choices otherwise.
+MatmulPrecision parse_precision(const std::string& s);
 
 struct WeightView {
   GgmlType type = GgmlType::F32;

@@ -373,6 +373,8 @@ const IsaKernels& amx_kernels() {
     IsaKernels a = avx512_kernels();  // the rest: the AVX-512 kernels
     a.tile_x = tile_x_amx;
     a.quant_rows_tiles = quant_rows_amx;
+    a.bf16_x = bf16_x_amx;
+    a.bf16_rows = bf16_rows_amx;
     return a;
   }();
   return k;

@@ -45,15 +45,20 @@ struct alignas(64) TileConfig {
 //          [16, 16]) and B6 B7 ([4, 64]) shared
 //   Pair:  C0 A4 B6 / C1 A5 B7, A [16, 64], B [16, 64]: two blocks in one
 //          K = 64 product for up to 8 activation rows (below)
-enum class TileMode { K32, Sub16, Pair };
+//   Bf16:  every tile [16, 64] (matmul_amx_bf16.cpp: C 0..3, A 4 5, B 6 7)
+enum class TileMode { K32, Sub16, Pair, Bf16 };
 
 // Loads the configuration; releases the tiles when the call ends, so no
 // tile state outlives a kernel on a pool thread.
 class TileScope {
  public:
-  explicit TileScope(TileMode mode) {
+  // m_rows (Bf16 only): rows of the C and A tiles, for fewer than 16
+  // activation rows in all.
+  explicit TileScope(TileMode mode, int m_rows = 16) {
     TileConfig c;
     for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+    if (mode == TileMode::Bf16)
+      for (int t = 0; t < 6; ++t) c.rows[t] = uint8_t(m_rows);
     if (mode == TileMode::K32) c.colsb[4] = c.colsb[5] = 32, c.rows[6] = c.rows[7] = c.rows[3] = 8;  // 3: kNeg128
     if (mode == TileMode::Sub16) c.colsb[4] = c.colsb[5] = 16, c.rows[6] = c.rows[7] = 4;
     // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other

@@ -138,6 +138,15 @@ struct IsaKernels {
                  XTile* out) = nullptr;
   void (*quant_rows_tiles)(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y,
                            int64_t ldy, Scratch scratch) = nullptr;
+  // AMX-BF16 (nullptr where the ISA has none): the driver runs every
+  // PackLayout::AmxBf16 matrix with these. bf16_x writes activation rows
+  // [i0, i1) of x as bfloat16 rows of kp elements (kp = cols rounded up to
+  // 32, the tail zero); bf16_rows takes those rows, ceil(n / 16) * 16 of
+  // them (rows past n zero), for weight rows [r0, r1), r0 % 16 == 0.
+  void (*bf16_x)(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp,
+                 uint16_t* out) = nullptr;
+  void (*bf16_rows)(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
+                    int64_t ldy) = nullptr;
 };
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
@@ -145,6 +154,14 @@ const IsaKernels& avx512_kernels();
 // Isa::Amx: avx512_kernels() except quantized Panel16 weights at n >=
 // amx_min_rows(type), which run AMX-INT8 tiles (matmul_amx.cpp).
 const IsaKernels& amx_kernels();
+// The AMX-BF16 kernels (matmul_amx_bf16.cpp), which amx_kernels() carries.
+void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
+void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
+                   int64_t ldy);
+// A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
+// values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
+// AmxBf16 packing's conversion (needs AVX512-BF16).
+void row_to_bf16_avx512(GgmlType t, const uint8_t* row, int64_t cols, int64_t kp, uint16_t* out);
 
 // Float-weight kernels, one file per ISA (matmul_avx2_float.cpp, matmul_avx512_float.cpp).
 void float_rows_avx2(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx,

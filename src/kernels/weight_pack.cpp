@@ -37,6 +37,9 @@ int64_t scale_bytes(GgmlType t, int64_t lanes) { return lanes * (t == GgmlType::
 int64_t unit_bytes(GgmlType t, int64_t lanes) {
   return unit_blocks(t) * (level_bytes(t, lanes) + scale_bytes(t, lanes));
 }
+// AmxBf16: cols rounded up to whole 32-element chunks, 2 bytes each, 16 rows.
+int64_t bf16_cols(const WeightView& w) { return (w.cols + 31) / 32 * 32; }
+
 int64_t panel_bytes(const WeightView& w, int64_t lanes) {
   if (mm::is_float_type(w.type)) return w.cols * lanes * (w.type == GgmlType::F32 ? 4 : 2);
   if (w.type == GgmlType::Q4_K) return w.cols / QK_K * q4k_unit(lanes);
@@ -64,6 +67,7 @@ PackLayout pack_layout_for(Isa isa) {
 }
 
 bool packable(const WeightView& w, PackLayout layout) {
+  if (layout == PackLayout::AmxBf16) return w.rows > 0 && w.cols > 0 && mm::is_float_type(w.type);
   const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
                      w.type == GgmlType::Q6_K || w.type == GgmlType::MXFP4;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
@@ -74,7 +78,8 @@ bool packable(const WeightView& w) { return packable(w, pack_layout_for(active_i
 
 size_t packed_size(const WeightView& w, PackLayout layout) {
   const int64_t lanes = lanes_of(layout);
-  return size_t((w.rows + lanes - 1) / lanes) * size_t(panel_bytes(w, lanes));
+  const int64_t pb = layout == PackLayout::AmxBf16 ? bf16_cols(w) * lanes * 2 : panel_bytes(w, lanes);
+  return size_t((w.rows + lanes - 1) / lanes) * size_t(pb);
 }
 
 size_t packed_size(const WeightView& w) { return packed_size(w, pack_layout_for(active_isa())); }
@@ -177,9 +182,27 @@ void pack_panels_float(const WeightView& w, uint8_t* dst, int64_t p_begin, int64
   }
 }
 
+// AmxBf16 panels [p_begin, p_end) (layout in weight_pack.h): per 32-column
+// chunk c, 32-bit word 16j + r holds elements 32c + 2j, 32c + 2j + 1 of row
+// r (low half first). Missing rows and columns are zero.
+void pack_panels_bf16(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  const int64_t kp = bf16_cols(w), pb = kp * 32;
+  std::vector<uint16_t> bf(static_cast<size_t>(kp));  // [kp] one weight row as bf16
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    uint8_t* pan = dst + p * pb;
+    std::memset(pan, 0, size_t(pb));
+    for (int64_t r = 0; r < 16 && 16 * p + r < w.rows; ++r) {
+      mm::row_to_bf16_avx512(w.type, w.row(16 * p + r), w.cols, kp, bf.data());
+      for (int64_t k2 = 0; k2 < kp / 2; ++k2)  // pair k2 = chunk k2 / 16, word row k2 % 16
+        std::memcpy(pan + (k2 / 16) * 1024 + (k2 % 16) * 64 + 4 * r, bf.data() + 2 * k2, 4);
+    }
+  }
+}
+
 // Panels [p_begin, p_end) of the copy in `layout`.
 void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p_begin, int64_t p_end) {
   const int64_t L = lanes_of(layout), vb = 4 * L;
+  if (layout == PackLayout::AmxBf16) return pack_panels_bf16(w, dst, p_begin, p_end);
   if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
@@ -277,12 +300,19 @@ void release_mapped_pages(const void* p, size_t n) {
 }
 
 PackedArena pack_weights(const std::vector<PackItem>& items,
-                         const std::function<void(int64_t done, int64_t total)>& on_matrix) {
-  const PackLayout layout = pack_layout_for(active_isa());
-  const int64_t kLanes = lanes_of(layout);
+                         const std::function<void(int64_t done, int64_t total)>& on_matrix,
+                         MatmulPrecision precision) {
+  if (precision == MatmulPrecision::Bf16 && !amx_bf16_active())
+    throw std::runtime_error("bf16 matmuls need AMX-BF16 tiles, which this CPU (or KVS_ISA) does not offer");
+  // Per matrix: its layout, None when it is not packed.
+  std::vector<PackLayout> layout(items.size(), PackLayout::None);
   size_t total = 0;
-  for (const PackItem& it : items)
-    if (packable(*it.w)) total += round_up(packed_size(*it.w), 64);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const WeightView& w = *items[i].w;
+    const bool bf16 = precision == MatmulPrecision::Bf16 && mm::is_float_type(w.type);
+    const PackLayout l = bf16 ? PackLayout::AmxBf16 : pack_layout_for(active_isa());
+    if (packable(w, l)) layout[i] = l, total += round_up(packed_size(w, l), 64);
+  }
   PackedArena arena(total);
   // Jobs of up to 64 panels; the copy is bound by page faults and memory,
   // so every core helps (1.2 GB: ~1.1 s on one thread).
@@ -296,12 +326,12 @@ PackedArena pack_weights(const std::vector<PackItem>& items,
   size_t off = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const WeightView& w = *items[i].w;
-    if (!packable(w)) continue;
+    if (layout[i] == PackLayout::None) continue;
     dst[i] = arena.data() + off;
-    const int64_t panels = (w.rows + kLanes - 1) / kLanes;
+    const int64_t lanes = lanes_of(layout[i]), panels = (w.rows + lanes - 1) / lanes;
     for (int64_t p = 0; p < panels; p += 64) jobs.push_back({i, p, std::min(panels, p + 64)});
     left[i] = (panels + 63) / 64;
-    off += round_up(packed_size(w), 64);
+    off += round_up(packed_size(w, layout[i]), 64);
   }
   assert(off == total);
   std::atomic<size_t> next{0};
@@ -312,7 +342,7 @@ PackedArena pack_weights(const std::vector<PackItem>& items,
     for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       const Job& job = jobs[j];
       const PackItem& it = items[job.item];
-      pack_panels(*it.w, layout, dst[job.item], job.p0, job.p1);
+      pack_panels(*it.w, layout[job.item], dst[job.item], job.p0, job.p1);
       // The last job of a matrix drops its file pages at once, so resident
       // memory peaks near one copy of the weights, not two.
       if (left[job.item].fetch_sub(1) == 1) {
@@ -329,7 +359,7 @@ PackedArena pack_weights(const std::vector<PackItem>& items,
   for (size_t i = 0; i < items.size(); ++i) {
     if (!dst[i]) continue;
     items[i].w->packed = dst[i];
-    items[i].w->pack = layout;
+    items[i].w->pack = layout[i];
   }
   return arena;
 }

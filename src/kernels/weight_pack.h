@@ -61,6 +61,13 @@
 //   values, element k of the 8 rows at [8k, 8k + 8); its k-chain order is the
 //   Panel16 one, so both copies give the same bits.
 //
+// AmxBf16 (float weights under MatmulPrecision::Bf16 only): panel p = rows
+//   16p .. 16p+15, the columns rounded up to kp, a multiple of 32; chunk c
+//   (1 KiB) = columns 32c .. 32c+31 as one AMX-BF16 B tile: 32-bit word
+//   16j + r holds elements 32c + 2j and 32c + 2j + 1 of row r as bfloat16
+//   (round to nearest even from the file's value), the even one first.
+//   Missing rows and columns are zero.
+//
 // Quantized units are multiples of the vector size, so vectors load aligned. The values
 // are the file's bit for bit: for the quantized types the kernels' integer
 // dots and float chains, hence their results, are unchanged (tests compare
@@ -124,8 +131,11 @@ struct PackItem {
 };
 // `on_matrix(done, total)`, when set, runs (on a packing thread, one call at a
 // time per count) as each matrix's copy completes: a progress hook.
+// MatmulPrecision::Bf16 packs the float matrices as AmxBf16 (throws
+// std::runtime_error where amx_bf16_active() is false).
 PackedArena pack_weights(const std::vector<PackItem>& items,
-                         const std::function<void(int64_t done, int64_t total)>& on_matrix = nullptr);
+                         const std::function<void(int64_t done, int64_t total)>& on_matrix = nullptr,
+                         MatmulPrecision precision = MatmulPrecision::Fp32);
 
 // Drops [p, p + n) from this process's resident set (whole pages inside the
 // range only). For read-only file mappings.

@@ -27,5 +27,7 @@ void load_moe_layer(TensorLoader& t, const ModelConfig& c, const std::string& pr
 // sha256 hex over the architecture, shape, file size and path: stable for the
 // same file, different for different weights files (prefix-cache scoping).
 std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::string& path);
+// Lower-case hex SHA-256 of msg.
+std::string sha256_hex(const std::string& msg);
 
 }  // namespace kvs::detail

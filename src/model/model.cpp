@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "model/loaders.h"
 
@@ -43,11 +44,14 @@ std::string model_identity(const ModelConfig& c, uint64_t file_size, const std::
   std::error_code ec;
   const std::filesystem::path canon = std::filesystem::weakly_canonical(path, ec);
   s << (ec ? path : canon.string());
-  const std::string msg = s.str();
+  return sha256_hex(s.str());
+}
+
+std::string sha256_hex(const std::string& msg) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_Digest(msg.data(), msg.size(), md, &len, EVP_sha256(), nullptr) != 1)
-    throw ModelError(path + ": sha256 failed");
+    throw ModelError("sha256 failed");
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (unsigned i = 0; i < len; ++i) {
@@ -86,7 +90,17 @@ void require_file(const std::string& path) {
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path,
-                                         const std::function<void(int64_t, int64_t)>& on_repack) {
+                                         const std::function<void(int64_t, int64_t)>& on_repack,
+                                         MatmulPrecision precision) {
+  if (precision == MatmulPrecision::Bf16) {
+    if (!amx_bf16_active())
+      throw std::invalid_argument(
+          "bf16 matmuls need AMX-BF16 tiles (amx_bf16 in lscpu's flags), which this CPU" +
+          std::string(std::getenv("KVS_ISA") ? " under KVS_ISA=" + std::string(std::getenv("KVS_ISA")) : "") +
+          " does not offer; drop --prefill-precision bf16 (fp32 is the default and exact)");
+    if (!repack_enabled())
+      throw std::invalid_argument("bf16 matmuls run on the load-time copy of the weights, which KVS_REPACK=0 turns off");
+  }
   require_file(path);
   char magic[4] = {};
   {
@@ -116,7 +130,13 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
     // A tied output shares its rows with the embedding table, which is read
     // row by row from the file layout: keep those pages.
     items.push_back({&m->w_.output, mapped && !m->cfg_.tied_output});
-    m->packed_ = pack_weights(items, on_repack);
+    m->packed_ = pack_weights(items, on_repack, precision);
+    // bf16 products compute other values than fp32 ones: their KV must not
+    // be shared with an fp32 load of the same file (prefix cache, tiers).
+    bool bf16 = false;
+    for (const PackItem& it : items) bf16 = bf16 || it.w->pack == PackLayout::AmxBf16;
+    if (bf16) m->identity_ = detail::sha256_hex(m->identity_ + "|matmul:bf16");
+    m->precision_ = bf16 ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
   }
   return m;
 }

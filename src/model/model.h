@@ -164,9 +164,12 @@ class Model {
   // Loads by extension/magic: GGUF, or llama2.c .bin (then `tokenizer_path`
   // names the llama2.c tokenizer file; empty = tok512.bin/tokenizer.bin next to it).
   // `on_repack(done, total)`: called as each matrix's load-time copy
-  // completes (any thread; a progress hook).
+  // completes (any thread; a progress hook). `precision`: how products with
+  // float weights run (kernels/matmul.h); Bf16 throws std::invalid_argument
+  // where AMX-BF16 is not usable or the load-time copy is off.
   static std::shared_ptr<const Model> load(const std::string& path, const std::string& tokenizer_path = "",
-                                           const std::function<void(int64_t, int64_t)>& on_repack = nullptr);
+                                           const std::function<void(int64_t, int64_t)>& on_repack = nullptr,
+                                           MatmulPrecision precision = MatmulPrecision::Fp32);
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const Vocab& vocab() const { return vocab_; }
@@ -174,11 +177,15 @@ class Model {
   // Stable identity of the weights (sha256 of config + file size + path) for
   // prefix-cache scoping.
   const std::string& identity() const { return identity_; }
+  // Bf16 when any float matrix runs on the AMX-BF16 tiles (the identity
+  // then differs from the fp32 load's); Fp32 otherwise.
+  MatmulPrecision precision() const { return precision_; }
   // Internal: filled by loaders.
   ModelConfig cfg_;
   ModelWeights w_;
   Vocab vocab_;
   std::string path_, identity_;
+  MatmulPrecision precision_ = MatmulPrecision::Fp32;
   std::unique_ptr<GgufFile> gguf_;             // keeps the mapping alive
   PackedArena packed_;                         // load-time Panel16 copies (kernels/weight_pack.h)
   std::vector<std::vector<float>> owned_f32_;  // llama2.c weights, biases made f32, etc.
