@@ -21,6 +21,9 @@
 // VNNI ones on the same Panel16 weights, alternating call by call in one run;
 // counters GFLOP/s_amx, GFLOP/s_vnni and their ratio amx/vnni.
 // Run: bench_matmul --benchmark_filter='amx_vs_vnni
+// bf16_vs_fp32/...: on a CPU with AMX-BF16, float weights as the AmxBf16 copy
+// (--prefill-precision bf16) and as the Panel16 copy (fp32, the default),
+// alternating call by call; counters GFLOP/s_bf16, GFLOP/s_fp32, bf16/fp32.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -181,6 +184,44 @@ void BM_amx_vs_vnni(benchmark::State& state, GgmlType t, Shape s, int64_t n, int
   state.SetLabel(std::string(s.what) + " panel16");
 }
 
+// A float matrix's two copies, one call of each per iteration.
+void BM_bf16_vs_fp32(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
+  if (!kvs::amx_bf16_active()) {
+    state.SkipWithError("no AMX-BF16 here (CPU, OS, permission or KVS_ISA)");
+    return;
+  }
+  Copies c = make_weights(t, s, false);
+  kvs::ThreadPool pool(threads);
+  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  const kvs::WeightView file{t, c.mem.get(), s.rows, s.cols, kvs::row_bytes(t, s.cols)};
+  kvs::WeightView w[2] = {file, file};  // [bf16, fp32]
+  kvs::PackedArena arenas[2];
+  for (int k = 0; k < 2; ++k) {
+    const kvs::PackLayout l = k == 0 ? kvs::PackLayout::AmxBf16 : kvs::PackLayout::Panel16;
+    arenas[k] = kvs::PackedArena(kvs::packed_size(file, l));
+    kvs::pack_panels_into(file, l, arenas[k].data());
+    w[k].packed = arenas[k].data();
+    w[k].pack = l;
+  }
+  double sec[2] = {0, 0};
+  for (auto _ : state) {
+    for (int k = 0; k < 2; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kvs::matmul(w[k], x.data(), s.cols, n, y.data(), s.rows, pool);
+      sec[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  const double gflop = 2.0 * double(s.rows) * double(s.cols) * double(n) * double(state.iterations()) / 1e9;
+  state.counters["GFLOP/s_bf16"] = gflop / sec[0];
+  state.counters["GFLOP/s_fp32"] = gflop / sec[1];
+  state.counters["bf16/fp32"] = sec[1] / sec[0];
+  state.SetLabel(s.what);
+}
+
 // KVS_DECODE_VARIANT=PANELS,PREFETCH for every type; exits on a bad value.
 void apply_variant_from_env() {
   const char* e = std::getenv("KVS_DECODE_VARIANT");
@@ -217,6 +258,17 @@ int register_all() {
           const std::string name = "amx_vs_vnni/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
                                    std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
           benchmark::RegisterBenchmark(name.c_str(), BM_amx_vs_vnni, t, s, n, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.5);
+        }
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32})
+    for (const Shape& s : kShapes)
+      for (int64_t n : {1, 16, 128, 512})
+        for (int threads : {1, 2}) {
+          const std::string name = "bf16_vs_fp32/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_bf16_vs_fp32, t, s, n, threads)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.5);

@@ -56,7 +56,7 @@ def make_models(a):
 
 def kvs_bench(a, model, threads):
     out = run([a.kvserve, "bench", "-m", model, "-p", str(a.pp), "-n", str(a.tg), "-r", str(a.reps),
-               "-t", str(threads), "--kv-type", "f16", "--json"])
+               "-t", str(threads), "--kv-type", "f16", "--prefill-precision", a.precision, "--json"])
     j = json.loads(out)
     return j["pp_tokens_per_s"], j["tg_tokens_per_s"]
 
@@ -110,9 +110,12 @@ def main():
     ap.add_argument("--tg", type=int, default=64)
     ap.add_argument("--batched", action="store_true", help="also batched-bench Q8_0 at --npl concurrencies")
     ap.add_argument("--npl", default="1,4,16", help="batched: concurrent sequences, comma-separated")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="kvserve's --prefill-precision (changes only the F16 rows; bf16 needs AMX-BF16)")
     a = ap.parse_args()
     models = make_models(a)
-    print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, median (each pair); KV f16 on both sides\n")
+    print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, median (each pair); KV f16 on both sides; "
+          f"kvserve --prefill-precision {a.precision}\n")
     print("| type | threads | test | kvserve tok/s | llama.cpp tok/s | ratio of medians |")
     print("|---|---|---|---|---|---|")
     for t in filter(None, a.types.split(",")):  # --types "": batched only

@@ -117,11 +117,11 @@ bool runs_bf16(const IsaKernels& k, const WeightView& w) {
   return true;
 }
 
-// X [n, cols] as bfloat16 rows of kp elements for the bf16 kernels, rows
+// X [n, cols] as bfloat16 rows of kp = bf16_x_stride(cols) elements for the bf16 kernels, rows
 // past n up to a whole M tile zero; reused across calls on the caller thread.
 const uint16_t* bf16_activations(const IsaKernels& k, const float* x, int64_t ldx, int64_t n, int64_t cols,
                                  ThreadPool& pool) {
-  const int64_t kp = (cols + 31) / 32 * 32, rows = m_tiles(n) * 16;
+  const int64_t kp = mm::bf16_x_stride(cols), rows = m_tiles(n) * 16;
   uint16_t* xb = x_buffer<uint16_t>(size_t(rows * kp));  // [rows, kp]
   if (n >= 8 && pool.size() > 1) pool.parallel_for(n, [&](int64_t i, int) { k.bf16_x(x, ldx, cols, i, i + 1, kp, xb); });
   else k.bf16_x(x, ldx, cols, 0, n, kp, xb);
@@ -152,7 +152,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
   const IsaKernels& k = kernels_for(active_isa());
   if (runs_bf16(k, w)) {
     const uint16_t* xb = bf16_activations(k, x, ldx, n, w.cols, pool);
-    run_rows(w, n, pool, 16, [&](int64_t r0, int64_t r1, mm::Scratch) { k.bf16_rows(w, r0, r1, xb, n, y, ldy); });
+    run_rows(w, n, pool, 16, [&](int64_t r0, int64_t r1, mm::Scratch s) { k.bf16_rows(w, r0, r1, xb, n, y, ldy, s); });
     return;
   }
   if (mm::is_float_type(w.type)) {
@@ -238,7 +238,7 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     const MatmulOut& o = outs[j];
     const int64_t r0 = (t - first[j]) * chunk, r1 = std::min(o.w->rows, r0 + chunk);
     if (bf16[j])
-      k.bf16_rows(*o.w, r0, r1, xb, n, o.y, o.ldy);
+      k.bf16_rows(*o.w, r0, r1, xb, n, o.y, o.ldy, thread_scratch());
     else if (fmt_of[j] < 0)
       k.float_rows(*o.w, r0, r1, x, ldx, n, o.y, o.ldy, thread_scratch());
     else if (tiles[j])
@@ -291,7 +291,7 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     GroupPlan& p = plan[size_t(g)];
     if (runs_bf16(k, *G.w)) {
       p.xb = xb_total;
-      xb_total += m_tiles(G.n) * 16 * ((G.w->cols + 31) / 32 * 32);
+      xb_total += m_tiles(G.n) * 16 * mm::bf16_x_stride(G.w->cols);
       b_group.push_back(g), b_first.push_back(b_first.back() + m_tiles(G.n) * 16);
     }
     if (mm::is_float_type(G.w->type)) continue;
@@ -344,7 +344,7 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     const auto convert = [&](int64_t i) {
       const int j = group_of(b_first, i);
       const MatmulGroup& G = groups[b_group[size_t(j)]];
-      const int64_t r = i - b_first[size_t(j)], kp = (G.w->cols + 31) / 32 * 32;
+      const int64_t r = i - b_first[size_t(j)], kp = mm::bf16_x_stride(G.w->cols);
       uint16_t* out = xb + plan[size_t(b_group[size_t(j)])].xb;
       if (r < G.n) k.bf16_x(G.x, G.ldx, G.w->cols, r, r + 1, kp, out);
       else std::memset(out + r * kp, 0, size_t(kp) * sizeof(uint16_t));
@@ -362,7 +362,7 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     const GroupPlan& p = plan[size_t(g)];
     const int64_t r0 = (t - task_first[size_t(g)]) * chunk, r1 = std::min(G.w->rows, r0 + chunk);
     if (p.xb >= 0)
-      k.bf16_rows(*G.w, r0, r1, xb + p.xb, G.n, G.y, G.ldy);
+      k.bf16_rows(*G.w, r0, r1, xb + p.xb, G.n, G.y, G.ldy, thread_scratch());
     else if (p.xq < 0)
       k.float_rows(*G.w, r0, r1, G.x, G.ldx, G.n, G.y, G.ldy, thread_scratch());
     else if (p.xt >= 0)

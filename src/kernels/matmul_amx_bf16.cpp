@@ -4,7 +4,7 @@
 // One tdpbf16ps multiplies 16 activation rows by 16 weight rows over 32
 // columns and adds the products into a float32 C tile:
 //   A [16, 32] bf16  activation rows 16t .. 16t+15, columns 32c .. 32c+31
-//                    (bf16_x's rows, kp elements each)
+//                    (bf16_x's rows, bf16_x_stride(cols) elements apart)
 //   B [16, 32] bf16  chunk c of a weight panel: word 16j + r = columns
 //                    32c + 2j, 32c + 2j + 1 of weight row r
 //   C [16, 16] f32   C[m][r] += sum over the 32 columns of A[m] * W[r]
@@ -28,6 +28,9 @@ namespace kvs::mm {
 KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16")
 
 namespace {
+
+
+
 using amx_detail::TileMode;
 using amx_detail::TileScope;
 
@@ -38,7 +41,7 @@ using amx_detail::TileScope;
 #define KVS_BF_STORE(t, base, stride) \
   __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(int64_t(stride)) : "memory")
 
-// C tile T (a literal in the asm) to memory, rows `stride` bytes apart.
+// C tile T (a literal in the asm) to and from memory, rows `stride` bytes apart.
 template <int T>
 inline __attribute__((always_inline)) void tile_store(void* p, int64_t stride) {
   if constexpr (T == 0) KVS_BF_STORE(0, p, stride);
@@ -46,25 +49,65 @@ inline __attribute__((always_inline)) void tile_store(void* p, int64_t stride) {
   else if constexpr (T == 2) KVS_BF_STORE(2, p, stride);
   else KVS_BF_STORE(3, p, stride);
 }
-
-// C tile (mi, ni) of a 2 x 2 block: tile 2 mi + ni.
-template <int MT, int NT>
-inline __attribute__((always_inline)) void zero_c() {
-  _tile_zero(0);
-  if (NT == 2) _tile_zero(1);
-  if (MT == 2) _tile_zero(2);
-  if (MT == 2 && NT == 2) _tile_zero(3);
+template <int T>
+inline __attribute__((always_inline)) void tile_load(const void* p) {
+  if constexpr (T == 0) KVS_BF_LOAD(0, p, 64);
+  else if constexpr (T == 1) KVS_BF_LOAD(1, p, 64);
+  else if constexpr (T == 2) KVS_BF_LOAD(2, p, 64);
+  else KVS_BF_LOAD(3, p, 64);
 }
 
-// MT M tiles x NT panels over all kc chunks: a, the first activation row
-// (stride as bytes); b, the first panel's chunks (the second at b + pb).
+// The C tiles of a block: tile 2 mi + ni for M tile mi and panel ni, held
+// between K blocks in cs ([4][16, 16] floats; an exact round trip).
+template <int MT, int NT>
+inline __attribute__((always_inline)) void begin_c(bool first, const float* cs) {
+  if (first) {
+    _tile_zero(0);
+    if (NT == 2) _tile_zero(1);
+    if (MT == 2) _tile_zero(2);
+    if (MT == 2 && NT == 2) _tile_zero(3);
+    return;
+  }
+  tile_load<0>(cs);
+  if (NT == 2) tile_load<1>(cs + 256);
+  if (MT == 2) tile_load<2>(cs + 512);
+  if (MT == 2 && NT == 2) tile_load<3>(cs + 768);
+}
+template <int MT, int NT>
+inline __attribute__((always_inline)) void park_c(float* cs) {
+  tile_store<0>(cs, 64);
+  if (NT == 2) tile_store<1>(cs + 256, 64);
+  if (MT == 2) tile_store<2>(cs + 512, 64);
+  if (MT == 2 && NT == 2) tile_store<3>(cs + 768, 64);
+}
+
+// Lines of the next K block's B tiles (both panels: chunks at b and at
+// b + pb) requested into L2 a few per chunk, so the block finds them there.
+struct Ahead {
+  const uint8_t* b = nullptr;
+  int64_t pb = 0;
+  int64_t line = 0, end = 0;  // next line to request, lines in all
+  int64_t per = 0;            // lines per chunk
+  inline __attribute__((always_inline)) void step() {
+    for (const int64_t e = std::min(end, line + per); line < e; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(b + (line & 1) * pb + 64 * (line >> 1)), _MM_HINT_T1);
+  }
+};
+
+// MT M tiles x NT panels over kc chunks, into the C tiles: a, the first
+// activation row at the first chunk (stride as bytes); b, the first
+// panel's first chunk (the second panel's at b + pb).
 template <int MT, int NT>
 inline __attribute__((always_inline)) void products(const uint16_t* a, int64_t astride, const uint8_t* b,
-                                                    int64_t pb, int64_t kc) {
-  zero_c<MT, NT>();
+                                                    int64_t pb, int64_t kc, Ahead& ahead) {
   for (int64_t c = 0; c < kc; ++c) {
+    ahead.step();
     const uint16_t* ac = a + 32 * c;  // [16, 32] bf16 of M tile 0 ([16, 32] of tile 1 16 rows on)
     const uint8_t* bc = b + 1024 * c;
+#ifdef KVS_APF
+    for (int r = 0; r < 16 * MT; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(ac + KVS_APF * 32) + r * astride, _MM_HINT_T0);
+#endif
     KVS_BF_LOAD(4, ac, astride);
     KVS_BF_LOAD(6, bc, 64);
     if (NT == 2) KVS_BF_LOAD(7, bc + pb, 64);
@@ -91,18 +134,43 @@ inline __attribute__((always_inline)) void store_c(float* y, int64_t ldy, int64_
   for (int64_t m = 0; m < rows; ++m) std::memcpy(y + m * ldy, buf + 16 * m, size_t(cols) * 4);
 }
 
-// rows, cols: real activation rows and weight rows of the whole block; tr,
-// the rows of its C tiles.
+// Where one block (MT M tiles x NT panels) runs chunks [c0, c0 + kc) of K.
+struct Block {
+  const uint16_t* a;  // activations: its first row, chunk 0
+  int64_t kp;         // activation row length (elements)
+  const uint8_t* b;   // its first panel, chunk 0
+  int64_t pb;         // bytes per panel
+  int64_t rows, cols;  // real activation rows and weight rows of the block
+  int64_t tr;          // rows of its C tiles
+  float* y;
+  int64_t ldy;
+  float* cs;  // [4][256] its C tiles between K blocks
+};
+
 template <int MT, int NT>
-void block(const uint16_t* a, int64_t kp, const uint8_t* b, int64_t pb, int64_t rows, int64_t cols, int64_t tr,
-           float* y, int64_t ldy, float* buf) {
-  products<MT, NT>(a, kp * 2, b, pb, kp / 32);
-  const int64_t r0 = std::min<int64_t>(rows, 16), c0 = std::min<int64_t>(cols, 16);
-  store_c<0>(y, ldy, r0, c0, tr, buf);
-  if (NT == 2) store_c<1>(y + 16, ldy, r0, cols - 16, tr, buf);
-  if (MT == 2) store_c<2>(y + 16 * ldy, ldy, rows - 16, c0, tr, buf);
-  if (MT == 2 && NT == 2) store_c<3>(y + 16 * ldy + 16, ldy, rows - 16, cols - 16, tr, buf);
+void block(const Block& k, int64_t c0, int64_t kc, bool last, float* buf, Ahead& ahead) {
+  begin_c<MT, NT>(c0 == 0, k.cs);
+  products<MT, NT>(k.a + 32 * c0, k.kp * 2, k.b + 1024 * c0, k.pb, kc, ahead);
+  if (!last) return park_c<MT, NT>(k.cs);
+  const int64_t r0 = std::min<int64_t>(k.rows, 16), cl0 = std::min<int64_t>(k.cols, 16);
+  store_c<0>(k.y, k.ldy, r0, cl0, k.tr, buf);
+  if (NT == 2) store_c<1>(k.y + 16, k.ldy, r0, k.cols - 16, k.tr, buf);
+  if (MT == 2) store_c<2>(k.y + 16 * k.ldy, k.ldy, k.rows - 16, cl0, k.tr, buf);
+  if (MT == 2 && NT == 2) store_c<3>(k.y + 16 * k.ldy + 16, k.ldy, k.rows - 16, k.cols - 16, k.tr, buf);
 }
+
+void run_block(const Block& k, int64_t c0, int64_t kc, bool last, float* buf, Ahead& ahead) {
+  if (k.rows > 16 && k.cols > 16) block<2, 2>(k, c0, kc, last, buf, ahead);
+  else if (k.rows > 16) block<2, 1>(k, c0, kc, last, buf, ahead);
+  else if (k.cols > 16) block<1, 2>(k, c0, kc, last, buf, ahead);
+  else block<1, 1>(k, c0, kc, last, buf, ahead);
+}
+
+// Chunks per K block: two panels' B tiles of a K block (32 KiB) stay in L1
+// while every M tile of the pass runs against them.
+constexpr int64_t kKc = 8;
+// Bytes of bf16 activation rows a pass keeps in L2 across the panels.
+constexpr int64_t kPassBytes = 1 << 20;
 
 }  // namespace
 
@@ -135,24 +203,37 @@ void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i
 }
 
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
-                   int64_t ldy) {
-  const int64_t kp = (w.cols + 31) / 32 * 32, pb = kp * 32;
+                   int64_t ldy, Scratch scratch) {
+  const int64_t kp = bf16_x_stride(w.cols), nc = (w.cols + 31) / 32, pb = nc * 1024;
   alignas(64) float buf[256];  // [16, 16]: a partial C tile on its way to y
   // Fewer than 16 rows (decode, small batches): tiles of n rows, so the
   // products and activation loads cover no padding.
   const int64_t tr = std::min<int64_t>(n, 16);
+  // Activation rows per pass: their bf16 rows stay in L2 while every panel
+  // runs against them, and their C tiles (4 KiB per 32 rows) fit in scratch.
+  const int64_t pass = std::min(32 * std::max<int64_t>(2, kPassBytes / (64 * kp)),
+                                32 * std::max<int64_t>(1, int64_t(scratch.bytes / 4096)));
+  float* cs = reinterpret_cast<float*>(scratch.buf);  // [pass / 32][4][256]
   TileScope tiles(TileMode::Bf16, int(tr));
-  for (int64_t p0 = r0; p0 < r1; p0 += 32) {
-    const uint8_t* b = w.packed + (p0 / 16) * pb;
-    const int64_t cols = std::min<int64_t>(32, r1 - p0);
-    for (int64_t i0 = 0; i0 < n; i0 += 32) {
-      const int64_t rows = std::min<int64_t>(32, n - i0);
-      const uint16_t* a = xb + i0 * kp;
-      float* yb = y + i0 * ldy + p0;
-      if (rows > 16 && cols > 16) block<2, 2>(a, kp, b, pb, rows, cols, tr, yb, ldy, buf);
-      else if (rows > 16) block<2, 1>(a, kp, b, pb, rows, cols, tr, yb, ldy, buf);
-      else if (cols > 16) block<1, 2>(a, kp, b, pb, rows, cols, tr, yb, ldy, buf);
-      else block<1, 1>(a, kp, b, pb, rows, cols, tr, yb, ldy, buf);
+  for (int64_t m0 = 0; m0 < n; m0 += pass) {
+    const int64_t m1 = std::min(n, m0 + pass), pairs = (m1 - m0 + 31) / 32;
+    for (int64_t p0 = r0; p0 < r1; p0 += 32) {
+      const int64_t cols = std::min<int64_t>(32, r1 - p0);
+      const uint8_t* b = w.packed + (p0 / 16) * pb;
+      for (int64_t c0 = 0; c0 < nc; c0 += kKc) {
+        const int64_t kc = std::min(kKc, nc - c0);
+        // The next K block's B (or the next panel pair's first), spread
+        // over this block's chunks, so it is in L2 when its block starts.
+        const bool more = c0 + kKc < nc;
+        const int64_t nkc = more ? std::min(kKc, nc - c0 - kKc) : (p0 + 32 < r1 ? std::min(kKc, nc) : 0);
+        Ahead ahead{more ? b + 1024 * (c0 + kKc) : b + 2 * pb, pb, 0, 32 * nkc,
+                    (32 * nkc + pairs * kc - 1) / (pairs * kc)};
+        for (int64_t i0 = m0; i0 < m1; i0 += 32) {
+          const Block k{xb + i0 * kp, kp,   b, pb, std::min<int64_t>(32, n - i0), cols, tr,
+                        y + i0 * ldy + p0, ldy, cs + (i0 - m0) / 32 * 1024};
+          run_block(k, c0, kc, c0 + kc >= nc, buf, ahead);
+        }
+      }
     }
   }
 }

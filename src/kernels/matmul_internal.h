@@ -30,6 +30,10 @@
 // order from +0. It suits the outer-product kernels that layout feeds (16
 // rows per vector, x[k] broadcast); the order belongs to the view, so every
 // ISA path given a packed float view runs it (float_rows_chain_scalar).
+//
+// Float weights with an AmxBf16 copy (MatmulPrecision::Bf16 only): the AMX-BF16
+// tile unit's sum of bfloat16 products, kept in the tile over k in order
+// (matmul_amx_bf16.cpp); only the AMX path runs it.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -140,13 +144,13 @@ struct IsaKernels {
                            int64_t ldy, Scratch scratch) = nullptr;
   // AMX-BF16 (nullptr where the ISA has none): the driver runs every
   // PackLayout::AmxBf16 matrix with these. bf16_x writes activation rows
-  // [i0, i1) of x as bfloat16 rows of kp elements (kp = cols rounded up to
-  // 32, the tail zero); bf16_rows takes those rows, ceil(n / 16) * 16 of
+  // [i0, i1) of x as bfloat16 rows of kp = bf16_x_stride(cols) elements
+  // (the tail zero); bf16_rows takes those rows, ceil(n / 16) * 16 of
   // them (rows past n zero), for weight rows [r0, r1), r0 % 16 == 0.
   void (*bf16_x)(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp,
                  uint16_t* out) = nullptr;
   void (*bf16_rows)(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
-                    int64_t ldy) = nullptr;
+                    int64_t ldy, Scratch scratch) = nullptr;
 };
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
@@ -154,10 +158,14 @@ const IsaKernels& avx512_kernels();
 // Isa::Amx: avx512_kernels() except quantized Panel16 weights at n >=
 // amx_min_rows(type), which run AMX-INT8 tiles (matmul_amx.cpp).
 const IsaKernels& amx_kernels();
+// Row length (elements) of the bf16 activations for `cols` columns: whole
+// 32-column chunks plus one cache line, so that the 16 rows an A tile
+// loads do not all fall in one L1 set (a multiple of 4 KiB would).
+inline int64_t bf16_x_stride(int64_t cols) { return (cols + 31) / 32 * 32 + 32; }
 // The AMX-BF16 kernels (matmul_amx_bf16.cpp), which amx_kernels() carries.
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
-                   int64_t ldy);
+                   int64_t ldy, Scratch scratch);
 // A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
 // values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
 // AmxBf16 packing's conversion (needs AVX512-BF16).
