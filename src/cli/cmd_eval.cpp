@@ -124,6 +124,19 @@ int run_eval(const EvalArgs& a) {
   o.block_size = a.block_size;
   o.cache = a.kv.options();
   o.window = a.w.policy();
+  // bf16 matmuls are measured against fp32 ones: the reference runs on an
+  // fp32 load of the same file.
+  std::unique_ptr<Engine> fp32;
+  const bool bf16 = l.model->precision() == MatmulPrecision::Bf16;
+  if (bf16) {
+    std::fprintf(stderr, "eval: loading the model again with fp32 matmuls for the reference\n");
+    EngineOptions eo;
+    eo.n_threads = a.m.threads;
+    eo.n_ctx = a.ctx;
+    fp32 = std::make_unique<Engine>(Model::load(l.model->path(), a.m.tokenizer), eo);
+    o.reference = fp32.get();
+  }
+  const char* ref_name = bf16 ? "fp32 matmuls, f32 cache" : "f32 cache";
   tools::Progress bar("eval", 0);
   const KvEvalResult r = kv_eval(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, o, [&](int d, int n, double p) {
     if (bar.enabled()) bar.update_total(d, n, ppl_note(p));
@@ -138,11 +151,11 @@ int run_eval(const EvalArgs& a) {
                      {"kv", kv_layout_for(*l.engine, a.block_size, a.kv.options()).describe()},
                      {"window", o.window.describe()}, {"ctx", a.ctx}, {"chunks", r.n_chunks},
                      {"scored_tokens", r.n_scored}, {"model", l.model->path()},
-                     {"precision", precision_name(l.model->precision())}};
+                     {"precision", precision_name(l.model->precision())}, {"reference", ref_name}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("PPL %.4f (f32 cache %.4f, %+.3f%%), KL %.6f nats/token, top-1 agreement %.2f%%, KV %.1f bytes/token\n",
-                r.ppl, r.ppl_ref, dppl, r.kl, 100 * r.top1, r.kv_bytes_per_token);
+    std::printf("PPL %.4f (%s %.4f, %+.3f%%), KL %.6f nats/token, top-1 agreement %.2f%%, KV %.1f bytes/token\n",
+                r.ppl, ref_name, r.ppl_ref, dppl, r.kl, 100 * r.top1, r.kv_bytes_per_token);
   }
   return 0;
 }

@@ -34,10 +34,13 @@ KvEvalResult kv_eval(Engine& e, const std::vector<int>& tokens, int ctx, int bos
     throw std::invalid_argument("eval: text has " + std::to_string(tokens.size()) + " tokens, fewer than one context of " +
                                 std::to_string(ctx));
   const int nv = e.model().config().n_vocab;
-  LocalSequence ref(e, ctx, o.block_size);
+  Engine& re = o.reference ? *o.reference : e;
+  if (re.model().config().n_vocab != nv) throw std::invalid_argument("eval: the reference model has another vocabulary");
+  LocalSequence ref(re, ctx, o.block_size);
   LocalSequence pol(e, ctx, o.block_size, o.cache, o.window);
   r.kv_bytes_per_token = pol.layout().bytes_per_token_avg();
-  const bool same = !pol.layout().quantized() && pol.layout().type == KvType::F32 && !pol.window().active();
+  const bool same =
+      &re == &e && !pol.layout().quantized() && pol.layout().type == KvType::F32 && !pol.window().active();
   const int first = ctx / 2;
   double nll = 0, nll_ref = 0, kl = 0;
   int64_t agree = 0;

@@ -3,7 +3,9 @@
 // kv_eval: perplexity with llama.cpp's protocol (engine/perplexity.h), so an
 // f32 cache gives the same number as `kvserve perplexity`, plus the mean KL
 // divergence KL(p_f32 || p_policy) of the next-token distributions over the
-// scored tokens, against an f32 cache run on the same chunks.
+// scored tokens, against an f32 cache run on the same chunks (on
+// KvEvalOptions::reference when set: an fp32-matmul load of the same model,
+// so a bf16-matmul engine's price is measured too).
 //
 // stream_eval: one long text token by token through a window policy
 // (StreamingLLM sinks + window, plain window, context shift), scoring every
@@ -26,6 +28,7 @@ struct KvEvalOptions {
   int block_size = 16;
   KvCacheOptions cache;
   WindowPolicy window;  // applied to the policy run, never to the f32 reference
+  Engine* reference = nullptr;  // runs the f32 reference; null: the evaluated engine
 };
 
 struct KvEvalResult {
