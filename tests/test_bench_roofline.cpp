@@ -55,6 +55,24 @@ TEST(BenchRoofline, Int8PeakOfThePathThatRuns) {
   EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, 4e11);
 }
 
+// With bf16 matmuls the float-weight products are set against the
+// AMX-BF16 peak (attention stays on fp32's); without that peak, no roofline.
+TEST(BenchRoofline, Bf16MatmulsUseTheTilePeak) {
+  HardwareProfile p = synthetic_profile();
+  p.bf16_amx = {"amx_bf16 tdpbf16ps", {{1, 3e12}, {2, 6e12}}, 6e12};
+  const BenchRoofline fp32 = bench_roofline(p, "x", 2);
+  const BenchRoofline bf16 = bench_roofline(p, "x", 2, MatmulPrecision::Bf16);
+  EXPECT_FALSE(fp32.bf16_matmuls);
+  EXPECT_TRUE(bf16.bf16_matmuls);
+  EXPECT_DOUBLE_EQ(bf16.peak_bf16_amx, 6e12);
+  PrefillOps o;
+  o.fp32 = 6e9, o.attention = 2e8;
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, fp32), (6e9 + 2e8) / 2e11);
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, bf16), 6e9 / 6e12 + 2e8 / 2e11);
+  p.bf16_amx = {};
+  EXPECT_EQ(prefill_roofline_seconds(o, bench_roofline(p, "x", 2, MatmulPrecision::Bf16)), 0.0);
+}
+
 TEST(BenchRoofline, PrefillOpsOfStories260K) {
   if (!test::shared_available()) GTEST_SKIP();
   auto m = Model::load(test::shared("models/stories260K/stories260K.gguf"));

@@ -39,14 +39,14 @@ struct BenchArgs {
 
 // The roofline to print beside the results, or an empty one (with a hint on
 // stderr) when there is no profile.
-tools::BenchRoofline roofline_for(const std::string& flag, int threads) {
+tools::BenchRoofline roofline_for(const std::string& flag, int threads, MatmulPrecision precision) {
   const std::string path = flag.empty() ? tools::default_profile_path() : flag;
   if (flag.empty() && !std::filesystem::exists(path)) {
     std::fprintf(stderr, "bench: no hardware profile at %s: run `kvserve probe` to print the roofline\n",
                  path.c_str());
     return {};
   }
-  return tools::bench_roofline(tools::load_profile(path), path, threads);
+  return tools::bench_roofline(tools::load_profile(path), path, threads, precision);
 }
 
 struct Stat {
@@ -200,12 +200,9 @@ void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, 
   const double kv_tok = seq.layout().bytes_per_token_avg();
   const double bytes_per_token = w_bytes + kv_tok * (a.depth + a.n / 2.0);
   Stat sp = pp.empty() ? Stat{} : stat(pp), st = tg.empty() ? Stat{} : stat(tg);
-  const tools::BenchRoofline roof = roofline_for(a.profile, l.engine->n_threads());
+  const tools::BenchRoofline roof = roofline_for(a.profile, l.engine->n_threads(), l.model->precision());
   const tools::PrefillOps ops = tools::prefill_ops_per_token(*l.model, a.p);
-  // The roofline counts float-weight products at the fp32 peak; bf16 ones
-  // run on tiles the probe does not time, so none is claimed for them.
-  const bool bf16 = l.model->precision() == MatmulPrecision::Bf16;
-  const double t_roof = bf16 ? 0.0 : tools::prefill_roofline_seconds(ops, roof);
+  const double t_roof = tools::prefill_roofline_seconds(ops, roof);
   const double pp_peak_frac = t_roof > 0 && sp.mean > 0 ? t_roof * sp.mean : 0;  // roofline time / measured time
   const double decode_gbs = st.mean * bytes_per_token / 1e9;
   const double bw_frac = roof.bandwidth > 0 ? decode_gbs * 1e9 / roof.bandwidth : 0;

@@ -14,7 +14,8 @@ double at_threads(const std::vector<RatePoint>& pts, double best, int threads) {
 }
 }  // namespace
 
-BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads) {
+BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads,
+                             MatmulPrecision precision) {
   BenchRoofline r;
   r.source = source;
   r.bandwidth = at_threads(p.bandwidth_by_threads, p.bandwidth, threads);
@@ -22,6 +23,8 @@ BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source
   const PeakRate& int8 = active_isa() == Isa::Amx && p.int8_amx.peak > 0 ? p.int8_amx : p.int8;
   r.peak_int8 = at_threads(int8.by_threads, int8.peak, threads);
   r.peak_fp32 = at_threads(p.fp32.by_threads, p.fp32.peak, threads);
+  r.bf16_matmuls = precision == MatmulPrecision::Bf16;
+  r.peak_bf16_amx = at_threads(p.bf16_amx.by_threads, p.bf16_amx.peak, threads);
   return r;
 }
 
@@ -59,10 +62,14 @@ double decode_weight_bytes(const Model& m) {
 }
 
 double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r) {
-  if ((ops.int8 > 0 && r.peak_int8 <= 0) || (ops.fp32 + ops.attention > 0 && r.peak_fp32 <= 0)) return 0;
+  const double peak_float = r.bf16_matmuls ? r.peak_bf16_amx : r.peak_fp32;
+  if ((ops.int8 > 0 && r.peak_int8 <= 0) || (ops.fp32 > 0 && peak_float <= 0) ||
+      (ops.attention > 0 && r.peak_fp32 <= 0))
+    return 0;
   double t = 0;
   if (ops.int8 > 0) t += ops.int8 / r.peak_int8;
-  if (ops.fp32 + ops.attention > 0) t += (ops.fp32 + ops.attention) / r.peak_fp32;
+  if (ops.fp32 > 0) t += ops.fp32 / peak_float;
+  if (ops.attention > 0) t += ops.attention / r.peak_fp32;
   return t;
 }
 

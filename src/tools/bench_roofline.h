@@ -5,8 +5,9 @@
 //   decode:  bytes read per token × tok/s  vs  bandwidth
 //   prefill: per token, matmul ops on the int8 path (quantized weights, VNNI
 //            or, where they run, AMX tiles: the profile's int8_amx peak)
-//            and on the fp32 path (float weights, FMA) plus attention ops
-//            (fp32); the roofline time is Σ ops / peak of their path, and
+//            and on the fp32 path (float weights, FMA; with bf16 matmuls
+//            the AMX-BF16 tiles: the profile's bf16_amx peak) plus
+//            attention ops (fp32); the roofline time is Σ ops / peak of their path, and
 //            the fraction of peak is that time ÷ the measured time.
 #pragma once
 #include <string>
@@ -20,8 +21,13 @@ struct BenchRoofline {
   std::string source;    // the profile's path; empty: no profile (no roofline)
   double bandwidth = 0;  // bytes/s at the bench's threads (best over threads if not measured there)
   double peak_int8 = 0, peak_fp32 = 0;  // ops/s, likewise
+  // MatmulPrecision::Bf16: float-weight products run on AMX-BF16 tiles, at
+  // peak_bf16_amx (0 where the profile has none: then no roofline).
+  bool bf16_matmuls = false;
+  double peak_bf16_amx = 0;
 };
-BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads);
+BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads,
+                             MatmulPrecision precision = MatmulPrecision::Fp32);
 
 // Ops per prompt token of an n_prompt-token prefill that returns the last
 // token's logits only (the output matrix runs once per prompt).

@@ -294,7 +294,12 @@ Kernel pick_kernel(const std::string& path) {
     if (isa == Isa::Amx) return {"amx_int8 tdpbssd", 4 * 16 * 16 * 64 * 2, amx_int8_loop};
     throw std::invalid_argument("compute path int8_amx: AMX is not in use here");
   }
-  throw std::invalid_argument("unknown compute path '" + path + "' (expected fp32, bf16, int8 or int8_amx)");
+  if (path == "bf16_amx") {
+    // 4 tdpbf16ps of 16 x 16 outputs x 32 products, each a multiply and an add.
+    if (amx_bf16_active()) return {"amx_bf16 tdpbf16ps", 4 * 16 * 16 * 32 * 2, amx_bf16_loop};
+    throw std::invalid_argument("compute path bf16_amx: AMX-BF16 is not in use here");
+  }
+  throw std::invalid_argument("unknown compute path '" + path + "' (expected fp32, bf16, int8, int8_amx or bf16_amx)");
 }
 
 std::vector<int> thread_counts(int max_threads) {
@@ -615,11 +620,17 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
   return p;
 }
 
+namespace {
+// The tile peaks: measured only where their tiles run, absent elsewhere
+// and in older profiles.
+bool optional_peak(const HardwareProfile& p, const PeakRate* r) { return r == &p.int8_amx || r == &p.bf16_amx; }
+}  // namespace
+
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json flops;
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}})
-    if (r->peak > 0 || r != &p.int8_amx)
+                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}})
+    if (r->peak > 0 || !optional_peak(p, r))
       flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
   nlohmann::json j = {{"kvserve_profile", 1},
                       {"cpu", p.cpu},
@@ -664,8 +675,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
     p.buffer_bytes = bw.value("buffer_bytes", uint64_t(0));
     if (bw.contains("by_threads")) p.bandwidth_by_threads = points_from(bw["by_threads"], "bytes_per_s");
     for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                           std::pair{"int8_amx", &p.int8_amx}}) {
-      if (r == &p.int8_amx && !j.at("flops").contains(name)) continue;  // optional: machines without AMX
+                           std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}}) {
+      if (optional_peak(p, r) && !j.at("flops").contains(name)) continue;  // machines without AMX
       const auto& e = j.at("flops").at(name);
       r->isa = e.value("isa", "");
       r->peak = e.at("peak_ops_per_s").get<double>();
@@ -746,9 +757,9 @@ std::string format_profile(const HardwareProfile& p) {
   for (const auto& r : p.bandwidth_by_threads)
     o << "  " << r.threads << " thread(s): " << format_si(r.rate, "B/s") << "\n";
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}}) {
-    if (r == &p.int8_amx && !(r->peak > 0)) continue;
-    o << name << (r == &p.int8_amx ? " peak:  " : " peak:      ") << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
+                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}}) {
+    if (optional_peak(p, r) && !(r->peak > 0)) continue;
+    o << name << (optional_peak(p, r) ? " peak:  " : " peak:      ") << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
     for (const auto& t : r->by_threads) o << "  " << t.threads << " thread(s): " << format_si(t.rate, "OP/s") << "\n";
   }
   if (!p.kernels.empty()) {

@@ -82,6 +82,7 @@ struct HardwareProfile {
   double bandwidth = 0;       // best read bandwidth, bytes/s
   PeakRate fp32, bf16, int8;
   PeakRate int8_amx;          // tdpbssd where AMX is in use (peak 0 otherwise, and in older profiles)
+  PeakRate bf16_amx;          // tdpbf16ps where AMX-BF16 is usable (likewise)
   // Real kernel rates (absent in profiles written before they were measured).
   int kernel_threads = 0;
   int64_t kernel_rows = 0, kernel_cols = 0;
@@ -101,7 +102,7 @@ int64_t probe_stages(const ProbeOptions& opt);
 
 // Single measurements, exposed for tests and quick checks.
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
-// path: fp32|bf16|int8|int8_amx (int8_amx throws std::invalid_argument where AMX is not in use).
+// path: fp32|bf16|int8|int8_amx|bf16_amx (the AMX ones throw std::invalid_argument where their tiles are not usable).
 PeakRate measure_peak(const std::string& path, int max_threads, double seconds);
 // Times kvs::matmul for `type` (a ggml type name) on a rows×cols matrix copied
 // until the copies fill at least buffer_bytes, on a ThreadPool of `threads`;
@@ -121,6 +122,7 @@ AmxChoice measure_amx_rows(const std::string& type, int64_t rows, int64_t cols, 
 // The AMX int8 peak loop: `iters` rounds of 4 independent 16x16x64
 // tdpbssd (131072 operations each); the tile state is released after.
 double amx_int8_loop(int64_t iters);
+double amx_bf16_loop(int64_t iters);  // the same with tdpbf16ps
 // run_probe's AMX part where AMX is in use (nothing otherwise): the int8
 // tile peak (p.int8_amx) and the crossover of every AMX type among
 // opt.kernel_types (p.amx), one `say` line each; how many lines that is.

@@ -131,7 +131,7 @@ std::vector<std::string> amx_probe_types(const ProbeOptions& opt) {
 }  // namespace
 
 int64_t amx_probe_stages(const ProbeOptions& opt) {
-  return active_isa() == Isa::Amx ? 1 + int64_t(amx_probe_types(opt).size()) : 0;
+  return active_isa() == Isa::Amx ? 1 + int64_t(amx_bf16_active()) + int64_t(amx_probe_types(opt).size()) : 0;
 }
 
 void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
@@ -140,6 +140,11 @@ void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
   p.int8_amx = measure_peak("int8_amx", threads, opt.flops_seconds);
   say("int8_amx peak (" + p.int8_amx.isa + "): " + format_si(p.int8_amx.peak, "OP/s") + ", " +
       ratio(p.int8_amx.peak, p.int8.peak) + " the VNNI one");
+  if (amx_bf16_active()) {  // the float-weight products of --prefill-precision bf16
+    p.bf16_amx = measure_peak("bf16_amx", threads, opt.flops_seconds);
+    say("bf16_amx peak (" + p.bf16_amx.isa + "): " + format_si(p.bf16_amx.peak, "OP/s") + ", " +
+        ratio(p.bf16_amx.peak, p.fp32.peak) + " the fp32 one");
+  }
   for (const auto& type : amx_probe_types(opt)) {
     AmxChoice a = measure_amx_rows(type, opt.kernel_rows, opt.kernel_cols, opt.amx_n, opt.amx_buffer_bytes, threads,
                                    std::max(2, std::min(opt.runs, 3)));
@@ -161,9 +166,15 @@ std::string format_amx(const HardwareProfile& p) {
   return o;
 }
 
-KVS_TARGET_BEGIN("amx-tile,amx-int8")
+KVS_TARGET_BEGIN("amx-tile,amx-int8,amx-bf16")
 
-double amx_int8_loop(int64_t iters) {
+namespace {
+
+// Four tile products per iteration (int8 tdpbssd or bf16 tdpbf16ps) on four
+// independent accumulators, which cover the product latency. Returns a sum
+// of the results, so the loop is not dropped.
+template <bool BF16>
+double amx_loop(int64_t iters) {
   struct alignas(64) Config {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -171,9 +182,11 @@ double amx_int8_loop(int64_t iters) {
   } cfg;
   for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
   __asm__ volatile("ldtilecfg %0" ::"m"(cfg));  // the whole struct as the operand (GCC 12's intrinsic names 8 bytes)
-  alignas(64) int8_t a[16 * 64], b[16 * 64];   // [16, 64] each
+  alignas(64) int8_t a[16 * 64], b[16 * 64];   // [16, 64] bytes each
   for (int i = 0; i < 16 * 64; ++i) a[i] = int8_t(i % 7 - 3), b[i] = int8_t(i % 5 - 2);
-  alignas(64) int32_t c[4][16 * 16];  // [4][16, 16]
+  if (BF16)  // bf16 2^-20 everywhere: the sums stay finite and normal
+    for (int i = 0; i < 16 * 64; i += 2) a[i] = b[i] = int8_t(0x80), a[i + 1] = b[i + 1] = int8_t(0x35);
+  alignas(64) int32_t c[4][16 * 16];  // [4][16, 16] int32 or float
   __asm__ volatile("" ::"m"(a), "m"(b));
   _tile_loadd(4, a, 64);
   _tile_loadd(5, a, 64);
@@ -183,11 +196,18 @@ double amx_int8_loop(int64_t iters) {
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int64_t i = 0; i < iters; ++i) {  // four independent accumulators cover the product latency
-    _tile_dpbssd(0, 4, 6);
-    _tile_dpbssd(1, 4, 7);
-    _tile_dpbssd(2, 5, 6);
-    _tile_dpbssd(3, 5, 7);
+  for (int64_t i = 0; i < iters; ++i) {
+    if constexpr (BF16) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
   }
   _tile_stored(0, c[0], 64);
   _tile_stored(1, c[1], 64);
@@ -195,9 +215,18 @@ double amx_int8_loop(int64_t iters) {
   _tile_stored(3, c[3], 64);
   _tile_release();
   double s = 0;
-  for (const auto& t : c) s += double(t[0]) + double(t[255]);
+  for (const auto& t : c) {
+    float f[2];
+    std::memcpy(f, &t[0], 4), std::memcpy(f + 1, &t[255], 4);
+    s += BF16 ? double(f[0]) + double(f[1]) : double(t[0]) + double(t[255]);
+  }
   return s;
 }
+
+}  // namespace
+
+double amx_int8_loop(int64_t iters) { return amx_loop<false>(iters); }
+double amx_bf16_loop(int64_t iters) { return amx_loop<true>(iters); }
 
 KVS_TARGET_END()
 
