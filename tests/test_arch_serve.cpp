@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http_client.h"
+#include "kernels/cpu.h"
 #include "kvs_process.h"
 #include "test_util.h"
 #include "tools/make_model.h"
@@ -144,3 +145,38 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchServe,
                          });
 
 } // namespace
+
+namespace {
+
+// /health names how float-weight products run; a bf16 server has its own
+// model identity and answers as `kvserve generate --prefill-precision bf16`.
+TEST(ServePrecision, HealthNamesItAndBf16MatchesGenerate) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  const std::string model = test::shared("models/stories260K/stories260K.gguf");
+  std::string fp32_identity;
+  {
+    test::ServeProcess srv({"-m", model, "-t", "2"});
+    const test::HttpReply h = test::http_request(srv.port(), "GET", "/health");
+    ASSERT_EQ(h.status, 200) << h.body;
+    EXPECT_EQ(json::parse(h.body)["matmul_precision"], "fp32") << h.body;
+    fp32_identity = json::parse(h.body)["model_identity"];
+  }
+  if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 here: a bf16 server is refused (test_cli checks that)";
+  test::ServeProcess srv({"-m", model, "-t", "2", "--prefill-precision", "bf16"});
+  const test::HttpReply h = test::http_request(srv.port(), "GET", "/health");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(json::parse(h.body)["matmul_precision"], "bf16") << h.body;
+  EXPECT_NE(json::parse(h.body)["model_identity"], fp32_identity);
+  const json req{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
+  const test::HttpReply r = test::http_request(srv.port(), "POST", "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"generate", "-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "0", "-t", "2",
+                               "--prefill-precision", "bf16", "--json"},
+                              &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"].get<std::string>(), json::parse(out)["text"].get<std::string>());
+}
+
+}  // namespace

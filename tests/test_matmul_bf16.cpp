@@ -198,6 +198,32 @@ TEST(MatmulBf16, SameBitsWhateverTheBatch) {
   }
 }
 
+// Several groups, each its own weights (all three float types), input and
+// row count, in one matmul_grouped call: each as its own matmul.
+TEST(MatmulBf16, GroupsAreEachTheirOwnProduct) {
+  if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
+  ThreadPool pool(3);
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t cols = 96, ns[3] = {3, 40, 17}, rows[3] = {48, 33, 70};
+  std::vector<Weights> W;
+  std::vector<std::vector<float>> x(3), want(3), got(3);
+  std::vector<MatmulGroup> groups;
+  for (int g = 0; g < 3; ++g) {
+    W.push_back(make_weights(kTypes[g], rows[g], cols, [&](int64_t, int64_t) { return nd(rng); }));
+    x[size_t(g)].resize(size_t(ns[g] * cols));
+    for (float& e : x[size_t(g)]) e = nd(rng);
+    want[size_t(g)].resize(size_t(ns[g] * rows[g]));
+    got[size_t(g)].resize(size_t(ns[g] * rows[g]));
+    matmul(W.back().view, x[size_t(g)].data(), cols, ns[g], want[size_t(g)].data(), rows[g], pool);
+  }
+  for (int g = 0; g < 3; ++g)
+    groups.push_back({&W[size_t(g)].view, x[size_t(g)].data(), cols, ns[g], got[size_t(g)].data(), rows[g]});
+  matmul_grouped(groups.data(), 3, pool);
+  for (int g = 0; g < 3; ++g)
+    EXPECT_EQ(0, std::memcmp(got[size_t(g)].data(), want[size_t(g)].data(), want[size_t(g)].size() * 4)) << "group " << g;
+}
+
 // Weights packed for bf16 refuse to run on a lowered ISA (no silent fp32),
 // and a bf16 load is refused where the tiles are not usable.
 TEST(MatmulBf16, RefusedWithoutTheTiles) {

@@ -373,6 +373,9 @@ int run_serve(const ServeArgs& a) {
     ao.decode_peer_index = [pr = roles.prefill.get()](const std::string& p) { return pr->peer_index(p); };
   }
   ao.health_extra = roles.health_fields();
+  // How float-weight products run (kernels/matmul.h): a router or operator
+  // sees why two workers of one file have different identities.
+  ao.health_extra["matmul_precision"] = precision_name(l.model->precision());
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());

@@ -103,6 +103,8 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
         },
         parse_precision(a.precision));
   }
+  if (a.precision == "bf16" && l.model->precision() != MatmulPrecision::Bf16)
+    std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices; its products stay exact\n");
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;
