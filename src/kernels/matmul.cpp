@@ -264,6 +264,25 @@ int group_of(const std::vector<int64_t>& prefix, int64_t i) {
   return int(std::upper_bound(prefix.begin(), prefix.end(), i) - prefix.begin()) - 1;
 }
 
+// The work items of one preparation stage (quantize rows, lay out M tiles,
+// convert rows to bf16): the j-th group added, group[j], owns items
+// [first[j], first[j + 1]).
+struct Stage {
+  std::vector<int64_t> first, group;
+  void reset() { first.assign(1, 0), group.clear(); }
+  void add(int g, int64_t items) { group.push_back(g), first.push_back(first.back() + items); }
+  // fn(g, i) for item i of group g: on the pool from `parallel` items on.
+  template <class F>
+  void run(ThreadPool& pool, int64_t parallel, F fn) const {
+    const auto one = [&](int64_t i) {
+      const int j = group_of(first, i);
+      fn(int(group[size_t(j)]), i - first[size_t(j)]);
+    };
+    if (first.back() >= parallel && pool.size() > 1) pool.parallel_for(first.back(), [&](int64_t i, int) { one(i); });
+    else for (int64_t i = 0; i < first.back(); ++i) one(i);
+  }
+};
+
 }  // namespace
 
 void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
@@ -277,22 +296,23 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
   // per step). The pool's workers must see the caller's copies, so the
   // lambdas below capture references, never name the thread_locals.
   thread_local std::vector<GroupPlan> plan_tls;
-  thread_local std::vector<int64_t> tls[7];
+  thread_local Stage stages_tls[3];
+  thread_local std::vector<int64_t> task_first_tls;
   std::vector<GroupPlan>& plan = plan_tls;
-  std::vector<int64_t>&q_first = tls[0], &q_group = tls[1], &t_first = tls[2], &t_group = tls[3],
-                      &task_first = tls[4], &b_first = tls[5], &b_group = tls[6];
+  Stage &qs = stages_tls[0], &ts = stages_tls[1], &bs = stages_tls[2];  // quantize, tile, bf16 rows
+  std::vector<int64_t>& task_first = task_first_tls;
   plan.assign(size_t(count), GroupPlan{});
-  q_first.assign(1, 0), q_group.clear(), t_first.assign(1, 0), t_group.clear(), task_first.assign(1, 0);
-  b_first.assign(1, 0), b_group.clear();
+  for (Stage* st : {&qs, &ts, &bs}) st->reset();
+  task_first.assign(1, 0);
   int64_t xq_total = 0, xt_total = 0, xb_total = 0, total_rows = 0;
   for (int g = 0; g < count; ++g) {
     const MatmulGroup& G = groups[g];
     if (G.n == 0 || G.w->rows == 0) continue;
+    total_rows += G.w->rows;
     GroupPlan& p = plan[size_t(g)];
     if (runs_bf16(k, *G.w)) {
-      p.xb = xb_total;
-      xb_total += m_tiles(G.n) * 16 * mm::bf16_x_stride(G.w->cols);
-      b_group.push_back(g), b_first.push_back(b_first.back() + m_tiles(G.n) * 16);
+      p.xb = xb_total, xb_total += m_tiles(G.n) * 16 * mm::bf16_x_stride(G.w->cols);
+      bs.add(g, m_tiles(G.n) * 16);
     }
     if (mm::is_float_type(G.w->type)) continue;
     const int64_t nb = G.w->cols / mm::kQBlock;
@@ -303,55 +323,33 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
         prev->f.off == p.f.off && prev->f.sub16 == p.f.sub16) {
       p.xq = prev->xq;  // same X, same format: quantized once (gate and up of an expert)
     } else {
-      p.xq = xq_total, p.owner = true;
-      xq_total += G.n * nb;
-      q_group.push_back(g), q_first.push_back(q_first.back() + G.n);
+      p.xq = xq_total, p.owner = true, xq_total += G.n * nb;
+      qs.add(g, G.n);
     }
     if (k.quant_rows_tiles && amx_tiles_apply(*G.w, G.n)) {
-      p.xt = xt_total;
-      xt_total += m_tiles(G.n) * nb;
-      t_group.push_back(g), t_first.push_back(t_first.back() + m_tiles(G.n));
+      p.xt = xt_total, xt_total += m_tiles(G.n) * nb;
+      ts.add(g, m_tiles(G.n));
     }
   }
-  for (int g = 0; g < count; ++g) total_rows += groups[g].n > 0 ? groups[g].w->rows : 0;
   if (total_rows == 0) return;
   XBlock* xq = x_buffer<XBlock>(size_t(std::max<int64_t>(xq_total, 1)));  // per owner group: [n, nb]
-  const auto quantize = [&](int64_t i) {
-    const int j = group_of(q_first, i);
-    const MatmulGroup& G = groups[q_group[size_t(j)]];
-    const GroupPlan& p = plan[size_t(q_group[size_t(j)])];
-    const int64_t r = i - q_first[size_t(j)];
-    k.quantize_x(G.x + r * G.ldx, G.w->cols, p.f, xq + p.xq + r * (G.w->cols / mm::kQBlock));
-  };
-  if (q_first.back() >= 8 && pool.size() > 1) pool.parallel_for(q_first.back(), [&](int64_t i, int) { quantize(i); });
-  else for (int64_t i = 0; i < q_first.back(); ++i) quantize(i);
-  XTile* xt = nullptr;  // per tiled group: [ceil(n / 16), nb]
-  if (xt_total > 0) {
-    xt = x_buffer<XTile>(size_t(xt_total));
-    const auto tile = [&](int64_t i) {
-      const int j = group_of(t_first, i);
-      const MatmulGroup& G = groups[t_group[size_t(j)]];
-      const GroupPlan& p = plan[size_t(t_group[size_t(j)])];
-      const int64_t t = i - t_first[size_t(j)], nb = G.w->cols / mm::kQBlock;
-      k.tile_x(xq + p.xq, G.n, nb, t, t + 1, p.f.has_min, xt + p.xt);
-    };
-    if (t_first.back() > 1 && pool.size() > 1) pool.parallel_for(t_first.back(), [&](int64_t i, int) { tile(i); });
-    else for (int64_t i = 0; i < t_first.back(); ++i) tile(i);
-  }
-  uint16_t* xb = nullptr;  // per bf16 group: [ceil(n / 16) * 16, kp]
-  if (xb_total > 0) {
-    xb = x_buffer<uint16_t>(size_t(xb_total));
-    const auto convert = [&](int64_t i) {
-      const int j = group_of(b_first, i);
-      const MatmulGroup& G = groups[b_group[size_t(j)]];
-      const int64_t r = i - b_first[size_t(j)], kp = mm::bf16_x_stride(G.w->cols);
-      uint16_t* out = xb + plan[size_t(b_group[size_t(j)])].xb;
-      if (r < G.n) k.bf16_x(G.x, G.ldx, G.w->cols, r, r + 1, kp, out);
-      else std::memset(out + r * kp, 0, size_t(kp) * sizeof(uint16_t));
-    };
-    if (b_first.back() >= 8 && pool.size() > 1) pool.parallel_for(b_first.back(), [&](int64_t i, int) { convert(i); });
-    else for (int64_t i = 0; i < b_first.back(); ++i) convert(i);
-  }
+  qs.run(pool, 8, [&](int g, int64_t r) {
+    const MatmulGroup& G = groups[g];
+    k.quantize_x(G.x + r * G.ldx, G.w->cols, plan[size_t(g)].f, xq + plan[size_t(g)].xq + r * (G.w->cols / mm::kQBlock));
+  });
+  XTile* xt = xt_total > 0 ? x_buffer<XTile>(size_t(xt_total)) : nullptr;  // per tiled group: [ceil(n / 16), nb]
+  ts.run(pool, 2, [&](int g, int64_t t) {
+    const GroupPlan& p = plan[size_t(g)];
+    k.tile_x(xq + p.xq, groups[g].n, groups[g].w->cols / mm::kQBlock, t, t + 1, p.f.has_min, xt + p.xt);
+  });
+  uint16_t* xb = xb_total > 0 ? x_buffer<uint16_t>(size_t(xb_total)) : nullptr;  // per bf16 group: [ceil(n / 16) * 16, kp]
+  bs.run(pool, 8, [&](int g, int64_t r) {
+    const MatmulGroup& G = groups[g];
+    const int64_t kp = mm::bf16_x_stride(G.w->cols);
+    uint16_t* out = xb + plan[size_t(g)].xb;
+    if (r < G.n) k.bf16_x(G.x, G.ldx, G.w->cols, r, r + 1, kp, out);
+    else std::memset(out + r * kp, 0, size_t(kp) * sizeof(uint16_t));
+  });
   // Tasks: group g's row chunks, in order.
   const int64_t chunk = row_chunk(total_rows, pool.size(), k.row_align);
   for (int g = 0; g < count; ++g)

@@ -11,8 +11,9 @@
 // C stays in its tile for the whole of K, chunk by chunk in increasing
 // order, so an output's arithmetic depends only on its activation row and
 // weight row: the same bits whatever n, whichever rows share its tile, and
-// however the weight rows are split between threads. Up to 2 x 2 C tiles
-// share each A and B load.
+// however the weight rows are split between threads (a C tile parked in
+// scratch between K blocks comes back exactly). Up to 2 x 2 C tiles share
+// each A and B load; bf16_rows_amx has the cache blocking.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,8 +29,6 @@ namespace kvs::mm {
 KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,amx-tile,amx-bf16")
 
 namespace {
-
-
 
 using amx_detail::TileMode;
 using amx_detail::TileScope;
@@ -104,10 +103,6 @@ inline __attribute__((always_inline)) void products(const uint16_t* a, int64_t a
     ahead.step();
     const uint16_t* ac = a + 32 * c;  // [16, 32] bf16 of M tile 0 ([16, 32] of tile 1 16 rows on)
     const uint8_t* bc = b + 1024 * c;
-#ifdef KVS_APF
-    for (int r = 0; r < 16 * MT; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(ac + KVS_APF * 32) + r * astride, _MM_HINT_T0);
-#endif
     KVS_BF_LOAD(4, ac, astride);
     KVS_BF_LOAD(6, bc, 64);
     if (NT == 2) KVS_BF_LOAD(7, bc + pb, 64);
@@ -121,7 +116,7 @@ inline __attribute__((always_inline)) void products(const uint16_t* a, int64_t a
   }
 }
 
-// C tile `t` to y ([rows, cols] of it real, of [tile_rows, 16]): straight
+// C tile T to y ([rows, cols] of it real, of [tile_rows, 16]): straight
 // to y when whole, else through buf.
 template <int T>
 inline __attribute__((always_inline)) void store_c(float* y, int64_t ldy, int64_t rows, int64_t cols, int64_t tile_rows,
@@ -166,8 +161,8 @@ void run_block(const Block& k, int64_t c0, int64_t kc, bool last, float* buf, Ah
   else block<1, 1>(k, c0, kc, last, buf, ahead);
 }
 
-// Chunks per K block: two panels' B tiles of a K block (32 KiB) stay in L1
-// while every M tile of the pass runs against them.
+// Chunks per K block: two panels' B tiles of a K block (16 KiB) stay in L1
+// while every M tile of the pass runs against them (docs/PERFORMANCE.md).
 constexpr int64_t kKc = 8;
 // Bytes of bf16 activation rows a pass keeps in L2 across the panels.
 constexpr int64_t kPassBytes = 1 << 20;
@@ -190,16 +185,8 @@ void row_to_bf16_avx512(GgmlType t, const uint8_t* row, int64_t cols, int64_t kp
 }
 
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* xi = x + i * ldx;
-    uint16_t* o = out + i * kp;
-    for (int64_t k = 0; k < kp; k += 16) {
-      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(16, cols - k));
-      const __mmask16 m = __mmask16((1u << left) - 1);
-      const __m512 v = _mm512_maskz_loadu_ps(m, xi + k);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + k), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-    }
-  }
+  for (int64_t i = i0; i < i1; ++i)
+    row_to_bf16_avx512(GgmlType::F32, reinterpret_cast<const uint8_t*>(x + i * ldx), cols, kp, out + i * kp);
 }
 
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
