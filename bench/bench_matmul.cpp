@@ -143,8 +143,45 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
   state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + path);
 }
 
-// Both paths on one weight copy (its Panel16 copy), one call each per
-// iteration, each timed on its own; tiles forced from n = 1 for the run.
+// Two ways of one product, one call of each per iteration, each timed on
+// its own: way k runs w[k] after setup(k). Counters GFLOP/s_<a>,
+// GFLOP/s_<b> and <a>/<b> (the speed-up of a).
+template <class Setup>
+void alternate(benchmark::State& state, const kvs::WeightView (&w)[2], Setup setup, const Shape& s, int64_t n,
+               int threads, const char* a, const char* b) {
+  kvs::ThreadPool pool(threads);
+  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  double sec[2] = {0, 0};
+  for (auto _ : state) {
+    for (int k = 0; k < 2; ++k) {
+      setup(k);
+      const auto t0 = std::chrono::steady_clock::now();
+      kvs::matmul(w[k], x.data(), s.cols, n, y.data(), s.rows, pool);
+      sec[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      benchmark::DoNotOptimize(y.data());
+    }
+  }
+  const double gflop = 2.0 * double(s.rows) * double(s.cols) * double(n) * double(state.iterations()) / 1e9;
+  state.counters[std::string("GFLOP/s_") + a] = gflop / sec[0];
+  state.counters[std::string("GFLOP/s_") + b] = gflop / sec[1];
+  state.counters[std::string(a) + "/" + b] = sec[1] / sec[0];
+}
+
+// A load-time copy of `file` in layout l, into arena.
+kvs::WeightView packed_view(const kvs::WeightView& file, kvs::PackLayout l, kvs::PackedArena& arena) {
+  arena = kvs::PackedArena(kvs::packed_size(file, l));
+  kvs::pack_panels_into(file, l, arena.data());
+  kvs::WeightView w = file;
+  w.packed = arena.data();
+  w.pack = l;
+  return w;
+}
+
+// Both paths on one weight copy (its Panel16 copy), tiles forced from n = 1
+// for the run.
 void BM_amx_vs_vnni(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
   kvs::set_isa_override(kvs::Isa::Amx);
   const bool amx = kvs::active_isa() == kvs::Isa::Amx;
@@ -154,71 +191,30 @@ void BM_amx_vs_vnni(benchmark::State& state, GgmlType t, Shape s, int64_t n, int
     return;
   }
   Copies c = make_weights(t, s, false);
-  kvs::ThreadPool pool(threads);
-  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& v : x) v = nd(rng);
-  kvs::WeightView w{t, c.mem.get(), s.rows, s.cols, kvs::row_bytes(t, s.cols)};
-  kvs::PackedArena arena(kvs::packed_size(w, kvs::PackLayout::Panel16));
-  kvs::pack_panels_into(w, kvs::PackLayout::Panel16, arena.data());
-  w.packed = arena.data();
-  w.pack = kvs::PackLayout::Panel16;
+  kvs::PackedArena arena;
+  const kvs::WeightView p = packed_view({t, c.mem.get(), s.rows, s.cols, kvs::row_bytes(t, s.cols)},
+                                        kvs::PackLayout::Panel16, arena);
+  const kvs::WeightView w[2] = {p, p};
   kvs::set_amx_min_rows(t, 1);
-  double sec[2] = {0, 0};  // [amx, vnni]
-  for (auto _ : state) {
-    for (int k = 0; k < 2; ++k) {
-      kvs::set_isa_override(k == 0 ? kvs::Isa::Amx : kvs::Isa::Avx512);
-      const auto t0 = std::chrono::steady_clock::now();
-      kvs::matmul(w, x.data(), s.cols, n, y.data(), s.rows, pool);
-      sec[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      benchmark::DoNotOptimize(y.data());
-    }
-  }
+  alternate(state, w, [](int k) { kvs::set_isa_override(k == 0 ? kvs::Isa::Amx : kvs::Isa::Avx512); }, s, n,
+            threads, "amx", "vnni");
   kvs::clear_isa_override();
   kvs::reset_amx_min_rows();
-  const double gflop = 2.0 * double(s.rows) * double(s.cols) * double(n) * double(state.iterations()) / 1e9;
-  state.counters["GFLOP/s_amx"] = gflop / sec[0];
-  state.counters["GFLOP/s_vnni"] = gflop / sec[1];
-  state.counters["amx/vnni"] = sec[1] / sec[0];
   state.SetLabel(std::string(s.what) + " panel16");
 }
 
-// A float matrix's two copies, one call of each per iteration.
+// A float matrix's two copies: AmxBf16 (--prefill-precision bf16) and Panel16.
 void BM_bf16_vs_fp32(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads) {
   if (!kvs::amx_bf16_active()) {
     state.SkipWithError("no AMX-BF16 here (CPU, OS, permission or KVS_ISA)");
     return;
   }
   Copies c = make_weights(t, s, false);
-  kvs::ThreadPool pool(threads);
-  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
-  std::mt19937 rng(2);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& v : x) v = nd(rng);
   const kvs::WeightView file{t, c.mem.get(), s.rows, s.cols, kvs::row_bytes(t, s.cols)};
-  kvs::WeightView w[2] = {file, file};  // [bf16, fp32]
   kvs::PackedArena arenas[2];
-  for (int k = 0; k < 2; ++k) {
-    const kvs::PackLayout l = k == 0 ? kvs::PackLayout::AmxBf16 : kvs::PackLayout::Panel16;
-    arenas[k] = kvs::PackedArena(kvs::packed_size(file, l));
-    kvs::pack_panels_into(file, l, arenas[k].data());
-    w[k].packed = arenas[k].data();
-    w[k].pack = l;
-  }
-  double sec[2] = {0, 0};
-  for (auto _ : state) {
-    for (int k = 0; k < 2; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      kvs::matmul(w[k], x.data(), s.cols, n, y.data(), s.rows, pool);
-      sec[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      benchmark::DoNotOptimize(y.data());
-    }
-  }
-  const double gflop = 2.0 * double(s.rows) * double(s.cols) * double(n) * double(state.iterations()) / 1e9;
-  state.counters["GFLOP/s_bf16"] = gflop / sec[0];
-  state.counters["GFLOP/s_fp32"] = gflop / sec[1];
-  state.counters["bf16/fp32"] = sec[1] / sec[0];
+  const kvs::WeightView w[2] = {packed_view(file, kvs::PackLayout::AmxBf16, arenas[0]),
+                                packed_view(file, kvs::PackLayout::Panel16, arenas[1])};
+  alternate(state, w, [](int) {}, s, n, threads, "bf16", "fp32");
   state.SetLabel(s.what);
 }
 

@@ -7,7 +7,7 @@ same bytes), then for every type and thread count runs `kvserve bench` and
 `llama-bench` one after the other, PAIRS times (A B A B ...), and prints one
 markdown table: median tok/s of each, and the ratio of the medians. With
 --batched it also runs `kvserve batched-bench` and `llama-batched-bench` on
-Q8_0 at B = 1, 4, 16. The CPU (lscpu: name, family / model, SIMD level)
+--batched-type (Q8_0 by default) at B = 1, 4, 16. The CPU (lscpu: name, family / model, SIMD level)
 heads the table.
 
 Run through scripts/bench-vs-peer.sh PEER_BIN_DIR.
@@ -75,7 +75,7 @@ def peer_bench(a, model, threads):
 
 def kvs_batched(a, model, threads, npl):
     out = run([a.kvserve, "batched-bench", "-m", model, "-p", "128", "-n", "32", "--npl", npl, "--kv-type", "f16",
-               "-t", str(threads), "--json"])
+               "-t", str(threads), "--prefill-precision", a.precision, "--json"])
     return {r["b"]: r["s_tg"] for r in json.loads(out)["rows"]}
 
 
@@ -108,7 +108,8 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="repetitions inside each run")
     ap.add_argument("--pp", type=int, default=128)
     ap.add_argument("--tg", type=int, default=64)
-    ap.add_argument("--batched", action="store_true", help="also batched-bench Q8_0 at --npl concurrencies")
+    ap.add_argument("--batched", action="store_true", help="also batched-bench --batched-type at --npl concurrencies")
+    ap.add_argument("--batched-type", default="q8_0", help="the weight type batched-bench runs")
     ap.add_argument("--npl", default="1,4,16", help="batched: concurrent sequences, comma-separated")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="kvserve's --prefill-precision (changes only the F16 rows; bf16 needs AMX-BF16)")
@@ -137,12 +138,12 @@ def main():
         th = max(int(x) for x in a.threads.split(","))
         k_rows, p_rows = [], []
         for _ in range(a.pairs):
-            k_rows.append(kvs_batched(a, models["q8_0"], th, a.npl))
-            p_rows.append(peer_batched(a, models["q8_0"], th, a.npl))
+            k_rows.append(kvs_batched(a, models[a.batched_type], th, a.npl))
+            p_rows.append(peer_batched(a, models[a.batched_type], th, a.npl))
         for b in (int(x) for x in a.npl.split(",")):
             k = [r.get(b) for r in k_rows]
             p = [r.get(b) for r in p_rows]
-            print(f"| Q8_0 | {th} | batched B={b} S_TG | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",
+            print(f"| {a.batched_type.upper()} | {th} | batched B={b} S_TG | {cell(k)} | {cell(p)} | {med(k) / med(p):.2f}x |",
                   flush=True)
 
 

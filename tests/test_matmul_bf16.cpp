@@ -68,6 +68,15 @@ Weights make_weights(GgmlType t, int64_t rows, int64_t cols, F values) {
   return w;
 }
 
+// count values of N(0, 1).
+std::vector<float> normal_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& e : v) e = nd(rng);
+  return v;
+}
+
 // Weight element (r, c) as the tiles see it: the file's value rounded to bf16.
 float weight_bf16(const Weights& w, int64_t r, int64_t c) {
   std::vector<float> row(size_t(w.view.cols));
@@ -116,11 +125,8 @@ TEST(MatmulBf16, ExactOnSmallIntegers) {
 TEST(MatmulBf16, WeightsRoundToNearestEven) {
   if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
   ThreadPool pool(2);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   for (GgmlType t : kTypes) {
-    std::vector<float> v(size_t(20 * 64));
-    for (float& e : v) e = nd(rng);
+    std::vector<float> v = normal_values(20 * 64, 5);
     v[0] = 1.0f + 1.0f / 256;      // ties (to even: down, then up)
     v[1] = 1.0f + 3.0f / 256;
     v[2] = -65504.0f;               // the f16 extreme
@@ -140,12 +146,8 @@ TEST(MatmulBf16, WeightsRoundToNearestEven) {
 TEST(MatmulBf16, NearTheBf16Reference) {
   if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
   ThreadPool pool(2);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t rows = 45, cols = 2048, n = 33;
-  std::vector<float> wv(size_t(rows * cols)), x(size_t(n * cols));
-  for (float& e : wv) e = nd(rng);
-  for (float& e : x) e = nd(rng);
+  const std::vector<float> wv = normal_values(rows * cols, 7), x = normal_values(n * cols, 8);
   Weights W = make_weights(GgmlType::F32, rows, cols, [&](int64_t r, int64_t c) { return wv[size_t(r * cols + c)]; });
   std::vector<float> y(size_t(n * rows));
   matmul(W.view, x.data(), cols, n, y.data(), rows, pool);
@@ -171,12 +173,8 @@ TEST(MatmulBf16, NearTheBf16Reference) {
 TEST(MatmulBf16, SameBitsWhateverTheBatch) {
   if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
   ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t rows = 77, cols = 200, nmax = 70;
-  std::vector<float> wv(size_t(rows * cols)), x(size_t(nmax * cols));
-  for (float& e : wv) e = nd(rng);
-  for (float& e : x) e = nd(rng);
+  const std::vector<float> wv = normal_values(rows * cols, 11), x = normal_values(nmax * cols, 12);
   Weights W = make_weights(GgmlType::F16, rows, cols, [&](int64_t r, int64_t c) { return wv[size_t(r * cols + c)]; });
   std::vector<float> full(size_t(nmax * rows));
   matmul(W.view, x.data(), cols, nmax, full.data(), rows, pools[1]);
@@ -203,16 +201,14 @@ TEST(MatmulBf16, SameBitsWhateverTheBatch) {
 TEST(MatmulBf16, GroupsAreEachTheirOwnProduct) {
   if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
   ThreadPool pool(3);
-  std::mt19937 rng(13);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t cols = 96, ns[3] = {3, 40, 17}, rows[3] = {48, 33, 70};
   std::vector<Weights> W;
   std::vector<std::vector<float>> x(3), want(3), got(3);
   std::vector<MatmulGroup> groups;
   for (int g = 0; g < 3; ++g) {
-    W.push_back(make_weights(kTypes[g], rows[g], cols, [&](int64_t, int64_t) { return nd(rng); }));
-    x[size_t(g)].resize(size_t(ns[g] * cols));
-    for (float& e : x[size_t(g)]) e = nd(rng);
+    const std::vector<float> wv = normal_values(rows[g] * cols, 13 + g);
+    W.push_back(make_weights(kTypes[g], rows[g], cols, [&](int64_t r, int64_t c) { return wv[size_t(r * cols + c)]; }));
+    x[size_t(g)] = normal_values(ns[g] * cols, 23 + g);
     want[size_t(g)].resize(size_t(ns[g] * rows[g]));
     got[size_t(g)].resize(size_t(ns[g] * rows[g]));
     matmul(W.back().view, x[size_t(g)].data(), cols, ns[g], want[size_t(g)].data(), rows[g], pool);
