@@ -33,7 +33,10 @@ constexpr int64_t kL = 8;     // rows per panel = lanes per ymm
 constexpr int64_t kKc = 512;  // k slice: a tile's activation rows stay in L1 across the block
 constexpr int64_t kMb = 96;   // rows per block (12 panels): its slice stays in L2
 constexpr int kNr = 6;        // activation rows per tile: 2 x 6 accumulators
-constexpr int64_t kDirectMaxN = 3;  // up to this, one pass per panel group
+// Up to this many activation rows, passes of up to kNr rows read the panels
+// straight through: cheaper than gemm's slices with partials parked in y
+// (docs/PERFORMANCE.md).
+constexpr int64_t kDirectMaxN = 12;
 
 template <GgmlType T>
 constexpr int64_t elem_bytes() {
@@ -108,7 +111,7 @@ void tile_n(int nr, const uint8_t* const* pan, int64_t kn, const float* x, int64
   }
 }
 
-// Small n (decode): read the panels straight through, MR panels per pass so
+// Small n (decode, small batches): read the panels straight through, MR panels per pass so
 // MR * NR chains hide the fma latency; prefetch kAhead bytes ahead of each
 // stream (0: none).
 template <GgmlType T, int MR, int NR, int kAhead>
@@ -185,16 +188,32 @@ void gemm(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t l
 }
 
 template <GgmlType T>
-void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
-            float* y, int64_t ldy) {
-  switch (n) {
-    case 1: return decode<T>(w, r0, r1, x, y);
+void direct_n(int nr, const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, float* y,
+              int64_t ldy) {
+  switch (nr) {
     case 2: return direct<T, 4, 2, 512>(w, r0, r1, x, ldx, y, ldy);
     case 3: return direct<T, 4, 3, 512>(w, r0, r1, x, ldx, y, ldy);
-    default: return gemm<T>(w, r0, r1, x, ldx, n, y, ldy);
+    case 4: return direct<T, 2, 4, 512>(w, r0, r1, x, ldx, y, ldy);
+    case 5: return direct<T, 2, 5, 512>(w, r0, r1, x, ldx, y, ldy);
+    case 6: return direct<T, 2, 6, 512>(w, r0, r1, x, ldx, y, ldy);
+    default: return;
   }
 }
-static_assert(kDirectMaxN == 3, "rows_t's switch covers n <= kDirectMaxN");
+
+template <GgmlType T>
+void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
+            float* y, int64_t ldy) {
+  if (n == 1) return decode<T>(w, r0, r1, x, y);
+  if (n > kDirectMaxN) return gemm<T>(w, r0, r1, x, ldx, n, y, ldy);
+  // Passes of at most kNr rows, as even as they can be, each streaming the
+  // weights once.
+  const int64_t passes = (n + kNr - 1) / kNr;
+  for (int64_t p = 0, i = 0; p < passes; ++p) {
+    const int64_t nr = (n - i) / (passes - p);
+    direct_n<T>(int(nr), w, r0, r1, x + i * ldx, ldx, y + i * ldy, ldy);
+    i += nr;
+  }
+}
 
 }  // namespace
 

@@ -29,7 +29,11 @@ constexpr int64_t kL = 16;    // rows per panel = lanes per zmm
 constexpr int64_t kKc = 256;  // k slice converted to f32 scratch per block
 constexpr int64_t kMb = 128;  // rows per block (8 panels): the slice is 128 KB, L2-resident
 constexpr int kNr = 12;       // activation rows per tile: 2 x 12 accumulators
-constexpr int64_t kScratchMinN = 4;  // below this, convert in registers instead
+// Below this many activation rows, passes of up to kNr rows read the
+// panels in place (converting in registers): at these n the weights stream
+// from DRAM and the f32 scratch copy cost more than the passes' re-reads
+// (docs/PERFORMANCE.md).
+constexpr int64_t kScratchMinN = 49;
 
 template <GgmlType T>
 constexpr int64_t elem_bytes() {
@@ -91,21 +95,25 @@ void tile_n(int nr, const uint8_t* const* pan, int64_t kn, const float* x, int64
   }
 }
 
-// Small n (decode, n <= 3): read the packed panels directly, 4 panels per
-// pass so 4 * n chains hide the fma latency; prefetch ahead of the stream.
+// Small n (decode, small batches): read the packed panels directly, MR
+// panels at a time so MR * NR chains hide the fma latency; prefetch ahead
+// of the stream.
 template <GgmlType T, int NR>
 void direct(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, float* y,
             int64_t ldy) {
+  // Panels per pass: MR * NR accumulators, MR weight vectors and the
+  // broadcast x fit the 32 zmm registers.
+  constexpr int MR = NR <= 6 ? 4 : 2;
   const int64_t pb = w.cols * kL * elem_bytes<T>();
   int64_t r = r0;
-  for (; r + 4 * kL <= r1; r += 4 * kL) {
-    const uint8_t* pan[4];
-    __mmask16 m[4];
-    for (int a = 0; a < 4; ++a) {
+  for (; r + MR * kL <= r1; r += MR * kL) {
+    const uint8_t* pan[MR];
+    __mmask16 m[MR];
+    for (int a = 0; a < MR; ++a) {
       pan[a] = w.packed + (r / kL + a) * pb;
       m[a] = lane_mask(r + a * kL, w.rows);
     }
-    tile<T, 4, NR, true>(pan, w.cols, x, ldx, y + r, ldy, true, m);
+    tile<T, MR, NR, true>(pan, w.cols, x, ldx, y + r, ldy, true, m);
   }
   for (; r < r1; r += kL) {
     const uint8_t* pan[1] = {w.packed + (r / kL) * pb};
@@ -114,7 +122,7 @@ void direct(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t
   }
 }
 
-// n >= 4: blocks of kMb rows; per k slice the block's panels are converted
+// n >= kScratchMinN: blocks of kMb rows; per k slice the block's panels are converted
 // once to f32 scratch [panel][kKc][16] and reused by every group of kNr
 // activation rows (whose slice stays in L1 across the block's panels).
 template <GgmlType T>
@@ -151,16 +159,30 @@ void gemm(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t l
 }
 
 template <GgmlType T>
-void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
-            float* y, int64_t ldy, Scratch s) {
-  switch (n) {
-    case 1: return direct<T, 1>(w, r0, r1, x, ldx, y, ldy);
-    case 2: return direct<T, 2>(w, r0, r1, x, ldx, y, ldy);
-    case 3: return direct<T, 3>(w, r0, r1, x, ldx, y, ldy);
-    default: return gemm<T>(w, r0, r1, x, ldx, n, y, ldy, s);
+void direct_n(int nr, const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, float* y,
+              int64_t ldy) {
+  switch (nr) {
+#define KVS_NR(N) case N: return direct<T, N>(w, r0, r1, x, ldx, y, ldy);
+    KVS_NR(1) KVS_NR(2) KVS_NR(3) KVS_NR(4) KVS_NR(5) KVS_NR(6)
+    KVS_NR(7) KVS_NR(8) KVS_NR(9) KVS_NR(10) KVS_NR(11) KVS_NR(12)
+#undef KVS_NR
+    default: return;
   }
 }
-static_assert(kScratchMinN == 4, "rows_t's switch covers n < kScratchMinN");
+
+template <GgmlType T>
+void rows_t(const WeightView& w, int64_t r0, int64_t r1, const float* x, int64_t ldx, int64_t n,
+            float* y, int64_t ldy, Scratch s) {
+  if (n >= kScratchMinN) return gemm<T>(w, r0, r1, x, ldx, n, y, ldy, s);
+  // Passes of at most kNr rows, as even as they can be, each streaming the
+  // weights once.
+  const int64_t passes = (n + kNr - 1) / kNr;
+  for (int64_t p = 0, i = 0; p < passes; ++p) {
+    const int64_t nr = (n - i) / (passes - p);
+    direct_n<T>(int(nr), w, r0, r1, x + i * ldx, ldx, y + i * ldy, ldy);
+    i += nr;
+  }
+}
 
 }  // namespace
 
