@@ -230,6 +230,22 @@ void apply_variant_from_env() {
   for (GgmlType t : kTypes) kvs::set_decode_variant(t, v);
 }
 
+// prefix/TYPE/ROWSxCOLS/nN/tT for every type, shape, n and 1 or 2 threads.
+void register_pairs(const std::string& prefix, void (*bm)(benchmark::State&, GgmlType, Shape, int64_t, int),
+                    std::initializer_list<GgmlType> types, std::initializer_list<int64_t> ns) {
+  for (GgmlType t : types)
+    for (const Shape& s : kShapes)
+      for (int64_t n : ns)
+        for (int threads : {1, 2}) {
+          const std::string name = prefix + "/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), bm, t, s, n, threads)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->MinTime(0.5);
+        }
+}
+
 int register_all() {
   apply_variant_from_env();
   for (GgmlType t : kTypes)
@@ -247,28 +263,9 @@ int register_all() {
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
         }
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q6_K})
-    for (const Shape& s : kShapes)
-      for (int64_t n : {4, 8, 16, 128, 512})
-        for (int threads : {1, 2}) {
-          const std::string name = "amx_vs_vnni/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_amx_vs_vnni, t, s, n, threads)
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->MinTime(0.5);
-        }
-  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::F32})
-    for (const Shape& s : kShapes)
-      for (int64_t n : {1, 16, 128, 512})
-        for (int threads : {1, 2}) {
-          const std::string name = "bf16_vs_fp32/" + kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
-                                   std::to_string(s.cols) + "/n" + std::to_string(n) + "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_bf16_vs_fp32, t, s, n, threads)
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond)
-              ->MinTime(0.5);
-        }
+  register_pairs("amx_vs_vnni", BM_amx_vs_vnni,
+                 {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q6_K}, {4, 8, 16, 128, 512});
+  register_pairs("bf16_vs_fp32", BM_bf16_vs_fp32, {GgmlType::F16, GgmlType::BF16, GgmlType::F32}, {1, 16, 128, 512});
   return 0;
 }
 const int registered = register_all();
