@@ -211,8 +211,10 @@ void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* 
         const int64_t kc = std::min(kKc, nc - c0);
         // The next K block's B (or the next panel pair's first), spread
         // over this block's chunks, so it is in L2 when its block starts.
+        // Under 16 rows a block is too short for that: the hardware's own
+        // stream does better (docs/PERFORMANCE.md).
         const bool more = c0 + kKc < nc;
-        const int64_t nkc = more ? std::min(kKc, nc - c0 - kKc) : (p0 + 32 < r1 ? std::min(kKc, nc) : 0);
+        const int64_t nkc = tr < 16 ? 0 : more ? std::min(kKc, nc - c0 - kKc) : (p0 + 32 < r1 ? std::min(kKc, nc) : 0);
         Ahead ahead{more ? b + 1024 * (c0 + kKc) : b + 2 * pb, pb, 0, 32 * nkc,
                     (32 * nkc + pairs * kc - 1) / (pairs * kc)};
         for (int64_t i0 = m0; i0 < m1; i0 += 32) {
