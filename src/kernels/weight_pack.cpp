@@ -67,7 +67,8 @@ PackLayout pack_layout_for(Isa isa) {
 }
 
 bool packable(const WeightView& w, PackLayout layout) {
-  if (layout == PackLayout::AmxBf16) return w.rows > 0 && w.cols > 0 && mm::is_float_type(w.type);
+  if (layout == PackLayout::AmxBf16)  // the conversion runs vcvtneps2bf16
+    return w.rows > 0 && w.cols > 0 && mm::is_float_type(w.type) && cpu_features().avx512bf16;
   const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
                      w.type == GgmlType::Q6_K || w.type == GgmlType::MXFP4;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
