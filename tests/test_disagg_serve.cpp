@@ -46,16 +46,39 @@ std::vector<std::string> serve_args(int http_port, std::vector<std::string> extr
   return a;
 }
 
+// Starts a worker on ports chosen beforehand. Another process may take
+// such a port between free_port() and the worker's bind: on a first start
+// that is retried on fresh ports (`pick`); a restart keeps its ports.
+template <class Args, class Pick>
+std::unique_ptr<KvsProcess> start_on_ports(bool first, Args args, Pick pick, const std::string& ready) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return std::make_unique<KvsProcess>(args(), ready);
+    } catch (const std::runtime_error& e) {
+      const std::string why = e.what();  // the HTTP bind's errno text, or UCX's status for its listener
+      const bool taken = why.find("Address already in use") != std::string::npos || why.find("busy") != std::string::npos;
+      if (!first || attempt == 3 || !taken) throw;
+      pick();
+    }
+  }
+}
+
 // A decode worker on a fixed UCX port (so a restarted one is found again).
 struct Decode {
   int http = test::free_port(), ucx = test::free_port();
   std::vector<std::string> extra;
   std::string model = stories();
   std::unique_ptr<KvsProcess> p;
+  bool started = false;
   void start() {
-    std::vector<std::string> e = {"--role", "decode", "--kv-listen", "127.0.0.1:" + std::to_string(ucx)};
-    e.insert(e.end(), extra.begin(), extra.end());
-    p = std::make_unique<KvsProcess>(serve_args(http, e, model), "kvserve: role decode");
+    const auto args = [&] {
+      std::vector<std::string> e = {"--role", "decode", "--kv-listen", "127.0.0.1:" + std::to_string(ucx)};
+      e.insert(e.end(), extra.begin(), extra.end());
+      return serve_args(http, e, model);
+    };
+    const auto pick = [&] { http = test::free_port(), ucx = test::free_port(); };
+    p = start_on_ports(!started, args, pick, "kvserve: role decode");
+    started = true;
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
 };
@@ -64,12 +87,15 @@ struct Prefill {
   int http = test::free_port();
   std::string model = stories();
   std::unique_ptr<KvsProcess> p;
+  bool started = false;
   void start(const Decode& d, std::vector<std::string> extra = {}) { start_with({&d}, std::move(extra)); }
   void start_with(const std::vector<const Decode*>& ds, std::vector<std::string> extra = {}) {
     std::vector<std::string> e = {"--role", "prefill"};
     for (const Decode* d : ds) e.insert(e.end(), {"--decode-peer", "127.0.0.1:" + std::to_string(d->ucx)});
     e.insert(e.end(), extra.begin(), extra.end());
-    p = std::make_unique<KvsProcess>(serve_args(http, e, model), "kvserve: role prefill");
+    p = start_on_ports(
+        !started, [&] { return serve_args(http, e, model); }, [&] { http = test::free_port(); }, "kvserve: role prefill");
+    started = true;
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
 };
