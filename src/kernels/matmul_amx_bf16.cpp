@@ -191,7 +191,7 @@ void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i
 
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
                    int64_t ldy, Scratch scratch) {
-  const int64_t kp = bf16_x_stride(w.cols), nc = (w.cols + 31) / 32, pb = nc * 1024;
+  const int64_t kp = bf16_x_stride(w.cols), nc = bf16_chunks(w.cols), pb = nc * 1024;
   alignas(64) float buf[256];  // [16, 16]: a partial C tile on its way to y
   // Fewer than 16 rows (decode, small batches): tiles of n rows, so the
   // products and activation loads cover no padding.

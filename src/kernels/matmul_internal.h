@@ -161,7 +161,8 @@ const IsaKernels& amx_kernels();
 // Row length (elements) of the bf16 activations for `cols` columns: whole
 // 32-column chunks plus one cache line, so that the 16 rows an A tile
 // loads do not all fall in one L1 set (a multiple of 4 KiB would).
-inline int64_t bf16_x_stride(int64_t cols) { return (cols + 31) / 32 * 32 + 32; }
+inline int64_t bf16_chunks(int64_t cols) { return (cols + 31) / 32; }  // 32-column chunks (AmxBf16)
+inline int64_t bf16_x_stride(int64_t cols) { return bf16_chunks(cols) * 32 + 32; }
 // The AMX-BF16 kernels (matmul_amx_bf16.cpp), which amx_kernels() carries.
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,

@@ -38,7 +38,7 @@ int64_t unit_bytes(GgmlType t, int64_t lanes) {
   return unit_blocks(t) * (level_bytes(t, lanes) + scale_bytes(t, lanes));
 }
 // AmxBf16: cols rounded up to whole 32-element chunks, 2 bytes each, 16 rows.
-int64_t bf16_cols(const WeightView& w) { return (w.cols + 31) / 32 * 32; }
+int64_t bf16_cols(const WeightView& w) { return mm::bf16_chunks(w.cols) * 32; }
 
 int64_t panel_bytes(const WeightView& w, int64_t lanes) {
   if (mm::is_float_type(w.type)) return w.cols * lanes * (w.type == GgmlType::F32 ? 4 : 2);
