@@ -54,8 +54,36 @@ struct SeqChunk {
   const int32_t* const* block_tables = nullptr;
 };
 
+// The phases of a forward pass, as the per-op timer splits it
+// (Engine::set_op_timing, `kvserve bench --ops`).
+enum class OpPhase : int {
+  Embed,      // the batch plan, buffers, RoPE tables, token embeddings
+  Norm,       // the RMSNorms before attention and before the FFN
+  Qkv,        // Q, K, V projections and their biases
+  RopeKv,     // QK norms, RoPE, K/V stored into the cache
+  Attention,  // attention over the cache
+  AttnOut,    // attention output projection and bias
+  FfnUp,      // gate and up projections
+  FfnAct,     // SwiGLU / GeGLU
+  FfnDown,    // down projection
+  Moe,        // a mixture-of-experts FFN: routing and experts
+  Residual,   // post norms and residual adds
+  Output,     // final norm, classifier, logit soft-cap
+  kCount
+};
+constexpr int kOpPhases = int(OpPhase::kCount);
+const char* op_phase_name(OpPhase p);  // "embed", "norm", "qkv", ...
+
+// Wall time of each phase, summed over the forwards timed since the last
+// reset (all zero while timing is off).
+struct OpTimes {
+  double seconds[kOpPhases] = {};
+  double total() const;
+};
+
 struct ForwardStats {
   int64_t tokens = 0;  // tokens that went through the model (for prefix-hit accounting)
+  OpTimes ops;         // per-phase wall time (Engine::set_op_timing)
 };
 
 class Engine {
@@ -75,6 +103,11 @@ class Engine {
   // with all_logits, else one). Positions must fit the chunk's block table.
   void forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, std::vector<float>& logits);
   const ForwardStats& stats() const;
+  // Per-op timing: while on, forward adds each phase's wall time (each phase
+  // ends at the pool's barrier, so its time is the step's, all threads) to
+  // stats().ops. Off by default: it reads the clock once per phase.
+  void set_op_timing(bool on);
+  void reset_op_times();
 
  private:
   struct Impl;  // engine.cpp: the model, the thread pool, the step's plan and buffers

@@ -14,6 +14,7 @@
 #include "tools/progress.h"
 #include "engine/local_sequence.h"
 #include "tools/bench_roofline.h"
+#include "tools/op_report.h"
 #include "tools/plot_svg.h"
 #include "tools/throttle_bench.h"
 
@@ -30,7 +31,7 @@ std::string fmt_str(const char* f, A... args) {
 struct BenchArgs {
   ModelArgs m;
   int p = 128, n = 64, reps = 5, depth = 0;
-  bool json = false, throttle = false;
+  bool json = false, throttle = false, ops = false;
   std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
   std::string svg;             // tok/s vs context depth plot
@@ -134,10 +135,19 @@ void write_depth_plot(const BenchArgs& a, Loaded& l) {
 
 struct BenchRuns {
   std::vector<double> pp, tg;  // tokens/s of each measured repetition
+  tools::OpColumn pp_ops, tg_ops;  // --ops: the measured repetitions' phases
 };
 
+// --ops: the engine's phase times of one timed test, added to col.
+void collect_ops(Engine& e, tools::OpColumn& col, double wall_s, int tokens) {
+  tools::add_op_times(col.ops, e.stats().ops);
+  col.wall_s += wall_s;
+  col.tokens += tokens;
+  e.reset_op_times();
+}
+
 // One warm-up of each test, then the measured repetitions, on `seq`.
-BenchRuns measure_runs(const BenchArgs& a, LocalSequence& seq, int n_vocab) {
+BenchRuns measure_runs(const BenchArgs& a, Engine& e, LocalSequence& seq, int n_vocab) {
   using clock = std::chrono::steady_clock;
   std::mt19937 rng(42);
   std::uniform_int_distribution<int> tok(3, n_vocab - 1);
@@ -147,17 +157,22 @@ BenchRuns measure_runs(const BenchArgs& a, LocalSequence& seq, int n_vocab) {
   bool at_depth = false;  // the depth prefix is in the cache
   for (auto& t : prompt) t = tok(rng);
   BenchRuns r;
+  r.pp_ops.test = "pp" + std::to_string(a.p);
+  r.tg_ops.test = "tg" + std::to_string(a.n);
   std::vector<double>& pp = r.pp;
   std::vector<double>& tg = r.tg;
+  e.set_op_timing(a.ops);
   tools::Progress bar("bench", a.reps);
   for (int rep = -1; rep < a.reps; ++rep) {
     if (a.p > 0) {
       seq.reset();
       at_depth = false;
+      e.reset_op_times();
       auto t0 = clock::now();
       seq.eval(prompt.data(), a.p);
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) pp.push_back(a.p / s);
+      if (rep >= 0) collect_ops(e, r.pp_ops, s, a.p);
     }
     if (a.n > 0) {
       // Decode after `depth` tokens of context (prefilled once, untimed;
@@ -172,6 +187,7 @@ BenchRuns measure_runs(const BenchArgs& a, LocalSequence& seq, int n_vocab) {
         }
       }
       int32_t t = 1;
+      e.reset_op_times();
       auto t0 = clock::now();
       for (int i = 0; i < a.n; ++i) {
         seq.eval(&t, 1);
@@ -179,12 +195,14 @@ BenchRuns measure_runs(const BenchArgs& a, LocalSequence& seq, int n_vocab) {
       }
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) tg.push_back(a.n / s);
+      if (rep >= 0) collect_ops(e, r.tg_ops, s, a.n);
     }
     if (bar.enabled()) bar.update(rep + 1);
     else std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
   }
   if (bar.enabled()) bar.finish();
   else std::fprintf(stderr, "\n");
+  e.set_op_timing(false);
   return r;
 }
 
@@ -225,6 +243,10 @@ void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, 
       j["pp_roofline_tokens_per_s"] = t_roof > 0 ? 1.0 / t_roof : 0.0;
       j["pp_peak_fraction"] = pp_peak_frac;
     }
+    if (a.ops) {
+      if (a.p > 0) j["ops"]["pp"] = tools::op_json(runs.pp_ops);
+      if (a.n > 0) j["ops"]["tg"] = tools::op_json(runs.tg_ops);
+    }
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("| model | threads | test | tok/s | GB/s read | roofline (kvserve probe) |\n|---|---|---|---|---|---|\n");
@@ -243,6 +265,13 @@ void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, 
                   a.depth > 0 ? (" @ d" + std::to_string(a.depth) + " " + seq.layout().describe()).c_str() : "", st.mean,
                   st.sd, decode_gbs, r.c_str());
     }
+    if (a.ops) {
+      std::vector<tools::OpColumn> cols;
+      if (a.p > 0) cols.push_back(runs.pp_ops);
+      if (a.n > 0) cols.push_back(runs.tg_ops);
+      std::printf("\nWhere the time goes (--ops: wall time per phase of the forward pass, all threads):\n\n%s",
+                  tools::format_op_table(cols).c_str());
+    }
   }
 }
 
@@ -250,7 +279,7 @@ int run_bench(const BenchArgs& a) {
   if (a.throttle) return run_throttle(a);
   Loaded l = load_all(a.m);
   LocalSequence seq(*l.engine, std::max(a.p, a.depth + a.n) + 1, 16, a.kv.options());
-  report_runs(a, l, seq, measure_runs(a, seq, l.model->config().n_vocab));
+  report_runs(a, l, seq, measure_runs(a, *l.engine, seq, l.model->config().n_vocab));
   if (!a.svg.empty()) write_depth_plot(a, l);
   return 0;
 }
@@ -268,9 +297,13 @@ void add_bench(CLI::App& app, Runner& run) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object");
+  auto* ops = c->add_flag("--ops", a->ops,
+                          "Also time each phase of the forward pass (norms, projections, RoPE and K/V stores, "
+                          "attention, FFN, output) and print ms per token and share of the measured time, per test");
   c->add_flag("--throttle", a->throttle,
               "Decode -n tokens under a throttle (cgroup cpu.max or a busy process on CPU 0, plus a fake hot "
-              "thermal zone): TPOT p50/p99 without and with the device shedding policy (docs/ON-DEVICE.md)");
+              "thermal zone): TPOT p50/p99 without and with the device shedding policy (docs/ON-DEVICE.md)")
+      ->excludes(ops);
   c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
   c->add_option("--svg-depths", a->svg_depths, "Context depths of the --svg plot (default: 0, 64, 128, ... up to the context)")
       ->delimiter(',');

@@ -10,6 +10,7 @@
 #include "kvserve/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -34,6 +35,8 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> pool;
   ForwardStats stats;
   bool exact = false;
+  bool op_timing = false;
+  std::chrono::steady_clock::time_point lap_t0;  // end of the last timed phase
   BatchPlan plan;
   std::vector<float> x, xn;         // [T, dim]
   std::vector<float> q, k, v;       // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
@@ -53,6 +56,16 @@ struct Engine::Impl {
   std::vector<float> out_rows;      // [n_out, dim]
 
   const ModelConfig& cfg() const { return model->config(); }
+  // The per-op timer: lap(p) charges the time since the previous lap to p.
+  void lap_start() {
+    if (op_timing) lap_t0 = std::chrono::steady_clock::now();
+  }
+  void lap(OpPhase p) {
+    if (!op_timing) return;
+    const auto now = std::chrono::steady_clock::now();
+    stats.ops.seconds[int(p)] += std::chrono::duration<double>(now - lap_t0).count();
+    lap_t0 = now;
+  }
   void mm(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy);
   void mm_multi(std::initializer_list<MatmulOut> outs, const float* x, int64_t ldx, int64_t n);
   // Row-wise work (norms, RoPE + K/V stores, SwiGLU, residual adds) is per
@@ -94,6 +107,21 @@ std::shared_ptr<const Model> Engine::model_ptr() const { return impl_->model; }
 ThreadPool& Engine::pool() { return *impl_->pool; }
 int Engine::n_threads() const { return impl_->pool->size(); }
 const ForwardStats& Engine::stats() const { return impl_->stats; }
+void Engine::set_op_timing(bool on) { impl_->op_timing = on; }
+void Engine::reset_op_times() { impl_->stats.ops = {}; }
+
+const char* op_phase_name(OpPhase p) {
+  static const char* const names[kOpPhases] = {"embed",  "norm",     "qkv",    "rope_kv",  "attention", "attn_out",
+                                               "ffn_up", "ffn_act",  "ffn_down", "moe",    "residual",  "output"};
+  const int i = int(p);
+  return i >= 0 && i < kOpPhases ? names[i] : "?";
+}
+
+double OpTimes::total() const {
+  double t = 0;
+  for (double s : seconds) t += s;
+  return t;
+}
 
 void Engine::Impl::mm(const WeightView& w, const float* xs, int64_t ldx, int64_t n, float* y, int64_t ldy) {
   if (exact && w.type != GgmlType::F32 && w.type != GgmlType::F16 && w.type != GgmlType::BF16)
@@ -242,10 +270,12 @@ void Engine::Impl::qkv(int l) {
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
+  lap(OpPhase::Norm);
   mm_multi({{&L.wq, q.data(), qdim}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
   add_bias(q.data(), L.bq, T, qdim);
   add_bias(k.data(), L.bk, T, kvdim);
   add_bias(v.data(), L.bv, T, kvdim);
+  lap(OpPhase::Qkv);
 }
 
 // Q/K/V, QK norms, RoPE, K/V into their slots, attention, output
@@ -279,13 +309,17 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
     }
   });
   if (quant) store_quantized(kv, l);
+  lap(OpPhase::RopeKv);
   attend(kv, l);
+  lap(OpPhase::Attention);
   mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), dim);  // [T, dim]
   add_bias(proj.data(), L.bo, plan.n_tokens, dim);
+  lap(OpPhase::AttnOut);
   per_token([&](int64_t t) {
     if (L.attn_post_norm) rmsnorm(&proj[t * dim], L.attn_post_norm, &proj[t * dim], dim, c.rms_eps);
     add_inplace(&x[t * dim], &proj[t * dim], dim);
   });
+  lap(OpPhase::Residual);
 }
 
 // RMSNorm, gate/up, SwiGLU or GeGLU, down projection (or the mixture of
@@ -298,20 +332,26 @@ void Engine::Impl::ffn_block(int l) {
   const int dim = c.dim, ffn = c.ffn_dim;
   const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
+  lap(OpPhase::Norm);
   if (c.moe.n_expert > 0) {
     moe.forward(c.moe, L.moe, xn.data(), T, dim, proj.data(), *pool, exact);  // [T, dim]
+    lap(OpPhase::Moe);
   } else {
     mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
+    lap(OpPhase::FfnUp);
     per_token([&](int64_t t) {
       if (gelu) geglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
       else swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
     });
+    lap(OpPhase::FfnAct);
     mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
+    lap(OpPhase::FfnDown);
   }
   per_token([&](int64_t t) {
     if (L.ffn_post_norm) rmsnorm(&proj[t * dim], L.ffn_post_norm, &proj[t * dim], dim, c.rms_eps);
     add_inplace(&x[t * dim], &proj[t * dim], dim);
   });
+  lap(OpPhase::Residual);
 }
 
 // Final norm and classifier only for the rows whose logits are wanted.
@@ -342,18 +382,21 @@ void Engine::forward(const std::vector<SeqChunk>& batch, const KvStorage& kv, st
                                   std::to_string(tw) + "-token window, the layer's is " +
                                   std::to_string(c.layer_window[size_t(l)]));
   }
+  m.lap_start();
   plan_batch(batch, c, kv.layout, m.plan);
   if (m.plan.n_tokens == 0) {
     logits.clear();
     return;
   }
   m.prepare(kv.layout);
+  m.lap(OpPhase::Embed);
   m.stats.tokens += m.plan.n_tokens;
   for (int l = 0; l < c.n_layers; ++l) {
     m.attention_block(kv, l);
     m.ffn_block(l);
   }
   m.output(logits);
+  m.lap(OpPhase::Output);
 }
 
 }  // namespace kvs
