@@ -141,6 +141,30 @@ TEST_P(AmxType, BitIdenticalToVnniAndReference) {
   }
 }
 
+// A wide output (ldy past 8,192 floats, as a gate / up projection's) runs
+// long prompts in chunks of a few M tiles (matmul_amx.cpp, chunk_count):
+// the same bits as VNNI at every chunking.
+TEST_P(AmxType, WideOutputsChunkedAlikeBits) {
+  if (const std::string why = amx_missing(); !why.empty()) GTEST_SKIP() << why;
+  const GgmlType t = GetParam();
+  AllNOnTiles on;
+  ThreadPool pool(2);
+  const auto [rows, cols] = shapes_for(t).front();
+  Weights W = make_packed(t, rows, cols, 77);
+  const int64_t ldy = 8192 + 5;
+  for (int64_t n : {144, 255, 512}) {
+    std::vector<float> x = make_x(n, cols, uint32_t(n));
+    std::vector<float> vnni(size_t(n * ldy), -1.0f), amx(size_t(n * ldy), -1.0f);
+    {
+      IsaGuard g(Isa::Avx512);
+      matmul(W.view, x.data(), cols, n, vnni.data(), ldy, pool);
+    }
+    IsaGuard g(Isa::Amx);
+    matmul(W.view, x.data(), cols, n, amx.data(), ldy, pool);
+    ASSERT_EQ(0, std::memcmp(amx.data(), vnni.data(), amx.size() * 4)) << type_name(t) << " n=" << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, AmxType, ::testing::ValuesIn(kAmxTypes),
                          [](const auto& info) { return type_name(info.param); });
 

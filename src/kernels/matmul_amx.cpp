@@ -280,7 +280,25 @@ void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
 // a long prompt's would otherwise stream from L3 or DRAM once per 16
 // weight rows. (Grouping panels too, so a group's weights come from L2 for
 // the later chunks, measured no faster.)
-constexpr int64_t kChunkBytes = 1 << 20;
+// Every K slice of a panel also loads and stores one line of y per
+// activation row, ldy floats apart: with wide outputs (ldy a power of two,
+// as the gate and up projections' are) those lines share few cache sets,
+// and past some rows they no longer stay cached from one slice to the
+// next. So a chunk's rows also span at most kYSpan bytes of y, but never
+// fewer than four M tiles (each chunk streams the weights again), and up
+// to kWholeTiles M tiles stay one chunk (splitting them cost more than it
+// saved). Measured in docs/PERFORMANCE.md ("Per-op timer").
+constexpr int64_t kChunkBytes = 1 << 20, kYSpan = 2 << 20;
+constexpr int64_t kWholeTiles = 8;
+
+// How many chunks mt M tiles of nb blocks each run in (y rows ldy floats apart).
+int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy) {
+  const int64_t fit = std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // XTiles in L2
+  if (mt <= std::min(fit, kWholeTiles)) return 1;
+  const int64_t span = kYSpan / (16 * ldy * int64_t(sizeof(float)));  // M tiles
+  const int64_t cap = std::clamp<int64_t>(span, 4, fit);
+  return (mt + cap - 1) / cap;
+}
 
 // One panel at a time, K slice by K slice: fill the slice (DIRECT, Q8_0:
 // not for a single M tile, which reads the panel in place), then every
@@ -323,11 +341,13 @@ template <bool SUB16, bool MIN, bool DIRECT, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
-  const int64_t chunk = 16 * std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // rows
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
-  for (int64_t i0 = 0; i0 < n; i0 += chunk)
-    panels_rows<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, end, xt + i0 / 16 * nb, std::min(chunk, n - i0),
-                                    y + i0 * ldy, ldy, scratch, fill);
+  for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
+    const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
+    panels_rows<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy,
+                                    ldy, scratch, fill);
+  }
 }
 
 // Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past n zero.
