@@ -10,6 +10,12 @@
 //                block to memory it does not read (store:1)
 //   kernel       products one group ahead of the chain, as tile_rows runs
 //   kernel_l2    the same over 32 M tiles in turn (activations from L2)
+//   *_bf16       the same levels as bfloat16 on tdpbf16ps (every int8 is a
+//                bf16, and every block sum is an integer below 2^24, so the
+//                tile's fp32 sums are the exact ones): no conversion in the
+//                chain, but each product takes a bf16 tile instruction
+//                (dp_bf16: alone; product_bf16: with its loads and stores;
+//                kernel_bf16: as kernel, the chain without the conversion)
 // Counters: TSC ticks per block tile (tsc/tile) and G multiply-adds per
 // second. `clock/*` times a chain of dependent integer multiplies (three
 // core cycles each; adds can be folded at rename) with and without tile products in between: the core clock while
@@ -20,6 +26,7 @@
 #include <x86intrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -40,6 +47,10 @@ struct Data {
   uint8_t* slice;
   alignas(64) XTile x[kBlocks];
   alignas(64) int32_t cbuf[4 * 256];
+  // The same levels as bf16 (exact: every int8 is a bf16): per block an A
+  // tile [16, 32] and a B tile [16, 64 bytes] in dword pairs.
+  alignas(64) uint16_t xa[kBlocks][16 * 32];
+  alignas(64) uint16_t wb[kBlocks][16 * 32];  // [16, 16 x 2]
   Data() {
     slice = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64;
     std::mt19937 rng(7);
@@ -57,6 +68,20 @@ struct Data {
       }
     }
     for (int i = 0; i < 4 * 256; ++i) cbuf[i] = lv(rng);
+    auto bf = [](int v) {
+      const float f = float(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      return uint16_t(u >> 16);
+    };
+    // B of tdpbf16ps: row j, column r = elements 2j, 2j + 1 of weight row r
+    // (the int8 B holds element e of row r at (e / 4) * 64 + 4 r + e % 4).
+    for (int b = 0; b < kBlocks; ++b)
+      for (int i = 0; i < 512; ++i) {
+        xa[b][i] = bf(x[b].q[i / 32][i % 32]);
+        const int j = i / 32, r = i % 32 / 2, e = 2 * j + i % 2;
+        wb[b][i] = bf(int8_t(lev(slice, b)[e / 4 * 64 + 4 * r + e % 4]));
+      }
   }
 };
 
@@ -71,7 +96,7 @@ void report(benchmark::State& state, uint64_t ticks, int64_t tiles) {
   state.counters["GMAC/s"] = benchmark::Counter(kMacs * double(tiles) / 1e9, benchmark::Counter::kIsRate);
 }
 
-KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8,amx-bf16")
 
 // The scratch copy as the kernel reads it (matmul_amx.cpp's SliceSrc).
 struct Src {
@@ -145,6 +170,53 @@ __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) 
   }
 }
 
+// The bf16 variant: tdpbf16ps on the same levels gives each block sum as
+// an exact float, so the chain skips the conversion.
+template <bool FULL>
+inline void chain_f(const float* c, const Src& src, int64_t bb, const XTile& x, __m512* acc) {
+  const __m512 ws0 = src.ws0(bb);
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m)
+    acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c + 16 * m), _mm512_mul_ps(ws0, _mm512_set1_ps(x.d[m])), acc[m]);
+}
+inline void products_bf16(Data& d, int b, int32_t* out) {
+  KVS_TILE_LOAD(4, d.xa[b], 64, 1024);
+  KVS_TILE_LOAD(6, d.wb[b], 64, 1024);
+  KVS_TILE_LOAD(5, d.xa[b + 1], 64, 1024);
+  KVS_TILE_LOAD(7, d.wb[b + 1], 64, 1024);
+  _tile_zero(0);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_zero(1);
+  _tile_dpbf16ps(1, 5, 7);
+  KVS_TILE_STORE(0, out);
+  KVS_TILE_STORE(1, out + 256);
+}
+__attribute__((noinline)) void dp_bf16_pass(Data& d) {
+  for (int b = 0; b < kBlocks; b += 2) {
+    _tile_zero(0);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_zero(1);
+    _tile_dpbf16ps(1, 5, 7);
+  }
+  KVS_TILE_STORE(0, d.cbuf);
+}
+__attribute__((noinline)) void product_bf16_pass(Data& d) {
+  for (int b = 0; b < kBlocks; b += 2) products_bf16(d, b, d.cbuf);
+}
+__attribute__((noinline)) void kernel_bf16_pass(Data& d, float* out) {
+  Acc a(out);
+  __m512* acc = a.v;
+  const Src src{d.slice};
+  int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
+  products_bf16(d, 0, ring[0]);
+  for (int g = 0; g < kBlocks; g += 2) {
+    const int k = (g / 2) & 1;
+    if (g + 2 < kBlocks) products_bf16(d, g + 2, ring[k ^ 1]);
+    chain_f<true>(reinterpret_cast<const float*>(ring[k]), src, g, d.x[g], acc);
+    chain_f<true>(reinterpret_cast<const float*>(ring[k]) + 256, src, g + 1, d.x[g + 1], acc);
+  }
+}
+
 __attribute__((noinline)) uint64_t mul_chain(int64_t n, int dp_every, uint64_t v) {
   for (int64_t i = 0; i < n; ++i) {
     if (dp_every && i % dp_every == 0) _tile_dpbssd(0, 4, 6);
@@ -185,6 +257,47 @@ void BM_chain(benchmark::State& state) {
 void BM_kernel(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
   run(state, kBlocks, [&](Data& d) { kernel_pass(d, d.x, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+// Whether tdpbf16ps gives the first two blocks' sums exactly as tdpbssd does.
+bool bf16_sums_exact(Data& d) {
+  alignas(64) int32_t isum[512];
+  alignas(64) float fsum[512];
+  {
+    TileScope scope(TileMode::K32);
+    products<false>(0, d.x, lev(d.slice, 0), lev(d.slice, 1), 2, isum);
+  }
+  TileScope scope(TileMode::Bf16);
+  products_bf16(d, 0, reinterpret_cast<int32_t*>(fsum));
+  for (int i = 0; i < 512; ++i)
+    if (fsum[i] != float(isum[i])) return false;
+  return true;
+}
+
+template <class F>
+void run_bf16(benchmark::State& state, F pass) {
+  if (!have_amx(state)) return;
+  Data d;
+  if (!bf16_sums_exact(d)) {
+    state.SkipWithError("the bf16 tile sums differ from the int8 ones");
+    return;
+  }
+  TileScope scope(TileMode::Bf16);
+  KVS_TILE_LOAD(4, d.xa[0], 64, 1024);
+  KVS_TILE_LOAD(6, d.wb[0], 64, 1024);
+  int64_t tiles = 0;
+  const uint64_t t0 = __rdtsc();
+  for (auto _ : state) {
+    pass(d);
+    tiles += kBlocks;
+  }
+  report(state, __rdtsc() - t0, tiles);
+}
+void BM_dp_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { dp_bf16_pass(d); }); }
+void BM_product_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { product_bf16_pass(d); }); }
+void BM_kernel_bf16(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run_bf16(state, [&](Data& d) { kernel_bf16_pass(d, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 // The same against 32 M tiles in turn, whose activation tiles (as a
@@ -228,6 +341,9 @@ BENCHMARK(BM_product);
 BENCHMARK(BM_chain)->ArgNames({"dp_every", "store"})->Args({0, 0})->Args({4, 0})->Args({1, 0})->Args({4, 1});
 BENCHMARK(BM_kernel);
 BENCHMARK(BM_kernel_l2);
+BENCHMARK(BM_dp_bf16);
+BENCHMARK(BM_product_bf16);
+BENCHMARK(BM_kernel_bf16);
 BENCHMARK(BM_clock)->Arg(0)->Arg(1)->Arg(16);
 
 }  // namespace
