@@ -401,8 +401,12 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.f, 1.f);
   struct Case { int T, r, hd, tiles; };
+  // Up to half a vector of rows with hd a multiple of the lanes, the SIMD
+  // kernels keep the outputs row-major (decode: T = 1): 1x4x64, 1x8x128,
+  // 3x2x64, 2x4x32, 1x2x16, 1x3x80 there.
   for (Case c : {Case{1, 4, 64, 9}, Case{16, 4, 64, 5}, Case{7, 1, 8, 4}, Case{3, 8, 24, 6}, Case{16, 2, 128, 3},
-                 Case{5, 3, 136, 4}, Case{13, 4, 16, 7}, Case{2, 1, 1, 3}}) {
+                 Case{5, 3, 136, 4}, Case{13, 4, 16, 7}, Case{2, 1, 1, 3}, Case{1, 8, 128, 6}, Case{3, 2, 64, 5},
+                 Case{2, 4, 32, 4}, Case{1, 2, 16, 3}, Case{1, 3, 80, 5}}) {
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " r " << c.r << " hd " << c.hd);
     const size_t ldq = size_t(c.r) * c.hd + 3, tile = size_t(16) * c.hd;
     std::vector<float> q(size_t(c.T) * ldq), kt(c.tiles * tile), vt(kt.size());

@@ -189,10 +189,12 @@ inline void accumulate(float* ot, const float* v, int hd_rt, const typename V::r
   }
 }
 
-// Per key, the lanes of group g that see it (vis: per token, bit t = key t).
+// Per key, the lanes of group g that see it (vis: per token, bit t = key t),
+// as masks km and as lane bits.
 template <class V>
-inline unsigned lane_masks(const FlashQuery& fq, int g, const uint16_t* vis, typename V::mask* km) {
-  unsigned lanes[kTile] = {}, any = 0;
+inline unsigned lane_masks(const FlashQuery& fq, int g, const uint16_t* vis, typename V::mask* km, unsigned* lanes) {
+  unsigned any = 0;
+  for (int t = 0; t < kTile; ++t) lanes[t] = 0;
   for (int lane = 0; lane < V::L; ++lane) {
     const unsigned bits = vis[row_of(fq, g, lane, V::L) / fq.r];
     any |= bits;
@@ -202,11 +204,60 @@ inline unsigned lane_masks(const FlashQuery& fq, int g, const uint16_t* vis, typ
   return any;
 }
 
+// Few rows (at most half a vector: a decode step's token, its group's
+// heads): the outputs are kept row-major, o [rows, hd] with lanes along d,
+// so the value pass costs rows * hd / L vector fmas per key, not hd with
+// most lanes idle. Each element sees the same operations in the same order
+// as in accumulate(), so the bits are the same: o * alpha, then
+// fma(p_t, V_t[d], o) for the keys the row sees, in order (masked, not
+// skipped by p = 0, which could turn a -0 into +0).
+template <class V>
+inline bool few_rows(const FlashQuery& fq) {
+  return fq.rows() <= V::L / 2 && fq.hd % V::L == 0;
+}
+
+template <class V, int HD, bool Masked>
+inline void accumulate_few(const FlashQuery& fq, float* o, const float* v, const typename V::reg* p,
+                           typename V::reg alpha, const unsigned* lanes) {
+  using R = typename V::reg;
+  constexpr int W = 4;  // d vectors per pass: independent chains
+  const int hd = HD ? HD : fq.hd, rows = fq.rows();
+  alignas(64) float pm[kTile * V::L], am[V::L];  // p and alpha, lane = row
+#pragma GCC unroll 16
+  for (int t = 0; t < kTile; ++t) V::store(pm + t * V::L, p[t]);
+  V::store(am, alpha);
+  const bool rescale = !V::all_equal(alpha, 1.0f);  // times 1 changes no bit
+  const typename V::mask all = V::mask_of((1u << V::L) - 1u), none = V::mask_of(0u);
+  for (int j = 0; j < rows; ++j) {
+    float* oj = o + size_t(j) * hd;  // [hd]
+    for (int d = 0; d < hd; d += W * V::L) {
+      const int nv = (hd - d) / V::L < W ? (hd - d) / V::L : W;
+      R acc[W];
+      for (int i = 0; i < nv; ++i) {
+        acc[i] = V::load(oj + d + i * V::L);
+        if (rescale) acc[i] = V::mul(acc[i], V::bcast(am + j));
+      }
+      for (int t = 0; t < kTile; ++t) {
+        const R pt = V::bcast(pm + t * V::L + j);
+        const float* vt = v + size_t(t) * hd + d;
+        if constexpr (Masked) {
+          const typename V::mask mk = (lanes[t] >> j & 1u) ? all : none;
+          for (int i = 0; i < nv; ++i) acc[i] = V::fma_m(pt, V::load(vt + i * V::L), acc[i], mk);
+        } else {
+          for (int i = 0; i < nv; ++i) acc[i] = V::fma(pt, V::load(vt + i * V::L), acc[i]);
+        }
+      }
+      for (int i = 0; i < nv; ++i) V::store(oj + d + i * V::L, acc[i]);
+    }
+  }
+}
+
 template <class V, int HD>
 void tile(const FlashQuery& fq, float* st, const float* k, const float* v, const uint16_t* vis) {
   using R = typename V::reg;
   const Layout lo = layout<V>(fq, st);
   const size_t gq = size_t(fq.hd) * V::L;
+  const bool few = few_rows<V>(fq);  // (then one group: o is [rows, hd])
   for (int g = 0; g < lo.G; ++g) {
     float* m = lo.m + size_t(g) * V::L;
     float* l = lo.l + size_t(g) * V::L;
@@ -215,15 +266,18 @@ void tile(const FlashQuery& fq, float* st, const float* k, const float* v, const
       scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
       if (fq.softcap > 0.0f) cap_scores<V>(fq, s);
       const R alpha = softmax<V, false>(s, nullptr, m, l, p);
-      accumulate<V, HD, false>(lo.ot + g * gq, v, fq.hd, p, alpha, nullptr);
+      if (few) accumulate_few<V, HD, false>(fq, lo.ot, v, p, alpha, nullptr);
+      else accumulate<V, HD, false>(lo.ot + g * gq, v, fq.hd, p, alpha, nullptr);
       continue;
     }
     typename V::mask km[kTile];
-    if (lane_masks<V>(fq, g, vis, km) == 0) continue;  // no lane sees the tile: left as it is
+    unsigned lanes[kTile];
+    if (lane_masks<V>(fq, g, vis, km, lanes) == 0) continue;  // no lane sees the tile: left as it is
     scores<V, HD>(lo.qt + g * gq, k, fq.hd, s);
     if (fq.softcap > 0.0f) cap_scores<V>(fq, s);
     const R alpha = softmax<V, true>(s, km, m, l, p);
-    accumulate<V, HD, true>(lo.ot + g * gq, v, fq.hd, p, alpha, km);
+    if (few) accumulate_few<V, HD, true>(fq, lo.ot, v, p, alpha, lanes);
+    else accumulate<V, HD, true>(lo.ot + g * gq, v, fq.hd, p, alpha, km);
   }
 }
 
@@ -256,6 +310,16 @@ void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
       l = V::fma(l, alpha, V::exp2n(V::sub(zs, mn)));
     }
     const R inv = V::div(V::set1(1.0f), l);
+    if (few_rows<V>(fq)) {  // o [rows, hd]: per row, (o * alpha) * inv along d
+      alignas(64) float am[V::L], im[V::L];
+      V::store(am, alpha);
+      V::store(im, inv);
+      for (int j = 0; j < fq.rows(); ++j)
+        for (int d = 0; d < fq.hd; d += V::L)
+          V::store(out + off[j] + d,
+                   V::mul(V::mul(V::load(lo.ot + size_t(j) * fq.hd + d), V::bcast(am + j)), V::bcast(im + j)));
+      continue;
+    }
     const float* ot = lo.ot + size_t(g) * fq.hd * V::L;  // [hd, L]
     for (int d = 0; d < fq.hd; ++d)
       V::scatter(out + d, off, live, V::mul(V::mul(V::load(ot + size_t(d) * V::L), alpha), inv));
