@@ -120,25 +120,35 @@ struct Acc {
   }
 };
 
-
+// BF16: the same levels as bfloat16 on tdpbf16ps (below), else tdpbssd.
+#define KVS_DP(C, A, B)      \
+  if constexpr (BF16) {      \
+    _tile_dpbf16ps(C, A, B); \
+  } else {                   \
+    _tile_dpbssd(C, A, B);   \
+  }
+template <bool BF16>
 __attribute__((noinline)) void dp_pass(Data& d) {
-  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
-  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
-  KVS_TILE_LOAD(5, d.x[1].q, 32, 512);
-  KVS_TILE_LOAD(7, lev(d.slice, 1), 64, 512);
+  if constexpr (BF16) {
+    KVS_TILE_LOAD(4, d.xa[0], 64, 1024);
+    KVS_TILE_LOAD(6, d.wb[0], 64, 1024);
+    KVS_TILE_LOAD(5, d.xa[1], 64, 1024);
+    KVS_TILE_LOAD(7, d.wb[1], 64, 1024);
+  } else {
+    KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+    KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+    KVS_TILE_LOAD(5, d.x[1].q, 32, 512);
+    KVS_TILE_LOAD(7, lev(d.slice, 1), 64, 512);
+  }
   for (int b = 0; b < kBlocks; b += 2) {
     _tile_zero(0);
-    _tile_dpbssd(0, 4, 6);
+    KVS_DP(0, 4, 6);
     _tile_zero(1);
-    _tile_dpbssd(1, 5, 7);
+    KVS_DP(1, 5, 7);
   }
   KVS_TILE_STORE(0, d.cbuf);
 }
-
-__attribute__((noinline)) void product_pass(Data& d) {
-  for (int b = 0; b < kBlocks; b += 2)
-    products<false>(0, d.x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, d.cbuf);
-}
+#undef KVS_DP
 
 // every: a tdpbssd before every `every`-th block (0: none); store: a tile
 // store before every block, to memory the chain does not read.
@@ -153,26 +163,8 @@ __attribute__((noinline)) void chain_pass(Data& d, int every, bool store, float*
   }
 }
 
-// tile_rows<false, false, true, 2> over one slice: products of a group of
-// two blocks issued before the chain of the group before.
-// x: the M tile's activation tiles (d.x, or one of many further out).
-__attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {
-  Acc a(out);
-  __m512* acc = a.v;
-  const Src src{d.slice};
-  int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
-  products<false>(0, x, lev(d.slice, 0), lev(d.slice, 1), 2, ring[0]);
-  for (int g = 0; g < kBlocks; g += 2) {
-    const int k = (g / 2) & 1;
-    if (g + 2 < kBlocks) products<false>(k ^ 1, x + g + 2, lev(d.slice, g + 2), lev(d.slice, g + 3), 2, ring[k ^ 1]);
-    chain<false, false, true>(ring[k], src, g, x[g], 16, acc);
-    chain<false, false, true>(ring[k] + 256, src, g + 1, x[g + 1], 16, acc);
-  }
-}
-
 // The bf16 variant: tdpbf16ps on the same levels gives each block sum as
 // an exact float, so the chain skips the conversion.
-template <bool FULL>
 inline void chain_f(const float* c, const Src& src, int64_t bb, const XTile& x, __m512* acc) {
   const __m512 ws0 = src.ws0(bb);
 #pragma GCC unroll 16
@@ -191,30 +183,39 @@ inline void products_bf16(Data& d, int b, int32_t* out) {
   KVS_TILE_STORE(0, out);
   KVS_TILE_STORE(1, out + 256);
 }
-__attribute__((noinline)) void dp_bf16_pass(Data& d) {
-  for (int b = 0; b < kBlocks; b += 2) {
-    _tile_zero(0);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_zero(1);
-    _tile_dpbf16ps(1, 5, 7);
-  }
-  KVS_TILE_STORE(0, d.cbuf);
+
+// tile_rows<false, false, true, 2> over one slice: products of a group of
+// two blocks issued before the chain of the group before.
+// x: the M tile's activation tiles (d.x, or one of many further out; BF16:
+// d.x, whose levels xa holds).
+template <bool BF16>
+inline void group_products(Data& d, const XTile* x, int b, int set, int32_t* out) {
+  if constexpr (BF16) products_bf16(d, b, out);
+  else products<false>(set, x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, out);
 }
-__attribute__((noinline)) void product_bf16_pass(Data& d) {
-  for (int b = 0; b < kBlocks; b += 2) products_bf16(d, b, d.cbuf);
+template <bool BF16>
+inline void block_chain(const int32_t* c, const Src& src, int b, const XTile& x, __m512* acc) {
+  if constexpr (BF16) chain_f(reinterpret_cast<const float*>(c), src, b, x, acc);
+  else chain<false, false, true>(c, src, b, x, 16, acc);
 }
-__attribute__((noinline)) void kernel_bf16_pass(Data& d, float* out) {
+template <bool BF16>
+__attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {
   Acc a(out);
   __m512* acc = a.v;
   const Src src{d.slice};
   int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
-  products_bf16(d, 0, ring[0]);
+  group_products<BF16>(d, x, 0, 0, ring[0]);
   for (int g = 0; g < kBlocks; g += 2) {
     const int k = (g / 2) & 1;
-    if (g + 2 < kBlocks) products_bf16(d, g + 2, ring[k ^ 1]);
-    chain_f<true>(reinterpret_cast<const float*>(ring[k]), src, g, d.x[g], acc);
-    chain_f<true>(reinterpret_cast<const float*>(ring[k]) + 256, src, g + 1, d.x[g + 1], acc);
+    if (g + 2 < kBlocks) group_products<BF16>(d, x, g + 2, k ^ 1, ring[k ^ 1]);
+    block_chain<BF16>(ring[k], src, g, x[g], acc);
+    block_chain<BF16>(ring[k] + 256, src, g + 1, x[g + 1], acc);
   }
+}
+
+template <bool BF16>
+__attribute__((noinline)) void product_pass(Data& d) {
+  for (int b = 0; b < kBlocks; b += 2) group_products<BF16>(d, d.x, b, 0, d.cbuf);
 }
 
 __attribute__((noinline)) uint64_t mul_chain(int64_t n, int dp_every, uint64_t v) {
@@ -244,8 +245,8 @@ void run(benchmark::State& state, int tiles_per_pass, F pass) {
   report(state, __rdtsc() - t0, tiles);
 }
 
-void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass(d); }); }
-void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass(d); }); }
+void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass<false>(d); }); }
+void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass<false>(d); }); }
 // Args: a tdpbssd every `every` blocks (0: none), a tile store per block (1).
 void BM_chain(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
@@ -256,7 +257,7 @@ void BM_chain(benchmark::State& state) {
 }
 void BM_kernel(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { kernel_pass(d, d.x, acc.data()); });
+  run(state, kBlocks, [&](Data& d) { kernel_pass<false>(d, d.x, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 // Whether tdpbf16ps gives the first two blocks' sums exactly as tdpbssd does.
@@ -293,11 +294,11 @@ void run_bf16(benchmark::State& state, F pass) {
   }
   report(state, __rdtsc() - t0, tiles);
 }
-void BM_dp_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { dp_bf16_pass(d); }); }
-void BM_product_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { product_bf16_pass(d); }); }
+void BM_dp_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { dp_pass<true>(d); }); }
+void BM_product_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { product_pass<true>(d); }); }
 void BM_kernel_bf16(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run_bf16(state, [&](Data& d) { kernel_bf16_pass(d, acc.data()); });
+  run_bf16(state, [&](Data& d) { kernel_pass<true>(d, d.x, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 // The same against 32 M tiles in turn, whose activation tiles (as a
@@ -309,7 +310,7 @@ void BM_kernel_l2(benchmark::State& state) {
   run(state, kBlocks, [&](Data& d) {
     if (many.empty())
       for (int i = 0; i < 32; ++i) many.insert(many.end(), d.x, d.x + kBlocks);
-    kernel_pass(d, many.data() + (t++ % 32) * kBlocks, acc.data());
+    kernel_pass<false>(d, many.data() + (t++ % 32) * kBlocks, acc.data());
   });
   benchmark::DoNotOptimize(acc.data());
 }
