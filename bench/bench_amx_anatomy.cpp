@@ -229,37 +229,6 @@ __attribute__((noinline)) uint64_t mul_chain(int64_t n, int dp_every, uint64_t v
 
 KVS_TARGET_END()
 
-template <class F>
-void run(benchmark::State& state, int tiles_per_pass, F pass) {
-  if (!have_amx(state)) return;
-  Data d;
-  TileScope scope(TileMode::K32);
-  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
-  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
-  int64_t tiles = 0;
-  const uint64_t t0 = __rdtsc();
-  for (auto _ : state) {
-    pass(d);
-    tiles += tiles_per_pass;
-  }
-  report(state, __rdtsc() - t0, tiles);
-}
-
-void BM_dp(benchmark::State& state) { run(state, kBlocks, [](Data& d) { dp_pass<false>(d); }); }
-void BM_product(benchmark::State& state) { run(state, kBlocks, [](Data& d) { product_pass<false>(d); }); }
-// Args: a tdpbssd every `every` blocks (0: none), a tile store per block (1).
-void BM_chain(benchmark::State& state) {
-  std::vector<float> acc(256, 0.0f);
-  const int every = int(state.range(0));
-  const bool store = state.range(1) != 0;
-  run(state, kBlocks, [&](Data& d) { chain_pass(d, every, store, acc.data()); });
-  benchmark::DoNotOptimize(acc.data());
-}
-void BM_kernel(benchmark::State& state) {
-  std::vector<float> acc(256, 0.0f);
-  run(state, kBlocks, [&](Data& d) { kernel_pass<false>(d, d.x, acc.data()); });
-  benchmark::DoNotOptimize(acc.data());
-}
 // Whether tdpbf16ps gives the first two blocks' sums exactly as tdpbssd does.
 bool bf16_sums_exact(Data& d) {
   alignas(64) int32_t isum[512];
@@ -275,17 +244,24 @@ bool bf16_sums_exact(Data& d) {
   return true;
 }
 
-template <class F>
-void run_bf16(benchmark::State& state, F pass) {
+// Times pass over the kernel's data, BF16: with the bf16 levels (after
+// checking that their sums are the int8 ones).
+template <bool BF16 = false, class F>
+void run(benchmark::State& state, F pass) {
   if (!have_amx(state)) return;
   Data d;
-  if (!bf16_sums_exact(d)) {
+  if (BF16 && !bf16_sums_exact(d)) {
     state.SkipWithError("the bf16 tile sums differ from the int8 ones");
     return;
   }
-  TileScope scope(TileMode::Bf16);
-  KVS_TILE_LOAD(4, d.xa[0], 64, 1024);
-  KVS_TILE_LOAD(6, d.wb[0], 64, 1024);
+  TileScope scope(BF16 ? TileMode::Bf16 : TileMode::K32);
+  if constexpr (BF16) {
+    KVS_TILE_LOAD(4, d.xa[0], 64, 1024);
+    KVS_TILE_LOAD(6, d.wb[0], 64, 1024);
+  } else {
+    KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+    KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  }
   int64_t tiles = 0;
   const uint64_t t0 = __rdtsc();
   for (auto _ : state) {
@@ -294,11 +270,27 @@ void run_bf16(benchmark::State& state, F pass) {
   }
   report(state, __rdtsc() - t0, tiles);
 }
-void BM_dp_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { dp_pass<true>(d); }); }
-void BM_product_bf16(benchmark::State& state) { run_bf16(state, [](Data& d) { product_pass<true>(d); }); }
+
+void BM_dp(benchmark::State& state) { run(state, [](Data& d) { dp_pass<false>(d); }); }
+void BM_product(benchmark::State& state) { run(state, [](Data& d) { product_pass<false>(d); }); }
+// Args: a tdpbssd every `every` blocks (0: none), a tile store per block (1).
+void BM_chain(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  const int every = int(state.range(0));
+  const bool store = state.range(1) != 0;
+  run(state, [&](Data& d) { chain_pass(d, every, store, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_kernel(benchmark::State& state) {
+  std::vector<float> acc(256, 0.0f);
+  run(state, [&](Data& d) { kernel_pass<false>(d, d.x, acc.data()); });
+  benchmark::DoNotOptimize(acc.data());
+}
+void BM_dp_bf16(benchmark::State& state) { run<true>(state, [](Data& d) { dp_pass<true>(d); }); }
+void BM_product_bf16(benchmark::State& state) { run<true>(state, [](Data& d) { product_pass<true>(d); }); }
 void BM_kernel_bf16(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
-  run_bf16(state, [&](Data& d) { kernel_pass<true>(d, d.x, acc.data()); });
+  run<true>(state, [&](Data& d) { kernel_pass<true>(d, d.x, acc.data()); });
   benchmark::DoNotOptimize(acc.data());
 }
 // The same against 32 M tiles in turn, whose activation tiles (as a
@@ -307,7 +299,7 @@ void BM_kernel_l2(benchmark::State& state) {
   std::vector<float> acc(256, 0.0f);
   std::vector<XTile> many;
   int64_t t = 0;
-  run(state, kBlocks, [&](Data& d) {
+  run(state, [&](Data& d) {
     if (many.empty())
       for (int i = 0; i < 32; ++i) many.insert(many.end(), d.x, d.x + kBlocks);
     kernel_pass<false>(d, many.data() + (t++ % 32) * kBlocks, acc.data());
