@@ -124,4 +124,29 @@ TEST(OpTimer, BenchPrintsWhereTheTimeGoes) {
   EXPECT_FALSE(nlohmann::json::parse(out).contains("ops")) << "only with --ops";
 }
 
+// batched-bench --ops: one column per concurrency, prefill and decode steps
+// of the engine thread together; read after the loop has stopped.
+TEST(OpTimer, BatchedBenchTimesEachConcurrency) {
+  if (!test::shared_available()) GTEST_SKIP() << "needs ../shared/models";
+  const std::string model = test::shared("models/stories260K/stories260K.gguf");
+  std::string out, err;
+  ASSERT_EQ(0, test::run_kvserve({"batched-bench", "-m", model, "-p", "8", "-n", "8", "--npl", "1,4", "--ops", "--json"},
+                                 &out, &err))
+      << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const nlohmann::json& row : j["rows"]) {
+    double sum = 0;
+    for (const auto& [name, v] : row["ops"].items()) sum += v["share"].get<double>();
+    EXPECT_NEAR(sum, 1.0, 0.02) << row.dump();
+    EXPECT_GT(row["ops"]["attention"]["ms_per_token"].get<double>(), 0.0);
+    EXPECT_GT(row["ops"]["output"]["share"].get<double>(), 0.0);
+  }
+  ASSERT_EQ(0, test::run_kvserve({"batched-bench", "-m", model, "-p", "8", "-n", "4", "--npl", "2", "--ops"}, &out, &err))
+      << err;
+  EXPECT_NE(out.find("| phase | B=2 ms/token | share |"), std::string::npos) << out;
+  EXPECT_NE(test::run_kvserve({"batched-bench", "-m", model, "--burst", "2", "--ops"}, &out, &err), 0)
+      << "--ops times throughput runs, not the burst test";
+}
+
 }  // namespace

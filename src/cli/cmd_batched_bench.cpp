@@ -21,6 +21,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "sched/engine_loop.h"
+#include "tools/op_report.h"
 
 namespace kvs::cli {
 
@@ -37,6 +38,7 @@ struct Args {
   int burst_fit = 8;      // the pool holds this many burst requests
   int burst_queue = 8;    // --max-queue in burst mode
   bool json = false;
+  bool ops = false;  // --ops: the per-op timer over each concurrency's run
   // Constrained decoding: every request under this grammar (--grammar FILE
   // in GBNF, --json-object, --json-schema FILE), at --temp.
   std::string grammar_file, schema_file;
@@ -105,64 +107,92 @@ int64_t blocks_per_sequence(const Loaded& l, int block_size, int64_t tokens, int
   return sequence_block_cap(table_windows(WindowPolicy{}, layout.groups), tokens, block_size, step);
 }
 
-int run_throughput(const Args& a, Loaded& l) {
-  std::vector<int> npls;
-  std::stringstream ss(a.npl);
-  for (std::string x; std::getline(ss, x, ',');) npls.push_back(std::stoi(x));
-  const int nv = l.model->config().n_vocab;
-  std::mt19937 rng(42);
-  nlohmann::json rows = nlohmann::json::array();
-  if (!a.json)
-    std::printf("| PP | TG | B | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s | TPOT ms (p50) |\n"
-                "|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int b : npls) {
-    sched::EngineLoopOptions o;
-    o.block_size = a.block_size;
-    o.max_ctx = a.p + a.n + 1;
-    o.cache = a.kv.options();
-    const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, std::max(a.max_batch_tokens, a.p), o.cache);
-    o.kv_blocks = per * b * 5 / 4 + per + 8;  // all fit, past headroom and the interactive reserve
-    o.prefix_caching = false;                 // distinct prompts anyway; measure compute
-    o.sched.max_batch_tokens = std::max(a.max_batch_tokens, a.p);
-    o.sched.max_seqs = std::max(b, 1);
-    o.sched.max_queue = b;
-    o.sched.max_request_share = 1.0;
-    o.sched.tenant_quota_share = 1.0;
-    // Measures the engine, not admission: B = 64 prefills take longer than the
-    // interactive class's default 10 s queue limit, which would reject some.
-    o.sched.wait_limit_s = {600, 600};
-    o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+// One concurrency's run: b requests at once, timed from the first submit.
+struct ThroughputRow {
+  int b = 0;
+  double t_pp = 0, t_end = 0;
+  int64_t gen = 0;      // tokens generated after each request's first
+  double tpot_ms = 0;   // median over requests
+  int64_t steps = 0;
+  tools::OpColumn ops;  // --ops: the run's forward phases
+};
+
+ThroughputRow run_one(const Args& a, Loaded& l, int b, std::mt19937& rng) {
+  sched::EngineLoopOptions o;
+  o.block_size = a.block_size;
+  o.max_ctx = a.p + a.n + 1;
+  o.cache = a.kv.options();
+  const int64_t per = blocks_per_sequence(l, a.block_size, a.p + a.n, std::max(a.max_batch_tokens, a.p), o.cache);
+  o.kv_blocks = per * b * 5 / 4 + per + 8;  // all fit, past headroom and the interactive reserve
+  o.prefix_caching = false;                 // distinct prompts anyway; measure compute
+  o.sched.max_batch_tokens = std::max(a.max_batch_tokens, a.p);
+  o.sched.max_seqs = std::max(b, 1);
+  o.sched.max_queue = b;
+  o.sched.max_request_share = 1.0;
+  o.sched.tenant_quota_share = 1.0;
+  // Measures the engine, not admission: B = 64 prefills take longer than the
+  // interactive class's default 10 s queue limit, which would reject some.
+  o.sched.wait_limit_s = {600, 600};
+  o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  ThroughputRow row;
+  row.b = b;
+  Tracker tr(b);
+  // The engine thread owns the engine's stats while the loop lives: timing
+  // is set before it starts and read after it has stopped.
+  l.engine->set_op_timing(a.ops);
+  l.engine->reset_op_times();
+  {
     sched::EngineLoop loop(*l.engine, l.tok.get(), o);
-    Tracker tr(b);
     const double t0 = sched::steady_now();
     for (int i = 0; i < b; ++i) {
-      sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n, &a, uint64_t(i));
+      sched::Request r = make_req(random_prompt(rng, l.model->config().n_vocab, a.p), a.n, &a, uint64_t(i));
       r.sink = tr.sink(i);
       const auto res = loop.submit(std::move(r));
       if (!res.accepted) throw std::runtime_error("batched-bench: request rejected: " + res.message);
     }
     loop.wait_idle();
-    const double t_pp = *std::max_element(tr.first.begin(), tr.first.end()) - t0;
-    const double t_end = *std::max_element(tr.last.begin(), tr.last.end()) - t0;
-    const double t_tg = t_end - t_pp;
-    // Tokens as generated (a grammar may end a request before -n).
-    int64_t gen = 0;
-    for (int k : tr.tokens) gen += std::max(0, k - 1);
-    const double s_pp = double(b) * a.p / t_pp, s_tg = double(gen) / t_tg;
-    const double s = double(b) * (a.p + a.n) / t_end;
-    // Per request: seconds per token after its first (median over requests).
-    std::vector<double> tpot;
-    for (int i = 0; i < b; ++i)
-      if (tr.tokens[size_t(i)] > 1) tpot.push_back((tr.last[size_t(i)] - tr.first[size_t(i)]) / (tr.tokens[size_t(i)] - 1));
-    std::sort(tpot.begin(), tpot.end());
-    const double tpot_ms = tpot.empty() ? 0 : tpot[tpot.size() / 2] * 1e3;
-    if (a.json)
-      rows.push_back({{"pp", a.p}, {"tg", a.n}, {"b", b}, {"t_pp", t_pp}, {"s_pp", s_pp}, {"t_tg", t_tg},
-                      {"s_tg", s_tg}, {"t", t_end}, {"s", s}, {"tpot_ms_p50", tpot_ms}, {"generated", gen + b},
-                      {"steps", loop.metrics().steps}});
-    else
-      std::printf("| %d | %d | %d | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f |\n", a.p, a.n, b, t_pp, s_pp, t_tg,
-                  s_tg, t_end, s, tpot_ms);
+    row.t_pp = *std::max_element(tr.first.begin(), tr.first.end()) - t0;
+    row.t_end = *std::max_element(tr.last.begin(), tr.last.end()) - t0;
+    row.steps = loop.metrics().steps;
+  }
+  l.engine->set_op_timing(false);
+  row.ops = {"B=" + std::to_string(b), l.engine->stats().ops, row.t_end, int64_t(b) * (a.p + a.n)};
+  // Tokens as generated (a grammar may end a request before -n).
+  for (int k : tr.tokens) row.gen += std::max(0, k - 1);
+  // Per request: seconds per token after its first.
+  std::vector<double> tpot;
+  for (int i = 0; i < b; ++i)
+    if (tr.tokens[size_t(i)] > 1) tpot.push_back((tr.last[size_t(i)] - tr.first[size_t(i)]) / (tr.tokens[size_t(i)] - 1));
+  std::sort(tpot.begin(), tpot.end());
+  row.tpot_ms = tpot.empty() ? 0 : tpot[tpot.size() / 2] * 1e3;
+  return row;
+}
+
+int run_throughput(const Args& a, Loaded& l) {
+  std::vector<int> npls;
+  std::stringstream ss(a.npl);
+  for (std::string x; std::getline(ss, x, ',');) npls.push_back(std::stoi(x));
+  std::mt19937 rng(42);
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<tools::OpColumn> op_cols;
+  if (!a.json)
+    std::printf("| PP | TG | B | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s | TPOT ms (p50) |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int b : npls) {
+    const ThroughputRow r = run_one(a, l, b, rng);
+    const double t_tg = r.t_end - r.t_pp;
+    const double s_pp = double(b) * a.p / r.t_pp, s_tg = double(r.gen) / t_tg;
+    const double s = double(b) * (a.p + a.n) / r.t_end;
+    if (a.json) {
+      rows.push_back({{"pp", a.p}, {"tg", a.n}, {"b", b}, {"t_pp", r.t_pp}, {"s_pp", s_pp}, {"t_tg", t_tg},
+                      {"s_tg", s_tg}, {"t", r.t_end}, {"s", s}, {"tpot_ms_p50", r.tpot_ms}, {"generated", r.gen + b},
+                      {"steps", r.steps}});
+      if (a.ops) rows.back()["ops"] = tools::op_json(r.ops);
+    } else {
+      std::printf("| %d | %d | %d | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f | %.1f |\n", a.p, a.n, b, r.t_pp, s_pp,
+                  t_tg, s_tg, r.t_end, s, r.tpot_ms);
+    }
+    op_cols.push_back(r.ops);
     std::fflush(stdout);
   }
   if (a.json)
@@ -173,6 +203,10 @@ int run_throughput(const Args& a, Loaded& l) {
                                        {"rows", rows}}
                             .dump()
                             .c_str());
+  else if (a.ops)
+    std::printf("\nWhere the time goes (--ops: wall time per phase of the forward passes, prefill and decode steps "
+                "together; per token of prompt and generation):\n\n%s",
+                tools::format_op_table(op_cols).c_str());
   return 0;
 }
 
@@ -258,6 +292,10 @@ void add_batched_bench(CLI::App& app, Runner& run) {
   c->add_option("--burst-fit", a->burst_fit, "Burst mode: requests the pool holds")->capture_default_str();
   c->add_option("--burst-queue", a->burst_queue, "Burst mode: --max-queue")->capture_default_str();
   c->add_flag("--json", a->json, "Print JSON");
+  c->add_flag("--ops", a->ops,
+              "Also time each phase of the forward passes (as bench --ops), per concurrency, prefill and decode steps "
+              "together (a small -p isolates decode)")
+      ->excludes("--burst");
   c->callback([a, &run] {
     run = [a] {
       a->grammar = load_grammar(*a);  // errors before the model loads
