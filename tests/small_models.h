@@ -24,4 +24,25 @@ inline std::string make_windowed_gemma2(const std::string& file) {
   return mo.out;
 }
 
+// A small random mixture-of-experts model of `arch` (llama, qwen2moe,
+// qwen3moe): dim 128, 8 heads over 2 KV heads, 4 experts of FFN width 96,
+// 2 used per token (qwen2moe: plus a shared expert of width 160); seed 3.
+// The options only, written to temp_dir()/file once the caller makes it.
+inline MakeModelOptions tiny_moe_options(const std::string& arch, GgmlType type, const std::string& file) {
+  MakeModelOptions o;
+  o.arch = arch;
+  o.dim = 128;
+  o.n_heads = 8;
+  o.n_kv_heads = 2;
+  o.ffn_dim = 96;
+  o.n_expert = 4;
+  o.n_expert_used = 2;
+  if (arch == "qwen2moe") o.shared_ffn = 160;
+  o.type = type;
+  o.progress = false;
+  o.seed = 3;
+  o.out = temp_dir() + "/" + file;
+  return o;
+}
+
 }  // namespace kvs::test

@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "engine_test_util.h"
 #include "test_util.h"
+#include "small_models.h"
 #include "tools/make_model.h"
 
 using namespace kvs;
@@ -33,26 +34,9 @@ namespace {
 
 std::string tmp(const std::string& name) { return temp_dir() + "/" + name; }
 
-MakeModelOptions moe_options(const std::string& arch, GgmlType type, const std::string& out) {
-  MakeModelOptions o;
-  o.arch = arch;
-  o.dim = 128;
-  o.n_heads = 8;
-  o.n_kv_heads = 2;
-  o.ffn_dim = 96;
-  o.n_expert = 4;
-  o.n_expert_used = 2;
-  if (arch == "qwen2moe") o.shared_ffn = 160;
-  o.type = type;
-  o.progress = false;
-  o.seed = 3;
-  o.out = tmp(out);
-  return o;
-}
-
 std::string made(const std::string& arch, GgmlType type) {
   const std::string name = arch + "-" + type_name(type) + ".gguf";
-  MakeModelOptions o = moe_options(arch, type, name);
+  MakeModelOptions o = tiny_moe_options(arch, type, name);
   make_random_model(o);
   return o.out;
 }
@@ -265,7 +249,7 @@ TEST(MoeModel, PrefixHitGivesTheColdResult) {
 // qwen3moe: qwen3 attention (per-head q/k RMSNorm, no biases) with experts
 // renormalised over the top k; its layer against the scalar reference.
 TEST(MoeModel, Qwen3MoeLoadsAndRuns) {
-  MakeModelOptions o = moe_options("qwen3moe", GgmlType::Q8_0, "qwen3moe.gguf");
+  MakeModelOptions o = tiny_moe_options("qwen3moe", GgmlType::Q8_0, "qwen3moe.gguf");
   o.n_expert = 8;
   o.n_expert_used = 3;
   o.expert_ffn = 64;

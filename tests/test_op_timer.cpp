@@ -11,6 +11,7 @@
 #include "engine/local_sequence.h"
 #include "engine_test_util.h"
 #include "model/model.h"
+#include "small_models.h"
 #include "test_util.h"
 #include "tools/make_model.h"
 #include "tools/op_report.h"
@@ -64,17 +65,7 @@ TEST(OpTimer, PhasesCoverTheForwardAndChangeNoBits) {
 }
 
 TEST(OpTimer, MixtureOfExpertsLayersAreTheirOwnPhase) {
-  MakeModelOptions o;
-  o.arch = "qwen3moe";
-  o.dim = 64;
-  o.n_heads = 4;
-  o.n_kv_heads = 2;
-  o.ffn_dim = 48;
-  o.n_expert = 4;
-  o.n_expert_used = 2;
-  o.type = GgmlType::F16;
-  o.progress = false;
-  o.out = test::temp_dir() + "/op-timer-moe.gguf";
+  MakeModelOptions o = test::tiny_moe_options("qwen3moe", GgmlType::F16, "op-timer-moe.gguf");
   make_random_model(o);
   auto model = Model::load(o.out);
   Engine e(model, EngineOptions{2});

@@ -138,12 +138,11 @@ struct BenchRuns {
   tools::OpColumn pp_ops, tg_ops;  // --ops: the measured repetitions' phases
 };
 
-// --ops: the engine's phase times of one timed test, added to col.
-void collect_ops(Engine& e, tools::OpColumn& col, double wall_s, int tokens) {
+// --ops: the engine's phase times of one timed test (reset before it), added to col.
+void collect_ops(const Engine& e, tools::OpColumn& col, double wall_s, int tokens) {
   tools::add_op_times(col.ops, e.stats().ops);
   col.wall_s += wall_s;
   col.tokens += tokens;
-  e.reset_op_times();
 }
 
 // One warm-up of each test, then the measured repetitions, on `seq`.
