@@ -7,6 +7,8 @@
 //       bench model's shape (32 heads, 8 kv heads, head_dim 64): every query
 //       block (64 tokens; one token group of 16 for int8/int4) and kv group,
 //       head by head, as the engine runs them.
+//   *_bf16/f16/<ctx>        the same with AttnShape::bf16 (the AMX-BF16
+//       tiles; skipped where they are missing)
 // Counters:
 //   GFLOP/s   4 * n_heads * head_dim per (query, visible key) (QK^T and PV)
 //   KV_GB/s   decode: bytes of K and V the call reads (the layer's cache)
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/cpu.h"
 #include "kernels/kv_codec.h"
 #include "kv/block_storage.h"
 
@@ -42,7 +45,14 @@ size_t scratch_floats(int rows, int ctx, int head_dim) {
   return attention_scratch_floats(rows, head_dim);
 }
 
-void BM_attention(benchmark::State& st, Case c) {
+bool skip_bf16(benchmark::State& st, bool bf16) {
+  if (!bf16 || amx_bf16_active()) return false;
+  st.SkipWithError("no AMX-BF16 here: the bf16 attention cannot run");
+  return true;
+}
+
+void BM_attention(benchmark::State& st, Case c, bool bf16) {
+  if (skip_bf16(st, bf16)) return;
   const int ctx = int(st.range(0));
   KvLayout L{1, kKvHeads, kHeadDim, kBlock};
   L.type = c.type;
@@ -70,7 +80,8 @@ void BM_attention(benchmark::State& st, Case c) {
   for (auto& x : q) x = nd(rng);
   const int r = kHeads / kKvHeads;
   std::vector<float> scratch(scratch_floats(r, ctx, kHeadDim));
-  const AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  shape.bf16 = bf16;
   int cp = 0;
   for (auto _ : st) {
     AttnSeq as{tables[size_t(cp)].data(), ctx, ctx, nullptr, nullptr};
@@ -85,7 +96,8 @@ void BM_attention(benchmark::State& st, Case c) {
       benchmark::Counter(calls * double(L.block_bytes()) * ctx / kBlock / 1e9, benchmark::Counter::kIsRate);
 }
 
-void BM_prefill(benchmark::State& st, Case c) {
+void BM_prefill(benchmark::State& st, Case c, bool bf16) {
+  if (skip_bf16(st, bf16)) return;
   constexpr int kH = 32, kKv = 8;
   const int ctx = int(st.range(0));
   KvLayout L{1, kKv, kHeadDim, kBlock};
@@ -110,7 +122,8 @@ void BM_prefill(benchmark::State& st, Case c) {
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) table[size_t(b)] = b;
   std::vector<float> scratch(scratch_floats(kH / kKv * kT, ctx, kHeadDim));
-  const AttnShape shape{kH, kKv, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  AttnShape shape{kH, kKv, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
+  shape.bf16 = bf16;
   for (auto _ : st) {
     // Head-major, as the engine hands out its tasks: one head's keys stay in cache.
     for (int g = 0; g < kKv; ++g)
@@ -130,16 +143,19 @@ void BM_prefill(benchmark::State& st, Case c) {
 }
 
 const bool registered = [] {
-  for (const Case& c : kCases)
-    benchmark::RegisterBenchmark((std::string("attention/") + c.name).c_str(), BM_attention, c)
-        ->Arg(512)
-        ->Arg(4096)
-        ->Unit(benchmark::kMicrosecond);
-  for (const Case& c : kCases)
-    benchmark::RegisterBenchmark((std::string("prefill/") + c.name).c_str(), BM_prefill, c)
-        ->Arg(512)
-        ->Arg(2048)
-        ->Unit(benchmark::kMillisecond);
+  for (const bool bf16 : {false, true})
+    for (const Case& c : kCases) {
+      if (bf16 && c.type != KvType::F16) continue;
+      const std::string sfx = std::string(bf16 ? "_bf16/" : "/") + c.name;
+      benchmark::RegisterBenchmark(("attention" + sfx).c_str(), BM_attention, c, bf16)
+          ->Arg(512)
+          ->Arg(4096)
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("prefill" + sfx).c_str(), BM_prefill, c, bf16)
+          ->Arg(512)
+          ->Arg(2048)
+          ->Unit(benchmark::kMillisecond);
+    }
   return true;
 }();
 

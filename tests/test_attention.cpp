@@ -258,9 +258,63 @@ TEST_P(AttentionIsa, TiledMatchesReferenceAndIgnoresChunkingAndBlockSize) {
   }
 }
 
+// --- the bf16 variant (AMX-BF16 only) ---------------------------------------
+
+std::string bf16_attention_missing() {
+  return amx_bf16_active() ? std::string()
+                           : "no AMX-BF16 here (amx_bf16 and avx512_bf16 in lscpu's flags, not lowered by KVS_ISA): "
+                             "the bf16 attention cannot run";
+}
+
+// Every KV type; head sizes 16, 64, 80 (keys padded to 96) and 128; GQA and
+// MQA; soft-capping and learned sinks; lengths that are no multiple of 16.
+// One token at a time stays within bf16 rounding of the double reference
+// (and is not the fp32 kernel's result: the tiles ran), and every query
+// block size and chunking gives exactly its bits.
+TEST(AttentionBf16, NearReferenceAndChunkingChangesNoBit) {
+  if (const std::string why = bf16_attention_missing(); !why.empty()) GTEST_SKIP() << why;
+  struct Shape { int nh, nkv, hd, bs, G, n; float cap; bool sinks; };
+  for (Shape sh : {Shape{8, 2, 16, 4, 4, 75, 0.f, false}, Shape{4, 1, 64, 8, 8, 43, 0.f, true},
+                   Shape{6, 3, 80, 16, 16, 37, 0.f, false}, Shape{2, 1, 128, 16, 16, 50, 3.f, false}}) {
+    for (TypeCase tc : kTypes) {
+      SCOPED_TRACE(::testing::Message() << to_string(tc.type) << "/" << to_string(tc.ks) << " hd " << sh.hd);
+      KvLayout lay{1, sh.nkv, sh.hd, sh.bs};
+      lay.type = tc.type;
+      lay.key_scale = tc.ks;
+      lay.group_tokens = sh.G;
+      const PagedSeq ps = make_paged(lay, sh.n, 31 + sh.hd);
+      std::vector<float> sinks(size_t(sh.nh));
+      for (int h = 0; h < sh.nh; ++h) sinks[size_t(h)] = h % 2 ? 3.f : -1.f;
+      AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd)), sh.cap, sh.sinks ? sinks.data() : nullptr};
+      const size_t qdim = size_t(sh.nh) * sh.hd;
+      std::vector<float> q(size_t(sh.n) * qdim);
+      std::mt19937 rng(3);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (auto& x : q) x = nd(rng);
+      AttnShape s32 = s;
+      s.bf16 = true;
+      const std::vector<float> one = run_chunked(ps, q, s, 1, 1), fp32 = run_chunked(ps, q, s32, 1, 1);
+      EXPECT_NE(0, std::memcmp(one.data(), fp32.data(), one.size() * 4)) << "the bf16 kernel did not run";
+      double worst = 0;
+      for (int p = 0; p < sh.n; ++p) {
+        const std::vector<float> ref = reference_for(ps, &q[size_t(p) * qdim], p + 1, s);
+        for (size_t e = 0; e < qdim; ++e)
+          worst = std::max(worst, double(std::fabs(one[size_t(p) * qdim + e] - ref[e]) / (1 + std::fabs(ref[e]))));
+      }
+      EXPECT_LT(worst, 2e-2) << "further from the reference than bf16 rounding explains";
+      std::vector<std::pair<int, int>> runs;  // (chunk, tmax)
+      for (int T : {2, 5, 16}) runs.push_back({sh.n, T});
+      for (int c : {3, 29}) runs.push_back({c, 16});
+      for (auto [chunk, tmax] : runs)
+        ASSERT_EQ(0, std::memcmp(run_chunked(ps, q, s, chunk, tmax).data(), one.data(), one.size() * 4))
+            << "chunk " << chunk << ", T " << tmax << ": bits differ from one token at a time";
+    }
+  }
+}
+
 // A key that only later tokens of a block see never reaches an earlier
 // token, even when it holds inf (the masked updates leave the row as it was).
-TEST_P(AttentionIsa, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) {
+void expect_later_keys_never_reach_earlier(bool bf16) {
   const int nh = 4, nkv = 1, hd = 64, n = 37, T = 16;
   KvLayout lay{1, nkv, hd, 16};
   PagedSeq ps = make_paged(lay, n, 5);
@@ -269,7 +323,8 @@ TEST_P(AttentionIsa, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) {
     kv.k(ps.table[2], 0, (n - 1) % 16)[i] = INFINITY;
     kv.v(ps.table[2], 0, (n - 1) % 16)[i] = INFINITY;
   }
-  const AttnShape s{nh, nkv, hd, 0.125f};
+  AttnShape s{nh, nkv, hd, 0.125f};
+  s.bf16 = bf16;
   const size_t qdim = size_t(nh) * hd;
   std::vector<float> q(size_t(T) * qdim, 0.3f), blk(q.size()), lone(q.size());
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
@@ -280,6 +335,15 @@ TEST_P(AttentionIsa, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) {
                     scratch.data());
   for (size_t e = 0; e < (T - 1) * qdim; ++e) ASSERT_TRUE(std::isfinite(lone[e]));
   EXPECT_EQ(0, std::memcmp(blk.data(), lone.data(), (T - 1) * qdim * 4));
+}
+
+TEST_P(AttentionIsa, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) { expect_later_keys_never_reach_earlier(false); }
+
+// The same with bf16 tiles, where an unseen key's value meets p = 0 in a
+// product (0 * inf): staged values are clamped to finite bf16.
+TEST(AttentionBf16, KeysOnlyLaterTokensSeeNeverReachEarlierOnes) {
+  if (const std::string why = bf16_attention_missing(); !why.empty()) GTEST_SKIP() << why;
+  expect_later_keys_never_reach_earlier(true);
 }
 
 // Windows (hidden keys, their blocks freed), StreamingLLM sinks and keys

@@ -227,7 +227,8 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, qdim = nh * hd, kvdim = nkv * hd;
   const float scale = c.attn_scale > 0.f ? c.attn_scale : 1.0f / std::sqrt(float(hd));
   // gpt-oss: the layer's learned sinks [n_heads] (null elsewhere).
-  const AttnShape shape{nh, nkv, hd, scale, c.attn_softcap, model->weights().layers[size_t(l)].attn_sinks};
+  AttnShape shape{nh, nkv, hd, scale, c.attn_softcap, model->weights().layers[size_t(l)].attn_sinks};
+  shape.bf16 = model->precision() == MatmulPrecision::Bf16;
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const int G = kv.layout.group_tokens, window = c.layer_window[size_t(l)];
   const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);

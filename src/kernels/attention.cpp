@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/attention_tile.h"
+#include "kernels/cpu.h"
 #include "kernels/flash_attention.h"
 
 namespace kvs {
@@ -46,6 +47,12 @@ void for_each_tile(const AttnSeq& seq, int ctx_first, Fn&& fn) {
   for (; j < last; ++j) fn(j * kTile);
 }
 
+const attn::FlashKernel& kernel_for(const AttnShape& s) {
+  if (!s.bf16 || !attn::flash_bf16_fits(s.head_dim)) return attn::flash_kernel();
+  if (!amx_bf16_active()) throw std::invalid_argument("bf16 attention needs AMX-BF16 tiles, which this CPU does not offer");
+  return attn::flash_kernel_amx_bf16();
+}
+
 float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }
@@ -62,7 +69,7 @@ void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& k
     throw std::invalid_argument("attention: a query block needs every key visible and unrotated");
   const int r = s.n_heads / s.n_kv_heads, hd = s.head_dim, h0 = g * r;
   const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale, s.softcap, s.sinks ? s.sinks + h0 : nullptr};
-  const attn::FlashKernel& fk = attn::flash_kernel();
+  const attn::FlashKernel& fk = kernel_for(s);
   float* state = align64(scratch);                                  // the rows' state
   float* kt = state + attn::flash_state_floats(fq.rows(), hd);      // [kTile, hd] keys
   float* vt = kt + size_t(kTile) * hd;                              // [kTile, hd] values

@@ -18,6 +18,10 @@ struct AttnShape {
   // more term, exp(sinks[h]), with no value; null = none. Not a kept token:
   // a window never hides it (unlike WindowPolicy's sink tokens).
   const float* sinks = nullptr;
+  // Both products on AMX-BF16 tiles (flash_attention.h's bf16 variant;
+  // models loaded with MatmulPrecision::Bf16). Needs amx_bf16_active();
+  // a head_dim that is no multiple of 16 keeps the fp32 kernel.
+  bool bf16 = false;
 };
 
 // One query token's view of its sequence's keys and values: positions

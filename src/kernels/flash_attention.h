@@ -40,6 +40,20 @@
 // SIMD kernels keep it so with masked updates; every operation is per row.
 // Hence a query block gives each token the bits of a lone token (T = 1), and
 // on f32/f16/bf16 tiles every ISA gives the scalar kernel's bits.
+//
+// The bf16 variant (AttnShape::bf16, models loaded with MatmulPrecision::Bf16;
+// AMX-BF16 only, flash_amx_bf16.cpp) runs both products on bf16 tiles and
+// keeps the softmax above in fp32:
+//   s_k  = the tile product of bf16(qs) and bf16(K_k) over d (fp32 sums of
+//          exact bf16 products, 32 d per instruction, in order of d)
+//   o[d] = fma(o[d], alpha, pv[d]), pv[d] = the tile product of bf16(p_k)
+//          and bf16(V_k[d]) over the tile's 16 keys (p_k = 0 where unseen;
+//          values clamped to finite bf16, so a row that sees none of the
+//          tile's keys adds +0 with alpha = 1 and keeps its o)
+// (bf16() rounds to nearest even and flushes denormals). Every operation is
+// still per row and tiles are still fixed by position, so batching and
+// chunking change no bit; the bits differ from the fp32 kernels' (within
+// bf16 rounding, docs/PERFORMANCE.md has the perplexity cost).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -100,15 +114,26 @@ struct FlashKernel {
   void (*finish)(const FlashQuery& fq, const float* state, float* out, size_t ldo);
 };
 
+// The bf16 kernel's per-call tiles after the rows' state: bf16 keys
+// [16, hd rounded up to 32], values transposed [hd rounded up to 16, 16],
+// scores [16, 16] f32, probabilities [8, 32] bf16, products [4, 16, 16] f32.
+inline size_t flash_work_floats(int hd) {
+  const size_t hd32 = size_t(hd + 31) / 32 * 32, hd16 = size_t(hd + 15) / 16 * 16;
+  return 8 * hd32 + 8 * hd16 + 256 + 128 + 1024;
+}
+
 // Enough state floats for any kernel: rows rounded up to 16 lanes.
 inline size_t flash_state_floats(int rows, int hd) {
   const size_t lanes = size_t(rows + 15) / 16 * 16;
-  return 2 * lanes * size_t(hd) + 2 * lanes;
+  return 2 * lanes * size_t(hd) + 2 * lanes + flash_work_floats(hd);
 }
 
 const FlashKernel& flash_kernel_scalar();
 const FlashKernel& flash_kernel_avx2();    // needs AVX2 + FMA
 const FlashKernel& flash_kernel_avx512();  // needs AVX-512F
 const FlashKernel& flash_kernel();         // for active_isa()
+// The bf16 variant: needs amx_bf16_active() and hd % 16 == 0.
+const FlashKernel& flash_kernel_amx_bf16();
+inline bool flash_bf16_fits(int hd) { return hd % 16 == 0; }
 
 }  // namespace kvs::attn

@@ -291,8 +291,9 @@ void tile_any(const FlashQuery& fq, float* st, const float* k, const float* v, c
 }
 
 // out = (oT * alpha) * (1 / l), lanes back to rows; alpha and l take the
-// rows' sinks in (flash_attention.h), alpha = 1 without them.
-template <class V>
+// rows' sinks in (flash_attention.h), alpha = 1 without them. FEW: o is
+// row-major as tile() keeps it for few_rows() (the bf16 kernel never does).
+template <class V, bool FEW = true>
 void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
   using R = typename V::reg;
   const Layout lo = layout<V>(fq, const_cast<float*>(st));
@@ -310,7 +311,7 @@ void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
       l = V::fma(l, alpha, V::exp2n(V::sub(zs, mn)));
     }
     const R inv = V::div(V::set1(1.0f), l);
-    if (few_rows<V>(fq)) {  // o [rows, hd]: per row, (o * alpha) * inv along d
+    if (FEW && few_rows<V>(fq)) {  // o [rows, hd]: per row, (o * alpha) * inv along d
       alignas(64) float am[V::L], im[V::L];
       V::store(am, alpha);
       V::store(im, inv);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/target_region.h"
 
@@ -30,14 +31,6 @@ inline const float* scl(const uint8_t* slice, int64_t bb) { return scl(const_cas
 template <bool SUB16>
 constexpr int64_t kCInts = SUB16 ? 512 : 256;
 
-// Palette-1 tile configuration (the layout LDTILECFG reads).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Which products a call runs. Two tile sets alternate block by block:
 //   K32:   C0 A4 B6 / C1 A5 B7, A [16, 32], B [8, 64]
