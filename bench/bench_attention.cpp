@@ -40,9 +40,9 @@ const Case kCases[] = {{KvType::F32, KeyScale::Channel, "f32"},     {KvType::F16
                        {KvType::Int4, KeyScale::Channel, "int4"},   {KvType::Int4, KeyScale::Token, "int4_token"}};
 
 // Scratch floats for `rows` query rows.
-size_t scratch_floats(int rows, int ctx, int head_dim) {
+size_t scratch_floats(int rows, int ctx, int head_dim, bool bf16) {
   (void)ctx;  // the tiled kernel keeps no score rows
-  return attention_scratch_floats(rows, head_dim);
+  return attention_scratch_floats(rows, head_dim, bf16);
 }
 
 bool skip_bf16(benchmark::State& st, bool bf16) {
@@ -79,7 +79,7 @@ void BM_attention(benchmark::State& st, Case c, bool bf16) {
   std::vector<float> q(size_t(kHeads) * kHeadDim), out(q.size());
   for (auto& x : q) x = nd(rng);
   const int r = kHeads / kKvHeads;
-  std::vector<float> scratch(scratch_floats(r, ctx, kHeadDim));
+  std::vector<float> scratch(scratch_floats(r, ctx, kHeadDim, bf16));
   AttnShape shape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
   shape.bf16 = bf16;
   int cp = 0;
@@ -121,7 +121,7 @@ void BM_prefill(benchmark::State& st, Case c, bool bf16) {
   }
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) table[size_t(b)] = b;
-  std::vector<float> scratch(scratch_floats(kH / kKv * kT, ctx, kHeadDim));
+  std::vector<float> scratch(scratch_floats(kH / kKv * kT, ctx, kHeadDim, bf16));
   AttnShape shape{kH, kKv, kHeadDim, 1.0f / std::sqrt(float(kHeadDim))};
   shape.bf16 = bf16;
   for (auto _ : st) {

@@ -198,7 +198,7 @@ std::vector<float> run_chunked(const PagedSeq& ps, const std::vector<float>& q, 
                                int tmax) {
   const size_t qdim = size_t(s.n_heads) * s.head_dim;
   std::vector<float> out(size_t(ps.n) * qdim, -7.f);
-  std::vector<float> scratch(attention_scratch_floats(s.n_heads / s.n_kv_heads * tmax, s.head_dim));
+  std::vector<float> scratch(attention_scratch_floats(s.n_heads / s.n_kv_heads * tmax, s.head_dim, s.bf16));
   for (int c0 = 0; c0 < ps.n; c0 += chunk) {
     const int c1 = std::min(ps.n, c0 + chunk);
     for (int p = c0; p < c1;) {
@@ -328,7 +328,7 @@ void expect_later_keys_never_reach_earlier(bool bf16) {
   const size_t qdim = size_t(nh) * hd;
   std::vector<float> q(size_t(T) * qdim, 0.3f), blk(q.size()), lone(q.size());
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(float(i));
-  std::vector<float> scratch(attention_scratch_floats(nh * T, hd));
+  std::vector<float> scratch(attention_scratch_floats(nh * T, hd, bf16));
   attention_group_block(q.data(), qdim, T, kv, 0, ps.seq(n), 0, s, blk.data(), qdim, scratch.data());
   for (int i = 0; i < T - 1; ++i)
     attention_group(&q[size_t(i) * qdim], kv, 0, ps.seq(n - (T - 1 - i)), 0, s, &lone[size_t(i) * qdim],

@@ -176,7 +176,7 @@ void Engine::Impl::prepare(const KvLayout& layout) {
     for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
-    a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim));
+    a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim, model->precision() == MatmulPrecision::Bf16));
   rope_tables();
   stage_k.resize(size_t(plan.stage_rows) * kvdim);
   stage_v.resize(size_t(plan.stage_rows) * kvdim);

@@ -59,8 +59,9 @@ float* align64(float* p) {
 
 }  // namespace
 
-size_t attention_scratch_floats(int rows, int head_dim) {
-  return 16 + attn::flash_state_floats(rows, head_dim) + 2 * size_t(kTile) * head_dim + size_t(rows);
+size_t attention_scratch_floats(int rows, int head_dim, bool bf16) {
+  const size_t nb = bf16 ? attn::kTileBatch : 1;
+  return 16 + attn::flash_state_floats(rows, head_dim, bf16) + nb * (2 * size_t(kTile) * head_dim + size_t(rows));
 }
 
 void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& kv, int layer, const AttnSeq& seq,
@@ -70,27 +71,40 @@ void attention_group_block(const float* q, size_t ldq, int T, const KvStorage& k
   const int r = s.n_heads / s.n_kv_heads, hd = s.head_dim, h0 = g * r;
   const attn::FlashQuery fq{q + size_t(h0) * hd, ldq, T, r, hd, s.scale, s.softcap, s.sinks ? s.sinks + h0 : nullptr};
   const attn::FlashKernel& fk = kernel_for(s);
-  float* state = align64(scratch);                                  // the rows' state
-  float* kt = state + attn::flash_state_floats(fq.rows(), hd);      // [kTile, hd] keys
-  float* vt = kt + size_t(kTile) * hd;                              // [kTile, hd] values
-  auto* vis = reinterpret_cast<uint16_t*>(vt + size_t(kTile) * hd);  // [T] keys each token sees
+  // Kernels with tiles() take up to kTileBatch tiles per call (s.bf16 sized the scratch for them).
+  const int nb = fk.tiles ? attn::kTileBatch : 1;
+  float* state = align64(scratch);                                                     // the rows' state
+  float* kt = state + attn::flash_state_floats(fq.rows(), hd, s.bf16);                 // [nb, kTile, hd] keys
+  float* vt = kt + size_t(nb) * kTile * hd;                                            // [nb, kTile, hd] values
+  auto* vis = reinterpret_cast<uint16_t*>(vt + size_t(nb) * kTile * hd);               // [nb, T] keys each token sees
+  const uint16_t* tile_vis[attn::kTileBatch];
+  int held = 0;  // tiles loaded, not yet run
+  auto run = [&] {
+    if (fk.tiles) fk.tiles(fq, state, held, kt, vt, tile_vis);
+    else fk.tile(fq, state, kt, vt, tile_vis[0]);
+    held = 0;
+  };
   const int ctx_first = seq.n_ctx - (T - 1), lo_last = window_lo(seq, seq.n_ctx);
   fk.begin(fq, state);
   for_each_tile(seq, ctx_first, [&](int p0) {
     // Tiles every token sees whole (all but the last one or two of a block,
     // and the first ones of a windowed layer) skip the masks.
     const bool whole = seq.sink_end >= seq.win_start && p0 >= lo_last && p0 + kTile <= ctx_first;
+    uint16_t* tv = vis + size_t(held) * T;
     unsigned any = 0xFFFFu;
     if (!whole) {
       any = 0;
-      for (int i = 0; i < T; ++i) any |= vis[i] = uint16_t(visible_bits(seq, p0, ctx_first + i));
+      for (int i = 0; i < T; ++i) any |= tv[i] = uint16_t(visible_bits(seq, p0, ctx_first + i));
     }
-    load_attention_tile(kv, layer, seq, g, p0, any, kt, vt);
+    const size_t at = size_t(held) * kTile * hd;
+    load_attention_tile(kv, layer, seq, g, p0, any, kt + at, vt + at);
     // The next tile's rows arrive while this one is computed (a head's rows
     // are strided by whole token rows, which the hardware prefetchers miss).
     prefetch_attention_tile(kv, layer, seq, g, p0 + kTile);
-    fk.tile(fq, state, kt, vt, whole ? nullptr : vis);
+    tile_vis[held] = whole ? nullptr : tv;
+    if (++held == nb) run();
   });
+  if (held > 0) run();
   fk.finish(fq, state, out + size_t(h0) * hd, ldo);
 }
 

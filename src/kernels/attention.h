@@ -71,8 +71,10 @@ struct AttnSeq {
 void attention_group(const float* q, const KvStorage& kv, int layer, const AttnSeq& seq, int g,
                      const AttnShape& s, float* out, float* scratch);
 // Scratch floats attention_group_block needs for `rows` = r * T query rows:
-// the rows' running state, one K and one V tile, the tokens' tile masks.
-size_t attention_scratch_floats(int rows, int head_dim);
+// the rows' running state, one K and one V tile, the tokens' tile masks
+// (bf16: for shapes with AttnShape::bf16, whose kernel takes kTileBatch
+// tiles at once and keeps bf16 copies of them).
+size_t attention_scratch_floats(int rows, int head_dim, bool bf16 = false);
 
 // T consecutive query tokens of one sequence at once (a prefill's query
 // block): token i (q + i * ldq, out + i * ldo, rows as above) has context

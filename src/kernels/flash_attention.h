@@ -107,25 +107,36 @@ struct FlashQuery {
 //   tile:  k, v  [kTile, hd] rows of the tile's keys and values (rows no
 //          token sees may hold anything finite); vis [T]: bit k set when
 //          token i sees key k, nullptr when every token sees all 16.
+//   tiles: (null where a kernel has none) n <= kTileBatch tiles at once,
+//          the next ones in position order: k, v [n, kTile, hd], vis[j]
+//          as tile()'s for tile j. The same bits as n tile() calls would
+//          give, where a kernel has both.
 //   finish: out + i * ldo: token i's [r, hd] (the sinks applied first).
 struct FlashKernel {
   void (*begin)(const FlashQuery& fq, float* state);
   void (*tile)(const FlashQuery& fq, float* state, const float* k, const float* v, const uint16_t* vis);
   void (*finish)(const FlashQuery& fq, const float* state, float* out, size_t ldo);
+  void (*tiles)(const FlashQuery& fq, float* state, int n, const float* k, const float* v,
+                const uint16_t* const* vis) = nullptr;
 };
 
-// The bf16 kernel's per-call tiles after the rows' state: bf16 keys
-// [16, hd rounded up to 32], values transposed [hd rounded up to 16, 16],
-// scores [16, 16] f32, probabilities [8, 32] bf16, products [4, 16, 16] f32.
+// Key tiles a kernel's tiles() takes at once (the bf16 kernel keeps a row
+// group's outputs in tile registers across them).
+constexpr int kTileBatch = 32;
+
+// The bf16 kernel's work after the rows' state, for kTileBatch tiles: bf16
+// keys [16, hd] and transposed values [hd, 16] per tile, per tile its
+// P^T [8, 32] bf16 and alpha [16], four score tiles [16, 16] f32, per tile
+// a flag.
 inline size_t flash_work_floats(int hd) {
-  const size_t hd32 = size_t(hd + 31) / 32 * 32, hd16 = size_t(hd + 15) / 16 * 16;
-  return 8 * hd32 + 8 * hd16 + 256 + 128 + 1024;
+  return size_t(kTileBatch) * (16 * size_t(hd) + 128 + 16 + 1) + 1024;
 }
 
-// Enough state floats for any kernel: rows rounded up to 16 lanes.
-inline size_t flash_state_floats(int rows, int hd) {
+// Enough state floats for any kernel (bf16: the bf16 kernel too): rows
+// rounded up to 16 lanes.
+inline size_t flash_state_floats(int rows, int hd, bool bf16 = false) {
   const size_t lanes = size_t(rows + 15) / 16 * 16;
-  return 2 * lanes * size_t(hd) + 2 * lanes + flash_work_floats(hd);
+  return 2 * lanes * size_t(hd) + 2 * lanes + (bf16 ? flash_work_floats(hd) : 0);
 }
 
 const FlashKernel& flash_kernel_scalar();
