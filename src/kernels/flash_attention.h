@@ -46,14 +46,19 @@
 // keeps the softmax above in fp32:
 //   s_k  = the tile product of bf16(qs) and bf16(K_k) over d (fp32 sums of
 //          exact bf16 products, 32 d per instruction, in order of d)
-//   o[d] = fma(o[d], alpha, pv[d]), pv[d] = the tile product of bf16(p_k)
-//          and bf16(V_k[d]) over the tile's 16 keys (p_k = 0 where unseen;
-//          values clamped to finite bf16, so a row that sees none of the
-//          tile's keys adds +0 with alpha = 1 and keeps its o)
+//   o[d] = o[d] * alpha (skipped where alpha = 1: no bit changes), then the
+//          tile product of bf16(p_k) and bf16(V_k[d]) over the tile's 16 keys
+//          added into o[d] (p_k = 0 where unseen; values clamped to finite
+//          bf16, so a row that sees none of the tile's keys adds +0 with
+//          alpha = 1 and keeps its o)
 // (bf16() rounds to nearest even and flushes denormals). Every operation is
 // still per row and tiles are still fixed by position, so batching and
 // chunking change no bit; the bits differ from the fp32 kernels' (within
-// bf16 rounding, docs/PERFORMANCE.md has the perplexity cost).
+// bf16 rounding, docs/PERFORMANCE.md has the perplexity cost). One
+// exception, below any output that matters: a row whose running sum has
+// underflowed to -0 or a denormal, in a query block, becomes +0 in a tile
+// it does not see and another row does (the tiles flush denormals and add
+// +0 to -0), where alone it would not visit that tile.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -125,11 +130,12 @@ struct FlashKernel {
 constexpr int kTileBatch = 32;
 
 // The bf16 kernel's work after the rows' state, for kTileBatch tiles: bf16
-// keys [16, hd] and transposed values [hd, 16] per tile, per tile its
-// P^T [8, 32] bf16 and alpha [16], four score tiles [16, 16] f32, per tile
-// a flag.
+// keys [16, hd rounded up to 32] and transposed values [hd, 16] per tile,
+// per tile its P^T [8, 32] bf16 and alpha [16], two rounds of four score
+// tiles [16, 16] f32, per tile a flag.
 inline size_t flash_work_floats(int hd) {
-  return size_t(kTileBatch) * (16 * size_t(hd) + 128 + 16 + 1) + 1024;
+  const size_t hd32 = size_t(hd + 31) / 32 * 32;
+  return size_t(kTileBatch) * (8 * hd32 + 8 * size_t(hd) + 128 + 16 + 1) + 2048;
 }
 
 // Enough state floats for any kernel (bf16: the bf16 kernel too): rows

@@ -59,6 +59,27 @@ inline unsigned live_lanes(const FlashQuery& fq, int g) {
   return n >= V::L ? (1u << V::L) - 1 : (1u << n) - 1;
 }
 
+// Kernels whose V has transpose() (an L x L block: rows <-> columns) move
+// rows to lanes and back by blocks of L elements, not element by element
+// with gathers and scatters (same values either way).
+template <class V>
+constexpr bool kBlocks = requires(typename V::reg* r) { V::transpose(r); };
+template <class V>
+inline bool by_blocks(const FlashQuery& fq) {
+  return kBlocks<V> && fq.hd % V::L == 0;
+}
+
+// c[i] = element d0 + i of each lane's row (row offsets off from base).
+template <class V>
+inline void rows_to_lanes(const float* base, const int* off, int d0, typename V::reg* c) {
+  if constexpr (kBlocks<V>) {
+    for (int lane = 0; lane < V::L; ++lane) c[lane] = V::load(base + off[lane] + d0);
+    V::transpose(c);
+  } else {
+    for (int i = 0; i < V::L; ++i) c[i] = V::gather(base + d0 + i, off);
+  }
+}
+
 template <class V>
 void begin(const FlashQuery& fq, float* st) {
   using R = typename V::reg;
@@ -69,7 +90,14 @@ void begin(const FlashQuery& fq, float* st) {
     lane_offsets<V>(fq, g, fq.ldq, off);
     const typename V::mask live = V::mask_of(live_lanes<V>(fq, g));
     float* qt = lo.qt + size_t(g) * fq.hd * V::L;  // [hd, L]
-    for (int d = 0; d < fq.hd; ++d)
+    int d = 0;
+    if (by_blocks<V>(fq))
+      for (; d < fq.hd; d += V::L) {
+        R x[V::L];
+        rows_to_lanes<V>(fq.q, off, d, x);
+        for (int i = 0; i < V::L; ++i) V::store(qt + size_t(d + i) * V::L, V::select(live, V::mul(x[i], c), V::zero()));
+      }
+    for (; d < fq.hd; ++d)
       V::store(qt + size_t(d) * V::L, V::select(live, V::mul(V::gather(fq.q + d, off), c), V::zero()));
   }
   const size_t n = size_t(lo.G) * fq.hd * V::L;
@@ -322,6 +350,16 @@ void finish(const FlashQuery& fq, const float* st, float* out, size_t ldo) {
       continue;
     }
     const float* ot = lo.ot + size_t(g) * fq.hd * V::L;  // [hd, L]
+    if (by_blocks<V>(fq)) {
+      for (int d = 0; d < fq.hd; d += V::L) {
+        R x[V::L];
+        for (int i = 0; i < V::L; ++i) x[i] = V::mul(V::mul(V::load(ot + size_t(d + i) * V::L), alpha), inv);
+        if constexpr (kBlocks<V>) V::transpose(x);
+        for (int lane = 0; lane < V::L; ++lane)
+          if (live >> lane & 1u) V::store(out + off[lane] + d, x[lane]);
+      }
+      continue;
+    }
     for (int d = 0; d < fq.hd; ++d)
       V::scatter(out + d, off, live, V::mul(V::mul(V::load(ot + size_t(d) * V::L), alpha), inv));
   }

@@ -31,6 +31,32 @@ struct V512 {
   static reg gather(const float* base, const int* off) {
     return _mm512_i32gather_ps(_mm512_loadu_si512(off), base, 4);
   }
+  // r [16] rows of 16 floats -> r [16] columns.
+  static void transpose(reg* r) {
+    reg t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    reg u[16];  // u[4i + k], 128-bit lane L: rows 4i..4i+3 of column 4L + k
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+      u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+      u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+      u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const reg x0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44), x1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+      const reg x2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44), x3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+      r[k] = _mm512_shuffle_f32x4(x0, x2, 0x88);
+      r[4 + k] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
+      r[8 + k] = _mm512_shuffle_f32x4(x1, x3, 0x88);
+      r[12 + k] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
+    }
+  }
   static void scatter(float* base, const int* off, unsigned lanes, reg x) {
     _mm512_mask_i32scatter_ps(base, mask(lanes), _mm512_loadu_si512(off), x, 4);
   }
