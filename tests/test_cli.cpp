@@ -122,7 +122,7 @@ TEST(Cli, EvalReportsPplKlAndBytes) {
 
 // --prefill-precision: a bad value and a CPU (or KVS_ISA) without AMX-BF16
 // are refused before any work, naming what to do; where the tiles run, bf16
-// is reported, eval measures it against fp32 matmuls, and it costs
+// is reported, eval measures it against fp32 products, and it costs
 // stories260K almost nothing in perplexity.
 TEST(Cli, PrefillPrecisionIsCheckedAndReported) {
   const std::string m = test::shared("models/stories260K/stories260K.gguf"), f = test::shared("eval/stories-eval.txt");
@@ -145,8 +145,8 @@ TEST(Cli, PrefillPrecisionIsCheckedAndReported) {
   EXPECT_EQ(bf16["precision"], "bf16");
   EXPECT_NE(bf16["ppl"].get<double>(), fp32["ppl"].get<double>()) << "bf16 changed nothing: did it run?";
   EXPECT_LT(std::abs(bf16["ppl"].get<double>() / fp32["ppl"].get<double>() - 1), 0.005);
-  // Measured against fp32 matmuls: the reference is the fp32 run itself.
-  EXPECT_EQ(bf16["reference"], "fp32 matmuls, f32 cache");
+  // Measured against fp32 products: the reference is the fp32 run itself.
+  EXPECT_EQ(bf16["reference"], "fp32 products, f32 cache");
   EXPECT_EQ(bf16["ppl_f32"].get<double>(), fp32["ppl"].get<double>());
   EXPECT_GT(bf16["kl"].get<double>(), 0.0);
   EXPECT_LT(bf16["kl"].get<double>(), 0.001);

@@ -129,14 +129,14 @@ int run_eval(const EvalArgs& a) {
   std::unique_ptr<Engine> fp32;
   const bool bf16 = l.model->precision() == MatmulPrecision::Bf16;
   if (bf16) {
-    std::fprintf(stderr, "eval: loading the model again with fp32 matmuls for the reference\n");
+    std::fprintf(stderr, "eval: loading the model again with fp32 products for the reference\n");
     EngineOptions eo;
     eo.n_threads = a.m.threads;
     eo.n_ctx = a.ctx;
     fp32 = std::make_unique<Engine>(Model::load(l.model->path(), a.m.tokenizer), eo);
     o.reference = fp32.get();
   }
-  const char* ref_name = bf16 ? "fp32 matmuls, f32 cache" : "f32 cache";
+  const char* ref_name = bf16 ? "fp32 products, f32 cache" : "f32 cache";
   tools::Progress bar("eval", 0);
   const KvEvalResult r = kv_eval(*l.engine, toks, a.ctx, v.add_bos ? v.bos : -1, o, [&](int d, int n, double p) {
     if (bar.enabled()) bar.update_total(d, n, ppl_note(p));

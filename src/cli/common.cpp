@@ -22,7 +22,8 @@ void add_model_args(CLI::App* cmd, ModelArgs& a) {
                   "Products with float (F32/F16/BF16) weights: fp32 (exact, the same bits on every machine) or bf16 "
                   "(AMX-BF16 tiles: weights and activations rounded to bfloat16, much faster prefill, slightly "
                   "different results; every product of those weights, decode too, so output stays independent "
-                  "of batching). Quantized weights are exact either way. bf16 needs a CPU with amx_bf16")
+                  "of batching; such models' attention runs on the tiles too, where head_dim is a multiple of 16). "
+                  "Quantized weights are exact either way. bf16 needs a CPU with amx_bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16"}));
 }
