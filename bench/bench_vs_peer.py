@@ -112,7 +112,7 @@ def main():
     ap.add_argument("--batched-type", default="q8_0", help="the weight type batched-bench runs")
     ap.add_argument("--npl", default="1,4,16", help="batched: concurrent sequences, comma-separated")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                    help="kvserve's --prefill-precision (changes only the F16 rows; bf16 needs AMX-BF16)")
+                    help="kvserve's --prefill-precision (F16 rows: bf16 matmuls and attention; quantized rows: bf16 attention, exact matmuls; needs AMX-BF16)")
     a = ap.parse_args()
     models = make_models(a)
     print(f"CPU: {cpu_model()}; {a.pairs} interleaved pairs per row, median (each pair); KV f16 on both sides; "

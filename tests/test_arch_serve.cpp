@@ -148,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchServe,
 
 namespace {
 
-// /health names how float-weight products run; a bf16 server has its own
+// /health names how float-weight products and attention run; a bf16 server has its own
 // model identity and answers as `kvserve generate --prefill-precision bf16`.
 TEST(ServePrecision, HealthNamesItAndBf16MatchesGenerate) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared is not available";
@@ -166,6 +166,8 @@ TEST(ServePrecision, HealthNamesItAndBf16MatchesGenerate) {
   const test::HttpReply h = test::http_request(srv.port(), "GET", "/health");
   ASSERT_EQ(h.status, 200) << h.body;
   EXPECT_EQ(json::parse(h.body)["matmul_precision"], "bf16") << h.body;
+  // stories260K's heads are 8 wide: its attention keeps the fp32 kernels.
+  EXPECT_EQ(json::parse(h.body)["attention_precision"], "fp32") << h.body;
   EXPECT_NE(json::parse(h.body)["model_identity"], fp32_identity);
   const json req{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}};
   const test::HttpReply r = test::http_request(srv.port(), "POST", "/v1/completions", req.dump());

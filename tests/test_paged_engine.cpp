@@ -117,11 +117,15 @@ void expect_paged_equals_contiguous(const std::shared_ptr<const Model>& model) {
 
 TEST_P(PagedModels, BitIdenticalToContiguousPath) { expect_paged_equals_contiguous(load(GetParam())); }
 
-// With bf16 matmuls (float weights on AMX-BF16 tiles) a token's logits still
-// do not depend on the batch, the chunk or the other sequences.
-TEST(PagedEngine, Bf16MatmulsStayBatchIndependent) {
+// With --prefill-precision bf16 (float weights and attention on AMX-BF16
+// tiles) a token's logits still do not depend on the batch, the chunk or
+// the other sequences.
+TEST(PagedEngine, Bf16ProductsStayBatchIndependent) {
   if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 here: --prefill-precision bf16 is refused, nothing to check";
-  for (const char* rel : {"stories260K/stories260K.gguf", "tiny-random/tiny-llama-f16.gguf"}) {
+  // bf16 matmuls (F32, F16 weights), bf16 attention (head_dim 32: the
+  // F16 and the Q8_0 model, whose matmuls stay exact).
+  for (const char* rel : {"stories260K/stories260K.gguf", "tiny-random/tiny-llama-f16.gguf",
+                          "tiny-random/tiny-qwen2-q8_0.gguf"}) {
     SCOPED_TRACE(rel);
     auto model = Model::load(test::shared(std::string("models/") + rel), "", nullptr, MatmulPrecision::Bf16);
     ASSERT_EQ(model->precision(), MatmulPrecision::Bf16);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "kernels/flash_attention.h"
 #include "tools/default_model.h"
 #include "tools/kernel_choice.h"
 #include "tools/progress.h"
@@ -22,8 +23,8 @@ void add_model_args(CLI::App* cmd, ModelArgs& a) {
                   "Products with float (F32/F16/BF16) weights: fp32 (exact, the same bits on every machine) or bf16 "
                   "(AMX-BF16 tiles: weights and activations rounded to bfloat16, much faster prefill, slightly "
                   "different results; every product of those weights, decode too, so output stays independent "
-                  "of batching; such models' attention runs on the tiles too, where head_dim is a multiple of 16). "
-                  "Quantized weights are exact either way. bf16 needs a CPU with amx_bf16")
+                  "of batching), and any model's attention too, where head_dim is a multiple of 16. "
+                  "Quantized weights' matmuls are exact either way. bf16 needs a CPU with amx_bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16"}));
 }
@@ -104,8 +105,10 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
         },
         parse_precision(a.precision));
   }
-  if (a.precision == "bf16" && l.model->precision() != MatmulPrecision::Bf16)
-    std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices; its products stay exact\n");
+  if (a.precision == "bf16" && !l.model->bf16_matmuls())
+    std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices, so its matmuls stay exact; %s\n",
+                 attn::flash_bf16_fits(l.model->config().head_dim) ? "its attention runs on the bf16 tiles"
+                                                                    : "so does its attention (head_dim is no multiple of 16)");
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;

@@ -131,14 +131,13 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const std::str
     // row by row from the file layout: keep those pages.
     items.push_back({&m->w_.output, mapped && !m->cfg_.tied_output});
     m->packed_ = pack_weights(items, on_repack, precision);
-    // bf16 products (matmuls, and attention, which follows the model's
+    // bf16 products (float matrices; attention, which follows the model's
     // precision) compute other values than fp32 ones: their KV must not be
     // shared with an fp32 load of the same file (prefix cache, tiers), nor
     // with KV an earlier build kept from bf16 matmuls and fp32 attention.
-    bool bf16 = false;
-    for (const PackItem& it : items) bf16 = bf16 || it.w->pack == PackLayout::AmxBf16;
-    if (bf16) m->identity_ = detail::sha256_hex(m->identity_ + "|matmul:bf16|attention:bf16");
-    m->precision_ = bf16 ? MatmulPrecision::Bf16 : MatmulPrecision::Fp32;
+    for (const PackItem& it : items) m->bf16_matmuls_ = m->bf16_matmuls_ || it.w->pack == PackLayout::AmxBf16;
+    if (precision == MatmulPrecision::Bf16) m->identity_ = detail::sha256_hex(m->identity_ + "|matmul:bf16|attention:bf16");
+    m->precision_ = precision;
   }
   return m;
 }

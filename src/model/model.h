@@ -177,15 +177,20 @@ class Model {
   // Stable identity of the weights (sha256 of config + file size + path) for
   // prefix-cache scoping.
   const std::string& identity() const { return identity_; }
-  // Bf16 when any float matrix runs on the AMX-BF16 tiles (the identity
-  // then differs from the fp32 load's); Fp32 otherwise.
+  // Bf16 when loaded with MatmulPrecision::Bf16: its float matrices run
+  // on AMX-BF16 tiles (bf16_matmuls()), and so does its attention where
+  // head_dim is a multiple of 16; the identity then differs from the fp32
+  // load's. Fp32 otherwise.
   MatmulPrecision precision() const { return precision_; }
+  // Some float matrix runs on the AMX-BF16 tiles (quantized ones never do).
+  bool bf16_matmuls() const { return bf16_matmuls_; }
   // Internal: filled by loaders.
   ModelConfig cfg_;
   ModelWeights w_;
   Vocab vocab_;
   std::string path_, identity_;
   MatmulPrecision precision_ = MatmulPrecision::Fp32;
+  bool bf16_matmuls_ = false;
   std::unique_ptr<GgufFile> gguf_;             // keeps the mapping alive
   PackedArena packed_;                         // load-time Panel16 copies (kernels/weight_pack.h)
   std::vector<std::vector<float>> owned_f32_;  // llama2.c weights, biases made f32, etc.
