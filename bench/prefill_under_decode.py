@@ -85,7 +85,8 @@ def gaps(stamps, lo=None, hi=None):
 def run_budget(args, budget):
     log = os.path.join(tempfile.gettempdir(), f"kvs-pud-{budget}.log")
     cmd = [args.kvserve, "serve", "-m", args.model, "--port", str(free_port()), "-t", str(args.threads),
-           "--ctx", str(args.ctx), "--max-seqs", str(args.streams + 2), "--max-batch-tokens", str(budget)]
+           "--ctx", str(args.ctx), "--max-seqs", str(args.streams + 2), "--max-batch-tokens", str(budget),
+           "--prefill-precision", args.precision]
     proc, port = start(cmd, "listening on", log)
     try:
         long_prompts = [sized_prompt(port, args.prompt_tokens, 3 + i) for i in range(args.long_prompts)]
@@ -130,6 +131,8 @@ def main():
     ap.add_argument("--solo-seconds", type=float, default=8.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="the server's --prefill-precision (bf16 needs AMX-BF16)")
     a = ap.parse_args()
     print(f"{a.streams} streams, a {a.prompt_tokens}-token prompt x {a.long_prompts}, {a.threads} threads, "
           f"{os.path.basename(a.model)}")

@@ -133,12 +133,7 @@ void begin_bf16(const FlashQuery& fq, float* st) {
     if (hd % 32)
       for (int i = 0; i < 8; ++i) _mm512_storeu_si512(qb + 16 * (hd + 2 * i), _mm512_setzero_si512());
   }
-  const size_t n = size_t(lo.G) * hd * 16;
-  for (size_t e = 0; e < n; e += 16) V512::store(lo.ot + e, V512::zero());
-  for (int e = 0; e < lo.G * 16; e += 16) {
-    V512::store(lo.m + e, V512::set1(-__builtin_inff()));
-    V512::store(lo.l + e, V512::zero());
-  }
+  flash_rows::clear_state<V512>(lo, hd);
 }
 
 // The largest finite bf16 (larger floats round to inf).

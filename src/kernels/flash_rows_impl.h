@@ -80,6 +80,17 @@ inline void rows_to_lanes(const float* base, const int* off, int d0, typename V:
   }
 }
 
+// The rows' outputs and sums zero, their maxima -inf.
+template <class V>
+inline void clear_state(const Layout& lo, int hd) {
+  const size_t n = size_t(lo.G) * hd * V::L;
+  for (size_t e = 0; e < n; e += V::L) V::store(lo.ot + e, V::zero());
+  for (int e = 0; e < lo.G * V::L; e += V::L) {
+    V::store(lo.m + e, V::set1(-__builtin_inff()));
+    V::store(lo.l + e, V::zero());
+  }
+}
+
 template <class V>
 void begin(const FlashQuery& fq, float* st) {
   using R = typename V::reg;
@@ -100,12 +111,7 @@ void begin(const FlashQuery& fq, float* st) {
     for (; d < fq.hd; ++d)
       V::store(qt + size_t(d) * V::L, V::select(live, V::mul(V::gather(fq.q + d, off), c), V::zero()));
   }
-  const size_t n = size_t(lo.G) * fq.hd * V::L;
-  for (size_t e = 0; e < n; e += V::L) V::store(lo.ot + e, V::zero());
-  for (int e = 0; e < lo.G * V::L; e += V::L) {
-    V::store(lo.m + e, V::set1(-__builtin_inff()));
-    V::store(lo.l + e, V::zero());
-  }
+  clear_state<V>(lo, fq.hd);
 }
 
 // s[t] for the 16 keys of the tile, V::KB keys per pass (their chains run
