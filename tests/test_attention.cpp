@@ -222,6 +222,36 @@ const TypeCase kTypes[] = {{KvType::F32, KeyScale::Channel},  {KvType::F16, KeyS
                            {KvType::Int4, KeyScale::Channel}, {KvType::Int8, KeyScale::Token},
                            {KvType::Int4, KeyScale::Token}};
 
+// n tokens of one layer's K/V in a `tc` cache of block size bs and token
+// group G, under a random block table.
+PagedSeq paged_case(int nkv, int hd, int bs, int G, int n, TypeCase tc) {
+  KvLayout lay{1, nkv, hd, bs};
+  lay.type = tc.type;
+  lay.key_scale = tc.ks;
+  lay.group_tokens = G;
+  return make_paged(lay, n, 31 + hd);
+}
+
+std::vector<float> random_queries(size_t count) {
+  std::vector<float> q(count);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : q) x = nd(rng);
+  return q;
+}
+
+// Query blocks of each size in Ts over the whole prompt, and chunks of each
+// size in chunks (blocks of 16), give exactly `one`'s bits.
+void expect_chunkings_give(const PagedSeq& ps, const std::vector<float>& q, const AttnShape& s,
+                           const std::vector<float>& one, const std::vector<int>& Ts, const std::vector<int>& chunks) {
+  std::vector<std::pair<int, int>> runs;  // (chunk, tmax)
+  for (int T : Ts) runs.push_back({ps.n, T});
+  for (int c : chunks) runs.push_back({c, 16});
+  for (auto [chunk, tmax] : runs)
+    ASSERT_EQ(0, std::memcmp(run_chunked(ps, q, s, chunk, tmax).data(), one.data(), one.size() * 4))
+        << "chunk " << chunk << ", T " << tmax << ": bits differ from one token at a time";
+}
+
 // Every KV type, GQA (hd 32: the generic kernel) and MQA (hd 64: the
 // specialized one), a length that is no multiple of 16: one token at a time
 // matches the double reference, and every query block size T = 1..16 and
@@ -231,29 +261,17 @@ TEST_P(AttentionIsa, TiledMatchesReferenceAndIgnoresChunkingAndBlockSize) {
   for (Shape sh : {Shape{8, 2, 32, 4, 4, 75}, Shape{4, 1, 64, 8, 8, 43}}) {
     for (TypeCase tc : kTypes) {
       SCOPED_TRACE(::testing::Message() << to_string(tc.type) << "/" << to_string(tc.ks) << " hd " << sh.hd);
-      KvLayout lay{1, sh.nkv, sh.hd, sh.bs};
-      lay.type = tc.type;
-      lay.key_scale = tc.ks;
-      lay.group_tokens = sh.G;
-      const PagedSeq ps = make_paged(lay, sh.n, 31 + sh.hd);
+      const PagedSeq ps = paged_case(sh.nkv, sh.hd, sh.bs, sh.G, sh.n, tc);
       const AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd))};
       const size_t qdim = size_t(sh.nh) * sh.hd;
-      std::vector<float> q(size_t(sh.n) * qdim);
-      std::mt19937 rng(3);
-      std::normal_distribution<float> nd(0.f, 1.f);
-      for (auto& x : q) x = nd(rng);
+      const std::vector<float> q = random_queries(size_t(sh.n) * qdim);
       const std::vector<float> one = run_chunked(ps, q, s, 1, 1);
       for (int p = 0; p < sh.n; ++p) {
         const std::vector<float> ref = reference_for(ps, &q[size_t(p) * qdim], p + 1, s);
         for (size_t e = 0; e < qdim; ++e)
           ASSERT_NEAR(one[size_t(p) * qdim + e], ref[e], 2e-5 * (1 + std::fabs(ref[e]))) << "position " << p;
       }
-      std::vector<std::pair<int, int>> runs;  // (chunk, tmax)
-      for (int T = 2; T <= 16; ++T) runs.push_back({sh.n, T});
-      for (int c : {3, 16, 29}) runs.push_back({c, 16});
-      for (auto [chunk, tmax] : runs)
-        ASSERT_EQ(0, std::memcmp(run_chunked(ps, q, s, chunk, tmax).data(), one.data(), one.size() * 4))
-            << "chunk " << chunk << ", T " << tmax << ": bits differ from one token at a time";
+      expect_chunkings_give(ps, q, s, one, {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {3, 16, 29});
     }
   }
 }
@@ -278,19 +296,12 @@ TEST(AttentionBf16, NearReferenceAndChunkingChangesNoBit) {
                    Shape{6, 3, 80, 16, 16, 37, 0.f, false}, Shape{2, 1, 128, 16, 16, 50, 3.f, false}}) {
     for (TypeCase tc : kTypes) {
       SCOPED_TRACE(::testing::Message() << to_string(tc.type) << "/" << to_string(tc.ks) << " hd " << sh.hd);
-      KvLayout lay{1, sh.nkv, sh.hd, sh.bs};
-      lay.type = tc.type;
-      lay.key_scale = tc.ks;
-      lay.group_tokens = sh.G;
-      const PagedSeq ps = make_paged(lay, sh.n, 31 + sh.hd);
+      const PagedSeq ps = paged_case(sh.nkv, sh.hd, sh.bs, sh.G, sh.n, tc);
       std::vector<float> sinks(size_t(sh.nh));
       for (int h = 0; h < sh.nh; ++h) sinks[size_t(h)] = h % 2 ? 3.f : -1.f;
       AttnShape s{sh.nh, sh.nkv, sh.hd, 1.0f / std::sqrt(float(sh.hd)), sh.cap, sh.sinks ? sinks.data() : nullptr};
       const size_t qdim = size_t(sh.nh) * sh.hd;
-      std::vector<float> q(size_t(sh.n) * qdim);
-      std::mt19937 rng(3);
-      std::normal_distribution<float> nd(0.f, 1.f);
-      for (auto& x : q) x = nd(rng);
+      const std::vector<float> q = random_queries(size_t(sh.n) * qdim);
       AttnShape s32 = s;
       s.bf16 = true;
       const std::vector<float> one = run_chunked(ps, q, s, 1, 1), fp32 = run_chunked(ps, q, s32, 1, 1);
@@ -302,12 +313,7 @@ TEST(AttentionBf16, NearReferenceAndChunkingChangesNoBit) {
           worst = std::max(worst, double(std::fabs(one[size_t(p) * qdim + e] - ref[e]) / (1 + std::fabs(ref[e]))));
       }
       EXPECT_LT(worst, 2e-2) << "further from the reference than bf16 rounding explains";
-      std::vector<std::pair<int, int>> runs;  // (chunk, tmax)
-      for (int T : {2, 5, 16}) runs.push_back({sh.n, T});
-      for (int c : {3, 29}) runs.push_back({c, 16});
-      for (auto [chunk, tmax] : runs)
-        ASSERT_EQ(0, std::memcmp(run_chunked(ps, q, s, chunk, tmax).data(), one.data(), one.size() * 4))
-            << "chunk " << chunk << ", T " << tmax << ": bits differ from one token at a time";
+      expect_chunkings_give(ps, q, s, one, {2, 5, 16}, {3, 29});
     }
   }
 }
