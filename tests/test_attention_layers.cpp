@@ -99,8 +99,9 @@ std::vector<float> reference(const Seq& s, const float* q, int ctx, const Window
 
 // A layer window alone and under native / StreamingLLM policies (unrotated
 // keys), f32 / f16 / int8 caches, soft-capped or not: one token at a time
-// matches the reference on exactly the visible keys.
-TEST_P(LayerAttn, WindowAndSoftcapMatchReference) {
+// matches the reference on exactly the visible keys (within tol; bf16: the
+// bf16 tiles).
+void expect_windows_match_reference(bool bf16, double tol) {
   const int nh = 4, nkv = 2, hd = 32, bs = 8, n = 90;
   for (KvType type : {KvType::F32, KvType::F16, KvType::Int8}) {
     KvLayout lay{1, nkv, hd, bs};
@@ -110,7 +111,8 @@ TEST_P(LayerAttn, WindowAndSoftcapMatchReference) {
     for (const WindowPolicy& w : {WindowPolicy{}, WindowPolicy::native(40), WindowPolicy::streaming(30, 4, true)})
       for (int window : {1, 5, 16, 33, 200})
         for (float cap : {0.f, 2.5f}) {
-          const AttnShape sh{nh, nkv, hd, 1.0f / std::sqrt(float(hd)), cap};
+          AttnShape sh{nh, nkv, hd, 1.0f / std::sqrt(float(hd)), cap};
+          sh.bf16 = bf16;
           for (int ctx : {1, 6, 17, 34, 64, 90}) {
             SCOPED_TRACE(::testing::Message() << to_string(type) << " " << w.describe() << " window " << window
                                               << " cap " << cap << " ctx " << ctx);
@@ -118,27 +120,30 @@ TEST_P(LayerAttn, WindowAndSoftcapMatchReference) {
             AttnSeq as = s.seq(ctx, window);
             as.sink_end = vw.sink_end;
             as.win_start = vw.win_start;
-            std::vector<float> q(size_t(nh) * hd), out(q.size()), scratch(attention_scratch_floats(nh / nkv, hd));
+            std::vector<float> q(size_t(nh) * hd), out(q.size()), scratch(attention_scratch_floats(nh / nkv, hd, bf16));
             for (size_t i = 0; i < q.size(); ++i) q[i] = 2.f * std::cos(0.7f * float(i) + float(ctx));
             for (int g = 0; g < nkv; ++g) attention_group(q.data(), s.st->view(), 0, as, g, sh, out.data(), scratch.data());
             const std::vector<float> ref = reference(s, q.data(), ctx, vw, window, sh);
-            for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 3e-5 * (1 + std::fabs(ref[i]))) << i;
+            for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], tol * (1 + std::fabs(ref[i]))) << i;
           }
         }
   }
 }
 
+TEST_P(LayerAttn, WindowAndSoftcapMatchReference) { expect_windows_match_reference(false, 3e-5); }
+
 // Query blocks under a layer window: each token masks its own window, so a
 // block gives every token the bits of its lone call, for windows that cut
-// tiles anywhere and blocks longer than the window.
-TEST_P(LayerAttn, WindowedQueryBlockMatchesOneTokenAtATime) {
+// tiles anywhere and blocks longer than the window (bf16: the bf16 tiles).
+void expect_windowed_blocks_match(bool bf16) {
   const int nh = 8, nkv = 2, hd = 64, n = 77;
   for (KvType type : {KvType::F32, KvType::F16, KvType::Int8}) {
     KvLayout lay{1, nkv, hd, 16};
     lay.type = type;
     lay.group_tokens = 16;
     const Seq s = make_seq(lay, n, 11);
-    const AttnShape sh{nh, nkv, hd, 0.125f, type == KvType::F16 ? 3.f : 0.f};
+    AttnShape sh{nh, nkv, hd, 0.125f, type == KvType::F16 ? 3.f : 0.f};
+    sh.bf16 = bf16;
     const size_t qdim = size_t(nh) * hd;
     for (int window : {1, 7, 16, 21, 40})
       for (int T : {2, 9, 16}) {
@@ -147,7 +152,7 @@ TEST_P(LayerAttn, WindowedQueryBlockMatchesOneTokenAtATime) {
         const int last = type == KvType::Int8 ? 64 : n;
         std::vector<float> q(size_t(T) * qdim), blk(q.size(), -7.f), one(q.size(), -9.f);
         for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.1f * float(i));
-        std::vector<float> scratch(attention_scratch_floats(nh / nkv * T, hd));
+        std::vector<float> scratch(attention_scratch_floats(nh / nkv * T, hd, bf16));
         for (int g = 0; g < nkv; ++g)
           attention_group_block(q.data(), qdim, T, s.st->view(), 0, s.seq(last, window), g, sh, blk.data(), qdim,
                                 scratch.data());
@@ -160,6 +165,16 @@ TEST_P(LayerAttn, WindowedQueryBlockMatchesOneTokenAtATime) {
         ASSERT_EQ(0, std::memcmp(blk.data(), one.data(), blk.size() * 4));
       }
   }
+}
+
+TEST_P(LayerAttn, WindowedQueryBlockMatchesOneTokenAtATime) { expect_windowed_blocks_match(false); }
+
+// The same two on the bf16 tiles (--prefill-precision bf16): within bf16
+// rounding of the reference, and still no bit moved by the query block.
+TEST(LayerAttnBf16, WindowsMatchReferenceAndBlocksChangeNoBit) {
+  if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 here (amx_bf16 and avx512_bf16 in lscpu's flags): the bf16 attention cannot run";
+  expect_windows_match_reference(true, 2e-2);
+  expect_windowed_blocks_match(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, LayerAttn, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
