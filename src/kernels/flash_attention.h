@@ -44,8 +44,10 @@
 // The bf16 variant (AttnShape::bf16, models loaded with MatmulPrecision::Bf16;
 // AMX-BF16 only, flash_amx_bf16.cpp) runs both products on bf16 tiles and
 // keeps the softmax above in fp32:
-//   s_k  = the tile product of bf16(qs) and bf16(K_k) over d (fp32 sums of
-//          exact bf16 products, 32 d per instruction, in order of d)
+//   s_k  = the tile product of bf16(qs) and bf16(K_k) over d (32 d per
+//          instruction, the instructions in order of d; within one, the
+//          tile unit's own accumulation, which is no sequential fp32 chain
+//          in any order tried, so no vector path can give these bits)
 //   o[d] = o[d] * alpha (skipped where alpha = 1: no bit changes), then the
 //          tile product of bf16(p_k) and bf16(V_k[d]) over the tile's 16 keys
 //          added into o[d] (p_k = 0 where unseen; values clamped to finite
