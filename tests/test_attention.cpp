@@ -318,6 +318,26 @@ TEST(AttentionBf16, NearReferenceAndChunkingChangesNoBit) {
   }
 }
 
+// Contexts over kTileBatch tiles: the bf16 kernel takes them in several
+// calls (its outputs leave the tile registers between them), and no bit
+// depends on where those calls split a context or a query block.
+TEST(AttentionBf16, ContextsOverSeveralCallsKeepTheirBits) {
+  if (const std::string why = bf16_attention_missing(); !why.empty()) GTEST_SKIP() << why;
+  const int nh = 4, nkv = 1, hd = 64, n = 2 * attn::kTileBatch * attn::kTile + 37;
+  const PagedSeq ps = paged_case(nkv, hd, 16, 16, n, {KvType::F16, KeyScale::Channel});
+  AttnShape s{nh, nkv, hd, 1.0f / std::sqrt(float(hd))};
+  s.bf16 = true;
+  const size_t qdim = size_t(nh) * hd;
+  const std::vector<float> q = random_queries(size_t(n) * qdim);
+  const std::vector<float> one = run_chunked(ps, q, s, 1, 1);
+  for (int p : {attn::kTileBatch * attn::kTile - 1, attn::kTileBatch * attn::kTile + 5, n - 1}) {
+    const std::vector<float> ref = reference_for(ps, &q[size_t(p) * qdim], p + 1, s);
+    for (size_t e = 0; e < qdim; ++e)
+      ASSERT_NEAR(one[size_t(p) * qdim + e], ref[e], 2e-2 * (1 + std::fabs(ref[e]))) << "position " << p;
+  }
+  expect_chunkings_give(ps, q, s, one, {16}, {29, 300});
+}
+
 // A key that only later tokens of a block see never reaches an earlier
 // token, even when it holds inf (the masked updates leave the row as it was).
 void expect_later_keys_never_reach_earlier(bool bf16) {
