@@ -22,7 +22,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
-#include "kernels/flash_attention.h"
 #include "kernels/thread_role.h"
 #include "kernels/threadpool.h"
 #include "tools/default_model.h"
@@ -376,9 +375,8 @@ int run_serve(const ServeArgs& a) {
   ao.health_extra = roles.health_fields();
   // How float-weight products run (kernels/matmul.h): a router or operator
   // sees why two workers of one file have different identities.
-  const bool bf16 = l.model->precision() == MatmulPrecision::Bf16;
   ao.health_extra["matmul_precision"] = l.model->bf16_matmuls() ? "bf16" : "fp32";
-  ao.health_extra["attention_precision"] = bf16 && attn::flash_bf16_fits(l.model->config().head_dim) ? "bf16" : "fp32";
+  ao.health_extra["attention_precision"] = l.model->bf16_attention() ? "bf16" : "fp32";
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());

@@ -6,7 +6,6 @@
 #include <mutex>
 #include <sstream>
 
-#include "kernels/flash_attention.h"
 #include "tools/default_model.h"
 #include "tools/kernel_choice.h"
 #include "tools/progress.h"
@@ -107,7 +106,7 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
   }
   if (a.precision == "bf16" && !l.model->bf16_matmuls())
     std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices, so its matmuls stay exact; %s\n",
-                 attn::flash_bf16_fits(l.model->config().head_dim) ? "its attention runs on the bf16 tiles"
+                 l.model->bf16_attention() ? "its attention runs on the bf16 tiles"
                                                                     : "so does its attention (head_dim is no multiple of 16)");
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;

@@ -176,7 +176,7 @@ void Engine::Impl::prepare(const KvLayout& layout) {
     for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
-    a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim, model->precision() == MatmulPrecision::Bf16));
+    a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim, model->bf16_attention()));
   rope_tables();
   stage_k.resize(size_t(plan.stage_rows) * kvdim);
   stage_v.resize(size_t(plan.stage_rows) * kvdim);
@@ -228,7 +228,7 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   const float scale = c.attn_scale > 0.f ? c.attn_scale : 1.0f / std::sqrt(float(hd));
   // gpt-oss: the layer's learned sinks [n_heads] (null elsewhere).
   AttnShape shape{nh, nkv, hd, scale, c.attn_softcap, model->weights().layers[size_t(l)].attn_sinks};
-  shape.bf16 = model->precision() == MatmulPrecision::Bf16;
+  shape.bf16 = model->bf16_attention();
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const int G = kv.layout.group_tokens, window = c.layer_window[size_t(l)];
   const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);

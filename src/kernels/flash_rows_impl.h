@@ -69,15 +69,12 @@ inline bool by_blocks(const FlashQuery& fq) {
   return kBlocks<V> && fq.hd % V::L == 0;
 }
 
-// c[i] = element d0 + i of each lane's row (row offsets off from base).
+// c[i] = element d0 + i of each lane's row (row offsets off from base);
+// only where by_blocks().
 template <class V>
 inline void rows_to_lanes(const float* base, const int* off, int d0, typename V::reg* c) {
-  if constexpr (kBlocks<V>) {
-    for (int lane = 0; lane < V::L; ++lane) c[lane] = V::load(base + off[lane] + d0);
-    V::transpose(c);
-  } else {
-    for (int i = 0; i < V::L; ++i) c[i] = V::gather(base + d0 + i, off);
-  }
+  for (int lane = 0; lane < V::L; ++lane) c[lane] = V::load(base + off[lane] + d0);
+  if constexpr (kBlocks<V>) V::transpose(c);
 }
 
 // The rows' outputs and sums zero, their maxima -inf.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/flash_attention.h"
 #include "model/loaders.h"
 
 namespace kvs {
@@ -88,6 +89,10 @@ void require_file(const std::string& path) {
 }
 
 }  // namespace
+
+bool Model::bf16_attention() const {
+  return precision_ == MatmulPrecision::Bf16 && attn::flash_bf16_fits(cfg_.head_dim);
+}
 
 std::shared_ptr<const Model> Model::load(const std::string& path, const std::string& tokenizer_path,
                                          const std::function<void(int64_t, int64_t)>& on_repack,

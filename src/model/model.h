@@ -184,6 +184,8 @@ class Model {
   MatmulPrecision precision() const { return precision_; }
   // Some float matrix runs on the AMX-BF16 tiles (quantized ones never do).
   bool bf16_matmuls() const { return bf16_matmuls_; }
+  // Its attention runs on the AMX-BF16 tiles (Bf16, head_dim a multiple of 16).
+  bool bf16_attention() const;
   // Internal: filled by loaders.
   ModelConfig cfg_;
   ModelWeights w_;
