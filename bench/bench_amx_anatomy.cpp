@@ -16,6 +16,10 @@
 //                chain, but each product takes a bf16 tile instruction
 //                (dp_bf16: alone; product_bf16: with its loads and stores;
 //                kernel_bf16: as kernel, the chain without the conversion)
+//   fma_rate     independent FMAs on 512-bit (<512>) or 256-bit vectors, with
+//                a tdpbssd every `dp_every` groups of sixteen (0: AMX idle):
+//                float lanes per TSC tick (lanes/tsc; times BM_clock's
+//                tsc/cycle at the same tile rate, lanes per core cycle)
 // Counters: TSC ticks per block tile (tsc/tile) and G multiply-adds per
 // second. `clock/*` times a chain of dependent integer multiplies (three
 // core cycles each; adds can be folded at rename) with and without tile products in between: the core clock while
@@ -96,34 +100,39 @@ void report(benchmark::State& state, uint64_t ticks, int64_t tiles) {
   state.counters["GMAC/s"] = benchmark::Counter(kMacs * double(tiles) / 1e9, benchmark::Counter::kIsRate);
 }
 
-KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8,amx-bf16")
+// The target of matmul_amx_tiles.h, so its chain inlines this file's
+// scale loads; the bf16 product is written as asm (KVS_DPBF16).
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+#define KVS_DPBF16(C, A, B) __asm__ volatile("tdpbf16ps %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::)
 
 // The scratch copy as the kernel reads it (matmul_amx.cpp's SliceSrc).
+// (Inlined: a call would spill every live vector register, the
+// accumulators included, which the kernel's loop never does.)
+#define KVS_INL inline __attribute__((always_inline))
 struct Src {
   static constexpr bool kU8 = false;
   const uint8_t* s;
-  __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
-  __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
-  __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
+  KVS_INL __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
+  KVS_INL __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
+  KVS_INL __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
 };
 
 // The accumulators live in `out` ([16, 16]) between passes, so nothing
-// outside this region holds a vector.
-struct Acc {
-  float* out;
-  __m512 v[16];
-  explicit Acc(float* o) : out(o) {
-    for (int m = 0; m < 16; ++m) v[m] = _mm512_loadu_ps(out + 16 * m);
-  }
-  ~Acc() {
-    for (int m = 0; m < 16; ++m) _mm512_storeu_ps(out + 16 * m, v[m]);
-  }
-};
+// outside this region holds a vector; within a pass, in registers (a local
+// array, as in the kernel: an object's array stayed in memory).
+KVS_INL void load_out(__m512* acc, const float* out) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) acc[m] = _mm512_loadu_ps(out + 16 * m);
+}
+KVS_INL void store_out(const __m512* acc, float* out) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) _mm512_storeu_ps(out + 16 * m, acc[m]);
+}
 
 // BF16: the same levels as bfloat16 on tdpbf16ps (below), else tdpbssd.
 #define KVS_DP(C, A, B)      \
   if constexpr (BF16) {      \
-    _tile_dpbf16ps(C, A, B); \
+    KVS_DPBF16(C, A, B);     \
   } else {                   \
     _tile_dpbssd(C, A, B);   \
   }
@@ -150,17 +159,19 @@ __attribute__((noinline)) void dp_pass(Data& d) {
 }
 #undef KVS_DP
 
-// every: a tdpbssd before every `every`-th block (0: none); store: a tile
+// every: a tdpbssd before every `every`-th block (0: none; else a power of
+// two); store: a tile
 // store before every block, to memory the chain does not read.
 __attribute__((noinline)) void chain_pass(Data& d, int every, bool store, float* out) {
-  Acc a(out);
-  __m512* acc = a.v;
+  __m512 acc[16];
+  load_out(acc, out);
   const Src src{d.slice};
   for (int b = 0; b < kBlocks; ++b) {
-    if (every && b % every == 0) _tile_dpbssd(0, 4, 6);
+    if (every && (b & (every - 1)) == 0) _tile_dpbssd(0, 4, 6);  // (every: a power of two)
     if (store) KVS_TILE_STORE(1, d.cbuf + 512);
     chain<false, false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
   }
+  store_out(acc, out);
 }
 
 // The bf16 variant: tdpbf16ps on the same levels gives each block sum as
@@ -177,9 +188,9 @@ inline void products_bf16(Data& d, int b, int32_t* out) {
   KVS_TILE_LOAD(5, d.xa[b + 1], 64, 1024);
   KVS_TILE_LOAD(7, d.wb[b + 1], 64, 1024);
   _tile_zero(0);
-  _tile_dpbf16ps(0, 4, 6);
+  KVS_DPBF16(0, 4, 6);
   _tile_zero(1);
-  _tile_dpbf16ps(1, 5, 7);
+  KVS_DPBF16(1, 5, 7);
   KVS_TILE_STORE(0, out);
   KVS_TILE_STORE(1, out + 256);
 }
@@ -200,8 +211,8 @@ inline void block_chain(const int32_t* c, const Src& src, int b, const XTile& x,
 }
 template <bool BF16>
 __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {
-  Acc a(out);
-  __m512* acc = a.v;
+  __m512 acc[16];
+  load_out(acc, out);
   const Src src{d.slice};
   int32_t* ring[2] = {d.cbuf, d.cbuf + 512};
   group_products<BF16>(d, x, 0, 0, ring[0]);
@@ -211,6 +222,7 @@ __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) 
     block_chain<BF16>(ring[k], src, g, x[g], acc);
     block_chain<BF16>(ring[k] + 256, src, g + 1, x[g + 1], acc);
   }
+  store_out(acc, out);
 }
 
 template <bool BF16>
@@ -225,6 +237,30 @@ __attribute__((noinline)) uint64_t mul_chain(int64_t n, int dp_every, uint64_t v
     for (int k = 0; k < 64; ++k) __asm__ volatile("imul %0, %0" : "+r"(v));
   }
   return v;
+}
+
+// Sixteen independent FMA chains per group, n groups, a tile product
+// before every dp_every-th group (0: none).
+template <int W>
+__attribute__((noinline)) float fma_groups(int64_t n, int dp_every, float fa, float fb) {
+  const __m512 a = _mm512_set1_ps(fa), b = _mm512_set1_ps(fb);
+  __m512 z[16];
+  __m256 h[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) z[k] = _mm512_set1_ps(1.0f + float(k)), h[k] = _mm512_castps512_ps256(z[k]);
+  const __m256 a2 = _mm512_castps512_ps256(a), b2 = _mm512_castps512_ps256(b);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dp_every && i % dp_every == 0) _tile_dpbssd(0, 4, 6);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) {
+      if constexpr (W == 512) z[k] = _mm512_fmadd_ps(z[k], a, b);
+      else h[k] = _mm256_fmadd_ps(h[k], a2, b2);
+    }
+  }
+  __m512 s = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) s = _mm512_add_ps(s, W == 512 ? z[k] : _mm512_castps256_ps512(h[k]));
+  return _mm512_reduce_add_ps(s);
 }
 
 KVS_TARGET_END()
@@ -329,6 +365,30 @@ void BM_clock(benchmark::State& state) {
   benchmark::DoNotOptimize(v);
 }
 
+// FMA lanes per core cycle with the tile unit idle or in use: the TSC
+// rate over the clock BM_clock measures at the same dp_every.
+template <int W>
+void BM_fma_rate(benchmark::State& state) {
+  if (!have_amx(state)) return;
+  const int every = int(state.range(0));
+  Data d;
+  TileScope scope(TileMode::K32);
+  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  constexpr int64_t kGroups = 1 << 16;
+  float acc = 0.0f;
+  int64_t groups = 0;
+  const uint64_t t0 = __rdtsc();
+  for (auto _ : state) {
+    acc += fma_groups<W>(kGroups, every, 0.999f, 1e-4f);
+    groups += kGroups;
+  }
+  const double ticks = double(__rdtsc() - t0);
+  state.counters["tsc/fma"] = ticks / double(16 * groups);
+  state.counters["lanes/tsc"] = double(16 * groups) * (W / 32) / ticks;
+  benchmark::DoNotOptimize(acc);
+}
+
 BENCHMARK(BM_dp);
 BENCHMARK(BM_product);
 BENCHMARK(BM_chain)->ArgNames({"dp_every", "store"})->Args({0, 0})->Args({4, 0})->Args({1, 0})->Args({4, 1});
@@ -338,5 +398,7 @@ BENCHMARK(BM_dp_bf16);
 BENCHMARK(BM_product_bf16);
 BENCHMARK(BM_kernel_bf16);
 BENCHMARK(BM_clock)->Arg(0)->Arg(1)->Arg(16);
+BENCHMARK(BM_fma_rate<512>)->ArgName("dp_every")->Arg(0)->Arg(4)->Arg(64);
+BENCHMARK(BM_fma_rate<256>)->ArgName("dp_every")->Arg(0)->Arg(4)->Arg(64);
 
 }  // namespace
