@@ -343,49 +343,51 @@ void BM_kernel_l2(benchmark::State& state) {
   benchmark::DoNotOptimize(acc.data());
 }
 
+// Runs body once per iteration with tiles 4 and 6 loaded (the operands of
+// the tile products the loops below issue); the TSC ticks it took.
+template <class F>
+uint64_t with_tiles(benchmark::State& state, F body) {
+  Data d;
+  TileScope scope(TileMode::K32);
+  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
+  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
+  const uint64_t t0 = __rdtsc();
+  for (auto _ : state) body();
+  return __rdtsc() - t0;
+}
+
 // Core clock from a dependent multiply chain (three cycles each), with a
 // tile product every `every` groups of 64 (0: none, AMX idle).
 void BM_clock(benchmark::State& state) {
   if (!have_amx(state)) return;
   const int every = int(state.range(0));
-  Data d;
-  TileScope scope(TileMode::K32);
-  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
-  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
   constexpr int64_t kGroups = 4096;
   uint64_t v = 3;
   int64_t muls = 0;
-  const uint64_t t0 = __rdtsc();
-  for (auto _ : state) {
+  const uint64_t ticks = with_tiles(state, [&] {
     v = mul_chain(kGroups, every, v);
     muls += 64 * kGroups;
-  }
-  state.counters["tsc/cycle"] = double(__rdtsc() - t0) / double(3 * muls);
+  });
+  state.counters["tsc/cycle"] = double(ticks) / double(3 * muls);
   state.counters["core_GHz"] = benchmark::Counter(3.0 * double(muls) / 1e9, benchmark::Counter::kIsRate);
   benchmark::DoNotOptimize(v);
 }
 
-// FMA lanes per core cycle with the tile unit idle or in use: the TSC
-// rate over the clock BM_clock measures at the same dp_every.
+// FMA lanes per TSC tick with the tile unit idle or in use (per core
+// cycle: times BM_clock's tsc/cycle at the same dp_every).
 template <int W>
 void BM_fma_rate(benchmark::State& state) {
   if (!have_amx(state)) return;
   const int every = int(state.range(0));
-  Data d;
-  TileScope scope(TileMode::K32);
-  KVS_TILE_LOAD(4, d.x[0].q, 32, 512);
-  KVS_TILE_LOAD(6, lev(d.slice, 0), 64, 512);
   constexpr int64_t kGroups = 1 << 16;
   float acc = 0.0f;
   int64_t groups = 0;
-  const uint64_t t0 = __rdtsc();
-  for (auto _ : state) {
+  const uint64_t ticks = with_tiles(state, [&] {
     acc += fma_groups<W>(kGroups, every, 0.999f, 1e-4f);
     groups += kGroups;
-  }
-  const double ticks = double(__rdtsc() - t0);
-  state.counters["tsc/fma"] = ticks / double(16 * groups);
-  state.counters["lanes/tsc"] = double(16 * groups) * (W / 32) / ticks;
+  });
+  state.counters["tsc/fma"] = double(ticks) / double(16 * groups);
+  state.counters["lanes/tsc"] = double(16 * groups) * (W / 32) / double(ticks);
   benchmark::DoNotOptimize(acc);
 }
 
