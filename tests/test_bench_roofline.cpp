@@ -3,10 +3,12 @@
 // the command prints with and without a profile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tools/bench_roofline.h"
@@ -42,17 +44,37 @@ TEST(BenchRoofline, PointAtTheThreadCountElseTheBest) {
 }
 
 // Under AMX the int8 path is the tiles': their measured peak, where the
-// profile has one (VNNI's otherwise, and always under KVS_ISA=avx512).
+// profile has one (VNNI's otherwise, and always under KVS_ISA=avx512), and
+// its float chain runs at the FMA rate measured beside tiles.
 TEST(BenchRoofline, Int8PeakOfThePathThatRuns) {
   HardwareProfile p = synthetic_profile();
   p.int8_amx = {"amx_int8 tdpbssd", {{1, 6e12}, {2, 1.2e13}}, 1.2e13};
+  p.fp32_amx = {"avx512 vfmadd231ps beside amx tiles", {{1, 5e10}, {2, 1e11}}, 1e11};
   const bool amx = active_isa() == Isa::Amx;
   EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, amx ? 1.2e13 : 4e11);
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_chain, amx ? 1e11 : 2e11);
+  EXPECT_EQ(bench_roofline(p, "x", 2).int8_tiles, amx);
   set_isa_override(Isa::Avx512);
   EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, 4e11);
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_chain, 2e11);
+  EXPECT_FALSE(bench_roofline(p, "x", 2).int8_tiles);
   clear_isa_override();
+  p.fp32_amx = {};  // an AMX profile from before fp32_amx: the idle FMA rate
+  EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_chain, 2e11);
   p.int8_amx = {};
   EXPECT_DOUBLE_EQ(bench_roofline(p, "x", 2).peak_int8, 4e11);
+}
+
+// The exact kernels' float chain: convert, scale and FMA per output and
+// block, a min's FMA, Q6_K's two halves.
+TEST(BenchRoofline, ChainOperationsPerBlock) {
+  EXPECT_EQ(chain_ops_per_block(GgmlType::Q8_0), 3);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_0), 3);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_1), 4);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_K), 4);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::Q6_K), 6);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::F16), 0);
+  EXPECT_EQ(chain_ops_per_block(GgmlType::F32), 0);
 }
 
 // With bf16 matmuls the float-weight products are set against the
@@ -83,6 +105,7 @@ TEST(BenchRoofline, PrefillOpsOfStories260K) {
   const PrefillOps o = prefill_ops_per_token(*m, p);
   // F32 weights: everything on the fp32 path; the output matrix once per prompt.
   EXPECT_DOUBLE_EQ(o.int8, 0.0);
+  EXPECT_DOUBLE_EQ(o.chain, 0.0);
   EXPECT_NEAR(o.fp32, c.n_layers * per_layer + 2.0 * c.n_vocab * c.dim / p, 1e-6 * o.fp32);
   EXPECT_DOUBLE_EQ(o.attention, 4.0 * c.n_layers * c.n_heads * c.head_dim * (p + 1) / 2.0);
   BenchRoofline r;
@@ -95,11 +118,24 @@ TEST(BenchRoofline, QuantizedWeightsUseTheInt8Peak) {
   auto m = Model::load(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
   const PrefillOps o = prefill_ops_per_token(*m, 16);
   ASSERT_GT(o.int8, 0.0);
+  // Every int8 op is one of a 32-element block's 64; 3 to 6 chain
+  // operations per output and block.
+  EXPECT_GE(o.chain, o.int8 / 64 * 3 * (1 - 1e-9));
+  EXPECT_LE(o.chain, o.int8 / 64 * 6 * (1 + 1e-9));
   BenchRoofline r;
   r.peak_int8 = 4e11;
+  r.peak_fp32 = 1e11;
+  EXPECT_EQ(prefill_roofline_seconds(o, r), 0.0) << "the chain needs its FMA rate";
+  r.peak_chain = 2e11;
+  r.peak_fp32 = 0;
   EXPECT_EQ(prefill_roofline_seconds(o, r), 0.0) << "attention needs the fp32 peak";
   r.peak_fp32 = 1e11;
-  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), o.int8 / 4e11 + (o.fp32 + o.attention) / 1e11);
+  const double rest = (o.fp32 + o.attention) / 1e11, dots = o.int8 / 4e11, chain = 2 * o.chain / 2e11;
+  // VNNI: the chain follows the dots on the same vector unit.
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), dots + chain + rest);
+  // AMX tiles: the two units side by side, the slower one bounds.
+  r.int8_tiles = true;
+  EXPECT_DOUBLE_EQ(prefill_roofline_seconds(o, r), std::max(dots, chain) + rest);
 }
 
 // A MoE layer costs its router, the k experts each token runs and the

@@ -31,6 +31,15 @@ TEST(Probe, QuickMeasurementsArePositive) {
   // The tile peaks run where their tiles do, and are refused elsewhere.
   if (amx_bf16_active()) EXPECT_GT(measure_peak("bf16_amx", 1, 0.01).peak, 1e9);
   else EXPECT_THROW(measure_peak("bf16_amx", 1, 0.01), std::invalid_argument);
+  if (active_isa() == Isa::Amx) {
+    // FMAs beside tile products: measured, and never above the idle rate
+    // by more than run-to-run noise.
+    const double beside = measure_peak("fp32_amx", 1, 0.05).peak, idle = measure_peak("fp32", 1, 0.05).peak;
+    EXPECT_GT(beside, 1e9);
+    EXPECT_LT(beside, 1.25 * idle);
+  } else {
+    EXPECT_THROW(measure_peak("fp32_amx", 1, 0.01), std::invalid_argument);
+  }
 }
 
 TEST(Probe, ProfileRoundTrip) {
@@ -182,6 +191,7 @@ TEST(Probe, AmxChoicesRoundTripAndApply) {
   p.bandwidth = 1e10;
   p.int8_amx = {"amx_int8 tdpbssd", {{1, 3e12}}, 3e12};
   p.bf16_amx = {"amx_bf16 tdpbf16ps", {{1, 2e12}}, 2e12};
+  p.fp32_amx = {"avx512 vfmadd231ps beside amx tiles", {{1, 9e10}}, 9e10};
   p.amx.types.push_back({"q8_0", 6, {{4, 1e11, 0.9e11}, {8, 1e11, 1.3e11}}});
   p.amx.types.push_back({"q4_k", kAmxNever, {{4, 1e11, 0.5e11}}});
   const nlohmann::json j = profile_to_json(p);
@@ -189,7 +199,9 @@ TEST(Probe, AmxChoicesRoundTripAndApply) {
   const HardwareProfile q = profile_from_json(j);
   EXPECT_DOUBLE_EQ(q.int8_amx.peak, 3e12);
   EXPECT_DOUBLE_EQ(q.bf16_amx.peak, 2e12);
+  EXPECT_DOUBLE_EQ(q.fp32_amx.peak, 9e10);
   EXPECT_NE(format_profile(q).find("bf16_amx peak:"), std::string::npos) << format_profile(q);
+  EXPECT_NE(format_profile(q).find("fp32_amx peak:"), std::string::npos) << format_profile(q);
   ASSERT_EQ(q.amx.types.size(), 2u);
   const auto type = [&](const std::string& t) {
     for (const AmxChoice& a : q.amx.types)
@@ -205,11 +217,14 @@ TEST(Probe, AmxChoicesRoundTripAndApply) {
   HardwareProfile none = p;  // without AMX: no keys, and an older profile still reads
   none.int8_amx = {};
   none.bf16_amx = {};
+  none.fp32_amx = {};
   none.amx = {};
   const nlohmann::json jn = profile_to_json(none);
   EXPECT_FALSE(jn.contains("amx_tiles"));
   EXPECT_FALSE(jn["flops"].contains("int8_amx"));
   EXPECT_FALSE(jn["flops"].contains("bf16_amx"));
+  EXPECT_FALSE(jn["flops"].contains("fp32_amx"));
+  EXPECT_EQ(profile_from_json(jn).fp32_amx.peak, 0.0);
   EXPECT_EQ(profile_from_json(jn).int8_amx.peak, 0.0);
   EXPECT_EQ(profile_from_json(jn).bf16_amx.peak, 0.0);
   nlohmann::json bad = j;

@@ -66,7 +66,9 @@ void add_probe(CLI::App& app, Runner& run) {
       "buffer much larger than the cache), peak ops/s of the FP32 FMA, BF16 dot and INT8 dot paths per "
       "thread count, core count, and the engine's own matmul per weight type (weight bytes/s at n=1, "
       "ops/s at n=16 and n=128), which `plan` uses for its expected decode rate. With AMX: the int8 tile peak, "
-      "the bf16 one where AMX-BF16 exists (the roofline of --prefill-precision bf16), and, per AMX weight type, the batch n from which tiles beat VNNI over the measured batches (applied to later runs). Prints the "
+      "the bf16 one where AMX-BF16 exists (the roofline of --prefill-precision bf16), the FP32 FMA rate while "
+      "tile products run (the exact tile kernels' float chain, which `bench` counts in its roofline), and, per "
+      "AMX weight type, the batch n from which tiles beat VNNI over the measured batches (applied to later runs). Prints the "
       "figures and saves a JSON profile.");
   c->add_option("-o,--out", a->out, "profile path (default: $KVS_PROFILE or ~/.config/kvserve/profile.json)");
   c->add_option("--size", a->size, "bandwidth buffer size; keep it far above the last-level cache")->capture_default_str();

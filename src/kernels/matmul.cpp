@@ -370,6 +370,12 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
   });
 }
 
+int chain_ops_per_block(GgmlType t) {
+  if (mm::is_float_type(t) || !mm::is_quant_type(t)) return 0;
+  const mm::QFormat f = mm::qformat(t);
+  return (f.sub16 ? 6 : 3) + (f.has_min ? 1 : 0);
+}
+
 std::string precision_name(MatmulPrecision p) { return p == MatmulPrecision::Bf16 ? "bf16" : "fp32"; }
 
 MatmulPrecision parse_precision(const std::string& s) {

@@ -90,6 +90,14 @@ void matmul_reference(const WeightView& w, const float* x, int64_t ldx, int64_t 
 void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                          int64_t ldy);
 
+// Vector operations per output and 32-element block in the float chain of
+// the quantized-activation kernels, which their exactness fixes: convert,
+// scale and FMA per block; one more FMA for a weight min (Q4_1, Q5_1, Q4_K,
+// Q5_K); two of each for Q6_K's two half-block scales. 0 for float weights.
+// It bounds the AMX tile kernels (docs/PERFORMANCE.md), so the bench's
+// roofline counts it.
+int chain_ops_per_block(GgmlType t);
+
 // Row `r` of W as float (embedding lookup).
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);
 

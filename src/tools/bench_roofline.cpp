@@ -1,5 +1,7 @@
 #include "tools/bench_roofline.h"
 
+#include <algorithm>
+
 #include "kernels/cpu.h"
 #include "tools/plan.h"
 
@@ -20,9 +22,13 @@ BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source
   r.source = source;
   r.bandwidth = at_threads(p.bandwidth_by_threads, p.bandwidth, threads);
   // The int8 path that runs: AMX tiles where they are in use and measured.
-  const PeakRate& int8 = active_isa() == Isa::Amx && p.int8_amx.peak > 0 ? p.int8_amx : p.int8;
+  r.int8_tiles = active_isa() == Isa::Amx && p.int8_amx.peak > 0;
+  const PeakRate& int8 = r.int8_tiles ? p.int8_amx : p.int8;
   r.peak_int8 = at_threads(int8.by_threads, int8.peak, threads);
   r.peak_fp32 = at_threads(p.fp32.by_threads, p.fp32.peak, threads);
+  // (An AMX profile from before fp32_amx was measured: the idle FMA rate.)
+  const PeakRate& chain = r.int8_tiles && p.fp32_amx.peak > 0 ? p.fp32_amx : p.fp32;
+  r.peak_chain = at_threads(chain.by_threads, chain.peak, threads);
   r.bf16_matmuls = precision == MatmulPrecision::Bf16;
   r.peak_bf16_amx = at_threads(p.bf16_amx.by_threads, p.bf16_amx.peak, threads);
   return r;
@@ -34,6 +40,7 @@ PrefillOps prefill_ops_per_token(const Model& m, int n_prompt) {
   auto add = [&](const WeightView& w, double share) {
     const double ops = 2.0 * double(w.rows) * double(w.cols) * share;
     (compute_path_for_type(type_name(w.type)) == "fp32" ? o.fp32 : o.int8) += ops;
+    o.chain += double(w.rows) * double(w.cols) / 32.0 * share * chain_ops_per_block(w.type);
   };
   const ModelWeights& w = m.weights();
   const MoeConfig& moe = m.config().moe;
@@ -63,11 +70,13 @@ double decode_weight_bytes(const Model& m) {
 
 double prefill_roofline_seconds(const PrefillOps& ops, const BenchRoofline& r) {
   const double peak_float = r.bf16_matmuls ? r.peak_bf16_amx : r.peak_fp32;
-  if ((ops.int8 > 0 && r.peak_int8 <= 0) || (ops.fp32 > 0 && peak_float <= 0) ||
-      (ops.attention > 0 && r.peak_fp32 <= 0))
+  if ((ops.int8 > 0 && r.peak_int8 <= 0) || (ops.chain > 0 && r.peak_chain <= 0) ||
+      (ops.fp32 > 0 && peak_float <= 0) || (ops.attention > 0 && r.peak_fp32 <= 0))
     return 0;
   double t = 0;
-  if (ops.int8 > 0) t += ops.int8 / r.peak_int8;
+  const double dots = ops.int8 > 0 ? ops.int8 / r.peak_int8 : 0;
+  const double chain = ops.chain > 0 ? 2.0 * ops.chain / r.peak_chain : 0;  // an FMA's slot each
+  t += r.int8_tiles ? std::max(dots, chain) : dots + chain;
   if (ops.fp32 > 0) t += ops.fp32 / peak_float;
   if (ops.attention > 0) t += ops.attention / r.peak_fp32;
   return t;

@@ -8,7 +8,12 @@
 //            and on the fp32 path (float weights, FMA; with bf16 matmuls
 //            the AMX-BF16 tiles: the profile's bf16_amx peak) plus
 //            attention ops (fp32); the roofline time is Σ ops / peak of their path, and
-//            the fraction of peak is that time ÷ the measured time.
+//            the fraction of peak is that time ÷ the measured time. The
+//            int8 path also pays its exact float chain (chain_ops_per_block
+//            vector operations per output and block, each an FMA's issue
+//            slot): after the VNNI dots on the same vector unit, or beside
+//            the AMX tiles at the FMA rate measured while tiles run
+//            (fp32_amx), whichever of the two units takes longer.
 #pragma once
 #include <string>
 
@@ -25,6 +30,11 @@ struct BenchRoofline {
   // peak_bf16_amx (0 where the profile has none: then no roofline).
   bool bf16_matmuls = false;
   double peak_bf16_amx = 0;
+  // The int8 path's float chain: FMA ops/s (fp32_amx beside AMX tiles,
+  // else fp32), and whether it runs beside tiles (overlapping them) or after
+  // the VNNI dots.
+  double peak_chain = 0;
+  bool int8_tiles = false;
 };
 BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source, int threads,
                              MatmulPrecision precision = MatmulPrecision::Fp32);
@@ -33,6 +43,7 @@ BenchRoofline bench_roofline(const HardwareProfile& p, const std::string& source
 // token's logits only (the output matrix runs once per prompt).
 struct PrefillOps {
   double int8 = 0, fp32 = 0, attention = 0;
+  double chain = 0;  // vector operations of the int8 path's float chain (not counted in total)
   double total() const { return int8 + fp32 + attention; }
 };
 // A mixture-of-experts layer counts its router, the k experts a token runs

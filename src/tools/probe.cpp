@@ -299,7 +299,14 @@ Kernel pick_kernel(const std::string& path) {
     if (amx_bf16_active()) return {"amx_bf16 tdpbf16ps", 4 * 16 * 16 * 32 * 2, amx_bf16_loop};
     throw std::invalid_argument("compute path bf16_amx: AMX-BF16 is not in use here");
   }
-  throw std::invalid_argument("unknown compute path '" + path + "' (expected fp32, bf16, int8, int8_amx or bf16_amx)");
+  if (path == "fp32_amx") {
+    // 12 FMAs of 16 lanes per round, each a multiply and an add (the tile
+    // products between them are not counted).
+    if (isa == Isa::Amx) return {"avx512 vfmadd231ps beside amx tiles", 12 * 16 * 2, fp32_beside_amx_loop};
+    throw std::invalid_argument("compute path fp32_amx: AMX is not in use here");
+  }
+  throw std::invalid_argument("unknown compute path '" + path +
+                              "' (expected fp32, bf16, int8, int8_amx, bf16_amx or fp32_amx)");
 }
 
 std::vector<int> thread_counts(int max_threads) {
@@ -623,13 +630,16 @@ HardwareProfile run_probe(const ProbeOptions& opt, const std::function<void(cons
 namespace {
 // The tile peaks: measured only where their tiles run, absent elsewhere
 // and in older profiles.
-bool optional_peak(const HardwareProfile& p, const PeakRate* r) { return r == &p.int8_amx || r == &p.bf16_amx; }
+bool optional_peak(const HardwareProfile& p, const PeakRate* r) {
+  return r == &p.int8_amx || r == &p.bf16_amx || r == &p.fp32_amx;
+}
 }  // namespace
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json flops;
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}})
+                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
+                         std::pair{"fp32_amx", &p.fp32_amx}})
     if (r->peak > 0 || !optional_peak(p, r))
       flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
   nlohmann::json j = {{"kvserve_profile", 1},
@@ -675,7 +685,8 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
     p.buffer_bytes = bw.value("buffer_bytes", uint64_t(0));
     if (bw.contains("by_threads")) p.bandwidth_by_threads = points_from(bw["by_threads"], "bytes_per_s");
     for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                           std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}}) {
+                           std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
+                         std::pair{"fp32_amx", &p.fp32_amx}}) {
       if (optional_peak(p, r) && !j.at("flops").contains(name)) continue;  // machines without AMX
       const auto& e = j.at("flops").at(name);
       r->isa = e.value("isa", "");
@@ -757,7 +768,8 @@ std::string format_profile(const HardwareProfile& p) {
   for (const auto& r : p.bandwidth_by_threads)
     o << "  " << r.threads << " thread(s): " << format_si(r.rate, "B/s") << "\n";
   for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx}}) {
+                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
+                         std::pair{"fp32_amx", &p.fp32_amx}}) {
     if (optional_peak(p, r) && !(r->peak > 0)) continue;
     o << name << (optional_peak(p, r) ? " peak:  " : " peak:      ") << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
     for (const auto& t : r->by_threads) o << "  " << t.threads << " thread(s): " << format_si(t.rate, "OP/s") << "\n";

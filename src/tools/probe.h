@@ -83,6 +83,10 @@ struct HardwareProfile {
   PeakRate fp32, bf16, int8;
   PeakRate int8_amx;          // tdpbssd where AMX is in use (peak 0 otherwise, and in older profiles)
   PeakRate bf16_amx;          // tdpbf16ps where AMX-BF16 is usable (likewise)
+  // vfmadd231ps while tile products run, where AMX is in use (likewise):
+  // the rate of the exact tile kernels' float chain, which the tile unit
+  // slows (docs/PERFORMANCE.md).
+  PeakRate fp32_amx;
   // Real kernel rates (absent in profiles written before they were measured).
   int kernel_threads = 0;
   int64_t kernel_rows = 0, kernel_cols = 0;
@@ -102,7 +106,8 @@ int64_t probe_stages(const ProbeOptions& opt);
 
 // Single measurements, exposed for tests and quick checks.
 RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs);
-// path: fp32|bf16|int8|int8_amx|bf16_amx (the AMX ones throw std::invalid_argument where their tiles are not usable).
+// path: fp32|bf16|int8|int8_amx|bf16_amx|fp32_amx (the AMX ones throw std::invalid_argument where their tiles are
+// not usable).
 PeakRate measure_peak(const std::string& path, int max_threads, double seconds);
 // Times kvs::matmul for `type` (a ggml type name) on a rows×cols matrix copied
 // until the copies fill at least buffer_bytes, on a ThreadPool of `threads`;
@@ -123,8 +128,11 @@ AmxChoice measure_amx_rows(const std::string& type, int64_t rows, int64_t cols, 
 // tdpbssd (131072 operations each); the tile state is released after.
 double amx_int8_loop(int64_t iters);
 double amx_bf16_loop(int64_t iters);  // the same with tdpbf16ps
+// `iters` rounds of 12 independent 512-bit FMAs (384 operations), a tdpbssd
+// every fourth round, as the exact tile kernels interleave them.
+double fp32_beside_amx_loop(int64_t iters);
 // run_probe's AMX part where AMX is in use (nothing otherwise): the int8
-// tile peak (p.int8_amx) and the crossover of every AMX type among
+// tile peak (p.int8_amx), the FMA rate beside tiles (p.fp32_amx) and the crossover of every AMX type among
 // opt.kernel_types (p.amx), one `say` line each; how many lines that is.
 void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
                    const std::function<void(const std::string&)>& say);

@@ -131,7 +131,7 @@ std::vector<std::string> amx_probe_types(const ProbeOptions& opt) {
 }  // namespace
 
 int64_t amx_probe_stages(const ProbeOptions& opt) {
-  return active_isa() == Isa::Amx ? 1 + int64_t(amx_bf16_active()) + int64_t(amx_probe_types(opt).size()) : 0;
+  return active_isa() == Isa::Amx ? 2 + int64_t(amx_bf16_active()) + int64_t(amx_probe_types(opt).size()) : 0;
 }
 
 void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
@@ -140,6 +140,9 @@ void run_amx_probe(const ProbeOptions& opt, int threads, HardwareProfile& p,
   p.int8_amx = measure_peak("int8_amx", threads, opt.flops_seconds);
   say("int8_amx peak (" + p.int8_amx.isa + "): " + format_si(p.int8_amx.peak, "OP/s") + ", " +
       ratio(p.int8_amx.peak, p.int8.peak) + " the VNNI one");
+  p.fp32_amx = measure_peak("fp32_amx", threads, opt.flops_seconds);  // the exact tile kernels' float chain
+  say("fp32 beside amx tiles (" + p.fp32_amx.isa + "): " + format_si(p.fp32_amx.peak, "OP/s") + ", " +
+      ratio(p.fp32_amx.peak, p.fp32.peak) + " the fp32 one");
   if (amx_bf16_active()) {  // the float-weight products of --prefill-precision bf16
     p.bf16_amx = measure_peak("bf16_amx", threads, opt.flops_seconds);
     say("bf16_amx peak (" + p.bf16_amx.isa + "): " + format_si(p.bf16_amx.peak, "OP/s") + ", " +
@@ -227,6 +230,45 @@ double amx_loop(int64_t iters) {
 
 double amx_int8_loop(int64_t iters) { return amx_loop<false>(iters); }
 double amx_bf16_loop(int64_t iters) { return amx_loop<true>(iters); }
+
+KVS_TARGET_END()
+
+KVS_TARGET_BEGIN("avx512f,amx-tile,amx-int8")
+
+double fp32_beside_amx_loop(int64_t iters) {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  alignas(64) int8_t a[16 * 64] = {}, b[16 * 64] = {};
+  __asm__ volatile("" ::"m"(a), "m"(b));
+  _tile_loadd(4, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_zero(0);
+  __m512 x = _mm512_set1_ps(0.999f);
+  const __m512 y = _mm512_set1_ps(1e-4f);
+#define KVS_REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define D(i) __m512 a##i = _mm512_set1_ps(1.0f + float(i));
+  KVS_REP12(D)
+#undef D
+  for (int64_t it = 0; it < iters; ++it) {
+    if ((it & 3) == 0) _tile_dpbssd(0, 4, 6);
+    __asm__("" : "+v"(x));
+#define F(i) a##i = _mm512_fmadd_ps(a##i, x, y);
+    KVS_REP12(F)
+#undef F
+  }
+  _tile_release();
+  __m512 s = _mm512_setzero_ps();
+#define S(i) s = _mm512_add_ps(s, a##i);
+  KVS_REP12(S)
+#undef S
+#undef KVS_REP12
+  return double(_mm512_reduce_add_ps(s));
+}
 
 KVS_TARGET_END()
 
