@@ -686,7 +686,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
     if (bw.contains("by_threads")) p.bandwidth_by_threads = points_from(bw["by_threads"], "bytes_per_s");
     for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
                            std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
-                         std::pair{"fp32_amx", &p.fp32_amx}}) {
+                           std::pair{"fp32_amx", &p.fp32_amx}}) {
       if (optional_peak(p, r) && !j.at("flops").contains(name)) continue;  // machines without AMX
       const auto& e = j.at("flops").at(name);
       r->isa = e.value("isa", "");

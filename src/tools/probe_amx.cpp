@@ -169,6 +169,19 @@ std::string format_amx(const HardwareProfile& p) {
   return o;
 }
 
+namespace {
+// Every tile [16, 64] bytes (an asm instruction: no target needed here).
+void configure_tiles() {
+  struct alignas(64) Config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));  // the whole struct as the operand (GCC 12's intrinsic names 8 bytes)
+}
+}  // namespace
+
 KVS_TARGET_BEGIN("amx-tile,amx-int8,amx-bf16")
 
 namespace {
@@ -178,13 +191,7 @@ namespace {
 // of the results, so the loop is not dropped.
 template <bool BF16>
 double amx_loop(int64_t iters) {
-  struct alignas(64) Config {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } cfg;
-  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));  // the whole struct as the operand (GCC 12's intrinsic names 8 bytes)
+  configure_tiles();
   alignas(64) int8_t a[16 * 64], b[16 * 64];   // [16, 64] bytes each
   for (int i = 0; i < 16 * 64; ++i) a[i] = int8_t(i % 7 - 3), b[i] = int8_t(i % 5 - 2);
   if (BF16)  // bf16 2^-20 everywhere: the sums stay finite and normal
@@ -236,13 +243,7 @@ KVS_TARGET_END()
 KVS_TARGET_BEGIN("avx512f,amx-tile,amx-int8")
 
 double fp32_beside_amx_loop(int64_t iters) {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } cfg;
-  for (int i = 0; i < 8; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  configure_tiles();
   alignas(64) int8_t a[16 * 64] = {}, b[16 * 64] = {};
   __asm__ volatile("" ::"m"(a), "m"(b));
   _tile_loadd(4, a, 64);
