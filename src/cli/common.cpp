@@ -107,7 +107,7 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
   if (a.precision == "bf16" && !l.model->bf16_matmuls())
     std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices, so its matmuls stay exact; %s\n",
                  l.model->bf16_attention() ? "its attention runs on the bf16 tiles"
-                                                                    : "so does its attention (head_dim is no multiple of 16)");
+                                           : "so does its attention (head_dim is no multiple of 16)");
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -633,13 +634,22 @@ namespace {
 bool optional_peak(const HardwareProfile& p, const PeakRate* r) {
   return r == &p.int8_amx || r == &p.bf16_amx || r == &p.fp32_amx;
 }
+// Every peak under its profile key, in the order the profile prints them.
+template <class P>  // HardwareProfile or const HardwareProfile
+auto named_peaks(P& p) {
+  using R = decltype(&p.fp32);
+  return std::array<std::pair<const char*, R>, 6>{{{"fp32", &p.fp32},
+                                                   {"bf16", &p.bf16},
+                                                   {"int8", &p.int8},
+                                                   {"int8_amx", &p.int8_amx},
+                                                   {"bf16_amx", &p.bf16_amx},
+                                                   {"fp32_amx", &p.fp32_amx}}};
+}
 }  // namespace
 
 nlohmann::json profile_to_json(const HardwareProfile& p) {
   nlohmann::json flops;
-  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
-                         std::pair{"fp32_amx", &p.fp32_amx}})
+  for (auto [name, r] : named_peaks(p))
     if (r->peak > 0 || !optional_peak(p, r))
       flops[name] = {{"isa", r->isa}, {"peak_ops_per_s", r->peak}, {"by_threads", points_json(r->by_threads, "ops_per_s")}};
   nlohmann::json j = {{"kvserve_profile", 1},
@@ -684,9 +694,7 @@ HardwareProfile profile_from_json(const nlohmann::json& j) {
     p.bandwidth = bw.at("read_bytes_per_s").get<double>();
     p.buffer_bytes = bw.value("buffer_bytes", uint64_t(0));
     if (bw.contains("by_threads")) p.bandwidth_by_threads = points_from(bw["by_threads"], "bytes_per_s");
-    for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                           std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
-                           std::pair{"fp32_amx", &p.fp32_amx}}) {
+    for (auto [name, r] : named_peaks(p)) {
       if (optional_peak(p, r) && !j.at("flops").contains(name)) continue;  // machines without AMX
       const auto& e = j.at("flops").at(name);
       r->isa = e.value("isa", "");
@@ -767,9 +775,7 @@ std::string format_profile(const HardwareProfile& p) {
     << " buffer)\n";
   for (const auto& r : p.bandwidth_by_threads)
     o << "  " << r.threads << " thread(s): " << format_si(r.rate, "B/s") << "\n";
-  for (auto [name, r] : {std::pair{"fp32", &p.fp32}, std::pair{"bf16", &p.bf16}, std::pair{"int8", &p.int8},
-                         std::pair{"int8_amx", &p.int8_amx}, std::pair{"bf16_amx", &p.bf16_amx},
-                         std::pair{"fp32_amx", &p.fp32_amx}}) {
+  for (auto [name, r] : named_peaks(p)) {
     if (optional_peak(p, r) && !(r->peak > 0)) continue;
     o << name << (optional_peak(p, r) ? " peak:  " : " peak:      ") << format_si(r->peak, "OP/s") << "  [" << r->isa << "]\n";
     for (const auto& t : r->by_threads) o << "  " << t.threads << " thread(s): " << format_si(t.rate, "OP/s") << "\n";
