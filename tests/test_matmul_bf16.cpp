@@ -196,6 +196,39 @@ TEST(MatmulBf16, SameBitsWhateverTheBatch) {
   }
 }
 
+// A long K (an FFN's down projection) is walked in spans of K with every
+// panel pair's C tiles waiting in scratch from one span to the next, over
+// several passes of activation rows and, on one thread, several groups of
+// panel pairs: every integer still exact, and every row the same bits as
+// when it runs alone (no spans then: a short pass holds all of K).
+TEST(MatmulBf16, LongKInSpansKeepsEveryBit) {
+  if (const std::string why = bf16_missing(); !why.empty()) GTEST_SKIP() << why;
+  ThreadPool pools[2] = {ThreadPool(1), ThreadPool(2)};
+  const int64_t rows = 560, cols = 2080, n = 300;  // 65 chunks, passes 256 + 44
+  Weights I = make_weights(GgmlType::F16, rows, cols, [](int64_t r, int64_t c) { return float((r * 7 + c * 3) % 9 - 4); });
+  std::vector<float> xi(size_t(n * cols));  // [n, cols]
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < cols; ++c) xi[size_t(i * cols + c)] = float((i * 5 + c * 11) % 7 - 3);
+  std::vector<double> want(size_t(n * rows), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        want[size_t(i * rows + r)] += double((r * 7 + c * 3) % 9 - 4) * xi[size_t(i * cols + c)];
+  const std::vector<float> wv = normal_values(rows * cols, 31), x = normal_values(n * cols, 32);
+  Weights W = make_weights(GgmlType::F16, rows, cols, [&](int64_t r, int64_t c) { return wv[size_t(r * cols + c)]; });
+  std::vector<float> alone(size_t(n * rows));
+  for (int64_t i0 = 0; i0 < n; i0 += 20)
+    matmul(W.view, x.data() + i0 * cols, cols, std::min<int64_t>(20, n - i0), alone.data() + i0 * rows, rows, pools[0]);
+  for (ThreadPool& pool : pools) {
+    std::vector<float> y(size_t(n * rows));
+    matmul(I.view, xi.data(), cols, n, y.data(), rows, pool);
+    for (size_t e = 0; e < y.size(); ++e)
+      ASSERT_EQ(double(y[e]), want[e]) << "i=" << e / rows << " r=" << e % rows << " threads=" << pool.size();
+    matmul(W.view, x.data(), cols, n, y.data(), rows, pool);
+    ASSERT_EQ(0, std::memcmp(y.data(), alone.data(), y.size() * 4)) << "threads=" << pool.size();
+  }
+}
+
 // Several groups, each its own weights (all three float types), input and
 // row count, in one matmul_grouped call: each as its own matmul.
 TEST(MatmulBf16, GroupsAreEachTheirOwnProduct) {

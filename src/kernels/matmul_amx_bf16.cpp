@@ -164,8 +164,69 @@ void run_block(const Block& k, int64_t c0, int64_t kc, bool last, float* buf, Ah
 // Chunks per K block: two panels' B tiles of a K block (16 KiB) stay in L1
 // while every M tile of the pass runs against them (docs/PERFORMANCE.md).
 constexpr int64_t kKc = 8;
-// Bytes of bf16 activation rows a pass keeps in L2 across the panels.
+// Bytes of bf16 activations (a pass's rows over a span of K) kept in L2
+// across the panels.
 constexpr int64_t kPassBytes = 1 << 20;
+// Fewest activation rows per pass: each pass streams the task's weights
+// again, so a long K is split into spans rather than the pass shrunk.
+constexpr int64_t kMinPass = 256;
+
+// How a task's rows are walked: passes of `pass` activation rows, K in
+// spans of `span` chunks, and panel pairs in groups of `group` whose C
+// tiles all wait in scratch from one span to the next.
+struct Walk {
+  int64_t pass, span, group;
+};
+
+Walk plan_walk(int64_t n, int64_t nc, int64_t kp, size_t scratch_bytes) {
+  const int64_t whole = 32 * std::max<int64_t>(2, kPassBytes / (64 * kp));  // rows over all of K
+  Walk w{std::min(n, std::max(whole, kMinPass)), nc, 1 << 30};
+  if (whole < kMinPass) w.span = std::min(nc, std::max(kKc, kPassBytes / (64 * w.pass) / kKc * kKc));
+  const int64_t tile_sets = int64_t(scratch_bytes / 4096);  // [4][16, 16] floats each
+  w.pass = std::min(w.pass, 32 * tile_sets);
+  if (w.span < nc) w.group = std::max<int64_t>(1, tile_sets / ((w.pass + 31) / 32));
+  return w;
+}
+
+// Weight rows [g0, g1) of a task (one group of panel pairs) against every
+// activation row, pass by pass and span by span.
+void walk_group(const WeightView& w, const Walk& wk, int64_t g0, int64_t g1, const uint16_t* xb, int64_t n,
+                float* y, int64_t ldy, float* cs, float* buf) {
+  const int64_t kp = bf16_x_stride(w.cols), nc = bf16_chunks(w.cols), pb = nc * 1024;
+  const int64_t tr = std::min<int64_t>(n, 16);
+  const uint8_t* first = w.packed + (g0 / 16) * pb;
+  for (int64_t m0 = 0; m0 < n; m0 += wk.pass) {
+    const int64_t m1 = std::min(n, m0 + wk.pass), mblocks = (m1 - m0 + 31) / 32;
+    for (int64_t s0 = 0; s0 < nc; s0 += wk.span) {
+      const int64_t s1 = std::min(nc, s0 + wk.span);
+      for (int64_t p0 = g0; p0 < g1; p0 += 32) {
+        const uint8_t* b = w.packed + (p0 / 16) * pb;
+        // C tiles of each M block: one set per panel pair where spans
+        // follow each other, else one set reused by every pair.
+        float* pcs = cs + (wk.span < nc ? (p0 - g0) / 32 * mblocks * 1024 : 0);
+        for (int64_t c0 = s0; c0 < s1; c0 += kKc) {
+          const int64_t kc = std::min(kKc, s1 - c0);
+          // The next K block's B (the next panel pair's, or the next span's
+          // first), spread over this block's chunks, so it is in L2 when
+          // its block starts. Under 16 rows a block is too short for that:
+          // the hardware's own stream does better (docs/PERFORMANCE.md).
+          const uint8_t* next = nullptr;
+          int64_t nkc = 0;
+          if (c0 + kKc < s1) next = b + 1024 * (c0 + kKc), nkc = std::min(kKc, s1 - c0 - kKc);
+          else if (p0 + 32 < g1) next = b + 2 * pb + 1024 * s0, nkc = std::min(kKc, s1 - s0);
+          else if (s1 < nc) next = first + 1024 * s1, nkc = std::min(kKc, nc - s1);
+          if (tr < 16) nkc = 0;
+          Ahead ahead{next, pb, 0, 32 * nkc, (32 * nkc + mblocks * kc - 1) / (mblocks * kc)};
+          for (int64_t i0 = m0; i0 < m1; i0 += 32) {
+            const Block k{xb + i0 * kp, kp, b,  pb, std::min<int64_t>(32, n - i0), std::min<int64_t>(32, g1 - p0),
+                          tr, y + i0 * ldy + p0, ldy, pcs + (i0 - m0) / 32 * 1024};
+            run_block(k, c0, kc, c0 + kc >= nc, buf, ahead);
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -191,40 +252,14 @@ void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i
 
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
                    int64_t ldy, Scratch scratch) {
-  const int64_t kp = bf16_x_stride(w.cols), nc = bf16_chunks(w.cols), pb = nc * 1024;
   alignas(64) float buf[256];  // [16, 16]: a partial C tile on its way to y
+  const Walk wk = plan_walk(n, bf16_chunks(w.cols), bf16_x_stride(w.cols), scratch.bytes);
+  float* cs = reinterpret_cast<float*>(scratch.buf);  // [group][pass / 32][4][256]
   // Fewer than 16 rows (decode, small batches): tiles of n rows, so the
   // products and activation loads cover no padding.
-  const int64_t tr = std::min<int64_t>(n, 16);
-  // Activation rows per pass: their bf16 rows stay in L2 while every panel
-  // runs against them, and their C tiles (4 KiB per 32 rows) fit in scratch.
-  const int64_t pass = std::min(32 * std::max<int64_t>(2, kPassBytes / (64 * kp)),
-                                32 * std::max<int64_t>(1, int64_t(scratch.bytes / 4096)));
-  float* cs = reinterpret_cast<float*>(scratch.buf);  // [pass / 32][4][256]
-  TileScope tiles(TileMode::Bf16, int(tr));
-  for (int64_t m0 = 0; m0 < n; m0 += pass) {
-    const int64_t m1 = std::min(n, m0 + pass), pairs = (m1 - m0 + 31) / 32;
-    for (int64_t p0 = r0; p0 < r1; p0 += 32) {
-      const int64_t cols = std::min<int64_t>(32, r1 - p0);
-      const uint8_t* b = w.packed + (p0 / 16) * pb;
-      for (int64_t c0 = 0; c0 < nc; c0 += kKc) {
-        const int64_t kc = std::min(kKc, nc - c0);
-        // The next K block's B (or the next panel pair's first), spread
-        // over this block's chunks, so it is in L2 when its block starts.
-        // Under 16 rows a block is too short for that: the hardware's own
-        // stream does better (docs/PERFORMANCE.md).
-        const bool more = c0 + kKc < nc;
-        const int64_t nkc = tr < 16 ? 0 : more ? std::min(kKc, nc - c0 - kKc) : (p0 + 32 < r1 ? std::min(kKc, nc) : 0);
-        Ahead ahead{more ? b + 1024 * (c0 + kKc) : b + 2 * pb, pb, 0, 32 * nkc,
-                    (32 * nkc + pairs * kc - 1) / (pairs * kc)};
-        for (int64_t i0 = m0; i0 < m1; i0 += 32) {
-          const Block k{xb + i0 * kp, kp,   b, pb, std::min<int64_t>(32, n - i0), cols, tr,
-                        y + i0 * ldy + p0, ldy, cs + (i0 - m0) / 32 * 1024};
-          run_block(k, c0, kc, c0 + kc >= nc, buf, ahead);
-        }
-      }
-    }
-  }
+  TileScope tiles(TileMode::Bf16, int(std::min<int64_t>(n, 16)));
+  for (int64_t g0 = r0; g0 < r1; g0 += 32 * wk.group)
+    walk_group(w, wk, g0, std::min(r1, g0 + 32 * wk.group), xb, n, y, ldy, cs, buf);
 }
 
 #undef KVS_BF_LOAD
