@@ -12,6 +12,7 @@
 
 #include "kernels/amx_rows.h"
 #include "kernels/cpu.h"
+#include "kernels/huge_pages.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/threadpool.h"
 
@@ -60,24 +61,23 @@ mm::Scratch thread_scratch() {
   return {buf.p, mm::kScratchBytes};
 }
 
-// Quantized activations (XBlock, XTile) for this call, reused across calls
-// on the caller thread; 64-byte aligned.
+// Activations (XBlock, XTile, bf16 rows) for this call, reused across calls
+// on the caller thread; page-aligned, huge pages where large (every panel
+// reads them again).
 template <class T>
 T* x_buffer(size_t count) {
   struct Buf {
     T* p = nullptr;
-    size_t cap = 0;
-    ~Buf() { std::free(p); }
+    size_t bytes = 0;
+    ~Buf() { unmap_large(p, bytes); }
   };
   thread_local Buf buf;
-  if (count > buf.cap) {
-    std::free(buf.p);
-    const size_t cap = std::max<size_t>(count, 1024);
-    // aligned_alloc requires a size that is a multiple of the alignment.
-    const size_t bytes = (cap * sizeof(T) + 63) / 64 * 64;
-    buf.p = static_cast<T*>(std::aligned_alloc(64, bytes));
-    if (!buf.p) throw std::bad_alloc();
-    buf.cap = cap;
+  if (count * sizeof(T) > buf.bytes) {
+    unmap_large(buf.p, buf.bytes);
+    buf.p = nullptr, buf.bytes = 0;
+    const size_t bytes = std::max<size_t>(count, 1024) * sizeof(T);
+    buf.p = static_cast<T*>(map_large(bytes));
+    buf.bytes = bytes;
   }
   return buf.p;
 }

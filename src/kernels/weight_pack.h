@@ -100,8 +100,8 @@ size_t packed_size(const WeightView& w);
 void pack_panels_into(const WeightView& w, PackLayout layout, uint8_t* dst);
 void pack_panel16(const WeightView& w, uint8_t* dst);
 
-// Anonymous memory holding packed copies (transparent huge pages requested:
-// a decode step streams the whole of it). Move-only.
+// Anonymous memory holding packed copies (map_large: huge pages, since a
+// decode step streams the whole of it). Move-only.
 class PackedArena {
  public:
   PackedArena() = default;

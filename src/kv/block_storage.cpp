@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/huge_pages.h"
+
 namespace kvs {
 
 BlockStorage::BlockStorage(const KvLayout& layout, int64_t n_blocks) {
@@ -13,15 +15,14 @@ BlockStorage::BlockStorage(const KvLayout& layout, int64_t n_blocks) {
   if (n_blocks < 1) throw std::invalid_argument("KV storage needs at least one block");
   view_.layout = layout;
   view_.n_blocks = n_blocks;
-  size_t bytes = size_t(n_blocks) * layout.block_bytes();
-  bytes = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, bytes);  // touch now: no page faults mid-request, RSS is honest
+  // Huge pages where it is large: attention walks the blocks of every
+  // sequence, so 4 KiB pages would cost a TLB miss every few blocks.
+  void* p = map_large(bytes());
+  std::memset(p, 0, bytes());  // touch now: no page faults mid-request, RSS is honest
   view_.base = static_cast<uint8_t*>(p);
 }
 
-BlockStorage::~BlockStorage() { std::free(view_.base); }
+BlockStorage::~BlockStorage() { unmap_large(view_.base, bytes()); }
 
 std::span<uint8_t> BlockStorage::block(int32_t b) {
   if (b < 0 || b >= view_.n_blocks) throw std::out_of_range("block id " + std::to_string(b) + " out of range");

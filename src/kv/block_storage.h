@@ -1,5 +1,6 @@
 // Owner of the KV memory: n_blocks blocks laid out as KvLayout says,
-// allocated once (64-byte aligned, zeroed) and never resized. Who may write
+// allocated once (page-aligned, huge pages where large, zeroed) and never
+// resized. Who may write
 // which block is decided above (block pool / sequence), not here.
 #pragma once
 #include <cstdint>

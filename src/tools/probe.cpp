@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "kernels/cpu.h"
+#include "kernels/huge_pages.h"
 #include "kernels/matmul.h"
 #include "kernels/weight_pack.h"
 #include "kernels/quant.h"
@@ -501,9 +502,15 @@ RatePoint measure_bandwidth(uint64_t buffer_bytes, int threads, int runs) {
   // Slices are whole 256-byte strides so every kernel's unrolled loop fits.
   const size_t slice = (buffer_bytes / size_t(threads)) / 256 * 256;
   const size_t total = slice * size_t(threads);
-  std::unique_ptr<uint8_t, decltype(&std::free)> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)),
-                                                     &std::free);
-  if (!buf) throw std::runtime_error("probe: cannot allocate " + format_bytes(double(total)) + " for the bandwidth test");
+  // Mapped as the packed weights are (huge pages where granted), so the
+  // figure is the rate their streams can reach.
+  const auto unmap = [total](uint8_t* p) { unmap_large(p, total); };
+  std::unique_ptr<uint8_t, decltype(unmap)> buf(nullptr, unmap);
+  try {
+    buf.reset(static_cast<uint8_t*>(map_large(total)));
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("probe: cannot allocate " + format_bytes(double(total)) + " for the bandwidth test");
+  }
   // First touch by the reading thread (NUMA placement), with non-zero data.
   timed_parallel(threads, [&](int t) { std::memset(buf.get() + size_t(t) * slice, 0x5a + t, slice); });
   double best = 0;
