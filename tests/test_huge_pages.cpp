@@ -67,5 +67,22 @@ TEST(HugePages, PackedArenaUsesThem) {
   EXPECT_GT(huge, 0u);
 }
 
+// The engine's activation vectors: the heap below a huge page, map_large
+// from one up, the contents kept across growth either way.
+TEST(HugePages, LargeVecGrowsAcrossTheThreshold) {
+  LargeVec<float> v(1000, 1.5f);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u);
+  v.resize(size_t(3) << 20, 2.5f);  // 12 MiB
+  if (huge_pages_requested()) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kHuge, 0u);
+  }
+  EXPECT_EQ(v[999], 1.5f);
+  EXPECT_EQ(v[1000], 2.5f);
+  EXPECT_EQ(v.back(), 2.5f);
+  v.resize(10);
+  v.shrink_to_fit();
+  EXPECT_EQ(v[9], 1.5f);
+}
+
 }  // namespace
 }  // namespace kvs

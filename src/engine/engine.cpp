@@ -20,6 +20,7 @@
 #include "engine/batch_plan.h"
 #include "engine/moe_ffn.h"
 #include "kernels/attention.h"
+#include "kernels/huge_pages.h"
 #include "kernels/kv_codec.h"
 #include "kernels/kv_layout.h"
 #include "kernels/matmul.h"
@@ -38,11 +39,11 @@ struct Engine::Impl {
   bool op_timing = false;
   std::chrono::steady_clock::time_point lap_t0;  // end of the last timed phase
   BatchPlan plan;
-  std::vector<float> x, xn;         // [T, dim]
-  std::vector<float> q, k, v;       // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
-  std::vector<float> att;           // [T, n_heads*hd]
-  std::vector<float> proj;          // [T, dim]
-  std::vector<float> gate, up;      // [T, ffn]
+  LargeVec<float> x, xn;            // [T, dim]
+  LargeVec<float> q, k, v;          // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
+  LargeVec<float> att;              // [T, n_heads*hd]
+  LargeVec<float> proj;             // [T, dim]
+  LargeVec<float> gate, up;         // [T, ffn]
   MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
   struct RopeKind {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/huge_pages.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
 
@@ -62,10 +63,10 @@ class MoeFfn {
   std::vector<int64_t> row_of_;        // [T, k] sorted row of (token, j)
   std::vector<int32_t> token_of_;      // [P] token of each sorted row (P = T k)
   std::vector<int32_t> expert_of_;     // [P] expert of each sorted row
-  std::vector<float> xg_;              // [P, dim] gathered inputs, grouped by expert
-  std::vector<float> hg_, ug_;         // [P, ffn_exp] gate / up
-  std::vector<float> dg_;              // [P, dim] down outputs
-  std::vector<float> sg_, su_, sd_;    // shared expert: [T, shared_ffn] x2, [T, dim]
+  LargeVec<float> xg_;                 // [P, dim] gathered inputs, grouped by expert
+  LargeVec<float> hg_, ug_;            // [P, ffn_exp] gate / up
+  LargeVec<float> dg_;                 // [P, dim] down outputs
+  LargeVec<float> sg_, su_, sd_;       // shared expert: [T, shared_ffn] x2, [T, dim]
   std::vector<MatmulGroup> groups_;    // the products of one dispatch
 };
 

@@ -11,6 +11,8 @@
 // is what makes a load slower).
 #pragma once
 #include <cstddef>
+#include <new>
+#include <vector>
 
 namespace kvs {
 
@@ -25,5 +27,28 @@ void unmap_large(void* p, size_t bytes);
 // How many bytes of [p, p + bytes) the kernel backs with huge pages now
 // (from /proc/self/smaps; 0 where that cannot be read). For tests and --verbose.
 size_t huge_bytes_in(const void* p, size_t bytes);
+
+// std::vector storage that takes map_large() from one huge page up (the
+// engine's activations: a GEMM's outputs are rows a whole row apart, so
+// each row is its own 4 KiB page) and the heap below that.
+template <class T>
+struct LargeAllocator {
+  using value_type = T;
+  LargeAllocator() = default;
+  template <class U>
+  LargeAllocator(const LargeAllocator<U>&) {}
+  static bool large(size_t n) { return n * sizeof(T) >= (size_t(2) << 20); }
+  T* allocate(size_t n) {
+    return static_cast<T*>(large(n) ? map_large(n * sizeof(T)) : ::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (large(n)) unmap_large(p, n * sizeof(T));
+    else ::operator delete(p, std::align_val_t(64));
+  }
+  template <class U>
+  bool operator==(const LargeAllocator<U>&) const { return true; }
+};
+template <class T>
+using LargeVec = std::vector<T, LargeAllocator<T>>;
 
 }  // namespace kvs
