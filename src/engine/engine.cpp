@@ -42,8 +42,9 @@ struct Engine::Impl {
   LargeVec<float> x, xn;            // [T, dim]
   LargeVec<float> q, k, v;          // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
   LargeVec<float> att;              // [T, n_heads*hd]
-  LargeVec<float> proj;             // [T, dim]
-  LargeVec<float> gate, up;         // [T, ffn]
+  LargeVec<float> proj;             // [T, proj_ld]: dim used
+  LargeVec<float> gate, up;         // [T, ffn_ld]: ffn used
+  int64_t proj_ld = 0, ffn_ld = 0;  // row strides of the GEMM outputs above (padded_ld)
   MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
   struct RopeKind {
@@ -139,10 +140,16 @@ void Engine::Impl::mm_multi(std::initializer_list<MatmulOut> outs, const float* 
   matmul_multi(outs.begin(), int(outs.size()), xs, ldx, n, *pool);
 }
 
-static void add_bias(float* y, const float* b, int64_t rows, int64_t cols) {
+static void add_bias(float* y, int64_t ldy, const float* b, int64_t rows, int64_t cols) {
   if (!b) return;
-  for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * cols, b, int(cols));
+  for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * ldy, b, int(cols));
 }
+
+// Row stride of a GEMM output n wide: one cache line past whole lines, so
+// the rows of an M tile (which the tile kernels load and store between K
+// slices) fall in different cache sets; a multiple of 4 KiB put all of
+// them in one L1 set and few L2 sets.
+static int64_t padded_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 
 // Per kind of RoPE: each row's cos/sin at its query position (keys are
 // rotated at their own), and, when keys are stored before RoPE and rotated
@@ -170,11 +177,14 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   const ModelConfig& c = cfg();
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
-  for (auto* b : {&x, &xn, &proj}) b->resize(T * dim);
+  proj_ld = c.moe.n_expert > 0 ? dim : padded_ld(dim);
+  ffn_ld = padded_ld(c.ffn_dim);
+  for (auto* b : {&x, &xn}) b->resize(T * dim);
+  proj.resize(T * proj_ld);
   for (auto* b : {&q, &att}) b->resize(T * qdim);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
   if (c.moe.n_expert == 0)
-    for (auto* b : {&gate, &up}) b->resize(T * c.ffn_dim);
+    for (auto* b : {&gate, &up}) b->resize(T * ffn_ld);
   const int r = c.n_heads / c.n_kv_heads;
   for (auto& a : attn_scratch)
     a.resize(attention_scratch_floats(r * plan.max_block_rows, c.head_dim, model->bf16_attention()));
@@ -274,9 +284,9 @@ void Engine::Impl::qkv(int l) {
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
   lap(OpPhase::Norm);
   mm_multi({{&L.wq, q.data(), qdim}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
-  add_bias(q.data(), L.bq, T, qdim);
-  add_bias(k.data(), L.bk, T, kvdim);
-  add_bias(v.data(), L.bv, T, kvdim);
+  add_bias(q.data(), qdim, L.bq, T, qdim);
+  add_bias(k.data(), kvdim, L.bk, T, kvdim);
+  add_bias(v.data(), kvdim, L.bv, T, kvdim);
   lap(OpPhase::Qkv);
 }
 
@@ -314,12 +324,13 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   lap(OpPhase::RopeKv);
   attend(kv, l);
   lap(OpPhase::Attention);
-  mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), dim);  // [T, dim]
-  add_bias(proj.data(), L.bo, plan.n_tokens, dim);
+  mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
+  add_bias(proj.data(), proj_ld, L.bo, plan.n_tokens, dim);
   lap(OpPhase::AttnOut);
   per_token([&](int64_t t) {
-    if (L.attn_post_norm) rmsnorm(&proj[t * dim], L.attn_post_norm, &proj[t * dim], dim, c.rms_eps);
-    add_inplace(&x[t * dim], &proj[t * dim], dim);
+    float* pt = &proj[t * proj_ld];
+    if (L.attn_post_norm) rmsnorm(pt, L.attn_post_norm, pt, dim, c.rms_eps);
+    add_inplace(&x[t * dim], pt, dim);
   });
   lap(OpPhase::Residual);
 }
@@ -339,19 +350,20 @@ void Engine::Impl::ffn_block(int l) {
     moe.forward(c.moe, L.moe, xn.data(), T, dim, proj.data(), *pool, exact);  // [T, dim]
     lap(OpPhase::Moe);
   } else {
-    mm_multi({{&L.w_gate, gate.data(), ffn}, {&L.w_up, up.data(), ffn}}, xn.data(), dim, T);  // [T, ffn] each
+    mm_multi({{&L.w_gate, gate.data(), ffn_ld}, {&L.w_up, up.data(), ffn_ld}}, xn.data(), dim, T);  // [T, ffn] each
     lap(OpPhase::FfnUp);
     per_token([&](int64_t t) {
-      if (gelu) geglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
-      else swiglu_inplace(&gate[t * ffn], &up[t * ffn], ffn);
+      if (gelu) geglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
+      else swiglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
     });
     lap(OpPhase::FfnAct);
-    mm(L.w_down, gate.data(), ffn, T, proj.data(), dim);  // [T, dim]
+    mm(L.w_down, gate.data(), ffn_ld, T, proj.data(), proj_ld);  // [T, dim]
     lap(OpPhase::FfnDown);
   }
   per_token([&](int64_t t) {
-    if (L.ffn_post_norm) rmsnorm(&proj[t * dim], L.ffn_post_norm, &proj[t * dim], dim, c.rms_eps);
-    add_inplace(&x[t * dim], &proj[t * dim], dim);
+    float* pt = &proj[t * proj_ld];
+    if (L.ffn_post_norm) rmsnorm(pt, L.ffn_post_norm, pt, dim, c.rms_eps);
+    add_inplace(&x[t * dim], pt, dim);
   });
   lap(OpPhase::Residual);
 }
