@@ -288,13 +288,14 @@ void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
 // weight rows. (Grouping panels too, so a group's weights come from L2 for
 // the later chunks, measured no faster.)
 // Every K slice of a panel also loads and stores one line of y per
-// activation row, ldy floats apart: with wide outputs (ldy a power of two,
-// as the gate and up projections' are) those lines share few cache sets,
-// and past some rows they no longer stay cached from one slice to the
-// next. So a chunk's rows also span at most kYSpan bytes of y, but never
-// fewer than four M tiles (each chunk streams the weights again), and up
-// to kWholeTiles M tiles stay one chunk (splitting them cost more than it
-// saved). Measured in docs/PERFORMANCE.md ("Per-op timer").
+// activation row, ldy floats apart. Where ldy is a multiple of 1 KiB (as
+// unpadded gate and up projections' are) those lines share few cache
+// sets, and past some rows they no longer stay cached from one slice to
+// the next. So there a chunk's rows also span at most kYSpan bytes of y,
+// but never fewer than four M tiles (each chunk streams the weights
+// again); the engine pads its outputs off that grid and gets whole
+// chunks. Up to kWholeTiles M tiles stay one chunk (splitting them cost
+// more than it saved). Measured in docs/PERFORMANCE.md ("Per-op timer").
 constexpr int64_t kChunkBytes = 1 << 20, kYSpan = 2 << 20;
 constexpr int64_t kWholeTiles = 8;
 
@@ -302,7 +303,8 @@ constexpr int64_t kWholeTiles = 8;
 int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy) {
   const int64_t fit = std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // XTiles in L2
   if (mt <= std::min(fit, kWholeTiles)) return 1;
-  const int64_t span = kYSpan / (16 * ldy * int64_t(sizeof(float)));  // M tiles
+  const bool aliased = ldy * int64_t(sizeof(float)) % 1024 == 0;
+  const int64_t span = aliased ? kYSpan / (16 * ldy * int64_t(sizeof(float))) : fit;  // M tiles
   const int64_t cap = std::clamp<int64_t>(span, 4, fit);
   return (mt + cap - 1) / cap;
 }
