@@ -40,11 +40,11 @@ struct Engine::Impl {
   std::chrono::steady_clock::time_point lap_t0;  // end of the last timed phase
   BatchPlan plan;
   LargeVec<float> x, xn;            // [T, dim]
-  LargeVec<float> q, k, v;          // [T, n_heads*hd], [T, n_kv*hd], [T, n_kv*hd]
-  LargeVec<float> att;              // [T, n_heads*hd]
+  LargeVec<float> q, k, v;          // [T, q_ld], [T, n_kv*hd], [T, n_kv*hd] (q: n_heads*hd used)
+  LargeVec<float> att;              // [T, att_ld]: n_heads*hd used
   LargeVec<float> proj;             // [T, proj_ld]: dim used
   LargeVec<float> gate, up;         // [T, ffn_ld]: ffn used
-  int64_t proj_ld = 0, ffn_ld = 0;  // row strides of the GEMM outputs above (padded_ld)
+  int64_t q_ld = 0, att_ld = 0, proj_ld = 0, ffn_ld = 0;  // row strides (padded_ld)
   MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
   struct RopeKind {
@@ -181,7 +181,8 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   ffn_ld = padded_ld(c.ffn_dim);
   for (auto* b : {&x, &xn}) b->resize(T * dim);
   proj.resize(T * proj_ld);
-  for (auto* b : {&q, &att}) b->resize(T * qdim);
+  q_ld = att_ld = padded_ld(qdim);
+  for (auto* b : {&q, &att}) b->resize(T * q_ld);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
   if (c.moe.n_expert == 0)
     for (auto* b : {&gate, &up}) b->resize(T * ffn_ld);
@@ -235,7 +236,7 @@ void Engine::Impl::store_quantized(const KvStorage& kv, int l) {
 // read the same head's keys and values, which stay in its cache.
 void Engine::Impl::attend(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
-  const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, qdim = nh * hd, kvdim = nkv * hd;
+  const int nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, kvdim = nkv * hd;
   const float scale = c.attn_scale > 0.f ? c.attn_scale : 1.0f / std::sqrt(float(hd));
   // gpt-oss: the layer's learned sinks [n_heads] (null elsewhere).
   AttnShape shape{nh, nkv, hd, scale, c.attn_softcap, model->weights().layers[size_t(l)].attn_sinks};
@@ -269,12 +270,12 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
       as.own_k = &stage_k[size_t(row) * kvdim];
       as.own_v = &stage_v[size_t(row) * kvdim];
     }
-    attention_group_block(&q[t0 * qdim], size_t(qdim), tb, kv, slot, as, g, shape, &att[t0 * qdim], size_t(qdim),
+    attention_group_block(&q[t0 * q_ld], size_t(q_ld), tb, kv, slot, as, g, shape, &att[t0 * att_ld], size_t(att_ld),
                           attn_scratch[thread].data());
   });
 }
 
-// RMSNorm, then q [T, qdim], k and v [T, kvdim] (one dispatch for the three)
+// RMSNorm, then q [T, q_ld], k and v [T, kvdim] (one dispatch for the three)
 // with their biases.
 void Engine::Impl::qkv(int l) {
   const ModelConfig& c = cfg();
@@ -283,8 +284,8 @@ void Engine::Impl::qkv(int l) {
   const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
   per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
   lap(OpPhase::Norm);
-  mm_multi({{&L.wq, q.data(), qdim}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
-  add_bias(q.data(), qdim, L.bq, T, qdim);
+  mm_multi({{&L.wq, q.data(), q_ld}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
+  add_bias(q.data(), q_ld, L.bq, T, qdim);
   add_bias(k.data(), kvdim, L.bk, T, kvdim);
   add_bias(v.data(), kvdim, L.bv, T, kvdim);
   lap(OpPhase::Qkv);
@@ -296,7 +297,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int dim = c.dim, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
-  const int qdim = nh * hd, kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
+  const int kvdim = nkv * hd, n_rot = c.n_rot, bs = kv.layout.block_size;
   const bool quant = kv.layout.quantized(), neox = c.rope == RopeStyle::Neox;
   const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
   const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);  // where layer l's K/V live
@@ -307,10 +308,10 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
     const ChunkPlan& ch = plan.chunks[size_t(plan.chunk_of[t])];
     // Per-head RMSNorm of q and k before RoPE (q_norm / k_norm: [head_dim]).
     if (L.q_norm)
-      for (int h = 0; h < nh; ++h) rmsnorm(&q[t * qdim + h * hd], L.q_norm, &q[t * qdim + h * hd], hd, c.rms_eps);
+      for (int h = 0; h < nh; ++h) rmsnorm(&q[t * q_ld + h * hd], L.q_norm, &q[t * q_ld + h * hd], hd, c.rms_eps);
     if (L.k_norm)
       for (int h = 0; h < nkv; ++h) rmsnorm(&k[t * kvdim + h * hd], L.k_norm, &k[t * kvdim + h * hd], hd, c.rms_eps);
-    rope_apply(&q[t * qdim], nh, hd, n_rot, neox, cs, sn);
+    rope_apply(&q[t * q_ld], nh, hd, n_rot, neox, cs, sn);
     // Keys of a shifting window policy are stored before RoPE.
     if (!ch.rotates) rope_apply(&k[t * kvdim], nkv, hd, n_rot, neox, cs, sn);
     // Store this token's K/V in its slot (each token its own slot) before
@@ -324,7 +325,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   lap(OpPhase::RopeKv);
   attend(kv, l);
   lap(OpPhase::Attention);
-  mm(L.wo, att.data(), qdim, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
+  mm(L.wo, att.data(), att_ld, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
   add_bias(proj.data(), proj_ld, L.bo, plan.n_tokens, dim);
   lap(OpPhase::AttnOut);
   per_token([&](int64_t t) {
