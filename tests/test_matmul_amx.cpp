@@ -141,27 +141,35 @@ TEST_P(AmxType, BitIdenticalToVnniAndReference) {
   }
 }
 
-// A wide output (ldy past 8,192 floats, as a gate / up projection's) runs
-// long prompts in chunks of a few M tiles (matmul_amx.cpp, chunk_count):
-// the same bits as VNNI at every chunking.
+// Long prompts run in chunks of M tiles (matmul_amx.cpp, chunk_count):
+// an output whose rows are a multiple of 1 KiB apart (an unpadded gate /
+// up projection's) in chunks of a few M tiles, and a long K in chunks
+// whose activation tiles fit the L2 budget (K-quants' larger than the
+// others'). The same bits as VNNI at every chunking.
 TEST_P(AmxType, WideOutputsChunkedAlikeBits) {
   if (const std::string why = amx_missing(); !why.empty()) GTEST_SKIP() << why;
   const GgmlType t = GetParam();
   AllNOnTiles on;
   ThreadPool pool(2);
-  const auto [rows, cols] = shapes_for(t).front();
-  Weights W = make_packed(t, rows, cols, 77);
-  const int64_t ldy = 8192 + 5;
-  for (int64_t n : {144, 255, 512}) {
-    std::vector<float> x = make_x(n, cols, uint32_t(n));
-    std::vector<float> vnni(size_t(n * ldy), -1.0f), amx(size_t(n * ldy), -1.0f);
-    {
-      IsaGuard g(Isa::Avx512);
-      matmul(W.view, x.data(), cols, n, vnni.data(), ldy, pool);
+  const int64_t rows = 45;
+  struct Case {
+    int64_t cols, ldy;
+  };
+  const Case cases[] = {{shapes_for(t).front().second, 8192}, {4096, rows + 3}};
+  for (const Case& c : cases) {
+    Weights W = make_packed(t, rows, c.cols, 77);
+    for (int64_t n : {144, 255, 512}) {
+      std::vector<float> x = make_x(n, c.cols, uint32_t(n));
+      std::vector<float> vnni(size_t(n * c.ldy), -1.0f), amx(size_t(n * c.ldy), -1.0f);
+      {
+        IsaGuard g(Isa::Avx512);
+        matmul(W.view, x.data(), c.cols, n, vnni.data(), c.ldy, pool);
+      }
+      IsaGuard g(Isa::Amx);
+      matmul(W.view, x.data(), c.cols, n, amx.data(), c.ldy, pool);
+      ASSERT_EQ(0, std::memcmp(amx.data(), vnni.data(), amx.size() * 4))
+          << type_name(t) << " cols=" << c.cols << " ldy=" << c.ldy << " n=" << n;
     }
-    IsaGuard g(Isa::Amx);
-    matmul(W.view, x.data(), cols, n, amx.data(), ldy, pool);
-    ASSERT_EQ(0, std::memcmp(amx.data(), vnni.data(), amx.size() * 4)) << type_name(t) << " n=" << n;
   }
 }
 

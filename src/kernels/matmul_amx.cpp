@@ -296,12 +296,15 @@ void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
 // again); the engine pads its outputs off that grid and gets whole
 // chunks. Up to kWholeTiles M tiles stay one chunk (splitting them cost
 // more than it saved). Measured in docs/PERFORMANCE.md ("Per-op timer").
-constexpr int64_t kChunkBytes = 1 << 20, kYSpan = 2 << 20;
+// K-quants get twice the XTile budget: their slice copy unpacks
+// super-blocks, which a chunk pays once per panel (docs/PERFORMANCE.md).
+constexpr int64_t kChunkBytes = 1 << 20, kChunkBytesK = 2 << 20, kYSpan = 2 << 20;
 constexpr int64_t kWholeTiles = 8;
 
-// How many chunks mt M tiles of nb blocks each run in (y rows ldy floats apart).
-int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy) {
-  const int64_t fit = std::max<int64_t>(4, kChunkBytes / (nb * int64_t(sizeof(XTile))));  // XTiles in L2
+// How many chunks mt M tiles of nb blocks each run in (y rows ldy floats
+// apart), chunk_bytes of XTiles each at most.
+int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy, int64_t chunk_bytes) {
+  const int64_t fit = std::max<int64_t>(4, chunk_bytes / (nb * int64_t(sizeof(XTile))));  // XTiles in L2
   if (mt <= std::min(fit, kWholeTiles)) return 1;
   const bool aliased = ldy * int64_t(sizeof(float)) % 1024 == 0;
   const int64_t span = aliased ? kYSpan / (16 * ldy * int64_t(sizeof(float))) : fit;  // M tiles
@@ -350,7 +353,7 @@ template <bool SUB16, bool MIN, bool DIRECT, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
-  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy);
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, SUB16 || MIN ? kChunkBytesK : kChunkBytes);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
     const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
