@@ -180,7 +180,7 @@ struct Walk {
 
 Walk plan_walk(int64_t n, int64_t nc, int64_t kp, size_t scratch_bytes) {
   const int64_t whole = 32 * std::max<int64_t>(2, kPassBytes / (64 * kp));  // rows over all of K
-  Walk w{std::min(n, std::max(whole, kMinPass)), nc, 1 << 30};
+  Walk w{std::min(n, std::max(whole, kMinPass)), nc, 1 << 30};  // group: every pair (one span)
   if (whole < kMinPass) w.span = std::min(nc, std::max(kKc, kPassBytes / (64 * w.pass) / kKc * kKc));
   const int64_t tile_sets = int64_t(scratch_bytes / 4096);  // [4][16, 16] floats each
   w.pass = std::min(w.pass, 32 * tile_sets);
@@ -218,7 +218,7 @@ void walk_group(const WeightView& w, const Walk& wk, int64_t g0, int64_t g1, con
           if (tr < 16) nkc = 0;
           Ahead ahead{next, pb, 0, 32 * nkc, (32 * nkc + mblocks * kc - 1) / (mblocks * kc)};
           for (int64_t i0 = m0; i0 < m1; i0 += 32) {
-            const Block k{xb + i0 * kp, kp, b,  pb, std::min<int64_t>(32, n - i0), std::min<int64_t>(32, g1 - p0),
+            const Block k{xb + i0 * kp, kp, b, pb, std::min<int64_t>(32, n - i0), std::min<int64_t>(32, g1 - p0),
                           tr, y + i0 * ldy + p0, ldy, pcs + (i0 - m0) / 32 * 1024};
             run_block(k, c0, kc, c0 + kc >= nc, buf, ahead);
           }

@@ -1,7 +1,7 @@
 // Owner of the KV memory: n_blocks blocks laid out as KvLayout says,
 // allocated once (page-aligned, huge pages where large, zeroed) and never
-// resized. Who may write
-// which block is decided above (block pool / sequence), not here.
+// resized. Who may write which block is decided above (block pool /
+// sequence), not here.
 #pragma once
 #include <cstdint>
 #include <span>
