@@ -111,11 +111,7 @@ AmxChoice measure_amx_rows(const std::string& type, int64_t rows, int64_t cols, 
 
 namespace {
 
-std::string ratio(double amx, double vnni) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2fx", amx / std::max(vnni, 1.0));
-  return b;
-}
+std::string ratio(double amx, double vnni) { return format_ratio(amx / std::max(vnni, 1.0)); }
 
 std::string rows_text(int min_rows) { return min_rows >= kAmxNever ? "never" : "n >= " + std::to_string(min_rows); }
 

@@ -133,4 +133,10 @@ std::string format_int(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+std::string format_ratio(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2fx", r);
+  return b;
+}
+
 }  // namespace kvs::tools

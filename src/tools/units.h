@@ -28,5 +28,7 @@ std::string format_bytes(double bytes);
 std::string format_si(double v, const std::string& unit);
 // Thousands separators: 327680 -> "327,680".
 std::string format_int(int64_t v);
+// A speed ratio: 1.2749 -> "1.27x".
+std::string format_ratio(double r);
 
 }  // namespace kvs::tools
