@@ -31,6 +31,7 @@ std::string fmt_str(const char* f, A... args) {
 struct BenchArgs {
   ModelArgs m;
   int p = 128, n = 64, reps = 5, depth = 0;
+  int ubatch = LocalSequence::kDefaultChunk;  // tokens per forward pass of the prefill test
   bool json = false, throttle = false, ops = false;
   std::string profile;  // empty: the default profile if one exists
   KvArgs kv;
@@ -168,7 +169,7 @@ BenchRuns measure_runs(const BenchArgs& a, Engine& e, LocalSequence& seq, int n_
       at_depth = false;
       e.reset_op_times();
       auto t0 = clock::now();
-      seq.eval(prompt.data(), a.p);
+      seq.eval(prompt.data(), a.p, false, a.ubatch);
       double s = std::chrono::duration<double>(clock::now() - t0).count();
       if (rep >= 0) pp.push_back(a.p / s);
       if (rep >= 0) collect_ops(e, r.pp_ops, s, a.p);
@@ -291,6 +292,11 @@ void add_bench(CLI::App& app, Runner& run) {
   add_model_args(c, a->m);
   c->add_option("-p,--n-prompt", a->p, "Prompt tokens for the prefill test (0 = skip)")->capture_default_str();
   c->add_option("-n,--n-gen", a->n, "Tokens for the decode test (0 = skip)")->capture_default_str();
+  c->add_option("--ubatch", a->ubatch,
+                "Prompt tokens per forward pass of the prefill test (llama-bench -ub; the default is serve's "
+                "--max-batch-tokens, so pp measures the chunks a served prompt runs in)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   c->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   c->add_option("-d,--depth", a->depth, "Decode test after this many tokens of context (llama-bench -d)")
       ->capture_default_str()

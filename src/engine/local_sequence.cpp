@@ -93,7 +93,9 @@ const std::vector<float>& LocalSequence::eval(const int32_t* tokens, int n, bool
   // Under a window the storage holds one chunk of kMaxWindowChunk tokens
   // beyond what the windows keep.
   const bool bounded = frees();
-  if (max_chunk <= 0) max_chunk = bounded ? kMaxWindowChunk : n;
+  // Longer prompts run in forwards of kDefaultChunk tokens: the activations
+  // stay bounded and in cache (the bits are the same in any chunking).
+  if (max_chunk <= 0) max_chunk = kDefaultChunk;
   if (bounded) max_chunk = std::min(max_chunk, int(kMaxWindowChunk));
   logits_.clear();
   const int nv = e_.model().config().n_vocab;

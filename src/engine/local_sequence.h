@@ -25,7 +25,7 @@ class LocalSequence {
   LocalSequence(Engine& e, int max_ctx, int block_size = 16, const KvCacheOptions& cache = {},
                 const WindowPolicy& window = {});
   // Appends `tokens` to the sequence (forwards of at most `max_chunk` tokens;
-  // 0 = one forward, or kMaxWindowChunk under a window policy); returns the
+  // 0 = kDefaultChunk, at most kMaxWindowChunk under a window policy); returns the
   // logits of the last token ([n_vocab]) or, with all_logits, of every
   // appended token ([n, n_vocab]).
   const std::vector<float>& eval(const int32_t* tokens, int n, bool all_logits = false, int max_chunk = 0);
@@ -57,6 +57,8 @@ class LocalSequence {
   void load_state(const std::vector<uint8_t>& bytes);
 
   static constexpr int kMaxWindowChunk = 512;
+  // serve's default --max-batch-tokens: prompts run in the chunks a served one does
+  static constexpr int kDefaultChunk = 512;
 
  private:
   Engine& e_;
