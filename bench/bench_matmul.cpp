@@ -21,6 +21,8 @@
 // VNNI ones on the same Panel16 weights, alternating call by call in one run;
 // counters GFLOP/s_amx, GFLOP/s_vnni and their ratio amx/vnni.
 // Run: bench_matmul --benchmark_filter='amx_vs_vnni
+// bf16_cold/...: the AmxBf16 copy at n = 16 .. 192 rows, one copy or cycled
+// through DRAM (ncoldN): a mixed step of decode and prompt rows.
 // bf16_vs_fp32/...: on a CPU with AMX-BF16, float weights as the AmxBf16 copy
 // (--prefill-precision bf16) and as the Panel16 copy (fp32, the default),
 // alternating call by call; counters GFLOP/s_bf16, GFLOP/s_fp32, bf16/fp32.
@@ -218,6 +220,37 @@ void BM_bf16_vs_fp32(benchmark::State& state, GgmlType t, Shape s, int64_t n, in
   state.SetLabel(s.what);
 }
 
+// bf16_cold/...: the AmxBf16 copy (--prefill-precision bf16) with the
+// weights cycled through DRAM (coldN) or one copy (N): a mixed step's n
+// decode and prompt rows, where the weight stream and the tile products
+// should overlap. GFLOP/s.
+void BM_bf16_cold(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads, bool cold) {
+  if (!kvs::amx_bf16_active()) {
+    state.SkipWithError("no AMX-BF16 here (CPU, OS, permission or KVS_ISA)");
+    return;
+  }
+  Copies c = make_weights(t, s, cold);
+  std::vector<kvs::PackedArena> arenas(static_cast<size_t>(c.count));
+  std::vector<kvs::WeightView> w;
+  for (int i = 0; i < c.count; ++i)
+    w.push_back(packed_view({t, c.mem.get() + c.matrix_bytes * size_t(i), s.rows, s.cols, kvs::row_bytes(t, s.cols)},
+                            kvs::PackLayout::AmxBf16, arenas[size_t(i)]));
+  kvs::ThreadPool pool(threads);
+  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : x) v = nd(rng);
+  size_t idx = 0;
+  for (auto _ : state) {
+    kvs::matmul(w[idx], x.data(), s.cols, n, y.data(), s.rows, pool);
+    benchmark::DoNotOptimize(y.data());
+    idx = (idx + 1) % w.size();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.rows) * double(s.cols) * double(n) / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(s.what);
+}
+
 // KVS_DECODE_VARIANT=PANELS,PREFETCH for every type; exits on a bad value.
 void apply_variant_from_env() {
   const char* e = std::getenv("KVS_DECODE_VARIANT");
@@ -266,6 +299,16 @@ int register_all() {
   register_pairs("amx_vs_vnni", BM_amx_vs_vnni,
                  {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::Q6_K}, {4, 8, 16, 128, 512});
   register_pairs("bf16_vs_fp32", BM_bf16_vs_fp32, {GgmlType::F16, GgmlType::BF16, GgmlType::F32}, {1, 16, 128, 512});
+  for (const Shape& s : kShapes)
+    for (int64_t n : {16, 48, 96, 192})
+      for (const bool cold : {false, true}) {
+        const std::string name = "bf16_cold/F16/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" +
+                                 (cold ? "cold" : "") + std::to_string(n) + "/t2";
+        benchmark::RegisterBenchmark(name.c_str(), BM_bf16_cold, GgmlType::F16, s, n, 2, cold)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.5);
+      }
   return 0;
 }
 const int registered = register_all();
