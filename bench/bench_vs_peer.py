@@ -5,7 +5,9 @@ Makes the bench models (kvserve writes the F16 1.1B random Llama; the peer's
 llama-quantize makes Q4_0, Q8_0 and Q4_K_M from it, so both programs read the
 same bytes), then for every type and thread count runs `kvserve bench` and
 `llama-bench` one after the other, PAIRS times (A B A B ...), and prints one
-markdown table: median tok/s of each, and the ratio of the medians. With
+markdown table: median tok/s of each, and the ratio of the medians. Both
+run a prompt in forwards of 512 tokens (kvserve --ubatch, llama-bench -ub,
+each one's default: serve's --max-batch-tokens). With
 --batched it also runs `kvserve batched-bench` and `llama-batched-bench` on
 --batched-type (Q8_0 by default) at B = 1, 4, 16. The CPU (lscpu: name, family / model, SIMD level)
 heads the table.
@@ -56,14 +58,14 @@ def make_models(a):
 
 def kvs_bench(a, model, threads):
     out = run([a.kvserve, "bench", "-m", model, "-p", str(a.pp), "-n", str(a.tg), "-r", str(a.reps),
-               "-t", str(threads), "--kv-type", "f16", "--prefill-precision", a.precision, "--json"])
+               "-t", str(threads), "--kv-type", "f16", "--prefill-precision", a.precision, "--ubatch", "512", "--json"])
     j = json.loads(out)
     return j["pp_tokens_per_s"], j["tg_tokens_per_s"]
 
 
 def peer_bench(a, model, threads):
     out = run([os.path.join(a.peer, "llama-bench"), "-m", model, "-p", str(a.pp), "-n", str(a.tg),
-               "-r", str(a.reps), "-t", str(threads), "-o", "json"])
+               "-r", str(a.reps), "-t", str(threads), "-ub", "512", "-o", "json"])
     pp = tg = None
     for row in json.loads(out):
         if row["n_prompt"] > 0 and row["n_gen"] == 0:
