@@ -84,3 +84,24 @@ TEST_P(KvEquivalence, IndependentOfChunkingBlockSizeAndBatch) {
 INSTANTIATE_TEST_SUITE_P(AllModels, KvEquivalence, ::testing::ValuesIn(kModels));
 
 }  // namespace
+
+// A prompt longer than LocalSequence::kDefaultChunk runs in several forwards
+// by default: the same bits as one forward over all of it, every position's
+// logits there, and the last token's alone without all_logits.
+TEST(KvEquivalenceDefaultChunk, LongPromptSplitsWithSameBits) {
+  auto model = Model::load(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
+  Engine engine(model, EngineOptions{2});
+  const int nv = model->config().n_vocab;
+  const int n = LocalSequence::kDefaultChunk + 77;
+  auto toks = random_tokens(n, nv, 5);
+  LocalSequence one(engine, n, 16);
+  const std::vector<float> ref = one.eval(toks.data(), n, true, n);  // one forward
+  LocalSequence split(engine, n, 16);
+  const std::vector<float> got = split.eval(toks.data(), n, true);  // kDefaultChunk, then the rest
+  ASSERT_EQ(got.size(), size_t(n) * nv);
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)));
+  LocalSequence last(engine, n, 16);
+  const std::vector<float> tail = last.eval(toks.data(), n);
+  ASSERT_EQ(tail.size(), size_t(nv));
+  EXPECT_EQ(0, std::memcmp(tail.data(), ref.data() + size_t(n - 1) * nv, size_t(nv) * sizeof(float)));
+}
