@@ -246,8 +246,10 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   const int tbl = kv.layout.table_of(l), slot = kv.layout.slot_of(l);
   const RopeKind& rk = ropes[size_t(c.layer_rope[size_t(l)])];
   const int64_t n_blocks = int64_t(plan.attn_blocks.size());
+  // Later blocks of a chunk see more keys: they go first, so the tasks
+  // left at the end are short ones and the threads finish together.
   pool->parallel_for(n_blocks * nkv, [&](int64_t task, int thread) {
-    const auto [t0, tb] = plan.attn_blocks[size_t(task % n_blocks)];
+    const auto [t0, tb] = plan.attn_blocks[size_t(n_blocks - 1 - task % n_blocks)];
     const int64_t t = t0 + tb - 1;  // the block's last token describes the block (attention.h)
     const int g = int(task / n_blocks);
     const ChunkPlan& ch = plan.chunks[size_t(plan.chunk_of[t])];
