@@ -8,7 +8,9 @@
 #include <cstring>
 #include <random>
 
+#include "engine/kv_eval.h"
 #include "engine/local_sequence.h"
+#include "engine/perplexity.h"
 #include "kv/block_storage.h"
 #include "model/model.h"
 #include "engine_test_util.h"
@@ -104,4 +106,36 @@ TEST(KvEquivalenceDefaultChunk, LongPromptSplitsWithSameBits) {
   const std::vector<float> tail = last.eval(toks.data(), n);
   ASSERT_EQ(tail.size(), size_t(nv));
   EXPECT_EQ(0, std::memcmp(tail.data(), ref.data() + size_t(n - 1) * nv, size_t(nv) * sizeof(float)));
+}
+
+// Perplexity and kv_eval score a long context a piece at a time (no
+// [ctx, n_vocab] logits, none for the unscored half): the same NLL as
+// every position's logits from one forward, summed in the same order.
+TEST(KvEquivalenceDefaultChunk, PerplexityScoresLongContextsByPieces) {
+  auto model = Model::load(test::shared("models/tiny-random/tiny-llama-q4_0.gguf"));
+  Engine engine(model, EngineOptions{2});
+  const int nv = model->config().n_vocab;
+  const int ctx = 2 * LocalSequence::kDefaultChunk + 200;  // scored half: two pieces
+  const std::vector<int32_t> toks = random_tokens(ctx, nv, 9);  // one chunk
+  double nll = 0;
+  int64_t scored = 0;
+  LocalSequence one(engine, ctx, 16);
+  const std::vector<float> lg = one.eval(toks.data(), ctx, true, ctx);  // [ctx, nv]: one forward
+  for (int j = ctx / 2; j < ctx - 1; ++j, ++scored) nll += token_nll(&lg[size_t(j) * nv], nv, toks[size_t(j) + 1]);
+  const std::vector<int> t(toks.begin(), toks.end());
+  const PerplexityResult r = perplexity(engine, t, ctx, -1);
+  EXPECT_EQ(r.n_scored, scored);
+  EXPECT_EQ(r.nll, nll / double(scored));
+  // kv_eval: the f32 cache against itself, and an int8 cache against f32,
+  // each side equal to perplexity() with that cache.
+  const KvEvalResult same = kv_eval(engine, t, ctx, -1, {});
+  EXPECT_EQ(same.ppl, r.ppl);
+  EXPECT_EQ(same.ppl_ref, r.ppl);
+  KvEvalOptions o;
+  o.cache.type = KvType::Int8;
+  const KvEvalResult q = kv_eval(engine, t, ctx, -1, o);
+  EXPECT_EQ(q.ppl_ref, r.ppl);
+  EXPECT_EQ(q.ppl, perplexity(engine, t, ctx, -1, nullptr, o.cache).ppl);
+  EXPECT_GT(q.kl, 0.0);
+  EXPECT_EQ(q.n_scored, scored);
 }

@@ -46,33 +46,34 @@ KvEvalResult kv_eval(Engine& e, const std::vector<int>& tokens, int ctx, int bos
   int64_t agree = 0;
   std::vector<int32_t> chunk(size_t(ctx), 0);
   std::vector<double> lp, lq;
-  std::vector<float> ref_logits;
   for (int c = 0; c < r.n_chunks; ++c) {
     for (int i = 0; i < ctx; ++i) chunk[size_t(i)] = tokens[size_t(c) * ctx + i];
     if (bos >= 0) chunk[0] = bos;
-    if (!same) {
-      ref.reset();
-      ref_logits = ref.eval(chunk.data(), ctx, /*all_logits=*/true);  // [ctx, n_vocab]
-    }
+    ref.reset();
     pol.reset();
-    const std::vector<float>& lg = pol.eval(chunk.data(), ctx, /*all_logits=*/true);  // [ctx, n_vocab]
-    const std::vector<float>& rl = same ? lg : ref_logits;
-    for (int j = first; j < ctx - 1; ++j) {
-      const int target = tokens[size_t(c) * ctx + j + 1];
-      const float* q = &lg[size_t(j) * nv];
-      const float* p = &rl[size_t(j) * nv];
-      nll += token_nll(q, nv, target);
-      nll_ref += token_nll(p, nv, target);
-      if (!same) {
-        log_softmax(p, nv, lp);
-        log_softmax(q, nv, lq);
-        double d = 0;
-        for (int i = 0; i < nv; ++i) d += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
-        kl += std::max(0.0, d);
+    if (!same) ref.eval(chunk.data(), first);  // the context half: not scored
+    pol.eval(chunk.data(), first);
+    for_each_scored_piece(ctx, [&](int p0, int n) {
+      const int32_t* piece = &chunk[size_t(p0)];
+      const std::vector<float>& lg = pol.eval(piece, n, /*all_logits=*/true);  // [n, n_vocab]
+      const std::vector<float>& rl = same ? lg : ref.eval(piece, n, /*all_logits=*/true);  // [n, n_vocab]
+      for (int j = p0; j < std::min(p0 + n, ctx - 1); ++j) {
+        const int target = tokens[size_t(c) * ctx + j + 1];
+        const float* q = &lg[size_t(j - p0) * nv];
+        const float* p = &rl[size_t(j - p0) * nv];
+        nll += token_nll(q, nv, target);
+        nll_ref += token_nll(p, nv, target);
+        if (!same) {
+          log_softmax(p, nv, lp);
+          log_softmax(q, nv, lq);
+          double d = 0;
+          for (int i = 0; i < nv; ++i) d += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
+          kl += std::max(0.0, d);
+        }
+        agree += argmax(p, nv) == argmax(q, nv);
+        ++r.n_scored;
       }
-      agree += argmax(p, nv) == argmax(q, nv);
-      ++r.n_scored;
-    }
+    });
     if (progress) progress(c + 1, r.n_chunks, std::exp(nll / double(r.n_scored)));
   }
   r.ppl = std::exp(nll / double(r.n_scored));

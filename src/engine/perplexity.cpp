@@ -1,5 +1,6 @@
 #include "engine/perplexity.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -15,6 +16,11 @@ double token_nll(const float* logits, int n_vocab, int target) {
   double sum = 0;
   for (int i = 0; i < n_vocab; ++i) sum += std::exp(double(logits[i]) - mx);
   return -(double(logits[target]) - mx - std::log(sum));
+}
+
+void for_each_scored_piece(int ctx, const std::function<void(int p0, int n)>& piece) {
+  for (int p0 = ctx / 2; p0 < ctx; p0 += LocalSequence::kDefaultChunk)
+    piece(p0, std::min(LocalSequence::kDefaultChunk, ctx - p0));
 }
 
 PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, int bos,
@@ -35,11 +41,14 @@ PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, 
     for (int i = 0; i < ctx; ++i) chunk[i] = tokens[size_t(c) * ctx + i];
     if (bos >= 0) chunk[0] = bos;
     seq.reset();
-    const std::vector<float>& lg = seq.eval(chunk.data(), ctx, /*all_logits=*/true);  // [ctx, n_vocab]
-    for (int j = first; j < ctx - 1; ++j) {
-      nll += token_nll(&lg[size_t(j) * nv], nv, tokens[size_t(c) * ctx + j + 1]);
-      ++r.n_scored;
-    }
+    seq.eval(chunk.data(), first);  // the context half: not scored
+    for_each_scored_piece(ctx, [&](int p0, int n) {
+      const std::vector<float>& lg = seq.eval(&chunk[size_t(p0)], n, /*all_logits=*/true);  // [n, n_vocab]
+      for (int j = p0; j < std::min(p0 + n, ctx - 1); ++j) {
+        nll += token_nll(&lg[size_t(j - p0) * nv], nv, tokens[size_t(c) * ctx + j + 1]);
+        ++r.n_scored;
+      }
+    });
     r.chunk_ppl.push_back(std::exp(nll / r.n_scored));
     if (progress) progress(c + 1, r.n_chunks, r.chunk_ppl.back());
   }

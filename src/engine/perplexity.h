@@ -24,6 +24,13 @@ PerplexityResult perplexity(Engine& e, const std::vector<int>& tokens, int ctx, 
                             const std::function<void(int, int, double)>& progress = nullptr,
                             const KvCacheOptions& cache = {}, int block_size = 16);
 
+// The scored part of one chunk, a piece at a time: calls piece(p0, n) for
+// consecutive pieces of at most LocalSequence::kDefaultChunk positions that
+// cover [ctx / 2, ctx), after the caller fed positions [0, ctx / 2) without
+// logits. Only a piece's logits are ever held ([n, n_vocab]), not the
+// chunk's, and the unscored half gets none (no classifier rows for it).
+void for_each_scored_piece(int ctx, const std::function<void(int p0, int n)>& piece);
+
 // -log softmax(logits)[target], computed in double.
 double token_nll(const float* logits, int n_vocab, int target);
 
