@@ -1,0 +1,171 @@
+// The inner loops of the AVX-512 tiled attention kernel
+// (kernels/flash_rows_impl.h) alone, all in L1, one thread, and variants of
+// them: what bounds the exact fp32 attention (docs/PERFORMANCE.md, seventh
+// session). One unit is a row group (16 query rows, lanes = rows) against a
+// 16-key tile at head_dim 64: 1,024 FMAs per loop.
+//   regs        16 independent FMA chains, register operands only: the peak
+//   scores      the kernel's score loop: per d, one query vector and 16 key
+//               broadcasts from memory, 16 chains
+//   scores_regk the same with the 16 keys held in registers: what the
+//               broadcasts cost
+//   values      the kernel's value loop: per key, 8 output chains and 8
+//               value broadcasts, eight d at a time
+//   scores4 / values4  four row groups at once: each broadcast feeds four
+//               chains (4 query or p vectors + 4 broadcasts per 16 FMAs)
+// Counter: GFLOP/s (2 per FMA lane).
+// Run: build/bench_flash_loops
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "kernels/cpu.h"
+#include "kernels/target_region.h"
+
+namespace {
+
+constexpr int kHd = 64, kKeys = 16, kL = 16;
+
+bool have_avx512(benchmark::State& st) {
+  const kvs::Isa isa = kvs::active_isa();
+  if (isa == kvs::Isa::Avx512 || isa == kvs::Isa::Amx) return true;
+  st.SkipWithError("no AVX-512 here (or KVS_ISA lowered it)");
+  return false;
+}
+
+struct alignas(64) Data {
+  float k[kKeys * kHd];        // [16 keys, hd] a tile's keys (values too)
+  float q[4][kHd * kL];        // [4 groups][hd, 16 lanes] scaled queries
+  float o[4][kHd * kL];        // [4 groups][hd, 16 lanes] outputs
+  float p[4][kKeys * kL];      // [4 groups][16 keys, 16 lanes] probabilities
+  float s[4][kKeys * kL];      // scores out
+  Data() {
+    for (int i = 0; i < kKeys * kHd; ++i) k[i] = 1e-4f * float(i % 97);
+    for (int g = 0; g < 4; ++g) {
+      for (int i = 0; i < kHd * kL; ++i) q[g][i] = 1e-3f, o[g][i] = 0.0f;
+      for (int i = 0; i < kKeys * kL; ++i) p[g][i] = 1e-6f;
+    }
+  }
+};
+
+KVS_TARGET_BEGIN("avx512f,avx2,fma")
+
+__attribute__((noinline)) void regs(Data& d) {
+  __m512 acc[16];
+  __m512 a = _mm512_load_ps(d.q[0]), b = _mm512_load_ps(d.q[1]);
+  for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+  for (int i = 0; i < kHd; ++i) {
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_fmadd_ps(a, b, acc[t]);
+    __asm__("" : "+v"(a));
+  }
+  for (int t = 0; t < 16; ++t) _mm512_store_ps(d.s[0] + t * kL, acc[t]);
+}
+
+template <bool KeysInRegs>
+__attribute__((noinline)) void scores(Data& d) {
+  __m512 acc[16], kr[12];
+  for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+  for (int t = 0; t < 12; ++t) kr[t] = _mm512_set1_ps(d.k[t * kHd]);
+#pragma GCC unroll 4
+  for (int i = 0; i < kHd; ++i) {
+    const __m512 x = _mm512_load_ps(d.q[0] + i * kL);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t)
+      acc[t] = _mm512_fmadd_ps(KeysInRegs ? kr[t % 12] : _mm512_set1_ps(d.k[t * kHd + i]), x, acc[t]);
+  }
+  for (int t = 0; t < 16; ++t) _mm512_store_ps(d.s[0] + t * kL, acc[t]);
+}
+
+__attribute__((noinline)) void values(Data& d) {
+  for (int i = 0; i < kHd; i += 8) {
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_load_ps(d.o[0] + (i + j) * kL);
+#pragma GCC unroll 16
+    for (int t = 0; t < kKeys; ++t) {
+      const __m512 pt = _mm512_load_ps(d.p[0] + t * kL);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(d.k[t * kHd + i + j]), pt, a[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) _mm512_store_ps(d.o[0] + (i + j) * kL, a[j]);
+  }
+}
+
+__attribute__((noinline)) void scores4(Data& d) {
+  for (int kb = 0; kb < kKeys; kb += 4) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) a[g][t] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int i = 0; i < kHd; ++i) {
+      __m512 x[4];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) x[g] = _mm512_load_ps(d.q[g] + i * kL);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512 kd = _mm512_set1_ps(d.k[(kb + t) * kHd + i]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) a[g][t] = _mm512_fmadd_ps(kd, x[g], a[g][t]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) _mm512_store_ps(d.s[g] + (kb + t) * kL, a[g][t]);
+  }
+}
+
+__attribute__((noinline)) void values4(Data& d) {
+  for (int i = 0; i < kHd; i += 4) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) a[g][j] = _mm512_load_ps(d.o[g] + (i + j) * kL);
+#pragma GCC unroll 2
+    for (int t = 0; t < kKeys; ++t) {
+      __m512 pg[4];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        pg[g] = _mm512_load_ps(d.p[g] + t * kL);
+        __asm__("" : "+v"(pg[g]));  // one load per key, not one per FMA
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512 vd = _mm512_set1_ps(d.k[t * kHd + i + j]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) a[g][j] = _mm512_fmadd_ps(vd, pg[g], a[g][j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) _mm512_store_ps(d.o[g] + (i + j) * kL, a[g][j]);
+  }
+}
+
+KVS_TARGET_END()
+
+// fn runs `groups` row groups against one tile per call.
+void run(benchmark::State& st, void (*fn)(Data&), int groups) {
+  if (!have_avx512(st)) return;
+  static Data d;
+  for (auto _ : st) {
+    fn(d);
+    benchmark::ClobberMemory();
+  }
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * kL * kKeys * kHd * groups, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK_CAPTURE(run, regs, regs, 1);
+BENCHMARK_CAPTURE(run, scores, scores<false>, 1);
+BENCHMARK_CAPTURE(run, scores_regk, scores<true>, 1);
+BENCHMARK_CAPTURE(run, values, values, 1);
+BENCHMARK_CAPTURE(run, scores4, scores4, 4);
+BENCHMARK_CAPTURE(run, values4, values4, 4);
+
+}  // namespace
