@@ -93,39 +93,53 @@ __attribute__((noinline)) void values(Data& d) {
   }
 }
 
+// a[g][c] += broadcast(b[c * stride]) * v[g] for g, c < 4: each of four
+// broadcasts feeds four chains.
+inline __attribute__((always_inline)) void fma4x4(__m512 (*a)[4], const __m512* v, const float* b, int stride) {
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 bc = _mm512_set1_ps(b[c * stride]);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) a[g][c] = _mm512_fmadd_ps(bc, v[g], a[g][c]);
+  }
+}
+
+// a[g][c] from or to rows[g] + (c0 + c) * kL for g, c < 4.
+template <int N>
+inline __attribute__((always_inline)) void load4x4(__m512 (*a)[4], const float (*rows)[N], int c0) {
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) a[g][c] = _mm512_load_ps(rows[g] + (c0 + c) * kL);
+}
+template <int N>
+inline __attribute__((always_inline)) void store4x4(const __m512 (*a)[4], float (*rows)[N], int c0) {
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) _mm512_store_ps(rows[g] + (c0 + c) * kL, a[g][c]);
+}
+
 __attribute__((noinline)) void scores4(Data& d) {
   for (int kb = 0; kb < kKeys; kb += 4) {
     __m512 a[4][4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) a[g][t] = _mm512_setzero_ps();
+    for (auto& row : a)
+      for (auto& x : row) x = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int i = 0; i < kHd; ++i) {
       __m512 x[4];
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) x[g] = _mm512_load_ps(d.q[g] + i * kL);
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        const __m512 kd = _mm512_set1_ps(d.k[(kb + t) * kHd + i]);
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) a[g][t] = _mm512_fmadd_ps(kd, x[g], a[g][t]);
-      }
+      fma4x4(a, x, d.k + kb * kHd + i, kHd);  // keys kb .. kb + 3 at d = i
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) _mm512_store_ps(d.s[g] + (kb + t) * kL, a[g][t]);
+    store4x4(a, d.s, kb);
   }
 }
 
 __attribute__((noinline)) void values4(Data& d) {
   for (int i = 0; i < kHd; i += 4) {
     __m512 a[4][4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) a[g][j] = _mm512_load_ps(d.o[g] + (i + j) * kL);
+    load4x4(a, d.o, i);
 #pragma GCC unroll 2
     for (int t = 0; t < kKeys; ++t) {
       __m512 pg[4];
@@ -134,17 +148,9 @@ __attribute__((noinline)) void values4(Data& d) {
         pg[g] = _mm512_load_ps(d.p[g] + t * kL);
         __asm__("" : "+v"(pg[g]));  // one load per key, not one per FMA
       }
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        const __m512 vd = _mm512_set1_ps(d.k[t * kHd + i + j]);
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) a[g][j] = _mm512_fmadd_ps(vd, pg[g], a[g][j]);
-      }
+      fma4x4(a, pg, d.k + t * kHd + i, 1);  // key t's values at d = i .. i + 3
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g)
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) _mm512_store_ps(d.o[g] + (i + j) * kL, a[g][j]);
+    store4x4(a, d.o, i);
   }
 }
 
