@@ -95,7 +95,14 @@ Copies make_weights(GgmlType t, const Shape& s, bool cold) {
   return c;
 }
 
-void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads, bool cold) {
+// precision Bf16: float weights as the AmxBf16 copy (--prefill-precision bf16).
+void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads, bool cold,
+               kvs::MatmulPrecision precision) {
+  const bool bf16 = precision == kvs::MatmulPrecision::Bf16;
+  if (bf16 && !kvs::amx_bf16_active()) {
+    state.SkipWithError("no AMX-BF16 here (CPU, OS, permission or KVS_ISA)");
+    return;
+  }
   Copies c = make_weights(t, s, cold);
   kvs::ThreadPool pool(threads);
   std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
@@ -107,18 +114,18 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
   w.rows = s.rows;
   w.cols = s.cols;
   w.row_stride = kvs::row_bytes(t, s.cols);
-  // Panel16 copies, one per weight copy, exactly as Model::load makes them.
+  // Packed copies (Panel16, or AmxBf16), one per weight copy, exactly as Model::load makes them.
   std::vector<kvs::PackedArena> arenas;
   std::vector<const uint8_t*> packed;
   const char* rp = std::getenv("KVS_REPACK");
-  if (!(rp && std::string(rp) == "0") && kvs::packable(w)) {
+  if (bf16 || (!(rp && std::string(rp) == "0") && kvs::packable(w))) {
     for (int i = 0; i < c.count; ++i) {
       kvs::WeightView wi = w;
       wi.data = c.mem.get() + c.matrix_bytes * size_t(i);
-      arenas.push_back(kvs::pack_weights({{&wi, false}}));
+      arenas.push_back(kvs::pack_weights({{&wi, false}}, nullptr, precision));
       packed.push_back(wi.packed);
+      w.pack = wi.pack;
     }
-    w.pack = kvs::pack_layout_for(kvs::active_isa());
   }
   int idx = 0;
   const double cpu0 = thread_cpu_seconds();
@@ -141,7 +148,10 @@ void BM_matmul(benchmark::State& state, GgmlType t, Shape s, int64_t n, int thre
                                                 benchmark::Counter::kIsRate);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
-  const std::string path = kvs::amx_tiles_run(w, n) ? " amx tiles" : packed.empty() ? "" : " panel16";
+  const std::string path = bf16                         ? " amx bf16"
+                           : kvs::amx_tiles_run(w, n) ? " amx tiles"
+                           : packed.empty()           ? ""
+                                                      : " panel16";
   state.SetLabel(kvs::isa_name(kvs::active_isa()) + " " + s.what + path);
 }
 
@@ -220,37 +230,6 @@ void BM_bf16_vs_fp32(benchmark::State& state, GgmlType t, Shape s, int64_t n, in
   state.SetLabel(s.what);
 }
 
-// bf16_cold/...: the AmxBf16 copy (--prefill-precision bf16) with the
-// weights cycled through DRAM (coldN) or one copy (N): a mixed step's n
-// decode and prompt rows, where the weight stream and the tile products
-// should overlap. GFLOP/s.
-void BM_bf16_cold(benchmark::State& state, GgmlType t, Shape s, int64_t n, int threads, bool cold) {
-  if (!kvs::amx_bf16_active()) {
-    state.SkipWithError("no AMX-BF16 here (CPU, OS, permission or KVS_ISA)");
-    return;
-  }
-  Copies c = make_weights(t, s, cold);
-  std::vector<kvs::PackedArena> arenas(static_cast<size_t>(c.count));
-  std::vector<kvs::WeightView> w;
-  for (int i = 0; i < c.count; ++i)
-    w.push_back(packed_view({t, c.mem.get() + c.matrix_bytes * size_t(i), s.rows, s.cols, kvs::row_bytes(t, s.cols)},
-                            kvs::PackLayout::AmxBf16, arenas[size_t(i)]));
-  kvs::ThreadPool pool(threads);
-  std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));  // [n, cols], [n, rows]
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& v : x) v = nd(rng);
-  size_t idx = 0;
-  for (auto _ : state) {
-    kvs::matmul(w[idx], x.data(), s.cols, n, y.data(), s.rows, pool);
-    benchmark::DoNotOptimize(y.data());
-    idx = (idx + 1) % w.size();
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.rows) * double(s.cols) * double(n) / 1e9,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(s.what);
-}
-
 // KVS_DECODE_VARIANT=PANELS,PREFETCH for every type; exits on a bad value.
 void apply_variant_from_env() {
   const char* e = std::getenv("KVS_DECODE_VARIANT");
@@ -291,7 +270,8 @@ int register_all() {
           const std::string tag = n == 0 ? "1hot" : n < 0 ? std::to_string(-n) + "cold" : std::to_string(n);
           const std::string name = kvs::type_name(t) + "/" + std::to_string(s.rows) + "x" +
                                    std::to_string(s.cols) + "/n" + tag + "/t" + std::to_string(threads);
-          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n == 0 ? 1 : n < 0 ? -n : n, threads, cold)
+          benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s, n == 0 ? 1 : n < 0 ? -n : n, threads, cold,
+                                       kvs::MatmulPrecision::Fp32)
               ->UseRealTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(n == 1 ? 0.3 : 0.5);
@@ -304,7 +284,7 @@ int register_all() {
       for (const bool cold : {false, true}) {
         const std::string name = "bf16_cold/F16/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) + "/n" +
                                  (cold ? "cold" : "") + std::to_string(n) + "/t2";
-        benchmark::RegisterBenchmark(name.c_str(), BM_bf16_cold, GgmlType::F16, s, n, 2, cold)
+        benchmark::RegisterBenchmark(name.c_str(), BM_matmul, GgmlType::F16, s, n, 2, cold, kvs::MatmulPrecision::Bf16)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.5);

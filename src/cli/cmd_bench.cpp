@@ -91,7 +91,7 @@ Stat decode_rate(Engine& e, int depth, int n, int reps, const KvCacheOptions& kv
   std::uniform_int_distribution<int> tok(3, n_vocab - 1);
   std::vector<int32_t> ctx(static_cast<size_t>(depth));
   for (auto& t : ctx) t = tok(rng);
-  if (depth > 0) seq.eval(ctx.data(), depth, false, 512);
+  if (depth > 0) seq.eval(ctx.data(), depth);
   std::vector<double> rates;
   for (int rep = 0; rep < reps; ++rep) {
     seq.truncate(depth);
@@ -182,7 +182,7 @@ BenchRuns measure_runs(const BenchArgs& a, Engine& e, LocalSequence& seq, int n_
       } else {
         seq.reset();
         if (a.depth > 0) {
-          seq.eval(ctx_prompt.data(), a.depth, false, 512);
+          seq.eval(ctx_prompt.data(), a.depth);
           at_depth = true;
         }
       }

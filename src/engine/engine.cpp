@@ -41,10 +41,10 @@ struct Engine::Impl {
   BatchPlan plan;
   LargeVec<float> x, xn;            // [T, dim]
   LargeVec<float> q, k, v;          // [T, q_ld], [T, n_kv*hd], [T, n_kv*hd] (q: n_heads*hd used)
-  LargeVec<float> att;              // [T, att_ld]: n_heads*hd used
+  LargeVec<float> att;              // [T, q_ld]: n_heads*hd used
   LargeVec<float> proj;             // [T, proj_ld]: dim used
   LargeVec<float> gate, up;         // [T, ffn_ld]: ffn used
-  int64_t q_ld = 0, att_ld = 0, proj_ld = 0, ffn_ld = 0;  // row strides (padded_ld)
+  int64_t q_ld = 0, proj_ld = 0, ffn_ld = 0;  // row strides (padded_ld); q_ld: att's too
   MoeFfn moe;                       // mixture-of-experts layers: routing and expert buffers
   // Per kind of RoPE (ModelConfig::ropes): its frequencies and tables.
   struct RopeKind {
@@ -181,7 +181,7 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   ffn_ld = padded_ld(c.ffn_dim);
   for (auto* b : {&x, &xn}) b->resize(T * dim);
   proj.resize(T * proj_ld);
-  q_ld = att_ld = padded_ld(qdim);
+  q_ld = padded_ld(qdim);
   for (auto* b : {&q, &att}) b->resize(T * q_ld);
   for (auto* b : {&k, &v}) b->resize(T * kvdim);
   if (c.moe.n_expert == 0)
@@ -272,7 +272,7 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
       as.own_k = &stage_k[size_t(row) * kvdim];
       as.own_v = &stage_v[size_t(row) * kvdim];
     }
-    attention_group_block(&q[t0 * q_ld], size_t(q_ld), tb, kv, slot, as, g, shape, &att[t0 * att_ld], size_t(att_ld),
+    attention_group_block(&q[t0 * q_ld], size_t(q_ld), tb, kv, slot, as, g, shape, &att[t0 * q_ld], size_t(q_ld),
                           attn_scratch[thread].data());
   });
 }
@@ -327,7 +327,7 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   lap(OpPhase::RopeKv);
   attend(kv, l);
   lap(OpPhase::Attention);
-  mm(L.wo, att.data(), att_ld, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
+  mm(L.wo, att.data(), q_ld, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
   add_bias(proj.data(), proj_ld, L.bo, plan.n_tokens, dim);
   lap(OpPhase::AttnOut);
   per_token([&](int64_t t) {

@@ -329,7 +329,6 @@ std::string now_utc() {
   return b;
 }
 
-
 }  // namespace
 
 std::string lower_ascii(std::string s) {
@@ -349,8 +348,6 @@ GgmlType weight_type_from_name(const std::string& name) {
   }
   throw std::invalid_argument("kernel probe: unknown weight type '" + name + "'");
 }
-
-
 
 KernelRate measure_kernel(const std::string& type, int64_t rows, int64_t cols, const std::vector<int>& ns,
                           uint64_t buffer_bytes, int threads, int runs, double seconds) {
