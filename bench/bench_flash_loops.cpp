@@ -12,6 +12,9 @@
 //               value broadcasts, eight d at a time
 //   scores4 / values4  four row groups at once: each broadcast feeds four
 //               chains (4 query or p vectors + 4 broadcasts per 16 FMAs)
+//   values_rows the value loop with the outputs row-major (lanes along d, as
+//               the kernel keeps them for few rows): per key 4 value loads
+//               and 4 p broadcasts feed 16 chains, half the loads of values
 // Counter: GFLOP/s (2 per FMA lane).
 // Run: build/bench_flash_loops
 #include <benchmark/benchmark.h>
@@ -39,6 +42,7 @@ struct alignas(64) Data {
   float o[4][kHd * kL];        // [4 groups][hd, 16 lanes] outputs
   float p[4][kKeys * kL];      // [4 groups][16 keys, 16 lanes] probabilities
   float s[4][kKeys * kL];      // scores out
+  float orow[kL * kHd];        // [16 rows, hd] outputs, row-major (values_rows)
   Data() {
     for (int i = 0; i < kKeys * kHd; ++i) k[i] = 1e-4f * float(i % 97);
     for (int g = 0; g < 4; ++g) {
@@ -154,6 +158,34 @@ __attribute__((noinline)) void values4(Data& d) {
   }
 }
 
+// Outputs row-major (lanes along d), four rows x four d vectors at a time:
+// per key four value loads and four p broadcasts feed sixteen chains.
+__attribute__((noinline)) void values_rows(Data& d) {
+  for (int j0 = 0; j0 < kL; j0 += 4) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) a[j][c] = _mm512_load_ps(d.orow + (j0 + j) * kHd + 16 * c);
+#pragma GCC unroll 4
+    for (int t = 0; t < kKeys; ++t) {
+      __m512 v[4];
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) v[c] = _mm512_load_ps(d.k + t * kHd + 16 * c);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512 pj = _mm512_set1_ps(d.p[0][t * kL + j0 + j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) a[j][c] = _mm512_fmadd_ps(pj, v[c], a[j][c]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) _mm512_store_ps(d.orow + (j0 + j) * kHd + 16 * c, a[j][c]);
+  }
+}
+
 KVS_TARGET_END()
 
 // fn runs `groups` row groups against one tile per call.
@@ -173,5 +205,6 @@ BENCHMARK_CAPTURE(run, scores_regk, scores<true>, 1);
 BENCHMARK_CAPTURE(run, values, values, 1);
 BENCHMARK_CAPTURE(run, scores4, scores4, 4);
 BENCHMARK_CAPTURE(run, values4, values4, 4);
+BENCHMARK_CAPTURE(run, values_rows, values_rows, 1);
 
 }  // namespace
