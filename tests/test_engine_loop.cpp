@@ -656,3 +656,43 @@ TEST(EngineLoop, GrammarConstrainsEverySampledOutput) {
   EXPECT_TRUE(said == "The cat." || said == "The dog.") << said;
   EXPECT_EQ(c.fin(res.id), FinishReason::Stop);
 }
+
+// A grammar that validates but nests too deep for the matcher (a long run
+// of rules that may be empty) fails its own request and nothing else: at
+// admission it is turned away as invalid; where the nesting comes after a
+// first word, that choice ends with an error at that point. A request
+// decoding beside them runs to its end, and the loop serves the next one.
+TEST(EngineLoop, GrammarTooDeepToMatchFailsItsRequestAlone) {
+  if (!test::shared_available()) GTEST_SKIP() << "no ../shared";
+  Fixture f("stories260K/stories260K.gguf");
+  EngineLoop loop(*f.engine, f.tok.get(), loop_opts(256, 16, 512, 8, true));
+  std::string run;
+  for (int i = 0; i < 3000; ++i) run += " n";
+  const std::string rest = " \"x\"\nn ::= \"\" | \"y\"\n";
+  auto at_start = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf("root ::=" + run + rest));
+  auto later = std::make_shared<const grammar::Grammar>(grammar::parse_gbnf("root ::= \"Once\"" + run + rest));
+  std::vector<int32_t> prompt = {1};
+  for (int t : f.tok->encode("Once upon a time", false, false)) prompt.push_back(t);
+  Collected c;
+  const SubmitResult plain = loop.submit(make_request({prompt, 40}, c));
+  Request a = make_request({prompt, 20}, c);
+  a.grammar = at_start;
+  Request b = make_request({{1}, 20}, c);
+  b.grammar = later;
+  const SubmitResult ra = loop.submit(std::move(a)), rb = loop.submit(std::move(b));
+  ASSERT_TRUE(plain.accepted && ra.accepted && rb.accepted);
+  loop.wait_idle();
+  const TokenEvent fa = c.finals[std::make_pair(ra.id, 0)], fb = c.finals[std::make_pair(rb.id, 0)];
+  EXPECT_EQ(fa.finish, FinishReason::Rejected);
+  EXPECT_EQ(fa.reject_reason, RejectReason::Invalid);
+  EXPECT_NE(fa.message.find("nesting too deep"), std::string::npos) << fa.message;
+  EXPECT_EQ(fb.finish, FinishReason::Error);
+  EXPECT_NE(fb.message.find("nesting too deep"), std::string::npos) << fb.message;
+  EXPECT_EQ(c.fin(plain.id), FinishReason::Length);
+  EXPECT_EQ(c.tk(plain.id).size(), 40u);
+  Collected c2;
+  const SubmitResult next = loop.submit(make_request({prompt, 8}, c2));
+  ASSERT_TRUE(next.accepted);
+  loop.wait_idle();
+  EXPECT_EQ(c2.fin(next.id), FinishReason::Length);
+}

@@ -134,6 +134,61 @@ TEST(JsonSchema, StrictObjectsEnumsArraysRefsAnyOf) {
                GrammarError);
 }
 
+// Deep grammars are refused when they are built, with a message that says
+// what to change, before any matcher or server thread recurses into them:
+// a chain of rules before the first character (one past the bound fails,
+// the bound itself passes), a long left-recursive cycle (named), and JSON
+// schemas nested past their limit.
+TEST(Gbnf, DeepGrammarsAreRefusedAtBuild) {
+  auto chain = [](int n) {
+    std::string g = "root ::= r0\n";
+    for (int i = 0; i < n; ++i) g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+    return g + "r" + std::to_string(n) + " ::= \"a\"\n";
+  };
+  // root + r0..rn: n + 2 rules deep.
+  EXPECT_TRUE(full(chain(int(Grammar::kMaxLeadingDepth) - 2), "a"));
+  EXPECT_NE(error_of(chain(int(Grammar::kMaxLeadingDepth) - 1)).find("nests more than 1000 rules deep"), std::string::npos)
+      << error_of(chain(int(Grammar::kMaxLeadingDepth) - 1));
+  EXPECT_NE(error_of(chain(5000)).find("flatten the grammar"), std::string::npos);
+  std::string cycle = "root ::= c0\n";
+  for (int i = 0; i < 20000; ++i) cycle += "c" + std::to_string(i) + " ::= c" + std::to_string((i + 1) % 20000) + " | \"b\"\n";
+  EXPECT_NE(error_of(cycle).find("left-recursive"), std::string::npos);
+  auto nested = [](int depth, const std::string& key) {  // built from the top down: no copies
+    ojson root;
+    ojson* at = &root;
+    for (int i = 0; i < depth; ++i)
+      if (key == "items") {
+        (*at)["type"] = "array";
+        at = &(*at)["items"];
+      } else {
+        (*at)["anyOf"] = ojson::array({ojson::object()});
+        at = &(*at)["anyOf"][0];
+      }
+    *at = {{"type", "integer"}};
+    return root;
+  };
+  EXPECT_TRUE(full(json_schema_gbnf(nested(40, "items")), "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[7]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"));
+  for (const char* key : {"items", "anyOf"}) {
+    try {
+      json_schema_gbnf(nested(5000, key));
+      ADD_FAILURE() << key << " nested 5000 deep accepted";
+    } catch (const GrammarError& e) {
+      EXPECT_NE(std::string(e.what()).find("nest more than 64 levels"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Right recursion (what `*` and `+` compile to) returns straight to its
+// parent, so a repetition far longer than the matcher's depth guard
+// matches, and so does a long run of optional items.
+TEST(Gbnf, LongRepetitionsMatch) {
+  const std::string many(3 * StackArena::kMaxDepth, 'a');
+  EXPECT_TRUE(full("root ::= [a]*", many));
+  EXPECT_TRUE(full("root ::= (\"a\" | \"b\")+ \".\"", many + "b."));
+  EXPECT_TRUE(full(R"(root ::= "[" item ("," item)* "]"
+item ::= [0-9]+)", "[" + std::string(20000, '1') + ",2,3]"));
+}
+
 // The mask from the trie walk equals trying every token on a copy of the
 // matcher, over random vocabularies (multi-byte characters split across
 // tokens included) and states along random accepted texts.

@@ -43,6 +43,9 @@ struct Grammar {
   // Bounds checked at build time; the matcher relies on them.
   static constexpr size_t kMaxRules = 1 << 16;
   static constexpr size_t kMaxSymbols = 1 << 20;
+  // Rules one inside another before a first character can match (the
+  // matcher expands them recursively).
+  static constexpr uint32_t kMaxLeadingDepth = 1000;
 };
 
 // Bad grammar text or a schema kvserve cannot constrain to; the message
@@ -53,8 +56,9 @@ class GrammarError : public std::runtime_error {
 };
 
 // Throws GrammarError when a rule is referenced but not defined, the root
-// is missing, or a rule can reach itself without consuming a character
-// (left recursion: the matcher would never terminate).
+// is missing, a rule can reach itself without consuming a character (left
+// recursion: the matcher would never terminate), or rules nest more than
+// kMaxLeadingDepth deep before a character. Linear in the grammar's size.
 void validate(const Grammar& g);
 
 }  // namespace kvs::grammar

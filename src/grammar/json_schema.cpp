@@ -68,6 +68,15 @@ class Compiler {
   std::map<std::string, std::string> rules_;  // name -> body
   std::map<std::string, std::string> refs_;   // $ref -> rule name
   int next_ = 0;
+  int depth_ = 0;  // schemas inside schemas, on the way down
+  // Deeper schemas are refused: the compiler recurses per level (on a
+  // server I/O thread) and each level's location names every level above.
+  static constexpr int kMaxDepth = 64;
+  struct Nest {
+    int& d;
+    explicit Nest(int& depth) : d(++depth) {}
+    ~Nest() { --d; }
+  };
 
   [[noreturn]] static void fail(const std::string& where, const std::string& what) {
     throw GrammarError("json schema at " + where + ": " + what);
@@ -116,6 +125,10 @@ void Compiler::check_keywords(const json& s, const std::string& where) const {
 }
 
 std::string Compiler::rule_for(const json& s, const std::string& where) {
+  if (depth_ >= kMaxDepth)
+    fail(where.substr(0, 80) + "...", "schemas nest more than " + std::to_string(kMaxDepth) +
+                                          " levels deep; flatten the schema or name parts in $defs");
+  const Nest nest(depth_);
   if (s.is_boolean()) {
     if (!s.get<bool>()) fail(where, "the schema 'false' matches nothing");
     return "json-value";

@@ -12,9 +12,10 @@ int32_t StackArena::intern(uint32_t rule, uint32_t alt, uint32_t pos, int32_t pa
 }
 
 // Left recursion is refused at build time, so the depth is bounded by the
-// rules' nesting; the cap is a guard against a pathological grammar.
+// rules' nesting; the cap is a guard against a pathological grammar (its
+// request fails alone, sched/scheduler_update.cpp).
 void StackArena::expand_into(int32_t id, std::vector<int32_t>& out, int depth) {
-  if (depth > 4096) throw GrammarError("grammar: nesting too deep to match");
+  if (depth > kMaxDepth) throw GrammarError("grammar: nesting too deep to match");
   if (id < 0) {
     out.push_back(-1);
     return;
@@ -27,7 +28,9 @@ void StackArena::expand_into(int32_t id, std::vector<int32_t>& out, int depth) {
     out.push_back(id);
     return;
   }
-  const int32_t cont = intern(n.rule, n.alt, n.pos + 1, n.parent);
+  // A rule in last place returns straight to the parent (a tail call), so
+  // right recursion such as `x*` does not grow the stack with the text.
+  const int32_t cont = n.pos + 1 == seq.size() ? n.parent : intern(n.rule, n.alt, n.pos + 1, n.parent);
   const size_t alts = g_->rules[s.id].alts.size();
   for (uint32_t a = 0; a < alts; ++a) expand_into(intern(s.id, a, 0, cont), out, depth + 1);
 }

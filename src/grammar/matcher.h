@@ -36,6 +36,9 @@ class StackArena {
   // The stack after its top class matched one character (expanded).
   const std::vector<int32_t>& step(int32_t id);
   size_t size() const { return nodes_.size(); }
+  // Deepest expansion before GrammarError: a guard; validate()'s bound on
+  // leading rule chains keeps real grammars far below it.
+  static constexpr int kMaxDepth = 4096;
 
  private:
   void expand_into(int32_t id, std::vector<int32_t>& out, int depth);

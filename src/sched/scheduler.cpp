@@ -277,7 +277,7 @@ int Scheduler::admit_seqs() const {
 }
 
 void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out,
-                              double retry_after) {
+                              double retry_after, const std::string& message) {
   const double ra = !retryable(why) ? 0 : retry_after >= 0 ? retry_after : retry_estimate(r->footprint, r->r.slo, now);
   count_rejection(why, r->r, r->footprint, now);
   log_reject(log_, why, log_fields(r->r, r->footprint), ra);
@@ -287,6 +287,7 @@ void Scheduler::reject_locked(Req* r, RejectReason why, double now, std::vector<
   else if (why == RejectReason::QueueFull)
     msg = cfg_.max_queue == 0 ? "no request may wait (--max-queue 0) and the engine was busy"
                               : "the queue is full (--max-queue " + std::to_string(cfg_.max_queue) + ")";
+  if (!message.empty()) msg = message;
   for (size_t i = 0; i < r->ch.size(); ++i) {
     TokenEvent e;
     e.request = r->id;

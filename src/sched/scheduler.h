@@ -222,6 +222,7 @@ class Scheduler {
   StepPlan schedule(double now, std::vector<TokenEvent>& out, bool admissions);
   void add_slice(StepPlan& plan, const Req& r, int choice, int from, int n) const;
   Draws& draws_of(const Req& r);
+  bool grammar_starts(Req* r, double now, std::vector<TokenEvent>& out);
   void take_cancels(std::vector<TokenEvent>& out);
   void expire_queued(double now, std::vector<TokenEvent>& out);
   // Decodes (cls empty) or the prefill chunks of running requests of
@@ -254,6 +255,7 @@ class Scheduler {
   bool update(StepPlan& plan, const StepOutput& res, double now, std::vector<TokenEvent>& out);
   void preempt_for_room(StepPlan& plan, double now);
   void apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
+  void fail_choice(Req* r, int ci, const std::string& message, std::vector<TokenEvent>& out);
   void hand_off(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out);
   void fail_plan(const StepPlan& plan, const std::string& error, std::vector<TokenEvent>& out);
   // estimates (scheduler_estimates.cpp)
@@ -275,7 +277,9 @@ class Scheduler {
   void end_request(Req* r);
   void finish_choice(Req* r, int c, FinishReason why, int32_t token, std::vector<TokenEvent>& out);
   // retry_after_s < 0: estimated from the block drain rate.
-  void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1);
+  // `message`: the event's text (empty: the reason's standard one).
+  void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1,
+                     const std::string& message = {});
   SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now);
   void count_rejection(RejectReason why, const Request& req, int64_t need, double now);
   double retry_estimate(int64_t need, SloClass cls, double now) const;

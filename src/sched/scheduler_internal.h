@@ -82,6 +82,7 @@ struct Sampled {
   std::optional<TokenLogprob> logprob;
   std::vector<TokenLogprob> top;
   bool forks = false;            // choice 0's prompt is in: pending forks fork off it first
+  std::string error;             // the choice's grammar failed (GrammarError): it ends with this
 };
 
 // One step's work, from schedule() to execute() and update(), as plain

@@ -89,7 +89,8 @@ Scheduler::Req* Scheduler::queue_head(double now) {
 
 void Scheduler::remove_queued(Req* r) {
   auto& q = queue_[size_t(r->r.slo)];
-  q.erase(std::find(q.begin(), q.end(), r));
+  auto it = std::find(q.begin(), q.end(), r);
+  if (it != q.end()) q.erase(it);  // (fail_all also meets requests between queue and running)
 }
 
 // Back into its class queue at its arrival position: a preempted request
@@ -167,6 +168,21 @@ Scheduler::Draws& Scheduler::draws_of(const Req& r) {
     if (arena) d->ch.back().matcher.emplace(arena);  // each choice its own state: forks diverge
   }
   return *d;
+}
+
+// A request's sampling state (its grammar's start among it) before it
+// leaves the queue: a grammar that cannot even start turns the request
+// away as invalid (HTTP 400), and nothing else is touched.
+bool Scheduler::grammar_starts(Req* r, double now, std::vector<TokenEvent>& out) {
+  if (!r->r.grammar) return true;
+  try {
+    draws_of(*r);
+    return true;
+  } catch (const grammar::GrammarError& e) {
+    remove_queued(r);
+    reject_locked(r, RejectReason::Invalid, now, out, -1, e.what());
+    return false;
+  }
 }
 
 // ctx[from, from + n) of a choice into the plan, as plain data: its ids,
@@ -384,6 +400,7 @@ void Scheduler::admit_queued(StepPlan& plan, int& budget, double now, std::vecto
       ++st_.prefix_waits;
       break;
     }
+    if (!grammar_starts(h, now, out)) continue;  // turned away: the next head
     remove_queued(h);
     if (handover) admit_handover(h, plan, out);
     else admit(h, budget, plan);

@@ -91,23 +91,27 @@ StepOutput Scheduler::execute(const StepPlan& plan) {
       // now overrides min_tokens.
       if (sl.ban_end && !(pc.matcher && pc.matcher->must_end())) ctx.banned = d.banned;
       std::vector<uint64_t> mask;
-      if (pc.matcher && pc.sampler.params().temperature <= 0) {
-        // Greedy: the unconstrained argmax is the constrained one whenever
-        // the grammar allows it, so the mask is needed only when it does not.
-        s.token = pc.sampler.sample_with(row, nv, ctx);
-        if (!grammar_allows(*pc.matcher, s.token, d)) {
-          mask = grammar_mask(*pc.matcher, d);
-          ctx.allowed = &mask;
+      try {
+        if (pc.matcher && pc.sampler.params().temperature <= 0) {
+          // Greedy: the unconstrained argmax is the constrained one whenever
+          // the grammar allows it, so the mask is needed only when it does not.
+          s.token = pc.sampler.sample_with(row, nv, ctx);
+          if (!grammar_allows(*pc.matcher, s.token, d)) {
+            mask = grammar_mask(*pc.matcher, d);
+            ctx.allowed = &mask;
+            s.token = pc.sampler.sample_with(row, nv, ctx);
+          }
+        } else {
+          if (pc.matcher) {
+            mask = grammar_mask(*pc.matcher, d);
+            ctx.allowed = &mask;
+          }
           s.token = pc.sampler.sample_with(row, nv, ctx);
         }
-      } else {
-        if (pc.matcher) {
-          mask = grammar_mask(*pc.matcher, d);
-          ctx.allowed = &mask;
-        }
-        s.token = pc.sampler.sample_with(row, nv, ctx);
+      } catch (const grammar::GrammarError& e) {  // this choice's grammar alone: the others draw on
+        s.error = e.what();
       }
-      if (d.logprobs || d.top_logprobs > 0) fill_logprobs(row, nv, d.top_logprobs, s);
+      if (s.error.empty() && (d.logprobs || d.top_logprobs > 0)) fill_logprobs(row, nv, d.top_logprobs, s);
       out.samples.push_back(std::move(s));
     };
     draw(sl.choice, !sl.forks.empty());
@@ -127,6 +131,7 @@ static std::vector<PromptLogprob> prompt_lp_of(const Scheduler::Req& r) {
 
 void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<TokenEvent>& out) {
   Choice& c = r->ch[size_t(ci)];
+  if (!s.error.empty()) return fail_choice(r, ci, s.error, out);
   if (r->r.hand_off && c.n_gen == 0) {
     hand_off(r, ci, s, out);
     return;
@@ -142,13 +147,14 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   }
   Draws& d = draws_of(*r);
   Draws::PerChoice& pc = d.ch[size_t(ci)];
-  if (pc.matcher && !pc.matcher->accept(d.vocab->pieces.at(size_t(s.token)))) {
-    // Only a token from elsewhere (a hand-over's first) can break it.
-    ++st_.failed;
-    finish_choice(r, ci, FinishReason::Error, -1, out);
-    out.back().message = "token " + std::to_string(s.token) + " breaks the request's grammar";
-    return;
+  bool fits = true;
+  try {
+    fits = !pc.matcher || pc.matcher->accept(d.vocab->pieces.at(size_t(s.token)));
+  } catch (const grammar::GrammarError& e) {
+    return fail_choice(r, ci, e.what(), out);
   }
+  // Only a token from elsewhere (a hand-over's first) can break it.
+  if (!fits) return fail_choice(r, ci, "token " + std::to_string(s.token) + " breaks the request's grammar", out);
   TokenEvent e;
   e.request = r->id;
   e.choice = ci;
@@ -165,6 +171,13 @@ void Scheduler::apply_sample(Req* r, int ci, const Sampled& s, std::vector<Token
   if (pc.matcher && pc.matcher->must_end()) finish_choice(r, ci, FinishReason::Stop, s.token, out);  // a whole sentence
   else if (c.n_gen >= r->max_tokens || int(c.ctx.size()) >= exec_.max_ctx())
     finish_choice(r, ci, FinishReason::Length, s.token, out);
+}
+
+// One choice ends with an error; the rest of the step goes on.
+void Scheduler::fail_choice(Req* r, int ci, const std::string& message, std::vector<TokenEvent>& out) {
+  ++st_.failed;
+  finish_choice(r, ci, FinishReason::Error, -1, out);
+  out.back().message = message;
 }
 
 std::vector<uint64_t> Scheduler::grammar_mask(const grammar::Matcher& m, const Draws& d) {
