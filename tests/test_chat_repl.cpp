@@ -1,6 +1,7 @@
 // ChatRepl (src/chat/chat_repl.h) over string streams: commands, multi-line
 // input, /stats contents, and the device monitor's plan (a fake hot tree
-// caps replies; a critical one declines the message with a note).
+// caps replies; a critical one declines the message with a note), and
+// `kvserve chat --ram-budget` keeping the options given beside it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -115,6 +116,54 @@ TEST(ChatRepl, HotDeviceShortensRepliesAndCriticalDeclines) {
   repl2.run();
   EXPECT_NE(out2.str().find("the device is critical"), std::string::npos) << out2.str();
   EXPECT_EQ(g.session.conversation().turns().size(), 0u);
+}
+
+// `kvserve chat` on stories260K, reading `input`; the exit status.
+int chat_cli(const std::vector<std::string>& extra, const std::string& input, std::string* out, std::string* err) {
+  std::vector<std::string> args = {"chat", "-m", test::shared("models/stories260K/stories260K.gguf"), "-t", "1",
+                                   "--temp", "0", "--no-device-monitor", "--session-dir",
+                                   test::temp_dir() + "/budget-sessions"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return test::run_kvserve_input(args, input, out, err);
+}
+
+// Audit defect: --ram-budget replaced an explicit --kv-type and --window
+// silently. Given options win; the budget fills in the rest and says so.
+TEST(ChatCli, RamBudgetKeepsTheOptionsGivenAndSaysWhatItChose) {
+  SKIP_WITHOUT_SHARED();
+  std::string out, err;
+  ASSERT_EQ(chat_cli({"--ram-budget", "100MiB", "--kv-type", "f32"}, "/stats\n", &out, &err), 0) << err;
+  EXPECT_NE(out.find("; f32"), std::string::npos) << out;
+  EXPECT_NE(err.find("kept as given: --kv-type f32"), std::string::npos) << err;
+  EXPECT_NE(err.find("chose hard cap"), std::string::npos) << err;
+
+  ASSERT_EQ(chat_cli({"--ram-budget", "100MiB", "-c", "256", "--window", "200"}, "/stats\n", &out, &err), 0) << err;
+  EXPECT_NE(out.find("window: hard cap 256 tokens, 200 kept"), std::string::npos) << out;
+  EXPECT_NE(err.find("chose int8 KV"), std::string::npos) << err;
+  EXPECT_NE(err.find("kept as given: -c 256, --window 200"), std::string::npos) << err;
+
+  // Nothing given: the planner's full description, and its one-line choice.
+  ASSERT_EQ(chat_cli({"--ram-budget", "100MiB"}, "/stats\n", &out, &err), 0) << err;
+  EXPECT_NE(err.find("quality price: int8"), std::string::npos) << err;
+  EXPECT_NE(err.find("chose int8 KV (keys/channel), hard cap 512, window 256"), std::string::npos) << err;
+  EXPECT_EQ(err.find("kept as given"), std::string::npos) << err;
+}
+
+TEST(ChatCli, RamBudgetRefusesGivenOptionsThatDoNotFitAndNamesThem) {
+  SKIP_WITHOUT_SHARED();
+  std::string out, err;
+  // 2 MiB holds stories260K's full 512-token context in int8, not in f32.
+  EXPECT_NE(chat_cli({"--ram-budget", "2MiB", "--kv-type", "f32", "-c", "512"}, "", &out, &err), 0);
+  EXPECT_NE(err.find("--kv-type f32"), std::string::npos) << err;
+  EXPECT_NE(err.find("-c 512"), std::string::npos) << err;
+  // Without -c the f32 KV gets a shorter hard cap, said on stderr.
+  ASSERT_EQ(chat_cli({"--ram-budget", "2MiB", "--kv-type", "f32"}, "/stats\n", &out, &err), 0) << err;
+  EXPECT_NE(out.find("; f32"), std::string::npos) << out;
+  EXPECT_NE(err.find("chose hard cap"), std::string::npos) << err;
+  EXPECT_EQ(out.find("hard cap 512 "), std::string::npos) << out;
+  // A window the budget's hard cap cannot hold.
+  EXPECT_NE(chat_cli({"--ram-budget", "2MiB", "--kv-type", "f32", "--window", "400"}, "", &out, &err), 0);
+  EXPECT_NE(err.find("--window 400"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // ChatSession (src/chat/chat_session.h): memory stays at a fixed block count
 // over an unbounded conversation with the rolling summary, the summary is
 // produced and carried, KV reuse across turns, the sliding-window mode, and
-// device shedding hooks (reply cap, int4 at the next rebuild).
+// device shedding hooks (reply cap, int4 at the next rebuild), and caps so
+// small that the summary itself must give way.
 #include <gtest/gtest.h>
 
 #include "chat/chat_session.h"
@@ -156,6 +157,70 @@ TEST(ChatSession, AMessageLongerThanTheCapIsRefusedClearly) {
   // Exactly what a fresh session prefills for the same first message.
   chat::ChatSession fresh(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
   EXPECT_EQ(r.prompt_tokens, fresh.reply("Hello").prompt_tokens);
+}
+
+// Audit defect: at -c 128 the summary prompt (instruction + earlier summary)
+// overflowed the cap on the second summary; the 4th turn failed with
+// "context full" and every turn was lost. At caps down to 48 tokens
+// every turn must be answered, with the KV inside the cap; whatever gives way
+// (summary cut, turns dropped, a fresh start) is a notice, never an error.
+TEST(ChatSession, ManyTurnsAtATinyCapAllSucceed) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  const char* msgs[] = {"Hello there my friend", "Tell me a story", "What next", "And then", "Why", "Ok"};
+  for (server::ChatFamily f : {server::ChatFamily::Plain, server::ChatFamily::ChatML}) {
+    // ChatML's markup is plain text to this vocabulary (~60 tokens a turn).
+    const std::vector<int> caps = f == server::ChatFamily::Plain ? std::vector<int>{128, 96, 64, 48}
+                                                                 : std::vector<int>{160, 128};
+    for (int cap : caps) {
+      chat::ChatOptions o;  // the CLI's defaults: system prompt, window half the cap, summary budget
+      o.hard_cap = cap;
+      o.max_tokens = std::min(24, cap / 4);
+      o.sampling.temperature = 0;
+      // stories260K's 512-token vocabulary spends about one token per 2-3
+      // characters: at the smallest caps the default system prompt alone
+      // would leave no room for a message.
+      if (cap <= 64 || f == server::ChatFamily::ChatML) o.system = "Be brief.";
+      if (cap == 48) o.max_tokens = 6;
+      chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(f), o);
+      const int cap_blocks = chat.stats().capacity_blocks;
+      int notices = 0;
+      chat.set_notice_sink([&](const std::string& what) {
+        EXPECT_FALSE(what.empty());
+        ++notices;
+      });
+      for (int t = 0; t < 40; ++t) {
+        const std::string where = std::string(server::to_string(f)) + " cap " + std::to_string(cap) + " turn " + std::to_string(t);
+        chat::ReplyResult r;
+        ASSERT_NO_THROW(r = chat.reply(msgs[t % 6])) << where;
+        const chat::ChatStats st = chat.stats();
+        ASSERT_LE(st.n_past, cap) << where;
+        ASSERT_LE(st.peak_blocks, cap_blocks) << where;
+        ASSERT_GE(st.turns_kept, 1) << where;  // this turn, at least, is kept
+        EXPECT_LE(st.summary_tokens, chat.stats().window / 2) << where;
+      }
+      const chat::ChatStats st = chat.stats();
+      EXPECT_GT(st.turns_evicted, 0) << server::to_string(f) << " cap " << cap;
+      if (cap == 48) EXPECT_GT(notices, 0) << "no room to summarize at a 48-token cap must be told";
+    }
+  }
+}
+
+TEST(ChatSession, ARefusedMessageLeavesTheConversationAsItWas) {
+  SKIP_WITHOUT_SHARED();
+  Stories s;
+  chat::ChatSession chat(s.engine, *s.tok, server::ChatTemplate::fixed(server::ChatFamily::Plain), small_opts());
+  for (int t = 0; t < 6; ++t) chat.reply("Tell me about the dog.");
+  const chat::ChatStats before = chat.stats();
+  ASSERT_GT(before.turns_kept, 0);
+  std::string huge;
+  for (int i = 0; i < 200; ++i) huge += "the cat sat on the mat ";
+  EXPECT_THROW(chat.reply(huge), std::length_error);
+  const chat::ChatStats after = chat.stats();
+  EXPECT_EQ(after.turns_kept, before.turns_kept);
+  EXPECT_EQ(after.turns_evicted, before.turns_evicted);
+  EXPECT_EQ(after.summary, before.summary);
+  EXPECT_NO_THROW(chat.reply("And the cat?"));
 }
 
 TEST(ChatSession, InconsistentOptionsAreRejected) {

@@ -80,8 +80,29 @@ int ChatSession::count_tokens(const std::string& text) const {
   return int(tok_.encode(text, tok_.vocab().add_bos, true).size());
 }
 
+std::string ChatSession::cut_tokens(const std::string& text, int n) const {
+  std::vector<int> ids = tok_.encode(text, false, true);
+  std::string out = text;
+  if (int(ids.size()) > n) {
+    ids.resize(size_t(std::max(0, n)));
+    out = tok_.decode(ids);
+  }
+  const size_t a = out.find_first_not_of(" \n\t"), b = out.find_last_not_of(" \n\t");
+  return a == std::string::npos ? std::string() : out.substr(a, b - a + 1);
+}
+
+void ChatSession::note(const std::string& what) {
+  notice_ += (notice_.empty() ? "" : "; ") + what;
+  if (notice_sink_) notice_sink_(what);
+}
+
 void ChatSession::make_room(const std::string& user) {
   const int budget = reply_budget();
+  // A message that cannot fit even alone is refused before anything is
+  // evicted, so refusing it costs the conversation nothing.
+  if (count_tokens(conv_.render_alone(user)) + budget > o_.hard_cap)
+    throw std::length_error("chat: the message does not fit the hard cap of " + std::to_string(o_.hard_cap) +
+                            " tokens with a reply of " + std::to_string(budget) + " (shorten it or raise --ctx)");
   std::vector<Turn> evicted;
   while (!conv_.turns().empty() && count_tokens(conv_.render(user)) + budget > o_.window)
     evicted.push_back(conv_.pop_oldest());
@@ -90,10 +111,40 @@ void ChatSession::make_room(const std::string& user) {
     conv_.set_summary(summarize(evicted));
     ++summaries_;
   }
+  fit_cap(user);
   rebuild();
-  if (count_tokens(conv_.render(user)) + budget > o_.hard_cap)
-    throw std::length_error("chat: the message does not fit the hard cap of " + std::to_string(o_.hard_cap) +
-                            " tokens with a reply of " + std::to_string(budget) + " (shorten it or raise --ctx)");
+}
+
+void ChatSession::fit_cap(const std::string& user) {
+  // The new summary may be longer than the one the evictions were measured
+  // with. What gives way, in order: the summary beyond its budget, more old
+  // turns, half the summary at a time, and at last all of it (a fresh start
+  // but for the system prompt; make_room checked that the message fits then).
+  const int budget = reply_budget();
+  auto over = [&] { return count_tokens(conv_.render(user)) + budget > o_.hard_cap; };
+  conv_.set_summary(cut_tokens(conv_.summary(), o_.summary_tokens));
+  const int before = conv_.summary().empty() ? 0 : int(tok_.encode(conv_.summary(), false, true).size());
+  summary_tok_count_ = before;
+  int dropped = 0;
+  while (over() && !conv_.turns().empty()) {
+    conv_.pop_oldest();
+    ++dropped;
+  }
+  turns_evicted_ += dropped;
+  if (dropped > 0)
+    note(std::to_string(dropped) + " more old turn(s) dropped without a summary to fit the hard cap of " +
+         std::to_string(o_.hard_cap) + " tokens");
+  while (over() && !conv_.summary().empty()) {
+    summary_tok_count_ /= 2;
+    conv_.set_summary(cut_tokens(conv_.summary(), summary_tok_count_));
+  }
+  if (conv_.summary().empty()) summary_tok_count_ = 0;
+  if (before > 0 && conv_.summary().empty())
+    note("the conversation so far no longer fits the hard cap of " + std::to_string(o_.hard_cap) +
+         " tokens with this message; starting fresh (raise --ctx to keep more)");
+  else if (summary_tok_count_ < before)
+    note("summary cut to " + std::to_string(summary_tok_count_) + " tokens to fit the hard cap of " +
+         std::to_string(o_.hard_cap) + " tokens");
 }
 
 std::vector<int32_t> ChatSession::prompt_tokens(const std::string& user, bool& rebuilt) {
@@ -123,17 +174,30 @@ std::vector<int32_t> ChatSession::prompt_tokens(const std::string& user, bool& r
 std::string ChatSession::summarize(const std::vector<Turn>& evicted) {
   const std::string instruction =
       "Condense the conversation into a short summary that keeps names, facts, decisions and open questions.";
-  std::string body = transcript(evicted);
+  std::string body = transcript(evicted), earlier = cut_tokens(conv_.summary(), o_.summary_tokens);
   std::vector<int> ids;
-  // The input is bounded by the sequence itself: the oldest part of the
-  // transcript goes first when previous summary + turns would not fit.
+  int gen = o_.summary_tokens;
+  // The input is bounded by the sequence itself: prompt + summary fit the cap.
+  // The longer of the transcript and the earlier summary loses its oldest
+  // quarter first; with both gone the new summary gets what room is left.
   for (;;) {
-    std::string ask = (conv_.summary().empty() ? "" : "Earlier summary: " + conv_.summary() + "\n\n") +
-                      "Conversation:\n" + body + "\nWrite the new summary.";
+    std::string ask = (earlier.empty() ? "" : "Earlier summary: " + earlier + "\n\n") + "Conversation:\n" + body +
+                      "\nWrite the new summary.";
     ids = tok_.encode(render_messages(conv_.chat_template(), {{"system", instruction}, {"user", ask}}),
                       tok_.vocab().add_bos, true);
-    if (int(ids.size()) + o_.summary_tokens <= o_.hard_cap || body.empty()) break;
-    body.erase(0, std::max<size_t>(1, body.size() / 4));
+    if (int(ids.size()) + gen <= o_.hard_cap) break;
+    std::string& cut = body.size() >= earlier.size() ? body : earlier;
+    if (cut.empty()) {
+      gen = o_.hard_cap - int(ids.size());
+      break;
+    }
+    cut.erase(0, std::max<size_t>(1, cut.size() / 4));
+  }
+  if (gen < 1) {
+    // fit_cap() bounds and counts what is kept of the earlier summary.
+    note("the hard cap of " + std::to_string(o_.hard_cap) + " tokens leaves no room to summarize; " +
+         std::to_string(evicted.size()) + " old turn(s) dropped without a summary (raise --ctx to keep them)");
+    return conv_.summary();
   }
   rebuild();
   std::vector<int32_t> pt(ids.begin(), ids.end());
@@ -144,19 +208,18 @@ std::string ChatSession::summarize(const std::vector<Turn>& evicted) {
   Detokenizer detok(tok_);
   std::string out;
   const int nv = engine_.model().config().n_vocab;
-  summary_tok_count_ = 0;
-  for (int i = 0; i < o_.summary_tokens; ++i) {
+  for (int i = 0; i < gen; ++i) {
     const int id = sampler.sample(logits.data(), nv, {});
     if (ends_generation(tok_, id)) break;
     out += detok.push(id);
-    ++summary_tok_count_;
-    if (i + 1 == o_.summary_tokens) break;
+    if (i + 1 == gen) break;
     const int32_t t = id;
     logits = seq_->eval(&t, 1);
   }
   out += detok.flush();
-  const size_t a = out.find_first_not_of(" \n\t"), b = out.find_last_not_of(" \n\t");
-  return a == std::string::npos ? std::string() : out.substr(a, b - a + 1);
+  // fit_cap() bounds it again in tokens: re-encoded text can take more
+  // tokens than were generated.
+  return out;
 }
 
 void ChatSession::decode(std::vector<float> logits, int budget, const std::function<bool(const std::string&)>& on_text,
@@ -216,7 +279,9 @@ void ChatSession::decode(std::vector<float> logits, int budget, const std::funct
 ReplyResult ChatSession::reply(const std::string& user, const std::function<bool(const std::string&)>& on_text) {
   ReplyResult r;
   const Clock::time_point t0 = Clock::now();
+  notice_.clear();
   const std::vector<int32_t> pt = prompt_tokens(user, r.rebuilt);
+  r.notice = notice_;
   r.prompt_tokens = int(pt.size());
   std::vector<float> logits = seq_->eval(pt);
   r.ttft_s = since(t0);

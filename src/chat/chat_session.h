@@ -51,6 +51,7 @@ struct ReplyResult {
   int tokens = 0;             // generated
   double ttft_s = 0;          // prefill and first token
   bool rebuilt = false;       // the sequence was re-prefilled (eviction, template drift)
+  std::string notice;         // what this turn had to give up to fit the cap (summary cut, fresh start); empty: nothing
 };
 
 struct ChatStats {
@@ -77,7 +78,9 @@ class ChatSession {
 
   // Runs one turn. on_text receives reply text as it becomes final; return
   // false to stop the reply early. Throws std::length_error when the message
-  // cannot fit the hard cap even with every earlier turn evicted.
+  // cannot fit the hard cap even with every earlier turn evicted; the
+  // conversation is then left as it was. Anything else that must give way to
+  // the cap (the summary cut, turns dropped, a fresh start) is a notice.
   ReplyResult reply(const std::string& user, const std::function<bool(const std::string&)>& on_text = nullptr);
   void reset();  // forgets every turn and the summary; KV emptied
   ChatStats stats() const;
@@ -85,6 +88,9 @@ class ChatSession {
 
   // Device shedding: replies are cut to at most `n` tokens (0 = no cap).
   void set_max_tokens_cap(int n) { max_tokens_cap_ = n; }
+  // Receives each notice as it happens (also in ReplyResult::notice), e.g. to
+  // print it before the reply streams.
+  void set_notice_sink(std::function<void(const std::string&)> f) { notice_sink_ = std::move(f); }
   // Device shedding: the KV format the sequence takes at its next rebuild
   // (reset or eviction); nullopt = the configured one.
   void set_rebuild_cache(std::optional<KvCacheOptions> c) { rebuild_cache_ = std::move(c); }
@@ -112,12 +118,19 @@ class ChatSession {
   int turns_evicted_ = 0, summaries_ = 0, summary_tok_count_ = 0;
   double last_ttft_s_ = 0;
   int last_prompt_tokens_ = 0;
+  std::function<void(const std::string&)> notice_sink_;
+  std::string notice_;  // of the turn in progress
 
   int reply_budget() const;
   void rebuild();  // new empty sequence (new KV format if shedding asked for one)
   int count_tokens(const std::string& text) const;
   std::vector<int32_t> prompt_tokens(const std::string& user, bool& rebuilt);
+  // At most the first n tokens of text (whole tokens, whitespace trimmed).
+  std::string cut_tokens(const std::string& text, int n) const;
+  void note(const std::string& what);
   void make_room(const std::string& user);
+  // Shrinks the conversation until the prompt for `user` plus a reply fits the cap.
+  void fit_cap(const std::string& user);
   std::string summarize(const std::vector<Turn>& evicted);
   // Decodes after `logits`; appends the raw text of every generated token to kv_text_.
   void decode(std::vector<float> logits, int budget, const std::function<bool(const std::string&)>& on_text,

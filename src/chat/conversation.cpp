@@ -50,6 +50,10 @@ std::string Conversation::render(const std::string& pending_user) const {
   return out + "assistant:";
 }
 
+std::string Conversation::render_alone(const std::string& pending_user) const {
+  return Conversation(tmpl_, system_).render(pending_user);
+}
+
 void Conversation::add_turn(std::string user, std::string assistant) {
   turns_.push_back({std::move(user), std::move(assistant)});
 }

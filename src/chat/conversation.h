@@ -30,6 +30,9 @@ class Conversation {
   // start of the first user message instead. Throws
   // server::ChatTemplateError when the template cannot render them.
   std::string render(const std::string& pending_user) const;
+  // render() as if no turn were kept and there were no summary: the least
+  // any prompt for `pending_user` can be.
+  std::string render_alone(const std::string& pending_user) const;
   // The messages render() formats: system (with the summary), the kept
   // turns, then `pending_user` when given.
   std::vector<server::ChatMessage> messages(const std::string* pending_user) const;

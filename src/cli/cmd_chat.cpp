@@ -1,10 +1,13 @@
 // `kvserve chat`: an interactive terminal chat on one model, with a bounded
 // KV (rolling summary or sliding window), optional --ram-budget sizing and
 // device-aware shedding. Opens no network listener.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <stdexcept>
+#include <vector>
 
 #include "chat/chat_repl.h"
 #include "chat/chat_session.h"
@@ -12,9 +15,12 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
+#include "kv/window_policy.h"
 #include "model/model.h"
 #include "server/chat_template.h"
 #include "tools/default_model.h"
+#include "tools/ram_budget.h"
+#include "tools/units.h"
 
 namespace kvs::cli {
 
@@ -30,7 +36,99 @@ struct ChatArgs {
   DeviceArgs dev;
   SessionArgs sessions;
   std::string resume;
+  // Options given on the command line: --ram-budget plans around them
+  // instead of choosing them. given: "-c 256, --kv-type f32", for messages.
+  bool set_ctx = false, set_window = false, set_max_tokens = false, set_kv_type = false, set_kv_other = false;
+  std::string given;
 };
+
+// Shortest hard cap a budget may leave (the planner's own floor).
+constexpr int kMinBudgetCap = 64;
+
+// The longest hard cap, at most `ctx`, whose sequence (plus one block of
+// slack, as the planner counts) fits `kv_bytes` in layout `l`.
+int cap_that_fits(const KvLayout& l, uint64_t kv_bytes, int ctx, int step) {
+  const std::vector<TableWindow> tw = table_windows(WindowPolicy{}, l.groups);
+  auto fits = [&](int tokens) {
+    return uint64_t(sequence_block_cap(tw, tokens, l.block_size, step) + 1) * l.block_bytes() <= kv_bytes;
+  };
+  if (fits(ctx)) return ctx;
+  int lo = 0, hi = ctx / l.block_size + 1;  // in blocks: lo fits (or is 0), hi does not
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid * l.block_size) ? lo : hi) = mid;
+  }
+  return lo * l.block_size;
+}
+
+// The hard cap the budget leaves for the KV format the user gave.
+int cap_for_given_kv(const tools::RamBudgetInput& in, const tools::RamBudgetChoice& c, const KvCacheOptions& cache,
+                     int ctx) {
+  KvLayout l = tools::ram_budget_layout(in.model, cache.type, in.block_size);
+  l.key_scale = cache.key_scale;
+  l.group_tokens = cache.residual > 0 ? cache.residual : in.block_size;
+  l.group_channels = cache.group_channels;
+  l.validate();
+  return cap_that_fits(l, c.budget_bytes - c.weight_bytes - c.scratch_bytes, ctx, c.max_batch_tokens);
+}
+
+std::string budget_line(const ChatArgs& a, const tools::RamBudgetChoice& c) {
+  std::vector<std::string> chose;
+  if (!a.set_kv_type)
+    chose.push_back(std::string(to_string(a.o.cache.type)) + " KV" +
+                    (a.set_kv_other ? "" : std::string(" (keys/channel)")));
+  if (!a.set_ctx) chose.push_back("hard cap " + std::to_string(a.o.hard_cap));
+  if (!a.set_window) chose.push_back("window " + std::to_string(a.o.window));
+  if (!a.set_max_tokens) chose.push_back("max tokens " + std::to_string(a.o.max_tokens));
+  std::string s = "--ram-budget " + tools::format_bytes(double(c.budget_bytes)) + " (weights " +
+                  tools::format_bytes(double(c.weight_bytes)) + " + scratch " +
+                  tools::format_bytes(double(c.scratch_bytes)) + ") chose ";
+  for (size_t i = 0; i < chose.size(); ++i) s += (i ? ", " : "") + chose[i];
+  if (chose.empty()) s += "nothing";
+  if (!a.given.empty()) s += "; kept as given: " + a.given;
+  return s;
+}
+
+// --ram-budget: the planner's choice (KV format, hard cap, window, max
+// tokens) for what the user left open; what they gave is kept, and refused
+// with the options named when it does not fit. Reads only the GGUF header.
+void apply_ram_budget(ChatArgs& a) {
+  tools::RamBudgetInput in;
+  in.budget_bytes = tools::parse_size(a.ram_budget);
+  in.model = tools::shape_from_gguf(a.m.model);
+  in.block_size = a.o.block_size;
+  in.want_ctx = a.o.hard_cap;
+  in.max_tokens = a.o.max_tokens;
+  const tools::RamBudgetChoice c = tools::choose_for_budget(in);
+  const std::string head = "--ram-budget " + a.ram_budget + " ";
+  const int ctx = in.want_ctx > 0 ? in.want_ctx : std::max(in.model.n_ctx, kMinBudgetCap);
+  KvCacheOptions cache = a.kv.options();
+  if (!a.set_kv_type) cache.type = c.kv_type;
+  int cap = c.hard_cap;
+  if (a.set_kv_type || a.set_kv_other) {
+    cap = cap_for_given_kv(in, c, cache, ctx);
+    if (cap < kMinBudgetCap || (a.set_ctx && cap < ctx))
+      throw std::runtime_error(head + "leaves room for " + std::to_string(cap) + " tokens of KV with " + a.given +
+                               ": change those options or raise the budget");
+  } else if (a.set_ctx && cap < ctx) {
+    throw std::runtime_error(head + "holds " + std::to_string(cap) + " tokens of KV even in " + to_string(c.kv_type) +
+                             ", fewer than -c " + std::to_string(ctx) + ": lower -c or raise the budget");
+  }
+  a.o.cache = cache;
+  a.o.hard_cap = cap;
+  if (!a.set_window) a.o.window = cap / 2;
+  else if (a.o.window >= cap)
+    throw std::runtime_error(head + "leaves a hard cap of " + std::to_string(cap) + " tokens; --window " +
+                             std::to_string(a.o.window) + " must be below it");
+  if (!a.set_max_tokens) a.o.max_tokens = std::max(1, std::min({a.o.max_tokens, cap / 4, a.o.window - 1}));
+  else if (a.o.max_tokens >= a.o.window)
+    throw std::runtime_error(head + "leaves a window of " + std::to_string(a.o.window) + " tokens; -n " +
+                             std::to_string(a.o.max_tokens) + " must be below it");
+  // The planner's own description holds only when it picked everything it lists.
+  if (!a.set_kv_type && !a.set_kv_other && !a.set_window && !a.set_max_tokens)
+    std::fprintf(stderr, "kvserve: %s\n", c.describe().c_str());
+  std::fprintf(stderr, "kvserve: %s\n", budget_line(a, c).c_str());
+}
 
 // /save and /logout on the encrypted session store.
 void add_session_commands(chat::ChatRepl& repl, chat::ChatSession& session, chat::SessionStore& store) {
@@ -64,23 +162,17 @@ void resume(chat::ChatSession& session, const chat::SessionStore& store, const s
 
 int run_chat(ChatArgs a) {
   a.m.model = resolve_model_path(a.m.model);
-  tools::RamBudgetInput rin;
-  rin.block_size = a.o.block_size;
-  rin.want_ctx = a.o.hard_cap;
-  rin.max_tokens = a.o.max_tokens;
-  const auto budget = ram_budget_choice(a.ram_budget, a.m.model, rin);
-  Loaded l = load_all(a.m, a.o.hard_cap);
+  const int want_ctx = a.o.hard_cap;
+  a.o.cache = a.kv.options();
+  if (!a.ram_budget.empty()) apply_ram_budget(a);
+  Loaded l = load_all(a.m, want_ctx);
+  const int trained = l.model->config().n_ctx_train;
+  if (trained > 0 && a.o.hard_cap > trained)
+    std::fprintf(stderr, "kvserve: warning: hard cap %d tokens is beyond the model's trained context of %d; "
+                 "replies past it may degrade\n", a.o.hard_cap, trained);
   std::string note;
   server::ChatTemplate tmpl = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
-  a.o.cache = a.kv.options();
-  if (budget) {
-    a.o.cache = {};
-    a.o.cache.type = budget->kv_type;
-    a.o.hard_cap = budget->hard_cap;
-    a.o.window = budget->window;
-    a.o.max_tokens = budget->max_tokens;
-  }
   a.o.sampling.temperature = a.temp;
   a.o.sampling.top_k = a.top_k;
   a.o.sampling.top_p = a.top_p;
@@ -88,6 +180,7 @@ int run_chat(ChatArgs a) {
   a.o.sampling.repeat_penalty = a.repeat_penalty;
   a.o.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
   chat::ChatSession session(*l.engine, *l.tok, std::move(tmpl), a.o);
+  session.set_notice_sink([](const std::string& what) { std::fprintf(stderr, "kvserve: note: %s\n", what.c_str()); });
   std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
   chat::SessionStore store(a.sessions.folder(), a.sessions.keying(), l.model->identity());
   if (!a.resume.empty()) resume(session, store, a.resume);
@@ -134,7 +227,23 @@ void add_chat(CLI::App& app, Runner& run) {
   add_device_args(c, a->dev, true);
   add_session_args(c, a->sessions);
   c->add_option("--resume", a->resume, "Resume a session saved with /save NAME (its KV comes back without recompute)");
-  c->callback([a, &run] { run = [a] { return run_chat(*a); }; });
+  c->callback([a, c, &run] {
+    // Which options were given decides what --ram-budget may choose.
+    auto given = [&](const char* name, const std::string& shown) {
+      if (c->get_option(name)->count() == 0) return false;
+      a->given += (a->given.empty() ? "" : ", ") + shown;
+      return true;
+    };
+    a->set_ctx = given("--ctx", "-c " + std::to_string(a->o.hard_cap));
+    a->set_window = given("--window", "--window " + std::to_string(a->o.window));
+    a->set_max_tokens = given("--max-tokens", "-n " + std::to_string(a->o.max_tokens));
+    a->set_kv_type = given("--kv-type", "--kv-type " + a->kv.type);
+    const bool scale = given("--kv-key-scale", "--kv-key-scale " + a->kv.key_scale);
+    const bool residual = given("--kv-residual", "--kv-residual " + std::to_string(a->kv.residual));
+    const bool group = given("--kv-group", "--kv-group " + std::to_string(a->kv.group));
+    a->set_kv_other = scale || residual || group;
+    run = [a] { return run_chat(*a); };
+  });
 }
 
 }  // namespace kvs::cli
