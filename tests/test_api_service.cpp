@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "sched/engine_loop.h"
 #include "fake_executor.h"
@@ -472,4 +473,123 @@ TEST(ApiService, ResponsesObjectStreamAndPreviousResponse) {
                                              : json{{"effort", "high"}};
     EXPECT_EQ(resp(body).body["error"]["param"], k);
   }
+}
+
+// Streamed completions logprobs: text_offset counts from the start of the
+// choice's whole text, as without streaming (echo too). With include_usage
+// every chunk has "usage" (null but in the last); with vLLM's
+// continuous_usage_stats it is the count so far.
+TEST(ApiService, StreamedOffsetsAndUsageInEveryChunk) {
+  Rig rig;
+  for (bool echo : {false, true}) {
+    const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1},
+                       {"ignore_eos", true}, {"echo", echo}};
+    const Result whole = complete(rig, body);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    json streamed_body = body;
+    streamed_body["stream"] = true;
+    const Result s = complete(rig, streamed_body);
+    ASSERT_EQ(s.status, 200);
+    json offsets = json::array();
+    std::string text;
+    for (const json& ev : s.events) {
+      if (ev.is_null() || ev["choices"].empty()) continue;
+      text += ev["choices"][0]["text"].get<std::string>();
+      if (ev["choices"][0]["logprobs"].is_null()) continue;
+      for (const json& o : ev["choices"][0]["logprobs"]["text_offset"]) offsets.push_back(o);
+    }
+    EXPECT_EQ(text, whole.body["choices"][0]["text"]);
+    EXPECT_EQ(offsets, whole.body["choices"][0]["logprobs"]["text_offset"]) << "echo " << echo;
+  }
+  const Result u = complete(rig, {{"prompt", "Once"}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true},
+                                  {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(u.status, 200);
+  ASSERT_GE(u.events.size(), 3u);
+  for (size_t i = 0; i + 2 < u.events.size(); ++i) {
+    ASSERT_TRUE(u.events[i].contains("usage")) << u.events[i];
+    EXPECT_TRUE(u.events[i]["usage"].is_null()) << u.events[i];
+  }
+  EXPECT_EQ(u.events[u.events.size() - 2]["usage"]["completion_tokens"], 4);
+  const Result c = complete(rig, {{"prompt", "Once"}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true},
+                                  {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}});
+  ASSERT_EQ(c.status, 200);
+  int last = 0;
+  for (size_t i = 0; i + 1 < c.events.size(); ++i) {
+    const json& us = c.events[i]["usage"];
+    ASSERT_TRUE(us.is_object()) << c.events[i];
+    EXPECT_EQ(us["prompt_tokens"], int(rig.tok->encode("Once", true).size()));
+    EXPECT_GE(us["completion_tokens"].get<int>(), last);
+    EXPECT_EQ(us["total_tokens"], us["prompt_tokens"].get<int>() + us["completion_tokens"].get<int>());
+    last = us["completion_tokens"];
+  }
+  EXPECT_EQ(last, 4);
+}
+
+// The field at fault is named: the prompt when it alone fills the context,
+// min_tokens over the tokens the context leaves, ids outside the vocabulary.
+TEST(ApiService, ErrorsNameTheFieldAtFault) {
+  Rig rig;
+  const Result big = complete(rig, {{"prompt", std::vector<int>(5000, 100)}});
+  ASSERT_EQ(big.status, 400);
+  EXPECT_EQ(big.body["error"]["param"], "prompt");
+  EXPECT_EQ(big.body["error"]["code"], "context_length_exceeded");
+  const std::string m = big.body["error"]["message"];
+  EXPECT_NE(m.find("has 5000 tokens"), std::string::npos) << m;
+  EXPECT_NE(m.find("holds 4096"), std::string::npos) << m;
+  const Result chat = drive(rig.api->handle(
+      post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", std::string(5000, 'x')}}}}}), [] {}));
+  EXPECT_EQ(chat.body["error"]["param"], "messages");
+  // 4090 prompt tokens leave 6 by default.
+  const Result mt = complete(rig, {{"prompt", std::vector<int>(4090, 100)}, {"min_tokens", 10}});
+  ASSERT_EQ(mt.status, 400);
+  EXPECT_EQ(mt.body["error"]["param"], "min_tokens");
+  const Result lb = complete(rig, {{"prompt", "x"}, {"logit_bias", {{std::to_string(kVocab), 1}}}});
+  ASSERT_EQ(lb.status, 400);
+  EXPECT_EQ(lb.body["error"]["param"], "logit_bias");
+  EXPECT_EQ(complete(rig, {{"prompt", "x"}, {"stop_token_ids", {kVocab}}}).body["error"]["param"], "stop_token_ids");
+  const HttpResponse at =
+      rig.api->handle(post("/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"foo", 1}}), {})
+          .response;
+  EXPECT_EQ(at.status, 400);
+  const std::string am = json::parse(at.body)["error"]["message"];
+  EXPECT_NE(am.find("/apply-template"), std::string::npos) << am;
+  EXPECT_EQ(am.find("/v1/chat"), std::string::npos) << am;
+}
+
+// A route answers the methods it has; others get 405 with Allow.
+TEST(ApiService, MethodsAre405WithAllow) {
+  Rig rig;
+  auto call = [&](const std::string& method, const std::string& path) {
+    return rig.api->handle({method, path, "", ""}, {}).response;
+  };
+  auto allow = [](const HttpResponse& r) {
+    for (const auto& [k, v] : r.headers)
+      if (k == "Allow") return v;
+    return std::string("(none)");
+  };
+  for (const auto& [method, path, allowed] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"GET", "/v1/completions", "POST"},
+           {"GET", "/v1/chat/completions", "POST"},
+           {"GET", "/tokenize", "POST"},
+           {"POST", "/v1/models", "GET"},
+           {"DELETE", "/v1/models", "GET"},
+           {"POST", "/metrics", "GET"},
+           {"DELETE", "/health", "GET, HEAD"},
+           {"POST", "/health", "GET, HEAD"},
+           {"PUT", "/health", "GET, HEAD"}}) {
+    const HttpResponse r = call(method, path);
+    EXPECT_EQ(r.status, 405) << method << " " << path;
+    EXPECT_EQ(allow(r), allowed) << method << " " << path;
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "method_not_allowed");
+  }
+  EXPECT_EQ(call("GET", "/health").status, 200);
+  EXPECT_EQ(call("HEAD", "/health").status, 200);
+  EXPECT_EQ(call("GET", "/v1/models").status, 200);
+  EXPECT_EQ(call("POST", "/nope").status, 404);
+  // The SDK's models.retrieve.
+  const HttpResponse one = call("GET", "/v1/models/fake");
+  ASSERT_EQ(one.status, 200);
+  EXPECT_EQ(json::parse(one.body)["id"], "fake");
+  EXPECT_EQ(json::parse(call("GET", "/v1/models/other").body)["error"]["code"], "model_not_found");
+  EXPECT_EQ(call("DELETE", "/v1/models/fake").status, 405);
 }

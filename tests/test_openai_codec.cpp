@@ -1,6 +1,7 @@
 // The OpenAI codec without sockets or a model: request bodies in (prompt
 // shapes, echo, priority, JSON errors), response objects and stream chunks
-// out (indices, refusal, system_fingerprint).
+// out (indices, refusal, system_fingerprint); nested fields, vocabulary
+// checks and logprob text offsets.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -127,7 +128,8 @@ TEST(OpenAiCodec, ChatFields) {
   EXPECT_EQ(p.max_tokens, 7);
   EXPECT_TRUE(p.logprobs);
   EXPECT_EQ(p.top_logprobs, 3);
-  EXPECT_EQ(error_of(Endpoint::Chat, json{{"messages", {{{"role", "user"}}}}, {"top_logprobs", 2}}.dump()).param,
+  EXPECT_EQ(error_of(Endpoint::Chat, json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"top_logprobs", 2}}.dump())
+                .param,
             "top_logprobs");
 }
 
@@ -273,4 +275,187 @@ TEST(OpenAiCodec, ResponseFormatAndGrammar) {
   EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "yaml"}}}})).param, "response_format");
   EXPECT_EQ(error_of(Endpoint::Chat, chat({{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}})).param,
             "grammar");
+}
+
+// Token ids outside the vocabulary and min_tokens over max_tokens are the
+// codec's 400s, naming the field (the scheduler's reject could not).
+TEST(OpenAiCodec, VocabularyAndMinTokensAreCheckedWithTheirField) {
+  auto err = [](const json& body) {
+    try {
+      parse_request(Endpoint::Completions, body.dump(), 100);
+    } catch (const ApiError& e) {
+      return e;
+    }
+    ADD_FAILURE() << "accepted: " << body;
+    return ApiError{};
+  };
+  const ApiError lb = err({{"prompt", "x"}, {"logit_bias", {{"100", 1}}}});
+  EXPECT_EQ(lb.param, "logit_bias");
+  EXPECT_NE(lb.message.find("token id 100 is outside the vocabulary of 100"), std::string::npos) << lb.message;
+  const ApiError st = err({{"prompt", "x"}, {"stop_token_ids", {5, 9999}}});
+  EXPECT_EQ(st.param, "stop_token_ids");
+  EXPECT_NE(st.message.find("9999"), std::string::npos) << st.message;
+  const ApiError mt = err({{"prompt", "x"}, {"max_tokens", 5}, {"min_tokens", 6}});
+  EXPECT_EQ(mt.param, "min_tokens");
+  EXPECT_EQ(mt.status, 400);
+  EXPECT_NO_THROW(parse_request(Endpoint::Completions,
+                                json{{"prompt", "x"}, {"logit_bias", {{"99", 1}}}, {"stop_token_ids", {99}},
+                                     {"max_tokens", 5}, {"min_tokens", 5}}
+                                    .dump(),
+                                100));
+  // Without a vocabulary (the router's hasher) ids are left to the scheduler.
+  EXPECT_NO_THROW(cmpl({{"prompt", "x"}, {"logit_bias", {{"9999", 1}}}}));
+}
+
+// Nested objects are as strict as the top level: an unknown key is a 400
+// naming its path. stream_options needs stream; user is a string.
+TEST(OpenAiCodec, NestedUnknownFieldsAre400NamingThePath) {
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", true}, {"foo", 1}}}})
+                .param,
+            "stream_options.foo");
+  const ApiError ns = cmpl_error({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}});
+  EXPECT_EQ(ns.param, "stream_options");
+  EXPECT_NE(ns.message.find("'stream' is true"), std::string::npos) << ns.message;
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}}).param,
+            "stream_options.include_usage");
+  // continuous_usage_stats (vLLM) is implemented, on top of include_usage.
+  const ParsedRequest cu = cmpl({{"prompt", "x"},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}});
+  EXPECT_TRUE(cu.include_usage && cu.continuous_usage);
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"continuous_usage_stats", true}}}})
+                .param,
+            "stream_options.continuous_usage_stats");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto chat_err = [&](const json& rf) {
+    return error_of(Endpoint::Chat, json{{"messages", msgs}, {"response_format", rf}}.dump());
+  };
+  EXPECT_EQ(chat_err({{"type", "json_object"}, {"foo", 1}}).param, "response_format.foo");
+  const json js = {{"name", "a"}, {"schema", {{"type", "object"}}}, {"foo", 1}};
+  EXPECT_EQ(chat_err({{"type", "json_schema"}, {"json_schema", js}}).param, "response_format.json_schema.foo");
+  EXPECT_EQ(chat_err({{"type", "json_object"}, {"json_schema", {{"schema", json::object()}}}}).param,
+            "response_format.json_schema");
+  EXPECT_NO_THROW(parse_request(Endpoint::Chat, json{{"messages", msgs},
+                                                     {"response_format",
+                                                      {{"type", "json_schema"},
+                                                       {"json_schema",
+                                                        {{"name", "a"}, {"description", "d"}, {"strict", true},
+                                                         {"schema", {{"type", "object"}}}}}}}}
+                                                    .dump()));
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"user", json::array({1})}}).param, "user");
+}
+
+// A user, system or tool message must carry content; an assistant turn
+// that made tool calls may leave it null.
+TEST(OpenAiCodec, MessagesWithoutContentAre400) {
+  for (const char* role : {"user", "system", "developer", "tool"}) {
+    const ApiError e = error_of(Endpoint::Chat, json{{"messages", {{{"role", role}}}}}.dump());
+    EXPECT_EQ(e.param, "messages[0].content") << role;
+  }
+  const json null_content = {
+      {"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "system"}, {"content", nullptr}}}}};
+  EXPECT_EQ(error_of(Endpoint::Chat, null_content.dump()).param, "messages[1].content");
+  const json calls = {{"messages",
+                       {{{"role", "user"}, {"content", "hi"}},
+                        {{"role", "assistant"},
+                         {"content", nullptr},
+                         {"tool_calls",
+                          {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}},
+                        {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "42"}}}}};
+  EXPECT_NO_THROW(parse_request(Endpoint::Chat, calls.dump()));
+  EXPECT_NO_THROW(parse_request(Endpoint::Chat, json{{"messages", {{{"role", "user"}, {"content", ""}}}}}.dump()));
+}
+
+TEST(OpenAiCodec, MessagesThatDoNotMislead) {
+  // A body cut off: the end, not an offset past it.
+  const ApiError cut = error_of(Endpoint::Completions, "{\"prompt\":\"x\",");
+  EXPECT_NE(cut.message.find("unexpected end of the body"), std::string::npos) << cut.message;
+  EXPECT_EQ(cut.message.find("byte 15"), std::string::npos) << cut.message;
+  // A top_p too small for a float is still a top_p above 0.
+  const ParsedRequest p = cmpl({{"prompt", "x"}, {"top_p", 1e-300}});
+  EXPECT_GT(p.sampling.top_p, 0.0f);
+  EXPECT_EQ(cmpl_error({{"prompt", "x"}, {"top_p", 0}}).param, "top_p");
+}
+
+namespace {
+
+// A SentencePiece-like vocabulary: 1 is BOS (no text), the first word's
+// piece carries the space the text does not start with.
+std::string sp_text(int32_t id) {
+  static const std::vector<std::string> pieces = {"?", "", " Once", " upon", " a", " time", ",", " there", " was"};
+  return id >= 0 && size_t(id) < pieces.size() ? pieces[size_t(id)] : "?";
+}
+
+// "Once upon a time" after BOS, as the engine reports its logprobs.
+std::vector<sched::PromptLogprob> sp_prompt() {
+  std::vector<sched::PromptLogprob> v;
+  for (int32_t id = 1; id <= 5; ++id)
+    v.push_back({id - 1, id, id == 1 ? std::nullopt : std::optional<float>(-1.0f), {}});
+  return v;
+}
+
+// text[text_offset[i]:] starts with tokens[i], for every i.
+void expect_offsets_index_the_text(const std::string& text, const json& lp) {
+  ASSERT_EQ(lp["tokens"].size(), lp["text_offset"].size()) << lp;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    const size_t off = lp["text_offset"][i];
+    const std::string tok = lp["tokens"][i];
+    ASSERT_LE(off, text.size()) << i << " " << lp;
+    EXPECT_EQ(text.compare(off, tok.size(), tok), 0) << i << " '" << tok << "' at " << off << " of '" << text << "'";
+  }
+}
+
+}  // namespace
+
+// Echo + logprobs: the offsets index the returned text, whose echoed prompt
+// has no leading space.
+TEST(OpenAiCodec, EchoedTextOffsetsIndexTheText) {
+  ResponseMeta meta{"cmpl-1", 1, "m", ""};
+  ChoiceResult c;
+  c.text = "Once upon a time, there";
+  c.echo_bytes = 16;
+  c.prompt_logprobs = sp_prompt();
+  c.logprobs = {{6, -0.5f}, {7, -0.5f}};
+  c.top_logprobs = {{}, {}};
+  const json r = completion_response(Endpoint::Completions, meta, {c}, {}, true, sp_text);
+  const json& lp = r["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["text_offset"], json::array({0, 0, 4, 9, 11, 16, 17})) << lp;
+  EXPECT_EQ(lp["tokens"][1], "Once");
+  expect_offsets_index_the_text(c.text, lp);
+  // Without echo the pieces are the text as generated.
+  ChoiceResult g;
+  g.text = ", there was";
+  g.logprobs = {{6, -0.5f}, {7, -0.5f}, {8, -0.5f}};
+  g.top_logprobs = {{}, {}, {}};
+  const json rg = completion_response(Endpoint::Completions, meta, {g}, {}, true, sp_text);
+  EXPECT_EQ(rg["choices"][0]["logprobs"]["text_offset"], json::array({0, 1, 7}));
+}
+
+// Streamed: the offsets run on across chunks, the same as without streaming.
+TEST(OpenAiCodec, StreamedTextOffsetsCountTheWholeText) {
+  ResponseMeta meta{"cmpl-1", 1, "m", ""};
+  for (bool echo : {false, true}) {
+    TextOffsets offs;
+    if (echo) offs.echo = "Once upon a time";
+    std::string text;
+    json all = {{"tokens", json::array()}, {"text_offset", json::array()}};
+    for (int32_t id : {6, 7, 8}) {
+      sched::TokenEvent e;
+      e.choice = 0;
+      e.token = id;
+      e.text = sp_text(id);
+      e.logprob = sched::TokenLogprob{id, -0.5f};
+      if (id == 6 && echo) {
+        e.prompt_logprobs = sp_prompt();
+        e.text = offs.echo + e.text;
+      }
+      const json ch = stream_chunk(Endpoint::Completions, meta, e, id == 6, true, sp_text, nullptr, &offs);
+      text += ch["choices"][0]["text"].get<std::string>();
+      for (const char* k : {"tokens", "text_offset"})
+        for (const json& v : ch["choices"][0]["logprobs"][k]) all[k].push_back(v);
+    }
+    const json want = echo ? json::array({0, 0, 4, 9, 11, 16, 17, 23}) : json::array({0, 1, 7});
+    EXPECT_EQ(all["text_offset"], want) << all;
+    expect_offsets_index_the_text(text, all);
+  }
 }

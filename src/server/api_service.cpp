@@ -39,6 +39,13 @@ std::string reject_label(const ApiError& e) {
   return "";
 }
 
+// 405 with the Allow header RFC 9110 asks for ("GET", "POST", "GET, HEAD").
+HttpResponse method_not_allowed(const std::string& allow) {
+  HttpResponse r = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use " + allow));
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
 }  // namespace
 
 ApiService::ApiService(sched::EngineLoop& loop, const Tokenizer& tok, TenantRegistry& tenants, ApiOptions opts)
@@ -74,7 +81,7 @@ void ApiService::set_draining(bool on) {
 Routed ApiService::dashboard(const HttpRequest& req, const std::string& path, std::function<void()> wake) {
   Routed r;
   if (req.method != "GET") {
-    r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use GET"));
+    r.response = method_not_allowed("GET");
     return r;
   }
   if (path == "/dashboard") {
@@ -147,6 +154,11 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   const std::string path = path_of(req.target);
   Routed r;
   if (path == "/health") {
+    // HEAD: the session sends the head alone.
+    if (req.method != "GET" && req.method != "HEAD") {
+      r.response = method_not_allowed("GET, HEAD");
+      return r;
+    }
     if (ready_ && !draining_) {
       // What a router needs to compute the same block hashes: the model
       // identity folded into every scope, the block size, and the key
@@ -164,15 +176,22 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     }
     return r;
   }
-  if (path == "/metrics" && req.method == "GET") {
+  static const std::string kModel = "/v1/models/";
+  const bool one_model = path.size() > kModel.size() && path.compare(0, kModel.size(), kModel) == 0;
+  const bool get_only = path == "/metrics" || path == "/v1/models" || path == "/models" || one_model;
+  if (get_only && req.method != "GET") {
+    r.response = method_not_allowed("GET");
+    return r;
+  }
+  if (path == "/metrics") {
     r.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.response.body = render_metrics(loop_.metrics(), counters_.snapshot(), {opts_.metrics_vllm, opts_.model_id});
     if (opts_.extra_metrics) r.response.body += opts_.extra_metrics();
     return r;
   }
   if (hub_ && (path == "/dashboard" || path.compare(0, 11, "/dashboard/") == 0)) return dashboard(req, path, std::move(wake));
-  if ((path == "/v1/models" || path == "/models") && req.method == "GET") {
-    r.response = models(req);
+  if (path == "/v1/models" || path == "/models" || one_model) {
+    r.response = one_model ? models(req, path.substr(kModel.size())) : models(req);
     return r;
   }
   if (path == "/v1/embeddings" || path == "/embeddings") {
@@ -192,7 +211,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   const bool resp = path == "/v1/responses" || path == "/responses";
   if (cmpl || chat || resp) {
     if (req.method != "POST") {
-      r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use POST"));
+      r.response = method_not_allowed("POST");
       return r;
     }
     return completions(resp ? Endpoint::Responses : chat ? Endpoint::Chat : Endpoint::Completions, req, std::move(wake));
@@ -201,7 +220,7 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
   if (path.size() > kAdmin.size() + kRevoke.size() && path.compare(0, kAdmin.size(), kAdmin) == 0 &&
       path.compare(path.size() - kRevoke.size(), kRevoke.size(), kRevoke) == 0) {
     if (req.method != "POST") {
-      r.response = error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use POST"));
+      r.response = method_not_allowed("POST");
       return r;
     }
     r.response = revoke(req, path.substr(kAdmin.size(), path.size() - kAdmin.size() - kRevoke.size()));
@@ -212,17 +231,22 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
 }
 
 HttpResponse ApiService::token_tools(const HttpRequest& req, const std::string& path) const {
-  if (req.method != "POST") return error_response(make_error(405, "invalid_request_error", "method_not_allowed", "use POST"));
+  if (req.method != "POST") return method_not_allowed("POST");
   if (!tenants_.authenticate(req.authorization)) return error_response(unauthorized());
   if (path == "/tokenize") return tokenize_endpoint(tok_, req.body);
   if (path == "/detokenize") return detokenize_endpoint(tok_, req.body);
   return apply_template_endpoint(opts_.chat, req.body);
 }
 
-HttpResponse ApiService::models(const HttpRequest& req) const {
+HttpResponse ApiService::models(const HttpRequest& req, const std::optional<std::string>& id) const {
   if (!tenants_.authenticate(req.authorization)) return error_response(unauthorized());
   json m = {{"id", opts_.model_id}, {"object", "model"}, {"created", opts_.model_created}, {"owned_by", "kvserve"},
             {"max_model_len", opts_.ctx}};
+  if (id) {
+    if (*id == opts_.model_id) return json_response(200, m);
+    return error_response(make_error(404, "invalid_request_error", "model_not_found",
+                                     "the model does not exist; this server serves '" + opts_.model_id + "'"));
+  }
   return json_response(200, {{"object", "list"}, {"data", json::array({m})}});
 }
 
@@ -362,7 +386,7 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, co
     pr.p = parse_responses(req.body, *rq, pr.history);
     pr.responses = std::move(rq);
   } else {
-    pr.p = parse_request(ep, req.body);
+    pr.p = parse_request(ep, req.body, tok_.n_vocab());
   }
   const ParsedRequest& p = pr.p;
   if (!p.model.empty() && p.model != opts_.model_id &&
@@ -397,6 +421,14 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, co
     // (generation starts from BOS, as OpenAI and vLLM do).
     if (P == 0)
       throw bad_request(which + " has no tokens (an empty prompt needs a model that adds a BOS token)", "prompt");
+    if (P >= opts_.ctx) {
+      // The prompt alone fills the context: it is at fault, not max_tokens.
+      ApiError e = bad_request(which + " has " + std::to_string(P) + " tokens and this model's context holds " +
+                                   std::to_string(opts_.ctx) + " (prompt and completion together)",
+                               ep == Endpoint::Completions ? "prompt" : ep == Endpoint::Chat ? "messages" : "input");
+      e.code = "context_length_exceeded";
+      throw e;
+    }
     const sched::TokenBudget budget = sched::token_budget(P, p.max_tokens, opts_.ctx, opts_.default_max_tokens, which);
     if (!budget.ok()) {
       ApiError e = bad_request(budget.error, "max_tokens");
@@ -404,6 +436,11 @@ ApiService::Prepared ApiService::prepare(Endpoint ep, const HttpRequest& req, co
       throw e;
     }
     const int mt = budget.max_tokens;
+    // The codec checks an explicit max_tokens; this, the one the context left.
+    if (p.min_tokens > mt)
+      throw bad_request("'min_tokens' (" + std::to_string(p.min_tokens) + ") exceeds the " + std::to_string(mt) +
+                            " tokens " + which + " may generate",
+                        "min_tokens");
     pr.max_tokens.push_back(mt);
     pr.prompt_tokens += P;
     pr.need_blocks += int64_t(p.n) * ((int64_t(P) + mt + bs - 1) / bs);
@@ -434,6 +471,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   s.hand_off = bool(opts_.hand_off_sink);
   s.stream = p.stream && !s.hand_off;  // the prefill worker's answer is the hand-over
   s.include_usage = p.include_usage;
+  s.continuous_usage = p.continuous_usage;
   s.logprobs = p.logprobs;
   s.n = p.n;
   s.prompts = int(pr.prompts.size());

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,7 +123,8 @@ class ApiService {
   Routed submit(Endpoint ep, Prepared&& pr, const Caller& caller, int64_t reserved, std::function<void()> wake,
                 const std::optional<HandoverQuery>& hq);
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
-  HttpResponse models(const HttpRequest& req) const;
+  // /v1/models, or /v1/models/{id} (the SDK's models.retrieve) when `id` is set.
+  HttpResponse models(const HttpRequest& req, const std::optional<std::string>& id = std::nullopt) const;
   // /tokenize, /detokenize, /apply-template (server/token_endpoints.h).
   HttpResponse token_tools(const HttpRequest& req, const std::string& path) const;
   // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*

@@ -64,6 +64,10 @@ ApiError reject_error(RejectReason r, const std::string& message, double retry_a
       e.code = "context_length_exceeded";
       break;
     case RejectReason::Invalid:
+      // As the codec's 400s (which catch these first when they can): code null.
+      e.status = 400;
+      e.code.clear();
+      break;
     case RejectReason::RequestShare:
       e.status = 400;
       break;
@@ -85,8 +89,11 @@ Exchange::Exchange(Setup s) : s_(std::move(s)), open_(s_.n * s_.prompts), t0_(sc
   prompts_.resize(size_t(s_.prompts));
   for (Prompt& p : prompts_) p.open = s_.n;
   choices_.resize(size_t(s_.n) * size_t(s_.prompts));
-  for (size_t i = 0; i < choices_.size() && i / size_t(s_.n) < s_.echo.size(); ++i)
+  for (size_t i = 0; i < choices_.size() && i / size_t(s_.n) < s_.echo.size(); ++i) {
     choices_[i].result.text = s_.echo[i / size_t(s_.n)];
+    choices_[i].result.echo_bytes = choices_[i].result.text.size();
+    choices_[i].offsets.echo = choices_[i].result.text;
+  }
   if (s_.tool_format != ToolFormat::None)
     for (size_t i = 0; i < choices_.size(); ++i)
       choices_[i].tools = std::make_unique<ToolCallParser>(
@@ -235,8 +242,10 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
       x.first_call = before;
       x.tool_finish = c.tools->calls() > 0;
     }
-    const nlohmann::json chunk = stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr);
+    nlohmann::json chunk =
+        stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr, &c.offsets);
     if (!chunk.is_null()) {
+      if (s_.include_usage) chunk["usage"] = chunk_usage();
       out.data += sse_data(dump(chunk));
       c.first = false;
     }
@@ -261,6 +270,18 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     --open_;
   }
   return true;
+}
+
+// OpenAI: with include_usage every chunk has "usage", null but in the last.
+// vLLM's continuous_usage_stats: the whole request's counts so far (a
+// prompt's cached tokens are known once one of its choices has finished).
+nlohmann::json Exchange::chunk_usage() const {
+  if (!s_.continuous_usage) return nullptr;
+  sched::Usage u = total_usage();
+  u.prompt_tokens = std::max(u.prompt_tokens, s_.prompt_tokens);
+  u.completion_tokens = 0;
+  for (const Prompt& p : prompts_) u.completion_tokens += p.tokens_seen;
+  return usage_json(u);
 }
 
 void Exchange::finish(Output& out) {

@@ -51,6 +51,7 @@ class Exchange final : public ResponseStream {
     ServerCounters* counters = nullptr;
     Endpoint endpoint = Endpoint::Completions;
     bool stream = false, include_usage = false, logprobs = false;
+    bool continuous_usage = false;   // stream_options.continuous_usage_stats: usage so far in every chunk
     int n = 1;                       // choices per prompt
     int prompts = 1;                 // engine requests (completions with several prompts)
     std::vector<std::string> echo;   // per prompt: text that starts each of its choices (echo), or empty
@@ -95,6 +96,7 @@ class Exchange final : public ResponseStream {
   struct Choice {
     bool first = true, done = false;
     ChoiceResult result;
+    TextOffsets offsets;                    // streamed completions logprobs: text_offset across chunks
     std::unique_ptr<ToolCallParser> tools;  // Setup::tool_format
   };
   // The event's text through the choice's tool-call parser (its calls and
@@ -110,6 +112,8 @@ class Exchange final : public ResponseStream {
   bool take_event(sched::TokenEvent& e, Output& out);
   void finish(Output& out);
   void finish_response(Output& out, const sched::Usage& usage);
+  // A streamed chunk's "usage": null, or (continuous_usage) the counts so far.
+  nlohmann::json chunk_usage() const;
   sched::Usage total_usage() const;
   void cancel_open();
   void log_line();

@@ -184,6 +184,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (srv_->api.draining()) keep_alive_ = false;
     pending_ += full_response(r.response, kServer, keep_alive_);
+    // HEAD: the same head (Content-Length included), no body.
+    if (hr.method == "HEAD") pending_.resize(pending_.size() - r.response.body.size());
     response_done_ = true;
     flush();
   }

@@ -3,9 +3,12 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "server/request_fields.h"
+#include "tokenizer/vocab.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 
 namespace kvs::server {
@@ -183,7 +186,13 @@ std::vector<ChatMessage> parse_messages(const json& j) {
         cm.role != "tool")
       throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
-    cm.content = message_content(x.contains("content") ? x["content"] : json(nullptr), i);
+    // Only an assistant turn may leave its content out (one that made tool
+    // calls); what a template renders for a missing one differs by template.
+    const bool has_content = x.contains("content") && !x["content"].is_null();
+    const std::string where = "messages[" + std::to_string(i) + "].content";
+    if (!has_content && cm.role != "assistant")
+      throw bad_request(where + " is required for a " + x["role"].get<std::string>() + " message", where);
+    cm.content = message_content(has_content ? x["content"] : json(nullptr), i);
     out.push_back(std::move(cm));
   }
   return out;
@@ -230,6 +239,14 @@ std::vector<std::string> parse_stop(const json& j) {
   return stop;
 }
 
+// A 400 naming `where`.key for a key of object `o` not in `allowed`:
+// nested objects are checked as strictly as the body's top level.
+void check_keys(const json& o, const std::string& where, std::initializer_list<const char*> allowed) {
+  for (const auto& [k, v] : o.items())
+    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; }))
+      throw bad_request("unknown field '" + where + "." + k + "'", where + "." + k);
+}
+
 // response_format / grammar to a compiled grammar (null: free text). The
 // schema is read from the body again in order: properties must come out in
 // the order the client listed them.
@@ -245,7 +262,10 @@ std::shared_ptr<const grammar::Grammar> parse_constraint(const json& j, const st
     if (!rf) return nullptr;
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       throw bad_request("'response_format' must be an object with a 'type'", "response_format");
+    check_keys(*rf, "response_format", {"type", "json_schema"});
     const std::string type = (*rf)["type"];
+    if (type != "json_schema" && field(*rf, "json_schema"))
+      throw bad_request("'response_format.json_schema' goes with type json_schema", "response_format.json_schema");
     if (type == "text") return nullptr;
     if (type == "json_object")
       return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_object_gbnf()));
@@ -255,6 +275,7 @@ std::shared_ptr<const grammar::Grammar> parse_constraint(const json& j, const st
     const auto& js = o["response_format"]["json_schema"];
     if (!js.is_object() || !js.contains("schema"))
       throw bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+    check_keys((*rf)["json_schema"], "response_format.json_schema", {"name", "description", "schema", "strict"});
     if (js.contains("strict") && !js["strict"].is_boolean() && !js["strict"].is_null())
       throw bad_request("'response_format.json_schema.strict' must be true or false", "response_format");
     return std::make_shared<const grammar::Grammar>(grammar::parse_gbnf(grammar::json_schema_gbnf(js["schema"])));
@@ -263,19 +284,85 @@ std::shared_ptr<const grammar::Grammar> parse_constraint(const json& j, const st
   }
 }
 
+// Token ids the request names besides its prompt, against the vocabulary.
+void check_vocab(const ParsedRequest& r, int64_t n_vocab) {
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    if (!token_in_vocab(id, n_vocab))
+      throw bad_request("'logit_bias' token id " + std::to_string(id) + " is outside the vocabulary of " +
+                            std::to_string(n_vocab) + " tokens",
+                        "logit_bias");
+  if (std::string e = token_ids_error(r.stop_token_ids, n_vocab, "'stop_token_ids':"); !e.empty())
+    throw bad_request(e, "stop_token_ids");
+}
+
+// Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut),
+// vLLM's penalties, min_tokens and stop_token_ids, and the seed.
+void parse_sampling(const json& j, ParsedRequest& r, int64_t n_vocab) {
+  r.sampling.temperature = float(get_number(j, "temperature", 0, 2).value_or(1.0));
+  const double top_p = get_number(j, "top_p", 0, 1).value_or(1.0);
+  if (top_p <= 0) throw bad_request("'top_p' must be greater than 0", "top_p");
+  // A top_p below the smallest float keeps the top token, as the value means.
+  r.sampling.top_p = std::max(float(top_p), std::numeric_limits<float>::denorm_min());
+  r.sampling.top_k = int(get_int(j, "top_k", -1, 1 << 20).value_or(0));
+  if (r.sampling.top_k < 0) r.sampling.top_k = 0;  // -1 (vLLM) = off
+  r.sampling.min_p = float(get_number(j, "min_p", 0, 1).value_or(0.0));
+  r.sampling.repeat_penalty = float(get_number(j, "repetition_penalty", 0.01, 10).value_or(1.0));
+  r.sampling.presence_penalty = float(get_number(j, "presence_penalty", -2, 2).value_or(0.0));
+  r.sampling.frequency_penalty = float(get_number(j, "frequency_penalty", -2, 2).value_or(0.0));
+  r.sampling.logit_bias = parse_logit_bias(j);
+  r.min_tokens = int(get_int(j, "min_tokens", 0, 1 << 24).value_or(0));
+  if (const json* st = field(j, "stop_token_ids")) {
+    if (!st->is_array()) throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
+    r.stop_token_ids = token_ids(*st, "stop_token_ids", "stop_token_ids");
+    if (r.stop_token_ids.size() > 64) throw bad_request("'stop_token_ids' has more than 64 ids", "stop_token_ids");
+  }
+  if (n_vocab > 0) check_vocab(r, n_vocab);
+  if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    r.sampling.seed = uint64_t(*s);
+    r.seeded = true;
+  }
+}
+
+// stream_options: OpenAI's include_usage and vLLM's continuous_usage_stats
+// (usage in every chunk, which vLLM gives only with include_usage). Only
+// with "stream": true, as OpenAI answers.
+void parse_stream_options(const json& j, ParsedRequest& r) {
+  const json* so = field(j, "stream_options");
+  if (!so) return;
+  if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+  if (!r.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+  check_keys(*so, "stream_options", {"include_usage", "continuous_usage_stats"});
+  auto flag = [&](const char* k) {
+    const json* v = field(*so, k);
+    const std::string path = std::string("stream_options.") + k;
+    if (v && !v->is_boolean()) throw bad_request("'" + path + "' must be true or false", path);
+    return v && v->get<bool>();
+  };
+  r.include_usage = flag("include_usage");
+  r.continuous_usage = flag("continuous_usage_stats");
+  if (r.continuous_usage && !r.include_usage)
+    throw bad_request("'stream_options.continuous_usage_stats' needs 'stream_options.include_usage': true",
+                      "stream_options.continuous_usage_stats");
+}
+
 // nlohmann's own text quotes the bytes it last read (prompt text): the
 // client gets the offset instead.
 ApiError json_syntax_error(const json::exception& e, const std::string& body) {
   if (body.empty()) return bad_request("the request body is empty (expected a JSON object)");
-  if (const auto* pe = dynamic_cast<const json::parse_error*>(&e))
+  if (const auto* pe = dynamic_cast<const json::parse_error*>(&e)) {
+    // The parser counts the end of the input as one byte past it.
+    if (pe->byte > body.size())
+      return bad_request("the request body is not valid JSON (unexpected end of the body after " +
+                         std::to_string(body.size()) + " bytes)");
     return bad_request("the request body is not valid JSON (error at byte " + std::to_string(pe->byte) + " of " +
                        std::to_string(body.size()) + ")");
+  }
   return bad_request("the request body is not valid JSON");
 }
 
 }  // namespace
 
-ParsedRequest parse_request(Endpoint ep, const std::string& body) {
+ParsedRequest parse_request(Endpoint ep, const std::string& body, int64_t n_vocab) {
   json j;
   try {
     j = json::parse(body);
@@ -290,6 +377,7 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     if (!m->is_string()) throw bad_request("'model' must be a string", "model");
     r.model = m->get<std::string>();
   }
+  if (const json* u = field(j, "user"); u && !u->is_string()) throw bad_request("'user' must be a string", "user");
   if (ep == Endpoint::Completions) {
     const json* p = field(j, "prompt");
     if (!p) throw bad_request("'prompt' is required", "prompt");
@@ -301,56 +389,34 @@ ParsedRequest parse_request(Endpoint ep, const std::string& body) {
     r.chat_template_kwargs = parse_template_kwargs(ordered);
     r.tools = parse_tool_request(ordered);
   }
-
-  // Sampling: OpenAI's defaults (temperature 1, no top-k/top-p/min-p cut).
-  r.sampling.temperature = float(get_number(j, "temperature", 0, 2).value_or(1.0));
-  r.sampling.top_p = float(get_number(j, "top_p", 0, 1).value_or(1.0));
-  if (r.sampling.top_p <= 0) throw bad_request("'top_p' must be greater than 0", "top_p");
-  r.sampling.top_k = int(get_int(j, "top_k", -1, 1 << 20).value_or(0));
-  if (r.sampling.top_k < 0) r.sampling.top_k = 0;  // -1 (vLLM) = off
-  r.sampling.min_p = float(get_number(j, "min_p", 0, 1).value_or(0.0));
-  r.sampling.repeat_penalty = float(get_number(j, "repetition_penalty", 0.01, 10).value_or(1.0));
-  r.sampling.presence_penalty = float(get_number(j, "presence_penalty", -2, 2).value_or(0.0));
-  r.sampling.frequency_penalty = float(get_number(j, "frequency_penalty", -2, 2).value_or(0.0));
-  r.sampling.logit_bias = parse_logit_bias(j);
-  r.min_tokens = int(get_int(j, "min_tokens", 0, 1 << 24).value_or(0));
-  if (const json* st = field(j, "stop_token_ids")) {
-    if (!st->is_array()) throw bad_request("'stop_token_ids' must be an array of token ids", "stop_token_ids");
-    r.stop_token_ids = token_ids(*st, "stop_token_ids", "stop_token_ids");
-    if (r.stop_token_ids.size() > 64) throw bad_request("'stop_token_ids' has more than 64 ids", "stop_token_ids");
-  }
-  if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
-    r.sampling.seed = uint64_t(*s);
-    r.seeded = true;
-  }
+  parse_sampling(j, r, n_vocab);
   // chat: max_completion_tokens is the newer name; max_tokens still works.
   const char* mt_key = (ep == Endpoint::Chat && field(j, "max_completion_tokens")) ? "max_completion_tokens" : "max_tokens";
   if (auto mt = get_int(j, mt_key, 1, 1 << 24)) r.max_tokens = int(*mt);
+  if (r.max_tokens && r.min_tokens > *r.max_tokens)
+    throw bad_request("'min_tokens' (" + std::to_string(r.min_tokens) + ") exceeds '" + mt_key + "' (" +
+                          std::to_string(*r.max_tokens) + ")",
+                      "min_tokens");
   r.stop = parse_stop(j);
   r.n = int(get_int(j, "n", 1, kMaxChoices).value_or(1));
   if (r.prompts.size() * size_t(r.n) > size_t(kMaxTotalChoices))
     throw bad_request("prompts x n must be at most " + std::to_string(kMaxTotalChoices), "n");
   r.stream = get_bool(j, "stream").value_or(false);
-  if (const json* so = field(j, "stream_options")) {
-    if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
-    r.include_usage = get_bool(*so, "include_usage").value_or(false);
-  }
+  parse_stream_options(j, r);
   if (ep == Endpoint::Completions) {
     // Legacy completions: "logprobs": k = the sampled token plus k alternatives.
     if (auto lp = get_int(j, "logprobs", 0, kMaxTopLogprobs)) {
       r.logprobs = true;
       r.top_logprobs = int(*lp);
     }
+    // With logprobs, the prompt's own logprobs too (Request::prompt_logprobs).
+    r.echo = get_bool(j, "echo").value_or(false);
   } else {
     r.logprobs = get_bool(j, "logprobs").value_or(false);
     if (auto tl = get_int(j, "top_logprobs", 0, kMaxTopLogprobs)) {
       if (!r.logprobs && *tl > 0) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
       r.top_logprobs = int(*tl);
     }
-  }
-  if (ep == Endpoint::Completions) {
-    r.echo = get_bool(j, "echo").value_or(false);
-    // With logprobs, the prompt's own logprobs too (Request::prompt_logprobs).
   }
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.slo = parse_priority(j);
@@ -412,18 +478,34 @@ void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vecto
 }
 
 // Echo with logprobs: the prompt's tokens lead the arrays, the first one
-// with null logprob and alternatives (it is given, not predicted).
-void add_prompt_logprobs(json& lp, const std::vector<sched::PromptLogprob>& prompt, const TokenText& tt, int64_t& off) {
-  for (const sched::PromptLogprob& p : prompt) {
-    const std::string s = tt(p.token);
-    lp["tokens"].push_back(s);
+// with null logprob and alternatives (it is given, not predicted). Their
+// texts and offsets follow the echoed text: a SentencePiece prompt's pieces
+// spell it with a leading space that the text does not have, so that much
+// is cut from the front of the first pieces (the tokens then spell the text
+// exactly, and text[text_offset[i]:] starts with tokens[i]). The generated
+// tokens start after the echo, whatever the pieces spell.
+void add_prompt_logprobs(json& lp, const std::vector<sched::PromptLogprob>& prompt, const TokenText& tt,
+                         std::string_view echo, int64_t& off) {
+  std::vector<std::string> pieces;
+  std::string spelled;
+  for (const sched::PromptLogprob& p : prompt) spelled += pieces.emplace_back(tt(p.token));
+  const bool aligned =
+      spelled.size() >= echo.size() && std::string_view(spelled).substr(spelled.size() - echo.size()) == echo;
+  size_t cut = aligned ? spelled.size() - echo.size() : 0;
+  const int64_t end = off + int64_t(echo.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const sched::PromptLogprob& p = prompt[i];
+    const size_t drop = std::min(cut, pieces[i].size());
+    cut -= drop;
+    lp["tokens"].push_back(pieces[i].substr(drop));
     lp["token_logprobs"].push_back(p.logprob ? json(*p.logprob) : json(nullptr));
     json alts = p.logprob ? json::object() : json(nullptr);
     for (const auto& a : p.top) alts[tt(a.token)] = a.logprob;
     lp["top_logprobs"].push_back(alts);
-    lp["text_offset"].push_back(off);
-    off += int64_t(s.size());
+    lp["text_offset"].push_back(std::min(off, end));  // never past the echo (pieces it does not spell)
+    off += int64_t(pieces[i].size() - drop);
   }
+  off = end;
 }
 
 // The fields every response object and chunk starts with.
@@ -481,7 +563,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
       } else {
         lp = empty_legacy_logprobs();
         int64_t off = 0;
-        add_prompt_logprobs(lp, c.prompt_logprobs, tt, off);
+        add_prompt_logprobs(lp, c.prompt_logprobs, tt, std::string_view(c.text).substr(0, c.echo_bytes), off);
         for (size_t k = 0; k < c.logprobs.size(); ++k) {
           add_legacy_logprob(lp, c.logprobs[k], c.top_logprobs.at(k), tt, off);
           off += int64_t(tt(c.logprobs[k].token).size());
@@ -509,7 +591,7 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
 }
 
 json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
-                  const TokenText& tt, const ChatExtras* x) {
+                  const TokenText& tt, const ChatExtras* x, TextOffsets* offsets) {
   const bool final = e.finish != FinishReason::None;
   const bool has_lp = logprobs && (e.logprob.has_value() || !e.prompt_logprobs.empty());
   const bool has_x = x && (!x->parsed.calls.empty() || !x->parsed.reasoning.empty());
@@ -523,9 +605,16 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
       lp = chat_logprobs(json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)}));
     } else {
       lp = empty_legacy_logprobs();
-      int64_t off = 0;
-      add_prompt_logprobs(lp, e.prompt_logprobs, tt, off);
-      if (e.logprob) add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, off);
+      TextOffsets here;
+      TextOffsets& o = offsets ? *offsets : here;
+      if (!e.prompt_logprobs.empty() || !o.echo.empty()) {
+        add_prompt_logprobs(lp, e.prompt_logprobs, tt, o.echo, o.next);
+        o.echo.clear();  // it led this chunk's text only
+      }
+      if (e.logprob) {
+        add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, o.next);
+        o.next += int64_t(tt(e.logprob->token).size());
+      }
     }
   }
   if (ep == Endpoint::Chat) {

@@ -60,6 +60,7 @@ struct ParsedRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;                 // stream_options.include_usage
+  bool continuous_usage = false;              // stream_options.continuous_usage_stats (vLLM): usage in every chunk
   bool logprobs = false;
   int top_logprobs = 0;
   bool ignore_eos = false;
@@ -82,8 +83,10 @@ inline constexpr int kMaxTopLogprobs = 20;
 // Parses and validates a request body; throws ApiError (400) naming the
 // field. An unknown field, or a known one kvserve does not implement, is a
 // 400 naming it (server/request_fields.h); a field of the wrong type is an
-// error; null counts as absent.
-ParsedRequest parse_request(Endpoint ep, const std::string& body);
+// error; null counts as absent. `n_vocab` > 0: token ids in logit_bias and
+// stop_token_ids must be below it (0: left to the scheduler, whose reject
+// cannot name the field).
+ParsedRequest parse_request(Endpoint ep, const std::string& body, int64_t n_vocab = 0);
 
 // What one choice produced, for the non-streaming response.
 struct ChoiceResult {
@@ -92,6 +95,7 @@ struct ChoiceResult {
   std::vector<sched::TokenLogprob> logprobs;               // one per token, when asked
   std::vector<std::vector<sched::TokenLogprob>> top_logprobs;
   std::vector<sched::PromptLogprob> prompt_logprobs;       // echo with logprobs: the prompt's tokens first
+  size_t echo_bytes = 0;                                   // echo: text's first echo_bytes are the prompt's text
   std::vector<ToolCall> tool_calls;                        // chat with tools: the calls, in order
   std::string reasoning;                                   // chat with tools: harmony's analysis channel
 };
@@ -122,11 +126,21 @@ nlohmann::json usage_json(const sched::Usage& u);
 nlohmann::json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                                    const sched::Usage& usage, bool logprobs, const TokenText& token_text);
 
+// Completions logprobs of one streamed choice: text_offset counts from the
+// start of the choice's whole text, as without streaming, so the count runs
+// on across its chunks.
+struct TextOffsets {
+  int64_t next = 0;       // where the next token's text starts
+  std::string echo;       // echo: the prompt's text, which leads the first chunk's text
+};
+
 // One streamed chunk for an event of choice `e.choice` (text and/or finish).
 // `first` marks the choice's first chunk (chat: carries the role). Returns
 // null JSON when the event has nothing to say (no text, no logprob, not final).
+// `offsets`: the choice's running text offsets (null: this chunk alone).
 nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first,
-                            bool logprobs, const TokenText& token_text, const ChatExtras* extras = nullptr);
+                            bool logprobs, const TokenText& token_text, const ChatExtras* extras = nullptr,
+                            TextOffsets* offsets = nullptr);
 // The usage-only chunk sent before [DONE] when stream_options.include_usage.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u);
 

@@ -157,6 +157,9 @@ ojson response_format(const ojson& text) {
   const ojson& f = text["format"];
   if (!f.is_object() || !f.contains("type")) throw bad_request("'text.format' must be an object with a 'type'", "text");
   if (f["type"] != "json_schema") return f;
+  for (const auto& [k, v] : f.items())
+    if (k != "type" && k != "name" && k != "schema" && k != "strict" && k != "description")
+      throw bad_request("unknown field 'text.format." + k + "'", "text");
   ojson js = ojson::object();
   for (const char* k : {"name", "schema", "strict", "description"})
     if (f.contains(k)) js[k] = f[k];
@@ -223,8 +226,8 @@ ParsedRequest parse_responses(const std::string& body, ResponsesRequest& out, co
     return p;
   } catch (ApiError e) {
     if (e.param == "max_tokens") e.param = "max_output_tokens";
-    else if (e.param == "messages") e.param = "input";
-    else if (e.param == "response_format") e.param = "text";
+    else if (e.param.rfind("messages", 0) == 0) e.param = "input";
+    else if (e.param.rfind("response_format", 0) == 0) e.param = "text";
     throw e;
   }
 }

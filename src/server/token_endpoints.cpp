@@ -104,8 +104,18 @@ HttpResponse detokenize_endpoint(const Tokenizer& tok, const std::string& body) 
 }
 
 HttpResponse apply_template_endpoint(const ChatTemplate& chat, const std::string& body) {
-  // The body of a chat request, checked as the chat endpoint checks it.
-  return answer([&] { return json{{"prompt", chat_prompt(chat, parse_request(Endpoint::Chat, body))}}; });
+  // The body of a chat request, checked as the chat endpoint checks it; its
+  // errors name this route, not the chat one.
+  return answer([&] {
+    try {
+      return json{{"prompt", chat_prompt(chat, parse_request(Endpoint::Chat, body))}};
+    } catch (ApiError e) {
+      static const std::string kChat = "/v1/chat/completions";
+      if (const size_t at = e.message.find(kChat); at != std::string::npos)
+        e.message.replace(at, kChat.size(), "/apply-template");
+      throw e;
+    }
+  });
 }
 
 }  // namespace kvs::server

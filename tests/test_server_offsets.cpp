@@ -1,0 +1,127 @@
+// kvserve serve on stories260K (a SentencePiece vocabulary: the first word's
+// piece carries a space the text does not start with) over real sockets:
+// completions logprobs text_offset indexes the returned text with and
+// without echo, streamed or not; HEAD /health and the Allow header of a 405.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "http_client.h"
+#include "kvs_process.h"
+#include "test_util.h"
+
+using nlohmann::json;
+
+namespace {
+
+std::string stories() { return kvs::test::shared("models/stories260K/stories260K.gguf"); }
+
+struct Server : kvs::test::ServeProcess {
+  explicit Server(std::vector<std::string> args) : ServeProcess(with_threads(std::move(args))) {}
+  static std::vector<std::string> with_threads(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--threads", "2"});
+    return args;
+  }
+};
+
+kvs::test::HttpReply post(int port, const json& body) {
+  return kvs::test::http_request(port, "POST", "/v1/completions", body.dump(), {{"Content-Type", "application/json"}});
+}
+
+// The choice's text and its logprobs (streamed: the chunks joined).
+struct Choice {
+  std::string text;
+  json tokens = json::array(), offsets = json::array();
+};
+
+Choice choice_of(const kvs::test::HttpReply& r, bool stream) {
+  Choice c;
+  auto take = [&](const json& ch) {
+    c.text += ch["text"].get<std::string>();
+    if (ch["logprobs"].is_null()) return;
+    for (const json& t : ch["logprobs"]["tokens"]) c.tokens.push_back(t);
+    for (const json& o : ch["logprobs"]["text_offset"]) c.offsets.push_back(o);
+  };
+  if (!stream) {
+    take(json::parse(r.body)["choices"][0]);
+    return c;
+  }
+  for (const std::string& d : kvs::test::sse_payloads(r.body))
+    if (d != "[DONE]") take(json::parse(d)["choices"][0]);
+  return c;
+}
+
+// text[text_offset[i]:] starts with tokens[i], for every i.
+void expect_offsets_index_the_text(const Choice& c, const std::string& what) {
+  ASSERT_EQ(c.tokens.size(), c.offsets.size()) << what;
+  ASSERT_FALSE(c.tokens.empty()) << what;
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    const size_t off = c.offsets[i];
+    const std::string tok = c.tokens[i];
+    ASSERT_LE(off, c.text.size()) << what << " token " << i;
+    EXPECT_EQ(c.text.compare(off, tok.size(), tok), 0)
+        << what << ": token " << i << " '" << tok << "' at " << off << " of '" << c.text << "'";
+  }
+}
+
+}  // namespace
+
+TEST(ServerOffsets, TextOffsetIndexesTheTextEchoedOrStreamed) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  Server s({"-m", stories()});
+  for (bool echo : {false, true}) {
+    const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1},
+                       {"echo", echo}};
+    const kvs::test::HttpReply whole = post(s.port(), body);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const Choice w = choice_of(whole, false);
+    const std::string what = echo ? "echo" : "plain";
+    expect_offsets_index_the_text(w, what);
+    if (echo) {
+      EXPECT_EQ(w.text.rfind("Once upon a time", 0), 0u) << w.text;
+      EXPECT_EQ(w.tokens[1], "Once");  // after BOS, without the piece's space
+    } else {
+      EXPECT_EQ(w.offsets[0], 0);
+    }
+    json sb = body;
+    sb["stream"] = true;
+    const kvs::test::HttpReply streamed = post(s.port(), sb);
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    const Choice st = choice_of(streamed, true);
+    EXPECT_EQ(st.text, w.text) << what;
+    EXPECT_EQ(st.tokens, w.tokens) << what;
+    EXPECT_EQ(st.offsets, w.offsets) << what;
+  }
+  EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(ServerOffsets, HeadHealthAndAllowOn405) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  Server s({"-m", stories()});
+  // HEAD: the head of GET's reply, no body (raw: the test client expects one).
+  const int fd = kvs::test::connect_local(s.port(), 10);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(kvs::test::send_all(fd, "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, size_t(n));
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  const size_t end = got.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << got;
+  EXPECT_EQ(end + 4, got.size()) << "a body after the head: " << got;
+  EXPECT_NE(got.find("Content-Length: "), std::string::npos) << got;
+  for (const auto& [method, path, allow] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"GET", "/v1/completions", "POST"}, {"POST", "/v1/models", "GET"}, {"DELETE", "/health", "GET, HEAD"}}) {
+    const kvs::test::HttpReply r = kvs::test::http_request(s.port(), method, path);
+    EXPECT_EQ(r.status, 405) << method << " " << path;
+    EXPECT_EQ(r.headers.count("allow") ? r.headers.at("allow") : "(none)", allow) << method << " " << path;
+  }
+  EXPECT_EQ(s.stop(), 0);
+}
