@@ -324,6 +324,10 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
   EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
   EXPECT_TRUE(eventually([&] { return test::http_request(port, "GET", "/health").status == 503; }, 5));
+  // A wrong method is the router's own answer, with the methods allowed.
+  const auto wrong = test::http_request(port, "GET", "/v1/completions");
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.headers.count("allow") ? wrong.headers.at("allow") : "", "POST");
 }
 
 // Both workers admit one request and let none wait (--max-queue 0). While

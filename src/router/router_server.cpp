@@ -33,10 +33,12 @@ namespace {
 
 constexpr std::string_view kServer = "kvserve-router";
 
+// retry_after / allow: the Retry-After and Allow headers (a 429 / 503, a 405).
 std::string respond(int status, const std::string& type, const std::string& body, bool keep_alive,
-                    const std::string& retry_after = "") {
+                    const std::string& retry_after = "", const std::string& allow = "") {
   server::HttpResponse r{status, type, body, {}};
   if (!retry_after.empty()) r.headers.emplace_back("Retry-After", retry_after);
+  if (!allow.empty()) r.headers.emplace_back("Allow", allow);
   return server::full_response(r, kServer, keep_alive);
 }
 
@@ -246,7 +248,8 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
   if (is_completion(path)) {
     if (req.method() != http::verb::post)
       return write(client, respond(405, "application/json",
-                                   error_json("invalid_request_error", "method_not_allowed", "use POST"), keep));
+                                   error_json("invalid_request_error", "method_not_allowed", "use POST"), keep, "",
+                                   "POST"));
     if (!opts.prefill_workers.empty()) return proxy_pd(client, req, keep);
     return proxy(client, req, keep);
   }
