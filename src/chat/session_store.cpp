@@ -77,6 +77,23 @@ void shred(const fs::path& p) {
 
 std::string quoted(const std::string& name) { return "session '" + name + "'"; }
 
+// What crypto::load_or_create_key_file writes: a regular file of 64 hex
+// characters and a newline (trailing whitespace tolerated, as when read).
+bool looks_like_key_file(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::symlink_status(p, ec))) return false;
+  const auto size = fs::file_size(p, ec);
+  if (ec || size < 2 * crypto::kKeyBytes || size > 2 * crypto::kKeyBytes + 4) return false;
+  std::ifstream f(p, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  if (text.size() != size) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (i < 2 * crypto::kKeyBytes ? !std::isxdigit(c) : !std::isspace(c)) return false;
+  }
+  return true;
+}
+
 // A file this store wrote: a fingerprint in hex, ".kvs", maybe ".tmp".
 bool ours(const fs::path& p) {
   std::string n = p.filename().string();
@@ -179,17 +196,25 @@ std::vector<uint8_t> SessionStore::load(const std::string& name) const {
 }
 
 int SessionStore::wipe() {
-  int n = 0;
   std::error_code ec;
+  // Refuse before deleting anything: a mistyped path must not destroy a
+  // user's file (fs::remove would delete a regular file named as the folder).
+  if (fs::exists(fs::symlink_status(dir_, ec)) && !fs::is_directory(dir_, ec))
+    throw SessionError("session folder " + dir_ + " is not a directory; nothing was deleted (check --session-dir)");
+  const bool has_key = fs::exists(fs::symlink_status(k_.key_file, ec));
+  if (has_key && !looks_like_key_file(k_.key_file))
+    throw SessionError("key file " + k_.key_file + " is not a kvserve session key (64 hex characters and a newline); "
+                       "nothing was deleted (check --key-file)");
   std::vector<fs::path> victims;
   for (const auto& e : fs::directory_iterator(dir_, ec))
     if (ours(e.path())) victims.push_back(e.path());
-  if (fs::exists(k_.key_file, ec)) victims.push_back(k_.key_file);
+  if (has_key) victims.push_back(k_.key_file);
+  int n = 0;
   for (const auto& p : victims) {
     shred(p);
     ++n;
   }
-  fs::remove(dir_, ec);  // only when empty
+  ::rmdir(dir_.c_str());  // removes only an empty directory, never a file
   return n;
 }
 

@@ -43,7 +43,9 @@ class SessionStore {
   std::vector<uint8_t> load(const std::string& name) const;
   // Overwrites and deletes every session file this store names (and
   // leftovers of interrupted saves) and the key file; other files in the
-  // folder are left alone. Returns the files removed.
+  // folder are left alone. Returns the files removed. Throws SessionError,
+  // deleting nothing, when the folder is not a directory or the key file
+  // does not look like a session key.
   int wipe();
   std::string path_of(const std::string& name) const;
   const std::string& dir() const { return dir_; }

@@ -4,6 +4,7 @@
 // test (--burst): many long prompts at once into a pool that holds only some,
 // reporting who ran, who was rejected with which Retry-After, and TTFTs.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -168,10 +169,27 @@ ThroughputRow run_one(const Args& a, Loaded& l, int b, std::mt19937& rng) {
   return row;
 }
 
-int run_throughput(const Args& a, Loaded& l) {
+// --npl "1,4,16": each item a whole number of sequences, 1 to 4096 (each
+// holds its own KV, so more is a typo, not a benchmark).
+std::vector<int> parse_npl(const std::string& text) {
   std::vector<int> npls;
-  std::stringstream ss(a.npl);
-  for (std::string x; std::getline(ss, x, ',');) npls.push_back(std::stoi(x));
+  std::stringstream ss(text);
+  std::string x;
+  while (std::getline(ss, x, ',')) {
+    int v = 0;
+    const auto [end, ec] = std::from_chars(x.data(), x.data() + x.size(), v);
+    if (x.empty() || ec != std::errc() || end != x.data() + x.size() || v < 1 || v > 4096)
+      throw std::invalid_argument("--npl item '" + x + "' in '" + text +
+                                  "' is not a number of concurrent sequences from 1 to 4096 (e.g. --npl 1,4,16)");
+    npls.push_back(v);
+  }
+  if (npls.empty() || text.back() == ',')
+    throw std::invalid_argument("--npl '" + text + "' lists no concurrency (e.g. --npl 1,4,16)");
+  return npls;
+}
+
+int run_throughput(const Args& a, Loaded& l) {
+  const std::vector<int> npls = parse_npl(a.npl);
   std::mt19937 rng(42);
   nlohmann::json rows = nlohmann::json::array();
   std::vector<tools::OpColumn> op_cols;
@@ -231,7 +249,7 @@ int run_burst(const Args& a, Loaded& l) {
   const double t0 = sched::steady_now();
   std::vector<sched::SubmitResult> res;
   for (int i = 0; i < a.burst; ++i) {
-    sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n);
+    sched::Request r = make_req(random_prompt(rng, nv, a.p), a.n, &a, uint64_t(i));  // --temp, --grammar too
     r.sink = tr.sink(i);
     res.push_back(loop.submit(std::move(r)));
   }
@@ -280,17 +298,30 @@ void add_batched_bench(CLI::App& app, Runner& run) {
   add_model_args(c, a->m);
   c->add_option("-p,--n-prompt", a->p, "Prompt tokens per request")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   c->add_option("-n,--n-gen", a->n, "Tokens generated per request")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  c->add_option("--npl", a->npl, "Concurrent sequences, comma-separated")->capture_default_str();
-  c->add_option("--max-batch-tokens", a->max_batch_tokens, "Token budget per step")->capture_default_str();
+  auto* npl = c->add_option("--npl", a->npl, "Concurrent sequences, comma-separated")->capture_default_str();
+  c->add_option("--max-batch-tokens", a->max_batch_tokens, "Token budget per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   c->add_option("--block-size", a->block_size, "KV block size")->capture_default_str();
   add_kv_args(c, a->kv);
   c->add_option("--grammar", a->grammar_file, "Constrain every request to this GBNF grammar");
   c->add_option("--json-schema", a->schema_file, "Constrain every request to JSON matching this schema file");
   c->add_flag("--json-object", a->json_object, "Constrain every request to a JSON object");
-  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy)")->capture_default_str();
-  c->add_option("--burst", a->burst, "Long-burst mode: this many requests at once")->capture_default_str();
-  c->add_option("--burst-fit", a->burst_fit, "Burst mode: requests the pool holds")->capture_default_str();
-  c->add_option("--burst-queue", a->burst_queue, "Burst mode: --max-queue")->capture_default_str();
+  c->add_option("--temp", a->temp, "Sampling temperature (0 = greedy)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  auto* burst = c->add_option("--burst", a->burst, "Long-burst mode: this many requests at once")
+                    ->capture_default_str()
+                    ->check(CLI::Range(1, 1 << 16))
+                    ->excludes(npl);  // burst mode runs one concurrency: --burst
+  c->add_option("--burst-fit", a->burst_fit, "Burst mode: requests the pool holds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16))
+      ->needs(burst);
+  c->add_option("--burst-queue", a->burst_queue, "Burst mode: --max-queue")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16))
+      ->needs(burst);
   c->add_flag("--json", a->json, "Print JSON");
   c->add_flag("--ops", a->ops,
               "Also time each phase of the forward passes (as bench --ops), per concurrency, prefill and decode steps "
@@ -298,7 +329,8 @@ void add_batched_bench(CLI::App& app, Runner& run) {
       ->excludes("--burst");
   c->callback([a, &run] {
     run = [a] {
-      a->grammar = load_grammar(*a);  // errors before the model loads
+      if (a->burst == 0) (void)parse_npl(a->npl);  // errors before the model loads
+      a->grammar = load_grammar(*a);
       (void)a->kv.options();          // likewise a bad --kv-type
       Loaded l = load_all(a->m);
       return a->burst > 0 ? run_burst(*a, l) : run_throughput(*a, l);

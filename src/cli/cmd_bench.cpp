@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -197,11 +198,9 @@ BenchRuns measure_runs(const BenchArgs& a, Engine& e, LocalSequence& seq, int n_
       if (rep >= 0) tg.push_back(a.n / s);
       if (rep >= 0) collect_ops(e, r.tg_ops, s, a.n);
     }
-    if (bar.enabled()) bar.update(rep + 1);
-    else std::fprintf(stderr, "\rbench: repetition %d/%d", rep + 1, a.reps);
+    bar.update(rep + 1);  // draws only on a terminal: logs get no \r
   }
-  if (bar.enabled()) bar.finish();
-  else std::fprintf(stderr, "\n");
+  bar.finish();
   e.set_op_timing(false);
   return r;
 }
@@ -276,6 +275,11 @@ void report_runs(const BenchArgs& a, const Loaded& l, const LocalSequence& seq, 
 }
 
 int run_bench(const BenchArgs& a) {
+  // -p 0 or -n 0 skips that test; a run that measures nothing is a mistake.
+  if ((a.throttle || !a.svg.empty()) && a.n < 1)
+    throw std::invalid_argument(std::string(a.throttle ? "--throttle" : "--svg") + " measures decode: give -n >= 1");
+  if (a.p == 0 && a.n == 0)
+    throw std::invalid_argument("-p and -n are both 0: nothing to measure (give -p or -n >= 1)");
   if (a.throttle) return run_throttle(a);
   Loaded l = load_all(a.m);
   LocalSequence seq(*l.engine, std::max(a.p, a.depth + a.n) + 1, 16, a.kv.options());
@@ -290,8 +294,12 @@ void add_bench(CLI::App& app, Runner& run) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Prefill and decode speed (llama-bench style)");
   add_model_args(c, a->m);
-  c->add_option("-p,--n-prompt", a->p, "Prompt tokens for the prefill test (0 = skip)")->capture_default_str();
-  c->add_option("-n,--n-gen", a->n, "Tokens for the decode test (0 = skip)")->capture_default_str();
+  c->add_option("-p,--n-prompt", a->p, "Prompt tokens for the prefill test (0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  c->add_option("-n,--n-gen", a->n, "Tokens for the decode test (0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   c->add_option("--ubatch", a->ubatch,
                 "Prompt tokens per forward pass of the prefill test (llama-bench -ub; the default is serve's "
                 "--max-batch-tokens, so pp measures the chunks a served prompt runs in)")
@@ -309,9 +317,11 @@ void add_bench(CLI::App& app, Runner& run) {
               "Decode -n tokens under a throttle (cgroup cpu.max or a busy process on CPU 0, plus a fake hot "
               "thermal zone): TPOT p50/p99 without and with the device shedding policy (docs/ON-DEVICE.md)")
       ->excludes(ops);
-  c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
+  auto* svg = c->add_option("--svg", a->svg, "Also write an SVG plot of decode tok/s vs context depth to this file");
   c->add_option("--svg-depths", a->svg_depths, "Context depths of the --svg plot (default: 0, 64, 128, ... up to the context)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 24))
+      ->needs(svg);
   c->add_option("--profile", a->profile,
                 "Hardware profile for the roofline column (default: $KVS_PROFILE or ~/.config/kvserve/profile.json, "
                 "written by `kvserve probe`)");

@@ -166,20 +166,29 @@ void add_eval(CLI::App& app, Runner& run) {
   CLI::App* c = app.add_subcommand("eval", "Quality of a KV cache policy: PPL, KL vs f32 cache, bytes/token; --stream for windows");
   add_model_args(c, a->m);
   add_kv_args(c, a->kv);
-  c->add_option("-f,--file", a->file, "Text file")->required();
+  c->add_option("-f,--file", a->file, "Text file")->required()->check(CLI::ExistingFile);
   c->add_option("-c,--ctx", a->ctx, "Context per chunk (perplexity protocol)")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(1, 256));
   c->add_option("--repeat", a->repeat, "Evaluate the file's text N times in a row")->capture_default_str()->check(CLI::Range(1, 1000));
   add_window_args(c, a->w);
-  c->add_flag("--stream", a->stream, "Token-by-token stream through the window policy, PPL per segment");
-  c->add_flag("--oracle", a->oracle, "Stream with sliding-window recompute over --kv-window tokens (slow, exact)");
+  auto* stream = c->add_flag("--stream", a->stream, "Token-by-token stream through the window policy, PPL per segment");
+  auto* oracle =
+      c->add_flag("--oracle", a->oracle, "Stream with sliding-window recompute over --kv-window tokens (slow, exact)");
+  // --compare runs its own set of policies, the oracle among them.
   c->add_flag("--compare", a->compare,
-              "Stream the policies side by side (oracle, window, naive window, sinks + window, context shift) at --kv-window");
+              "Stream the policies side by side (oracle, window, naive window, sinks + window, context shift) at --kv-window")
+      ->excludes(stream)
+      ->excludes(oracle);
   c->add_option("--oracle-stride", a->oracle_stride, "Oracle: score every k-th token")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   c->add_option("--segment", a->segment, "Stream: tokens per PPL point")->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  c->add_option("--svg", a->svg, "Stream: write a plot of PPL against tokens processed");
+  auto* svg = c->add_option("--svg", a->svg, "Stream: write a plot of PPL against tokens processed");
   c->add_flag("--json", a->json, "Print JSON (ppl, kl, kv_bytes_per_token, ...)");
-  c->callback([a, &run] { run = [a] { return run_eval(*a); }; });
+  c->callback([a, svg, &run] {
+    // The default mode has no stream to plot: --svg alone would write nothing.
+    if (svg->count() && !a->stream && !a->oracle && !a->compare)
+      throw CLI::ValidationError("--svg", "plots a stream: give it with --stream, --oracle or --compare");
+    run = [a] { return run_eval(*a); };
+  });
 }
 
 }  // namespace kvs::cli

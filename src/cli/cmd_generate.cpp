@@ -41,17 +41,20 @@ int run_generate(const GenerateArgs& a) {
   p.sampling.repeat_penalty = a.repeat_penalty;
   p.sampling.seed = a.seed >= 0 ? uint64_t(a.seed) : std::random_device{}();
   std::vector<int> prompt = l.tok->encode(a.prompt, l.model->vocab().add_bos);
-  if (!a.json) {
-    std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  // The prompt is echoed with the first text, not before: generate() checks
+  // the prompt against the context and builds the cache first, and a script
+  // reading stdout must get nothing when one of those fails.
+  bool echoed = a.json;
+  auto out = [&](const std::string& s) {
+    if (!echoed) std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout), echoed = true;
+    std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
-  }
+  };
   GenerateResult r = generate(*l.engine, *l.tok, prompt, p, [&](const std::string& s) {
-    if (!a.json) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    }
+    if (!a.json) out(s);
     return true;
   });
+  if (!echoed) out("");  // nothing generated: the prompt alone
   const double pp_tps = r.prefill_seconds > 0 ? r.prompt_tokens.size() / r.prefill_seconds : 0;
   const double tg_tps = r.decode_seconds > 0 ? r.decode_steps / r.decode_seconds : 0;
   if (a.json) {

@@ -2,10 +2,15 @@
 // tensor type (benchmarks and tests), with a built-in byte-level vocabulary
 // or one copied from another GGUF.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
+#include "kernels/quant.h"
+#include "model/gguf.h"
+#include "tools/kv_memory.h"
 #include "tools/make_model.h"
+#include "tools/make_model_arch.h"
 
 namespace kvs::cli {
 
@@ -16,6 +21,80 @@ struct MakeModelArgs {
   std::string preset, type = "q8_0", expert_type;
   bool quiet = false;
 };
+
+// What a shape costs before anything is written: the file's bytes, and the
+// bytes held in memory until the write (F32 norms, biases and values, the
+// built-in vocabulary; the matrices stream row by row). Doubles: an absurd
+// shape must not overflow the estimate meant to refuse it.
+struct SizeEstimate {
+  double file = 0, resident = 0;
+};
+
+SizeEstimate estimate_size(const MakeModelOptions& given) {
+  const MakeModelOptions o = resolve_arch_options(given);  // a bad shape fails here as it would in the writer
+  int n_vocab = o.n_vocab;
+  if (!o.vocab_from.empty()) {
+    const auto src = GgufFile::open(o.vocab_from);
+    if (const GgufValue* t = src->find("tokenizer.ggml.tokens"); t && t->is_array()) n_vocab = int(t->as_arr().size());
+  }
+  SizeEstimate e;
+  auto rows = [&e](GgmlType t, double n_rows, int64_t cols) {
+    const TypeTraits& tt = type_traits(t);
+    // Rows that do not fill whole blocks are written as F16 (make_model.cpp).
+    const double per_row = cols % tt.block_elems == 0 ? double(cols / tt.block_elems) * double(tt.block_bytes)
+                                                      : 2.0 * double(cols);
+    e.file += per_row * n_rows;
+  };
+  auto f32 = [&e](double n) {
+    e.file += 4 * n;
+    e.resident += 4 * n;
+  };
+  TensorSource s;
+  s.matrix = [&](const std::string&, int64_t r, int64_t c, float) { rows(o.type, double(r), c); };
+  s.tensor = [&](const std::string&, const std::vector<int64_t>& dims, float, GgmlType t) {
+    double r = 1;
+    for (size_t i = 1; i < dims.size(); ++i) r *= double(dims[i]);
+    rows(t, r, dims[0]);
+  };
+  s.norm = [&](const std::string&, int64_t n) { f32(double(n)); };
+  s.bias = [&](const std::string&, int64_t n) { f32(double(n)); };
+  s.values = [&](const std::string&, const std::vector<float>& v) { f32(double(v.size())); };
+  write_arch_tensors(o, n_vocab, s);
+  if (o.vocab_from.empty()) e.resident += 64.0 * n_vocab;  // a piece, a score and a type per token
+  return e;
+}
+
+std::string gib(double bytes) {
+  char b[48];
+  const double g = bytes / (1024.0 * 1024 * 1024);
+  if (g < 1024) std::snprintf(b, sizeof b, "%.1f GiB", g);
+  else std::snprintf(b, sizeof b, "%.3g TiB", g / 1024);
+  return b;
+}
+
+// Refuses, before any allocation, a shape whose file would not fit on the
+// output's disk or whose in-memory tensors would not fit in available memory.
+void check_fits(const MakeModelOptions& o) {
+  const SizeEstimate e = estimate_size(o);
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::absolute(o.out).parent_path();
+  std::error_code ec;
+  const fs::space_info disk = fs::space(dir, ec);
+  if (!ec && e.file > double(disk.available))
+    throw std::invalid_argument("make-model: this shape makes a file of about " + gib(e.file) + ", more than the " +
+                                gib(double(disk.available)) + " free in " + dir.string() +
+                                "; choose a smaller --dim, --layers, --ffn, --vocab or --experts");
+  double avail = 0;
+  try {
+    avail = double(tools::available_memory_bytes());
+  } catch (const std::exception&) {
+    return;  // no /proc/meminfo: the disk check is all we can do
+  }
+  if (e.resident > 0.8 * avail)
+    throw std::invalid_argument("make-model: this shape holds about " + gib(e.resident) +
+                                " of norms, biases and vocabulary in memory while writing, more than the " +
+                                gib(avail) + " available; choose a smaller --dim, --layers or --vocab");
+}
 
 }  // namespace
 
@@ -74,8 +153,11 @@ void add_make_model(CLI::App& app, Runner& run) {
   c->add_flag("--tied", o.tied, "No output.weight: the logits reuse token_embd (gemma2 / gemma3 always)");
   c->add_option("--seed", o.seed, "Random seed (same seed and shape = same file)")->capture_default_str();
   c->add_option("--name", o.name, "general.name (default random-<arch>-<dim>x<layers>)");
-  c->add_option("--experts", o.n_expert, "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe/gpt-oss default 8)");
-  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2; gpt-oss 4)");
+  c->add_option("--experts", o.n_expert,
+                "Experts per layer (llama: Mixtral-style MoE; qwen2moe/qwen3moe/gpt-oss default 8)")
+      ->check(CLI::Range(1, 1 << 16));  // 0 is the "default" sentinel: given, it would be silently replaced
+  c->add_option("--experts-used", o.n_expert_used, "Experts each token runs (default 2; gpt-oss 4)")
+      ->check(CLI::Range(1, 1 << 16));
   c->add_option("--expert-ffn", o.expert_ffn, "qwen2moe/qwen3moe/gpt-oss: each expert's width (default --ffn)");
   c->add_option("--shared-ffn", o.shared_ffn, "qwen2moe: the shared expert's width (default --ffn)");
   c->add_option("--expert-type", a->expert_type,
@@ -98,6 +180,7 @@ void add_make_model(CLI::App& app, Runner& run) {
       o.type = parse_tensor_type(a->type);
       if (!a->expert_type.empty()) o.expert_type = parse_tensor_type(a->expert_type);
       o.progress = !a->quiet;
+      check_fits(o);
       make_random_model(o);
       return 0;
     };

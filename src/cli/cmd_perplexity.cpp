@@ -47,7 +47,7 @@ void add_perplexity(CLI::App& app, Runner& run) {
   auto a = std::make_shared<PplArgs>();
   CLI::App* c = app.add_subcommand("perplexity", "Perplexity of a text file (llama.cpp protocol)");
   add_model_args(c, a->m);
-  c->add_option("-f,--file", a->file, "Text file")->required();
+  c->add_option("-f,--file", a->file, "Text file")->required()->check(CLI::ExistingFile);
   c->add_option("-c,--ctx", a->ctx, "Context per chunk")->capture_default_str()->check(CLI::Range(4, 1 << 20));
   c->add_flag("--json", a->json, "Print one JSON object with ppl");
   add_kv_args(c, a->kv);

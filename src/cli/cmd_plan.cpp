@@ -2,6 +2,7 @@
 // (GGUF metadata or a preset) on a hardware profile. Hardware figures come
 // from, in increasing priority: the default profile if one exists, --profile
 // or --probe, then explicit --mem / --bandwidth / --flops.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <map>
@@ -79,8 +80,27 @@ tools::Hardware resolve_hardware(const PlanArgs& a) {
   return hw;
 }
 
+// A request must fit one sequence: refused here, before the plan prints,
+// rather than planned at more blocks than a sequence can hold. The default
+// context is make_plan's: min(2048, the trained context).
+void check_request_fits(const PlanArgs& a, const tools::ModelShape& m) {
+  const int64_t ctx = a.ctx > 0 ? a.ctx : (m.n_ctx > 0 ? std::min<int64_t>(2048, m.n_ctx) : 2048);
+  const std::string where =
+      a.ctx > 0 ? "--ctx " + std::to_string(ctx) : "the default context of " + std::to_string(ctx);
+  if (a.prompt > ctx)
+    throw std::invalid_argument("--prompt " + std::to_string(a.prompt) + " does not fit " + where +
+                                " tokens per sequence: raise --ctx or lower --prompt");
+  if (a.prompt >= 0 && a.max_tokens >= 0 && a.prompt + a.max_tokens > ctx)
+    throw std::invalid_argument("--prompt " + std::to_string(a.prompt) + " + --max-tokens " +
+                                std::to_string(a.max_tokens) + " does not fit " + where +
+                                " tokens per sequence: raise --ctx or lower them");
+}
+
 int run_plan(const PlanArgs& a) {
   using namespace tools;
+  // Checked before any work: --mem 0 would otherwise plan, print and then fail.
+  if (!a.mem.empty() && parse_size(a.mem) == 0)
+    throw std::invalid_argument("--mem must be more than 0 bytes (e.g. --mem 24GiB)");
   PlanInput in;
   if (!a.model.empty()) {
     if (a.weights_given) throw std::invalid_argument("--weights applies to presets; a GGUF's weight types are read from the file");
@@ -89,6 +109,7 @@ int run_plan(const PlanArgs& a) {
   } else {
     in.model = priced_shape(find_preset(a.preset), parse_weight_quant(a.weights));
   }
+  check_request_fits(a, in.model);
   in.hw = resolve_hardware(a);
   in.kv = parse_kv_format(a.kv_type);
   in.block_size = a.block_size;

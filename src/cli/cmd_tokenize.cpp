@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "model/gguf.h"
 #include "model/vocab_loaders.h"
 #include "tokenizer/special.h"
@@ -22,12 +23,6 @@ struct TokenizeArgs {
   std::string model, tokenizer, prompt, file;
   bool json = false, no_bos = false, special = false;
 };
-
-std::string read_all(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(std::string("cannot open ") + what + " '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 // A llama2.c checkpoint starts with 7 int32s; the 6th is the vocabulary size
 // (negative when the classifier is not shared with the embedding).
@@ -71,7 +66,7 @@ Vocab load_vocab(const TokenizeArgs& a) {
 
 int run_tokenize(const TokenizeArgs& a) {
   const std::unique_ptr<Tokenizer> tok = Tokenizer::create(load_vocab(a));
-  const std::string text = a.file.empty() ? a.prompt : read_all(a.file, "text file");
+  const std::string text = a.file.empty() ? a.prompt : read_text_file(a.file);
   const std::vector<int> ids = tok->encode(text, !a.no_bos, a.special);
   if (!a.json) {
     std::string line;
@@ -99,7 +94,7 @@ void add_tokenize(CLI::App& app, Runner& run) {
   c->add_option("-m,--model", a->model, "GGUF file (vocab-only is fine) or llama2.c .bin checkpoint")->required();
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer file for .bin models (default: tok<N>.bin or tokenizer.bin beside it)");
   auto* p = c->add_option("-p,--prompt", a->prompt, "Text to tokenize");
-  auto* f = c->add_option("-f,--file", a->file, "File whose contents to tokenize");
+  auto* f = c->add_option("-f,--file", a->file, "File whose contents to tokenize")->check(CLI::ExistingFile);
   p->excludes(f);
   f->excludes(p);
   c->add_flag("--json", a->json, "Print {\"tokens\":[...],\"pieces\":[...]}");

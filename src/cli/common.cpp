@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,17 @@ KvCacheOptions KvArgs::options() const {
   o.key_scale = parse_key_scale(key_scale);
   o.residual = residual;
   o.group_channels = group;
+  // The quantization knobs mean nothing to a float cache: refuse rather than
+  // run something other than what was asked for. (Their defaults pass.)
+  if (o.type != KvType::Int8 && o.type != KvType::Int4) {
+    std::string given;
+    if (residual != KvArgs{}.residual) given += " --kv-residual";
+    if (group != KvArgs{}.group) given += " --kv-group";
+    if (key_scale != KvArgs{}.key_scale) given += " --kv-key-scale";
+    if (!given.empty())
+      throw std::invalid_argument("--kv-type " + type + " is not quantized, so" + given +
+                                  " would be ignored: give --kv-type int8 or int4, or drop them");
+  }
   return o;
 }
 
@@ -70,16 +82,31 @@ WindowPolicy WindowArgs::policy() const {
   else if (window > 0) p = WindowPolicy::streaming(window, sinks, text_positions);
   else if (sinks > 0) throw std::invalid_argument("--kv-sinks needs --kv-window");
   else if (n_keep > 0) throw std::invalid_argument("--n-keep needs --ctx-shift");
+  if (text_positions && window == 0) throw std::invalid_argument("--kv-text-positions needs --kv-window");
   p.validate();
   return p;
 }
 
 std::string read_text_file(const std::string& path) {
+  // A directory opens as a stream and reads as empty (or throws library
+  // text): name it instead.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error("text file '" + path + "' is a directory; give the path of a text file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open text file '" + path + "'");
   std::ostringstream ss;
   ss << f.rdbuf();
+  if (f.bad()) throw std::runtime_error("cannot read text file '" + path + "'");
   return ss.str();
+}
+
+// Whether the file starts with the GGUF magic (a missing file: no; loading
+// it reports that).
+static bool is_gguf(const std::string& path) {
+  char magic[4] = {};
+  std::ifstream f(path, std::ios::binary);
+  return f.read(magic, 4) && std::string(magic, 4) == "GGUF";
 }
 
 Loaded load_all(const ModelArgs& a, int n_ctx) {
@@ -91,12 +118,16 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
     return true;
   }();
   (void)applied;
+  const std::string path = resolve_model_path(a.model);
+  if (!a.tokenizer.empty() && is_gguf(path))
+    throw std::invalid_argument("--tokenizer is for llama2.c .bin models; " + path +
+                                " is a GGUF model and brings its own vocabulary (drop --tokenizer)");
   {
     // Per matrix as the load-time copies finish (on a terminal only).
     std::mutex mu;
     std::unique_ptr<tools::Progress> bar;
     l.model = Model::load(
-        resolve_model_path(a.model), a.tokenizer,
+        path, a.tokenizer,
         [&](int64_t done, int64_t total) {
           std::lock_guard lk(mu);
           if (!bar) bar = std::make_unique<tools::Progress>("repack", total);

@@ -1,10 +1,29 @@
 // kvserve entry point: parses the subcommand and runs it. Every error that
 // reaches here is printed as one clear line and gives a non-zero exit.
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <functional>
+#include <string>
+#include <utility>
 #include "cli/commands.h"
 
+// The kernels ignore a KVS_ISA they do not know (kernels/cpu.cpp): say so,
+// or a mistyped override silently benchmarks the wrong code path.
+static void warn_unknown_isa() {
+  const char* isa = std::getenv("KVS_ISA");
+  if (!isa) return;
+  for (const char* known : {"scalar", "avx2", "avx512", "amx"})
+    if (std::strcmp(isa, known) == 0) return;
+  std::fprintf(stderr,
+               "kvserve: warning: KVS_ISA=%s is not one of scalar, avx2, avx512, amx; ignored (the CPU's best is "
+               "used)\n",
+               isa);
+}
+
 int main(int argc, char** argv) {
+  warn_unknown_isa();
   CLI::App app{"kvserve: a KV-cache-centric LLM inference server (GGUF / llama2.c models)"};
   app.require_subcommand(1);
   kvs::cli::Runner run;
@@ -23,6 +42,22 @@ int main(int argc, char** argv) {
   kvs::cli::add_router(app, run);
   kvs::cli::add_chat(app, run);
   kvs::cli::add_wipe(app, run);
+  // CLI11 says only "A subcommand is required" for a mistyped one: name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::string names;
+    bool known = false;
+    const std::function<bool(const CLI::App*)> all = [](const CLI::App*) { return true; };
+    for (const CLI::App* s : std::as_const(app).get_subcommands(all)) {
+      known |= s->check_name(word);
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "kvserve: unknown command '%s'; the commands are %s (kvserve --help)\n", word.c_str(),
+                   names.c_str());
+      return int(CLI::ExitCodes::ExtrasError);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,7 @@
 #include "engine/paged_engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "tools/progress.h"
 
 namespace kvs::tools {
 namespace {
@@ -88,6 +89,7 @@ KvBenchResult run_kv_bench(Engine& e, const KvBenchOptions& o) {
   const auto prompt = random_tokens(rng, o.n_prompt, nv), gen = random_tokens(rng, o.n_gen, nv);
   std::vector<double> cont, paged;
   decode_contiguous(e, o, prompt, gen);  // warm-up (page in weights)
+  Progress decode_bar("kv-bench decode", o.reps);  // draws only on a terminal
   for (int i = 0; i < o.reps; ++i) {
     if (i % 2 == 0) {  // alternate the order: neither side always runs on a warmer or quieter machine
       cont.push_back(decode_contiguous(e, o, prompt, gen));
@@ -96,9 +98,9 @@ KvBenchResult run_kv_bench(Engine& e, const KvBenchOptions& o) {
       paged.push_back(decode_paged(e, o, prompt, gen));
       cont.push_back(decode_contiguous(e, o, prompt, gen));
     }
-    std::fprintf(stderr, "\rkv-bench: decode repetition %d/%d", i + 1, o.reps);
+    decode_bar.update(i + 1);
   }
-  std::fprintf(stderr, "\n");
+  decode_bar.finish();
   r.contiguous_tok_s = median(cont);
   r.paged_tok_s = median(paged);
   r.paged_vs_contiguous = r.paged_tok_s / r.contiguous_tok_s;
@@ -133,12 +135,13 @@ KvBenchResult run_kv_bench(Engine& e, const KvBenchOptions& o) {
   };
   std::vector<double> cold, warm;
   request(true);  // warm-up; every cold request leaves the system prompt cached
+  Progress ttft_bar("kv-bench TTFT", o.reps);
   for (int i = 0; i < o.reps; ++i) {
     cold.push_back(request(true));
     warm.push_back(request(false));
-    std::fprintf(stderr, "\rkv-bench: TTFT repetition %d/%d", i + 1, o.reps);
+    ttft_bar.update(i + 1);
   }
-  std::fprintf(stderr, "\n");
+  ttft_bar.finish();
   r.ttft_cold_ms = median(cold);
   r.ttft_cached_ms = median(warm);
   return r;
