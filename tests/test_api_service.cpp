@@ -104,7 +104,9 @@ std::vector<json> sse_events(const std::string& data) {
     }
     const std::string d = frame.substr(6);  // after "data: "
     v.push_back(d == "[DONE]" ? json(nullptr) : json::parse(d));
-    if (!name.empty()) EXPECT_EQ(v.back()["type"], name);
+    if (!name.empty()) {
+      EXPECT_EQ(v.back()["type"], name);
+    }
     p = e + 2;
   }
   return v;

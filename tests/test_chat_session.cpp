@@ -201,7 +201,9 @@ TEST(ChatSession, ManyTurnsAtATinyCapAllSucceed) {
       }
       const chat::ChatStats st = chat.stats();
       EXPECT_GT(st.turns_evicted, 0) << server::to_string(f) << " cap " << cap;
-      if (cap == 48) EXPECT_GT(notices, 0) << "no room to summarize at a 48-token cap must be told";
+      if (cap == 48) {
+        EXPECT_GT(notices, 0) << "no room to summarize at a 48-token cap must be told";
+      }
     }
   }
 }

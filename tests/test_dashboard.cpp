@@ -99,7 +99,9 @@ TEST(PoolSnapshot, HybridCellsNameTheirTable) {
   EXPECT_EQ(c.table_used, (std::vector<int32_t>{5, 2}));
   EXPECT_EQ(c.table, (std::vector<int32_t>{0, 0, 0, 0, 0, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1}));
   for (int32_t blk : kv.block_table(s, 1))
-    if (blk >= 0) EXPECT_EQ(c.owners[size_t(c.owner[size_t(blk)])], owner_tag(a));
+    if (blk >= 0) {
+      EXPECT_EQ(c.owners[size_t(c.owner[size_t(blk)])], owner_tag(a));
+    }
   const json j = json::parse(server::pool_json(c, {"a"}, 4));
   EXPECT_EQ(j["tables"], 2);
   EXPECT_EQ(j["t"].size(), 16u);
