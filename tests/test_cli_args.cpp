@@ -166,6 +166,9 @@ TEST(CliArgs, IgnoredOptionsAreRefused) {
       {{"batched-bench", "-m", model(), "--temp", "-1"}, "--temp"},
       {{"batched-bench", "-m", model(), "--burst", "4", "--burst-fit", "0"}, "--burst-fit"},
       {{"make-model", "-o", test::temp_dir() + "/moe.gguf", "--arch", "qwen2moe", "--experts", "0"}, "--experts"},
+      // serve's --ram-budget chooses the KV format: a given one would be replaced.
+      {{"serve", "-m", model(), "--ram-budget", "64MiB", "--kv-type", "f16"}, "--kv-type"},
+      {{"serve", "-m", model(), "--ram-budget", "64MiB", "--kv-type", "int8", "--kv-group", "32"}, "--kv-"},
   });
   EXPECT_FALSE(fs::exists(svg));
   std::string out, err;

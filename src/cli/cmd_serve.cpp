@@ -488,7 +488,17 @@ void add_serve(CLI::App& app, Runner& run) {
   c->add_option("--metrics-compat", a->metrics_compat,
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));
-  c->callback([a, &run] { run = [a] { return run_serve(*a); }; });
+  c->callback([a, c, &run] {
+    // --ram-budget chooses the KV format itself (apply_ram_budget): a format
+    // given beside it would be replaced without a word, so it is refused.
+    if (!a->ram_budget.empty())
+      for (const char* o : {"--kv-type", "--kv-key-scale", "--kv-residual", "--kv-group"})
+        if (c->get_option(o)->count() > 0)
+          throw CLI::ValidationError(std::string(o), "--ram-budget chooses the KV format itself; drop " +
+                                                         std::string(o) + ", or drop --ram-budget and size the pool "
+                                                         "with --kv-memory");
+    run = [a] { return run_serve(*a); };
+  });
 }
 
 }  // namespace kvs::cli
