@@ -21,13 +21,6 @@ namespace {
 
 std::string stories() { return kvs::test::shared("models/stories260K/stories260K.gguf"); }
 
-struct Server : kvs::test::ServeProcess {
-  explicit Server(std::vector<std::string> args) : ServeProcess(with_threads(std::move(args))) {}
-  static std::vector<std::string> with_threads(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--threads", "2"});
-    return args;
-  }
-};
 
 kvs::test::HttpReply post(int port, const json& body) {
   return kvs::test::http_request(port, "POST", "/v1/completions", body.dump(), {{"Content-Type", "application/json"}});
@@ -73,7 +66,7 @@ void expect_offsets_index_the_text(const Choice& c, const std::string& what) {
 
 TEST(ServerOffsets, TextOffsetIndexesTheTextEchoedOrStreamed) {
   if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
-  Server s({"-m", stories()});
+  kvs::test::ServeProcess s({"--threads", "2", "-m", stories()});
   for (bool echo : {false, true}) {
     const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1},
                        {"echo", echo}};
@@ -102,7 +95,7 @@ TEST(ServerOffsets, TextOffsetIndexesTheTextEchoedOrStreamed) {
 
 TEST(ServerOffsets, HeadHealthAndAllowOn405) {
   if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
-  Server s({"-m", stories()});
+  kvs::test::ServeProcess s({"--threads", "2", "-m", stories()});
   // HEAD: the head of GET's reply, no body (raw: the test client expects one).
   const int fd = kvs::test::connect_local(s.port(), 10);
   ASSERT_GE(fd, 0);
