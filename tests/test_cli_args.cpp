@@ -166,6 +166,8 @@ TEST(CliArgs, IgnoredOptionsAreRefused) {
       {{"batched-bench", "-m", model(), "--temp", "-1"}, "--temp"},
       {{"batched-bench", "-m", model(), "--burst", "4", "--burst-fit", "0"}, "--burst-fit"},
       {{"make-model", "-o", test::temp_dir() + "/moe.gguf", "--arch", "qwen2moe", "--experts", "0"}, "--experts"},
+      // Audit 14: where probe saves is checked before it measures.
+      {{"probe", "-o", test::temp_dir(), "--size", "1MiB", "--kernels", "none"}, "is a directory"},
       // serve's --ram-budget chooses the KV format: a given one would be replaced.
       {{"serve", "-m", model(), "--ram-budget", "64MiB", "--kv-type", "f16"}, "--kv-type"},
       {{"serve", "-m", model(), "--ram-budget", "64MiB", "--kv-type", "int8", "--kv-group", "32"}, "--kv-"},

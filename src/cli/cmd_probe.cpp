@@ -1,8 +1,12 @@
 // `kvserve probe`: measures this machine's memory read bandwidth and peak
 // arithmetic rates, prints them and saves a profile for `kvserve plan`.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 
 #include "cli/commands.h"
 #include "tools/probe.h"
@@ -19,7 +23,25 @@ struct ProbeArgs {
   bool json = false, no_save = false;
 };
 
+// Where the profile will be saved, checked before the minutes of measuring
+// (a directory, or a folder this user cannot write, failed only at the end).
+void check_profile_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw std::invalid_argument("the profile path " + path + " is a directory; name a file (e.g. " +
+                                (fs::path(path) / "profile.json").string() + ")");
+  // The nearest folder that exists is where save_profile writes or creates.
+  fs::path dir = fs::path(path).parent_path();
+  while (!dir.empty() && !fs::exists(dir, ec)) dir = dir.parent_path();
+  if (dir.empty()) dir = ".";
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw std::invalid_argument("cannot write the profile under " + dir.string() +
+                                "; choose another path with -o or pass --no-save");
+}
+
 int run_probe_cmd(const ProbeArgs& a) {
+  if (!a.no_save) check_profile_path(a.out.empty() ? tools::default_profile_path() : a.out);
   tools::ProbeOptions opt;
   opt.buffer_bytes = tools::parse_size(a.size);
   opt.max_threads = a.threads;
