@@ -182,3 +182,19 @@ TEST(CliArgs, IgnoredOptionsAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// Audit 13: a context past the model's trained one runs, with a warning
+// that says so (stories260K was trained at 512 tokens).
+TEST(CliArgs, ContextPastTheTrainedOneIsWarnedAbout) {
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"generate", "-m", model(), "-t", "1", "-n", "2", "-c", "1024", "-p", "Once"}, &out, &err), 0)
+      << err;
+  EXPECT_NE(err.find("beyond the model's trained context of 512"), std::string::npos) << err;
+  ASSERT_EQ(test::run_kvserve({"generate", "-m", model(), "-t", "1", "-n", "2", "-c", "512", "-p", "Once"}, &out, &err), 0)
+      << err;
+  EXPECT_EQ(err.find("trained context"), std::string::npos) << err;
+}
+
+}  // namespace

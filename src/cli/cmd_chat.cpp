@@ -165,7 +165,7 @@ int run_chat(ChatArgs a) {
   const int want_ctx = a.o.hard_cap;
   a.o.cache = a.kv.options();
   if (!a.ram_budget.empty()) apply_ram_budget(a);
-  Loaded l = load_all(a.m, want_ctx);
+  Loaded l = load_all(a.m, want_ctx, false);  // (warned below, about the cap it settled on)
   const int trained = l.model->config().n_ctx_train;
   if (trained > 0 && a.o.hard_cap > trained)
     std::fprintf(stderr, "kvserve: warning: hard cap %d tokens is beyond the model's trained context of %d; "

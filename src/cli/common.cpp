@@ -109,7 +109,7 @@ static bool is_gguf(const std::string& path) {
   return f.read(magic, 4) && std::string(magic, 4) == "GGUF";
 }
 
-Loaded load_all(const ModelArgs& a, int n_ctx) {
+Loaded load_all(const ModelArgs& a, int n_ctx, bool warn_trained) {
   Loaded l;
   // This machine's decode kernel variants, from its `kvserve probe` profile.
   static const bool applied = [] {
@@ -139,6 +139,12 @@ Loaded load_all(const ModelArgs& a, int n_ctx) {
     std::fprintf(stderr, "--prefill-precision bf16: this model has no float weight matrices, so its matmuls stay exact; %s\n",
                  l.model->bf16_attention() ? "its attention runs on the bf16 tiles"
                                            : "so does its attention (head_dim is no multiple of 16)");
+  const int trained = l.model->config().n_ctx_train;
+  if (warn_trained && trained > 0 && n_ctx > trained)
+    std::fprintf(stderr,
+                 "kvserve: warning: context %d tokens is beyond the model's trained context of %d; "
+                 "text past it may degrade\n",
+                 n_ctx, trained);
   l.tok = Tokenizer::create(l.model->vocab());
   EngineOptions eo;
   eo.n_threads = a.threads;

@@ -51,6 +51,8 @@ std::string read_text_file(const std::string& path);
 // Resolves the default model, loads model + tokenizer, builds the engine.
 // n_ctx: the longest sequence the command runs (EngineOptions::n_ctx; 0 =
 // the model's training context).
-Loaded load_all(const ModelArgs& a, int n_ctx = 0);
+// A context past the model's trained one gets a warning on stderr
+// (warn_trained false: the caller warns about the context it settles on).
+Loaded load_all(const ModelArgs& a, int n_ctx = 0, bool warn_trained = true);
 
 }  // namespace kvs::cli
