@@ -407,6 +407,16 @@ int run_serve(const ServeArgs& a) {
   return 0;
 }
 
+// --ram-budget chooses the KV format itself (apply_ram_budget): a format
+// given beside it would be replaced without a word, so it is refused.
+void refuse_kv_format_beside_budget(const CLI::App& c, const ServeArgs& a) {
+  if (a.ram_budget.empty()) return;
+  for (const char* o : {"--kv-type", "--kv-key-scale", "--kv-residual", "--kv-group"})
+    if (c.get_option(o)->count() > 0)
+      throw CLI::ValidationError(std::string(o), "--ram-budget chooses the KV format itself; drop " + std::string(o) +
+                                                     ", or drop --ram-budget and size the pool with --kv-memory");
+}
+
 }  // namespace
 
 void add_serve(CLI::App& app, Runner& run) {
@@ -489,14 +499,7 @@ void add_serve(CLI::App& app, Runner& run) {
                 "Extra /metrics names: vllm (the vllm:* names gateways read) or none")
       ->capture_default_str()->check(CLI::IsMember({"vllm", "none"}));
   c->callback([a, c, &run] {
-    // --ram-budget chooses the KV format itself (apply_ram_budget): a format
-    // given beside it would be replaced without a word, so it is refused.
-    if (!a->ram_budget.empty())
-      for (const char* o : {"--kv-type", "--kv-key-scale", "--kv-residual", "--kv-group"})
-        if (c->get_option(o)->count() > 0)
-          throw CLI::ValidationError(std::string(o), "--ram-budget chooses the KV format itself; drop " +
-                                                         std::string(o) + ", or drop --ram-budget and size the pool "
-                                                         "with --kv-memory");
+    refuse_kv_format_beside_budget(*c, *a);
     run = [a] { return run_serve(*a); };
   });
 }
