@@ -15,7 +15,6 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
-#include "kv/window_policy.h"
 #include "model/model.h"
 #include "server/chat_template.h"
 #include "tools/default_model.h"
@@ -42,25 +41,6 @@ struct ChatArgs {
   std::string given;
 };
 
-// Shortest hard cap a budget may leave (the planner's own floor).
-constexpr int kMinBudgetCap = 64;
-
-// The longest hard cap, at most `ctx`, whose sequence (plus one block of
-// slack, as the planner counts) fits `kv_bytes` in layout `l`.
-int cap_that_fits(const KvLayout& l, uint64_t kv_bytes, int ctx, int step) {
-  const std::vector<TableWindow> tw = table_windows(WindowPolicy{}, l.groups);
-  auto fits = [&](int tokens) {
-    return uint64_t(sequence_block_cap(tw, tokens, l.block_size, step) + 1) * l.block_bytes() <= kv_bytes;
-  };
-  if (fits(ctx)) return ctx;
-  int lo = 0, hi = ctx / l.block_size + 1;  // in blocks: lo fits (or is 0), hi does not
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (fits(mid * l.block_size) ? lo : hi) = mid;
-  }
-  return lo * l.block_size;
-}
-
 // The hard cap the budget leaves for the KV format the user gave.
 int cap_for_given_kv(const tools::RamBudgetInput& in, const tools::RamBudgetChoice& c, const KvCacheOptions& cache,
                      int ctx) {
@@ -69,7 +49,7 @@ int cap_for_given_kv(const tools::RamBudgetInput& in, const tools::RamBudgetChoi
   l.group_tokens = cache.residual > 0 ? cache.residual : in.block_size;
   l.group_channels = cache.group_channels;
   l.validate();
-  return cap_that_fits(l, c.budget_bytes - c.weight_bytes - c.scratch_bytes, ctx, c.max_batch_tokens);
+  return tools::hard_cap_that_fits(l, c.budget_bytes - c.weight_bytes - c.scratch_bytes, ctx, c.max_batch_tokens);
 }
 
 std::string budget_line(const ChatArgs& a, const tools::RamBudgetChoice& c) {
@@ -101,13 +81,13 @@ void apply_ram_budget(ChatArgs& a) {
   in.max_tokens = a.o.max_tokens;
   const tools::RamBudgetChoice c = tools::choose_for_budget(in);
   const std::string head = "--ram-budget " + a.ram_budget + " ";
-  const int ctx = in.want_ctx > 0 ? in.want_ctx : std::max(in.model.n_ctx, kMinBudgetCap);
+  const int ctx = in.want_ctx > 0 ? in.want_ctx : std::max(in.model.n_ctx, tools::kMinHardCap);
   KvCacheOptions cache = a.kv.options();
   if (!a.set_kv_type) cache.type = c.kv_type;
   int cap = c.hard_cap;
   if (a.set_kv_type || a.set_kv_other) {
     cap = cap_for_given_kv(in, c, cache, ctx);
-    if (cap < kMinBudgetCap || (a.set_ctx && cap < ctx))
+    if (cap < tools::kMinHardCap || (a.set_ctx && cap < ctx))
       throw std::runtime_error(head + "leaves room for " + std::to_string(cap) + " tokens of KV with " + a.given +
                                ": change those options or raise the budget");
   } else if (a.set_ctx && cap < ctx) {

@@ -12,9 +12,6 @@ namespace kvs::tools {
 
 namespace {
 
-// Shortest hard cap worth starting with: below it a chat holds barely one turn.
-constexpr int kMinHardCap = 64;
-
 std::string quality_of(KvType t) {
   // docs/KV-QUALITY.md, stories260K, keys per channel at the default group.
   if (t == KvType::Int8) return "int8 KV: dPPL -0.005%, KL 0.000014 nats, top-1 99.90% vs f32 (docs/KV-QUALITY.md)";
@@ -62,6 +59,17 @@ int64_t tokens_in(const KvLayout& l, int64_t blocks, int step) {
 }
 
 }  // namespace
+
+int hard_cap_that_fits(const KvLayout& l, uint64_t kv_bytes, int ctx, int step) {
+  auto fits = [&](int tokens) { return uint64_t(blocks_per_sequence(l, tokens, step)) * l.block_bytes() <= kv_bytes; };
+  if (fits(ctx)) return ctx;
+  int lo = 0, hi = ctx / l.block_size + 1;  // in blocks: lo fits (or is 0), hi does not
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid * l.block_size) ? lo : hi) = mid;
+  }
+  return lo * l.block_size;
+}
 
 RamBudgetChoice choose_for_budget(const RamBudgetInput& in) {
   const ModelShape& m = in.model;

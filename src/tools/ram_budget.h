@@ -53,6 +53,14 @@ struct RamBudgetChoice {
 // a short context fits beside them.
 RamBudgetChoice choose_for_budget(const RamBudgetInput& in);
 
+// Shortest hard cap worth starting with: below it a chat holds barely one turn.
+inline constexpr int kMinHardCap = 64;
+
+// The longest hard cap, at most `ctx`, whose sequence (plus one block of
+// slack, as choose_for_budget counts) fits `kv_bytes` in layout `l`; `step`:
+// tokens per step. For a KV format given rather than chosen.
+int hard_cap_that_fits(const KvLayout& l, uint64_t kv_bytes, int ctx, int step);
+
 // The layout the choice stands for (channel keys, one key group per block).
 KvLayout ram_budget_layout(const ModelShape& m, KvType type, int block_size);
 
