@@ -225,7 +225,9 @@ TEST(Scheduler, ImmediateRejectionsCarryReasons) {
   r = h.submit(5000, 16);
   EXPECT_EQ(r.reason, RejectReason::ContextLength);
   Request empty;
-  EXPECT_EQ(h.sched.submit(empty, 0).reason, RejectReason::Invalid);
+  r = h.sched.submit(empty, 0);
+  EXPECT_EQ(r.reason, RejectReason::Invalid);
+  EXPECT_EQ(r.param, "prompt") << "an invalid request names the field at fault";
   ASSERT_TRUE(h.submit(16, 16, SloClass::Interactive, "a").accepted);
   ASSERT_TRUE(h.submit(16, 16, SloClass::Interactive, "b").accepted);
   ASSERT_TRUE(h.submit(16, 16, SloClass::Interactive, "b").accepted);
@@ -779,10 +781,14 @@ TEST(Scheduler, MinTokensAndStopTokenIds) {
   Request bad;
   bad.stop_token_ids = {999};
   bad.prompt = prompt;
-  EXPECT_EQ(s.submit(bad, 0).reason, RejectReason::Invalid);
+  const SubmitResult bad_stop = s.submit(bad, 0);
+  EXPECT_EQ(bad_stop.reason, RejectReason::Invalid);
+  EXPECT_EQ(bad_stop.param, "stop_token_ids");
   Request too_many;
   too_many.prompt = prompt;
   too_many.max_tokens = 2;
   too_many.min_tokens = 3;
-  EXPECT_NE(s.submit(too_many, 0).message.find("exceeds max_tokens"), std::string::npos);
+  const SubmitResult too = s.submit(too_many, 0);
+  EXPECT_NE(too.message.find("exceeds max_tokens"), std::string::npos);
+  EXPECT_EQ(too.param, "min_tokens");
 }

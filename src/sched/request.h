@@ -123,6 +123,7 @@ struct SubmitResult {
   RequestId id = 0;               // the request's id (assigned when the Request had 0)
   RejectReason reason = RejectReason::None;
   std::string message;            // one line for the client; never the prompt text
+  std::string param;              // Invalid: the request field at fault ("" when none is)
   double retry_after_s = 0;       // > 0 for retryable rejections: estimate from the drain rate
   int64_t need_blocks = 0;        // worst-case blocks the request would reserve (undiscounted)
 };

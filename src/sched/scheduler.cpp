@@ -65,12 +65,13 @@ void Scheduler::count_rejection(RejectReason why, const Request& req, int64_t ne
 }
 
 SubmitResult Scheduler::reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg,
-                                      double now) {
+                                      double now, std::string param) {
   SubmitResult res;
   res.id = req.id;
   res.reason = why;
   res.need_blocks = need;
   res.message = std::move(msg);
+  res.param = std::move(param);
   if (retryable(why)) res.retry_after_s = retry_estimate(need, req.slo, now);
   count_rejection(why, req, need, now);
   return res;
@@ -84,29 +85,32 @@ static void log_reject(const std::function<void(const std::string&)>& log, Rejec
   log("reject reason=" + std::string(to_string(why)) + " " + fields + " retry_after_s=" + ra);
 }
 
-// mu_ held. What makes a request invalid whatever the load ("" when nothing).
-std::string Scheduler::invalid_fields(const Request& req) const {
+// mu_ held. What makes a request invalid whatever the load (message ""
+// when nothing), named by the OpenAI field that carries it.
+Scheduler::FieldError Scheduler::invalid_fields(const Request& req) const {
   const int nv = exec_.n_vocab();
-  if (req.prompt.empty()) return "the prompt has no tokens";
-  if (std::string e = token_ids_error(req.prompt, nv, "prompt"); !e.empty()) return e;
-  if (req.n < 1 || req.n > cfg_.max_seqs) return "n must be between 1 and " + std::to_string(cfg_.max_seqs);
+  if (req.prompt.empty()) return {"the prompt has no tokens", "prompt"};
+  if (std::string e = token_ids_error(req.prompt, nv, "prompt"); !e.empty()) return {e, "prompt"};
+  if (req.n < 1 || req.n > cfg_.max_seqs) return {"n must be between 1 and " + std::to_string(cfg_.max_seqs), "n"};
   if ((req.hand_off || req.handover) && req.prompt_logprobs)
-    return "prompt logprobs (echo with logprobs) are not computed across a KV hand-over";
+    return {"prompt logprobs (echo with logprobs) are not computed across a KV hand-over", "echo"};
   if ((req.hand_off || req.handover) && req.n != 1)
-    return "a request handed between prefill and decode workers must have n = 1";
+    return {"a request handed between prefill and decode workers must have n = 1", "n"};
   if (req.handover)
     if (std::string e = token_ids_error({&req.handover->first_token, 1}, nv, "the handed-over first"); !e.empty())
-      return e;
-  if (req.top_logprobs < 0 || req.top_logprobs > 20) return "top_logprobs must be between 0 and 20";
-  if (std::string e = token_ids_error(req.stop_token_ids, nv, "stop_token_ids:"); !e.empty()) return e;
+      return {e, ""};
+  if (req.top_logprobs < 0 || req.top_logprobs > 20) return {"top_logprobs must be between 0 and 20", "top_logprobs"};
+  if (std::string e = token_ids_error(req.stop_token_ids, nv, "stop_token_ids:"); !e.empty())
+    return {e, "stop_token_ids"};
   for (const auto& [id, bias] : req.sampling.logit_bias)
     if (!token_in_vocab(id, nv))
-      return "logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(nv) +
-             " tokens";
-  if (req.min_tokens < 0) return "min_tokens must be >= 0";
-  if (req.grammar && !vocab_pieces_) return "constrained decoding needs the model's vocabulary (none is loaded)";
-  if (req.id != 0 && reqs_.count(req.id)) return "request id " + std::to_string(req.id) + " is in use";
-  return "";
+      return {"logit_bias token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(nv) +
+                  " tokens",
+              "logit_bias"};
+  if (req.min_tokens < 0) return {"min_tokens must be >= 0", "min_tokens"};
+  if (req.grammar && !vocab_pieces_) return {"constrained decoding needs the model's vocabulary (none is loaded)", ""};
+  if (req.id != 0 && reqs_.count(req.id)) return {"request id " + std::to_string(req.id) + " is in use", ""};
+  return {};
 }
 
 // mu_ held. Every reason to turn a request away at submit, cheapest first.
@@ -114,8 +118,8 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
   SubmitCheck c;
   const int max_ctx = exec_.max_ctx();
   const int64_t P = int64_t(req.prompt.size());
-  auto reject = [&](RejectReason why, const std::string& m) {
-    c.res = reject_submit(req, c.need, why, m, now);
+  auto reject = [&](RejectReason why, const std::string& m, const std::string& param = {}) {
+    c.res = reject_submit(req, c.need, why, m, now, param);
     return c;
   };
   if (!accepting_) return reject(RejectReason::ShuttingDown, "the server is shutting down");
@@ -125,14 +129,17 @@ SubmitCheck Scheduler::check_submit(const Request& req, double now) {
     if (shed_.retry_after_s > 0) c.res.retry_after_s = shed_.retry_after_s;
     return c;
   }
-  if (std::string e = invalid_fields(req); !e.empty()) return reject(RejectReason::Invalid, e);
+  if (FieldError e = invalid_fields(req); !e.message.empty()) return reject(RejectReason::Invalid, e.message, e.param);
   const TokenBudget budget = token_budget(P, req.max_tokens, max_ctx, cfg_.default_max_tokens);
-  if (!budget.ok()) return reject(budget.context_length ? RejectReason::ContextLength : RejectReason::Invalid, budget.error);
+  if (!budget.ok())
+    return budget.context_length ? reject(RejectReason::ContextLength, budget.error)
+                                 : reject(RejectReason::Invalid, budget.error, "max_tokens");
   // max_tokens is a hard stop; device shedding may shorten it.
   const int asked = budget.max_tokens;
   if (req.min_tokens > asked)
-    return reject(RejectReason::Invalid, "min_tokens (" + std::to_string(req.min_tokens) + ") exceeds max_tokens (" +
-                                             std::to_string(asked) + ")");
+    return reject(RejectReason::Invalid,
+                  "min_tokens (" + std::to_string(req.min_tokens) + ") exceeds max_tokens (" + std::to_string(asked) + ")",
+                  "min_tokens");
   c.max_tokens = shed_.max_tokens_scale < 1 ? std::max(1, int(double(asked) * shed_.max_tokens_scale)) : asked;
   // Per KV table: under a bounding window no choice ever holds more than
   // that table's cap (KvManager::bounded; immutable, so any thread may ask).

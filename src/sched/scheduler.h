@@ -272,7 +272,11 @@ class Scheduler {
   int64_t running_prefill_tokens(SloClass cls, double now) const;
   // submit and bookkeeping (scheduler.cpp)
   SubmitCheck check_submit(const Request& req, double now);
-  std::string invalid_fields(const Request& req) const;
+  // Why the request is invalid whatever the load, and the field at fault.
+  struct FieldError {
+    std::string message, param;  // message "" when valid
+  };
+  FieldError invalid_fields(const Request& req) const;
   void release_seq(Choice& c);
   void end_request(Req* r);
   void finish_choice(Req* r, int c, FinishReason why, int32_t token, std::vector<TokenEvent>& out);
@@ -280,7 +284,8 @@ class Scheduler {
   // `message`: the event's text (empty: the reason's standard one).
   void reject_locked(Req* r, RejectReason why, double now, std::vector<TokenEvent>& out, double retry_after_s = -1,
                      const std::string& message = {});
-  SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now);
+  SubmitResult reject_submit(const Request& req, int64_t need, RejectReason why, std::string msg, double now,
+                             std::string param = {});
   void count_rejection(RejectReason why, const Request& req, int64_t need, double now);
   double retry_estimate(int64_t need, SloClass cls, double now) const;
   std::string log_fields(const Request& req, int64_t need) const;
