@@ -450,6 +450,26 @@ TEST(ApiService, ResponsesObjectStreamAndPreviousResponse) {
   const Result other = resp({{"input", "x"}, {"previous_response_id", id}}, "kb");
   EXPECT_EQ(other.status, 400);
   EXPECT_EQ(other.body["error"]["param"], "previous_response_id");
+  // The SDK's responses.retrieve and responses.delete: the object as it was
+  // answered, for its own tenant only.
+  auto stored = [&](const std::string& method, const std::string& rid, const std::string& key) {
+    return drive(rig.api->handle({method, "/v1/responses/" + rid, "Bearer " + key, ""}, [] {}));
+  };
+  const Result got = stored("GET", id, "ka");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.body, a.body);
+  EXPECT_EQ(stored("GET", id, "kb").status, 404) << "another tenant's response is unknown to it";
+  EXPECT_EQ(stored("DELETE", id, "kb").status, 404);
+  const Result del = stored("DELETE", id, "ka");
+  ASSERT_EQ(del.status, 200) << del.body;
+  EXPECT_EQ(del.body["object"], "response.deleted");
+  EXPECT_EQ(del.body["deleted"], true);
+  const Result gone = stored("GET", id, "ka");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(gone.body["error"]["code"], "response_not_found");
+  const Result unstored = resp({{"input", "x"}, {"max_output_tokens", 2}, {"store", false}});
+  ASSERT_EQ(unstored.status, 200) << unstored.body;
+  EXPECT_EQ(stored("GET", unstored.body["id"], "ka").status, 404) << "store: false keeps nothing";
   // Streamed: the Responses events, in order.
   const Result s = resp({{"input", "Hi"}, {"max_output_tokens", 4}, {"stream", true}});
   ASSERT_EQ(s.status, 200);
@@ -468,6 +488,9 @@ TEST(ApiService, ResponsesObjectStreamAndPreviousResponse) {
                                               "response.content_part.added", "response.output_text.done",
                                               "response.content_part.done", "response.output_item.done", last}));
   EXPECT_EQ(s.events.back()["response"]["output"][0]["content"][0]["text"], deltas);
+  const Result streamed = stored("GET", s.events.back()["response"]["id"], "ka");
+  ASSERT_EQ(streamed.status, 200) << "a streamed response is stored too";
+  EXPECT_EQ(streamed.body["output"], s.events.back()["response"]["output"]);
   for (const char* k : {"tools", "reasoning", "include"}) {
     json body = {{"input", "x"}};
     body[k] = k == std::string("tools") ? json::array({{{"type", "function"}, {"name", "f"}}})
@@ -578,7 +601,8 @@ TEST(ApiService, MethodsAre405WithAllow) {
            {"POST", "/metrics", "GET"},
            {"DELETE", "/health", "GET, HEAD"},
            {"POST", "/health", "GET, HEAD"},
-           {"PUT", "/health", "GET, HEAD"}}) {
+           {"PUT", "/health", "GET, HEAD"},
+           {"POST", "/v1/responses/resp_x", "GET, DELETE"}}) {
     const HttpResponse r = call(method, path);
     EXPECT_EQ(r.status, 405) << method << " " << path;
     EXPECT_EQ(allow(r), allowed) << method << " " << path;

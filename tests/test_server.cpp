@@ -701,6 +701,12 @@ TEST(Server, TokenizeDetokenizeApplyTemplate) {
   r = post(s.port(), "/detokenize", {{"tokens", plain}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.js()["content"], text);
+  // Control tokens read back as their text, as llama-server renders them.
+  json framed = ids;
+  framed.push_back(2);  // EOS
+  r = post(s.port(), "/detokenize", {{"tokens", framed}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["content"], "<s>" + text + "</s>");
   r = post(s.port(), "/apply-template", {{"messages", {{{"role", "user"}, {"content", "Hi there"}}}}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_NE(r.js()["prompt"].get<std::string>().find("Hi there"), std::string::npos) << r.body;

@@ -206,6 +206,11 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     r.response = token_tools(req, path);
     return r;
   }
+  static const std::string kResponse = "/v1/responses/";
+  if (path.size() > kResponse.size() && path.compare(0, kResponse.size(), kResponse) == 0) {
+    r.response = stored_response(req, path.substr(kResponse.size()));
+    return r;
+  }
   const bool cmpl = path == "/v1/completions" || path == "/completions";
   const bool chat = path == "/v1/chat/completions" || path == "/chat/completions";
   const bool resp = path == "/v1/responses" || path == "/responses";
@@ -236,6 +241,24 @@ HttpResponse ApiService::token_tools(const HttpRequest& req, const std::string& 
   if (path == "/tokenize") return tokenize_endpoint(tok_, req.body);
   if (path == "/detokenize") return detokenize_endpoint(tok_, req.body);
   return apply_template_endpoint(opts_.chat, req.body);
+}
+
+// As OpenAI's responses.retrieve / responses.delete; another tenant's id is
+// as unknown as one never stored.
+HttpResponse ApiService::stored_response(const HttpRequest& req, const std::string& id) {
+  if (req.method != "GET" && req.method != "DELETE") return method_not_allowed("GET, DELETE");
+  auto caller = tenants_.authenticate(req.authorization);
+  if (!caller) return error_response(unauthorized());
+  const ApiError missing = make_error(404, "invalid_request_error", "response_not_found",
+                                      "no response '" + id + "' (expired, never stored, or made with store: false)");
+  const double now = sched::steady_now();
+  if (req.method == "DELETE") {
+    if (!responses_.erase(caller->policy.id, id, now)) return error_response(missing);
+    return json_response(200, {{"id", id}, {"object", "response.deleted"}, {"deleted", true}});
+  }
+  auto obj = responses_.object(caller->policy.id, id, now);
+  if (!obj) return error_response(missing);
+  return json_response(200, *obj);
 }
 
 HttpResponse ApiService::models(const HttpRequest& req, const std::optional<std::string>& id) const {
@@ -499,9 +522,9 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
       for (const auto& m : pr.responses->input) conv.push_back(m);
       const double ttl = caller.policy.retention_s > 0 ? caller.policy.retention_s : 3600.0;
       s.on_done = [this, conv = std::move(conv), tenant = caller.policy.id, id = std::string(idbuf), ttl](
-                      const std::string& text, const std::vector<ToolCall>& calls) mutable {
+                      const json& obj, const std::string& text, const std::vector<ToolCall>& calls) mutable {
         conv.push_back(assistant_turn(text, calls));
-        responses_.put(tenant, id, std::move(conv), sched::steady_now(), ttl);
+        responses_.put(tenant, id, std::move(conv), obj, sched::steady_now(), ttl);
       };
     }
   }
@@ -542,7 +565,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
     if (!res.accepted) {
       // The exchange's destructor cancels the prompts already submitted,
       // gives the quota back and logs the status.
-      const ApiError e = reject_error(res.reason, res.message, res.retry_after_s);
+      const ApiError e = reject_error(res.reason, res.message, res.retry_after_s, res.param);
       ex->set_final_status(e.status);
       out.response = error_response(e);
       return out;

@@ -125,6 +125,8 @@ class ApiService {
   HttpResponse revoke(const HttpRequest& req, const std::string& tenant);
   // /v1/models, or /v1/models/{id} (the SDK's models.retrieve) when `id` is set.
   HttpResponse models(const HttpRequest& req, const std::optional<std::string>& id = std::nullopt) const;
+  // GET or DELETE /v1/responses/{id}: a response the caller's tenant stored.
+  HttpResponse stored_response(const HttpRequest& req, const std::string& id);
   // /tokenize, /detokenize, /apply-template (server/token_endpoints.h).
   HttpResponse token_tools(const HttpRequest& req, const std::string& path) const;
   // /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/plots/*

@@ -54,8 +54,9 @@ ApiError engine_failure(const std::string& message) {
   return e;
 }
 
-ApiError reject_error(RejectReason r, const std::string& message, double retry_after_s) {
+ApiError reject_error(RejectReason r, const std::string& message, double retry_after_s, const std::string& param) {
   ApiError e;
+  e.param = param;
   e.message = message.empty() ? std::string("request rejected: ") + sched::to_string(r) : message;
   e.code = sched::to_string(r);
   switch (r) {
@@ -189,6 +190,43 @@ void Exchange::parse_tools(Choice& c, sched::TokenEvent& e, ToolParse& out) {
   out.content.clear();
 }
 
+// A streamed completion or chat chunk for one event ("" when it adds none).
+std::string Exchange::chunk_of(Choice& c, sched::TokenEvent& e) {
+  // Echo: the prompt text leads the choice's first chunk.
+  const size_t pi = size_t(e.choice / s_.n);
+  if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
+  const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
+  ChatExtras x;
+  if (c.tools) {
+    const int before = c.tools->calls();
+    parse_tools(c, e, x.parsed);
+    x.first_call = before;
+    x.tool_finish = c.tools->calls() > 0;
+  }
+  nlohmann::json chunk =
+      stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr, &c.offsets);
+  if (chunk.is_null()) return "";
+  if (s_.include_usage) chunk["usage"] = chunk_usage();
+  c.first = false;
+  return sse_data(dump(chunk));
+}
+
+// One event into the whole response built at the end.
+void Exchange::collect(Choice& c, sched::TokenEvent& e) {
+  if (c.tools) {
+    ToolParse x;
+    parse_tools(c, e, x);
+    c.result.reasoning += x.reasoning;
+    c.result.tool_calls.insert(c.result.tool_calls.end(), x.calls.begin(), x.calls.end());
+  }
+  c.result.text += e.text;
+  if (!e.prompt_logprobs.empty()) c.result.prompt_logprobs = std::move(e.prompt_logprobs);
+  if (s_.logprobs && e.logprob) {
+    c.result.logprobs.push_back(*e.logprob);
+    c.result.top_logprobs.push_back(e.top_logprobs);
+  }
+}
+
 bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
   if (e.choice < 0 || size_t(e.choice) >= choices_.size()) return true;
   Choice& c = choices_[size_t(e.choice)];
@@ -198,12 +236,10 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
   if (final) p.usage = e.usage;
   if (e.finish == FinishReason::HandedOff) handed_ = e.hand_off;
   if (e.token >= 0) ++p.tokens_seen;
-  // Turned away before anything was sent (queue timeout, shutdown): the
-  // client gets a proper 429/503 instead of an empty 200 stream; the other
-  // prompts' requests are cancelled with it.
   if (e.finish == FinishReason::Error) engine_error_ = e.message.empty() ? "engine error" : e.message;
-  // Turned away, or failed by the engine, before anything was sent: a proper
-  // error instead of an empty or partial 200.
+  // Turned away (queue timeout, shutdown), or failed by the engine, before
+  // anything was sent: a proper 429/503/500 instead of an empty or partial
+  // 200; the other prompts' requests are cancelled with it.
   const bool refused = e.finish == FinishReason::Rejected && !started_;
   const bool failed = e.finish == FinishReason::Error && (!started_ || !s_.stream);
   if (refused || failed) {
@@ -231,37 +267,9 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     out.data += events_->delta(e.text);
     c.result.text += e.text;
   } else if (s_.stream) {
-    // Echo: the prompt text leads the choice's first chunk.
-    const size_t pi = size_t(e.choice / s_.n);
-    if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
-    const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
-    ChatExtras x;
-    if (c.tools) {
-      const int before = c.tools->calls();
-      parse_tools(c, e, x.parsed);
-      x.first_call = before;
-      x.tool_finish = c.tools->calls() > 0;
-    }
-    nlohmann::json chunk =
-        stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr, &c.offsets);
-    if (!chunk.is_null()) {
-      if (s_.include_usage) chunk["usage"] = chunk_usage();
-      out.data += sse_data(dump(chunk));
-      c.first = false;
-    }
+    out.data += chunk_of(c, e);
   } else {
-    if (c.tools) {
-      ToolParse x;
-      parse_tools(c, e, x);
-      c.result.reasoning += x.reasoning;
-      c.result.tool_calls.insert(c.result.tool_calls.end(), x.calls.begin(), x.calls.end());
-    }
-    c.result.text += e.text;
-    if (!e.prompt_logprobs.empty()) c.result.prompt_logprobs = std::move(e.prompt_logprobs);
-    if (s_.logprobs && e.logprob) {
-      c.result.logprobs.push_back(*e.logprob);
-      c.result.top_logprobs.push_back(e.top_logprobs);
-    }
+    collect(c, e);
   }
   if (final) {
     c.done = true;
@@ -325,7 +333,7 @@ void Exchange::finish(Output& out) {
 }
 
 // /v1/responses: the object, or the stream's closing events (no [DONE]);
-// the text is kept for previous_response_id.
+// the object and its text are kept for previous_response_id and GET.
 void Exchange::finish_response(Output& out, const sched::Usage& usage) {
   const Choice& c = choices_.at(0);
   if (events_) {
@@ -337,13 +345,16 @@ void Exchange::finish_response(Output& out, const sched::Usage& usage) {
                   "\n\n";
     }
     out.data += events_->finish(c.result.finish, usage, c.result.tool_calls);
-  } else {
+  }
+  const nlohmann::json obj = response_object(s_.meta, *s_.responses, c.result.text, c.result.tool_calls,
+                                             c.result.finish, usage);
+  if (!events_) {
     HttpResponse r;
-    r.body = dump(response_object(s_.meta, *s_.responses, c.result.text, c.result.tool_calls, c.result.finish, usage));
+    r.body = dump(obj);
     out.full = std::move(r);
     final_status_ = 200;
   }
-  if (s_.on_done && engine_error_.empty()) s_.on_done(c.result.text, c.result.tool_calls);
+  if (s_.on_done && engine_error_.empty()) s_.on_done(obj, c.result.text, c.result.tool_calls);
 }
 
 Exchange::Output Exchange::poll() {

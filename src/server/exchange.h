@@ -40,7 +40,8 @@ ApiError unauthorized();
 // 500 for a request the engine failed while running it (FinishReason::Error).
 ApiError engine_failure(const std::string& message);
 // The error for a request the engine loop rejected.
-ApiError reject_error(sched::RejectReason r, const std::string& message, double retry_after_s);
+ApiError reject_error(sched::RejectReason r, const std::string& message, double retry_after_s,
+                      const std::string& param = {});
 
 class Exchange final : public ResponseStream {
  public:
@@ -64,10 +65,12 @@ class Exchange final : public ResponseStream {
     std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
     bool hand_off = false;     // prefill worker: answered with the hand-over, not text
     uint64_t seed = 0;         // the sampling seed (a hand-over passes it on)
-    // Endpoint::Responses: its own fields, and what to do with the output
-    // text once complete (keep it for previous_response_id).
+    // Endpoint::Responses: its own fields, and what to do with the response
+    // object and its output once complete (keep them for
+    // previous_response_id and GET /v1/responses/{id}).
     std::shared_ptr<const ResponsesRequest> responses;
-    std::function<void(const std::string& text, const std::vector<ToolCall>& calls)> on_done;
+    std::function<void(const nlohmann::json& response, const std::string& text, const std::vector<ToolCall>& calls)>
+        on_done;
     // Chat with tools: calls are parsed out of each choice's text in this
     // format (None: plain text).
     ToolFormat tool_format = ToolFormat::None;
@@ -110,6 +113,8 @@ class Exchange final : public ResponseStream {
   };
   // False when the event ended the whole exchange (a rejection before any byte was sent).
   bool take_event(sched::TokenEvent& e, Output& out);
+  std::string chunk_of(Choice& c, sched::TokenEvent& e);
+  void collect(Choice& c, sched::TokenEvent& e);
   void finish(Output& out);
   void finish_response(Output& out, const sched::Usage& usage);
   // A streamed chunk's "usage": null, or (continuous_usage) the counts so far.

@@ -94,11 +94,19 @@ HttpResponse detokenize_endpoint(const Tokenizer& tok, const std::string& body) 
       ids.push_back(int32_t(t.get<int64_t>()));
     }
     if (std::string e = token_ids_error(ids, tok.n_vocab(), "'tokens':"); !e.empty()) throw bad_request(e, "tokens");
-    std::string text = tok.decode(std::vector<int>(ids.begin(), ids.end()));
-    // As llama.cpp detokenizes: the space a SentencePiece vocab put before
-    // the first word is not part of the text (after BOS the tokenizer drops it itself).
-    if (tok.vocab().add_space_prefix && !ids.empty() && ids[0] != tok.vocab().bos && !text.empty() && text[0] == ' ')
-      text.erase(0, 1);
+    // As llama-server: control tokens (BOS and EOS too) add their own text, so
+    // what a prompt holds reads back whole. Unlike llama-server, the space a
+    // SentencePiece vocab put before the first word is not part of the text,
+    // so /tokenize then /detokenize gives the content back.
+    const Vocab& v = tok.vocab();
+    std::string text;
+    int prev = -1;
+    for (int32_t id : ids) {
+      const bool control = size_t(id) < v.types.size() && v.types[size_t(id)] == int32_t(TokenAttr::Control);
+      text += control ? v.tokens[size_t(id)] : tok.token_bytes(id, prev);
+      prev = id;
+    }
+    if (v.add_space_prefix && !ids.empty() && ids[0] != v.bos && !text.empty() && text[0] == ' ') text.erase(0, 1);
     return json{{"content", text}};
   });
 }
