@@ -114,6 +114,24 @@ TEST(CliArgs, BenchCountsAreChecked) {
   EXPECT_EQ(out.find("tg"), std::string::npos) << out;
 }
 
+// Audit 16: a word where a number belongs is "not a number", and an open
+// bound is said as a bound (CLI11 prints the largest double in full).
+TEST(CliArgs, NumberErrorsReadAsWords) {
+  expect_refused({
+      {{"generate", "-m", model(), "-n", "abc"}, "--n-predict: 'abc' is not a number"},
+      {{"generate", "-m", model(), "--top-p", "2"}, "--top-p: 2 is out of range: it must be between 0 and 1"},
+      {{"probe", "--threads", "-1"}, "--threads: -1 is out of range: it must be at least 0"},
+      {{"make-model", "--head-dim", "0", "-o", "/tmp/never.gguf"}, "--head-dim: 0 is out of range: it must be greater than 0"},
+  });
+  const std::string not_json = test::temp_dir() + "/profile.txt";
+  std::ofstream(not_json) << "hello\n";
+  expect_refused({{{"plan", "-m", model(), "--profile", not_json}, "is not a hardware profile: not JSON"}});
+  std::string out, err;
+  EXPECT_NE(test::run_kvserve({"probe", "--threads", "-1"}, &out, &err), 0);
+  EXPECT_EQ(err.find("1797693"), std::string::npos) << err;
+  EXPECT_NE(err.find("--help"), std::string::npos) << "still points at --help: " << err;
+}
+
 // Audit 6: an absurd shape is refused from its size estimate, at once and
 // without allocating (the run is capped at 2 GiB of address space and 60 s,
 // so a regression fails instead of eating the machine).

@@ -1,6 +1,8 @@
 #include "cli/common.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <regex>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -151,6 +153,38 @@ Loaded load_all(const ModelArgs& a, int n_ctx, bool warn_trained) {
   eo.n_ctx = n_ctx;
   l.engine = std::make_unique<Engine>(l.model, eo);
   return l;
+}
+
+namespace {
+
+bool whole_number(const std::string& s, double* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+std::string bound(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+}  // namespace
+
+std::string explain_parse_error(const std::string& what) {
+  static const std::regex kRange(R"(^(.*)Value (.*) not in range (\S+) to (\S+)$)");
+  std::smatch m;
+  if (!std::regex_match(what, m, kRange)) return what;
+  const std::string opt = m[1], value = m[2];
+  double v = 0, lo = 0, hi = 0;
+  if (!whole_number(value, &v)) return opt + "'" + value + "' is not a number";
+  if (!whole_number(m[3], &lo) || !whole_number(m[4], &hi)) return what;
+  const bool open_top = hi > 1e300;
+  // CLI11's PositiveNumber prints its least bound (the smallest double) as 0.
+  if (open_top && v >= lo && v <= 0) return opt + value + " is out of range: it must be greater than 0";
+  if (open_top) return opt + value + " is out of range: it must be at least " + bound(lo);
+  return opt + value + " is out of range: it must be between " + bound(lo) + " and " + bound(hi);
 }
 
 }  // namespace kvs::cli

@@ -48,6 +48,11 @@ struct Loaded {
 // Whole file as bytes; throws std::runtime_error naming the path.
 std::string read_text_file(const std::string& path);
 
+// CLI11's parse error, said for a person: a word where a number belongs is
+// "not a number" (CLI11 says "not in range"), and a bound is said as a
+// bound, not as the largest double written out.
+std::string explain_parse_error(const std::string& what);
+
 // Resolves the default model, loads model + tokenizer, builds the engine.
 // n_ctx: the longest sequence the command runs (EngineOptions::n_ctx; 0 =
 // the model's training context).

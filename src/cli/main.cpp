@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 #include "cli/commands.h"
+#include "cli/common.h"
 
 // The kernels ignore a KVS_ISA they do not know (kernels/cpu.cpp): say so,
 // or a mistyped override silently benchmarks the wrong code path.
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
   warn_unknown_isa();
   CLI::App app{"kvserve: a KV-cache-centric LLM inference server (GGUF / llama2.c models)"};
   app.require_subcommand(1);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return kvs::cli::explain_parse_error(e.what()) + "\nRun with --help for more information.\n";
+  });
   kvs::cli::Runner run;
   kvs::cli::add_generate(app, run);
   kvs::cli::add_tokenize(app, run);

@@ -176,10 +176,18 @@ void save_profile(const HardwareProfile& p, const std::string& path) {
 HardwareProfile load_profile(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read hardware profile '" + path + "' (run `kvserve probe` to create it)");
+  nlohmann::json j;
   try {
-    return profile_from_json(nlohmann::json::parse(f));
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::parse_error& e) {
+    // The library's text names its own exception ids; the byte is what helps.
+    throw std::runtime_error("'" + path + "' is not a hardware profile: not JSON (at byte " + std::to_string(e.byte) +
+                             "); write one with `kvserve probe -o " + path + "`");
+  }
+  try {
+    return profile_from_json(j);
   } catch (const std::exception& e) {
-    throw std::runtime_error("hardware profile '" + path + "': " + e.what());
+    throw std::runtime_error("hardware profile '" + path + "': " + e.what() + " (write a new one with `kvserve probe`)");
   }
 }
 
