@@ -118,3 +118,44 @@ TEST(ServerOffsets, HeadHealthAndAllowOn405) {
   }
   EXPECT_EQ(s.stop(), 0);
 }
+
+// A stop string completed by the choice's last allowed token: the choice
+// ends with "stop" and the usage still counts the prompt and every token
+// (the scheduler had already ended the request when the stop was seen).
+TEST(ServerOffsets, AStopStringOnTheLastTokenKeepsTheUsage) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  kvs::test::ServeProcess s({"--threads", "2", "-m", stories()});
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 9}, {"temperature", 0}, {"logprobs", 1}};
+  const kvs::test::HttpReply g = post(s.port(), greedy);
+  ASSERT_EQ(g.status, 200) << g.body;
+  const Choice c = choice_of(g, false);
+  ASSERT_GE(c.tokens.size(), 8u);
+  // Tokens 7 and 8 make the stop string; it must not occur before token 7.
+  const std::string stop = c.tokens[6].get<std::string>() + c.tokens[7].get<std::string>();
+  ASSERT_EQ(c.text.find(stop), c.offsets[6].get<size_t>()) << "pick another pair: '" << stop << "' in " << c.text;
+  for (bool stream : {false, true}) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}, {"stop", {stop}}};
+    if (stream) {
+      body["stream"] = true;
+      body["stream_options"] = {{"include_usage", true}};
+    }
+    const kvs::test::HttpReply r = post(s.port(), body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    json last, usage;
+    if (!stream) {
+      last = json::parse(r.body)["choices"][0];
+      usage = json::parse(r.body)["usage"];
+    } else {
+      for (const std::string& d : kvs::test::sse_payloads(r.body)) {
+        if (d == "[DONE]") continue;
+        const json j = json::parse(d);
+        if (!j["choices"].empty()) last = j["choices"][0];
+        if (!j["usage"].is_null()) usage = j["usage"];
+      }
+    }
+    EXPECT_EQ(last["finish_reason"], "stop") << r.body;
+    EXPECT_EQ(usage["completion_tokens"], 8) << "stream " << stream << ": " << r.body;
+    EXPECT_GT(usage["prompt_tokens"].get<int>(), 0) << r.body;
+  }
+  EXPECT_EQ(s.stop(), 0);
+}

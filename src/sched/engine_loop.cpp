@@ -256,11 +256,16 @@ void EngineLoop::Impl::deliver(std::vector<TokenEvent>& events, double t) {
       } else if (tok) {
         bool stopped = false;
         e.text = ct.stop->push(ct.detok->push(e.token), stopped);
-        if (stopped) {
+        if (stopped && e.finish == FinishReason::None) {
           // The stop string ends this choice here; the scheduler only frees it.
           e.finish = FinishReason::Stop;
           e.usage = sched->usage(e.request);
           sched->end_choice(e.request, e.choice);
+        } else if (stopped) {
+          // The choice's last token completed the stop string: the scheduler
+          // already ended it (and may have forgotten the request), so the
+          // event keeps the usage the scheduler gave it.
+          e.finish = FinishReason::Stop;
         }
       }
     }
