@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "server/tool_calls.h"
+#include "test_util.h"
 
 using namespace kvs::server;
 using nlohmann::json;
@@ -91,6 +96,9 @@ TEST(ToolCalls, EveryFormatWholeAndStreamed) {
        "", {{"get_weather", paris}}, "The user wants weather."},
       {ToolFormat::Harmony, "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.",
        "It is sunny.", {}, "Easy."},
+      {ToolFormat::Functionary, "Checking.<function=get_weather>{\"city\": \"Paris\", \"days\": 2}</function>", "Checking.",
+       {{"get_weather", paris}}},
+      {ToolFormat::Functionary, "<function=>{}</function>", "<function=>{}</function>", {}},
       // Malformed: the text stays content, nothing is dropped.
       {ToolFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {broken</tool_call> ok",
        "<tool_call>{\"name\": \"f\", \"arguments\": {broken</tool_call> ok", {}},
@@ -138,4 +146,26 @@ TEST(ToolCalls, FormatFromTheTemplate) {
   EXPECT_EQ(tool_format_of("<|tool_call|>"), ToolFormat::Granite);
   EXPECT_EQ(tool_format_of("<|python_tag|>"), ToolFormat::Llama3);
   EXPECT_EQ(tool_format_of("{{ messages }}"), ToolFormat::None);
+  EXPECT_EQ(tool_format_of("{{ '<function=' + name + '>' + args + '</function>' }}"), ToolFormat::Functionary);
+}
+
+// The templates people download: each is read in the format its text
+// teaches (gpt-oss's writes "to=" and "functions." in separate pieces).
+TEST(ToolCalls, FormatOfRealTemplates) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  auto text = [&](const std::string& name) {
+    std::ifstream f(kvs::test::shared("chat-templates/" + name));
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  for (const auto& [name, f] : std::vector<std::pair<std::string, ToolFormat>>{
+           {"openai-gpt-oss-120b.jinja", ToolFormat::Harmony},
+           {"meetkai-functionary-medium-v3.1.jinja", ToolFormat::Functionary},
+           {"Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes},
+           {"Qwen3.5-4B.jinja", ToolFormat::Hermes},
+           {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolFormat::Llama3},
+           {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolFormat::Mistral},
+           {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ToolFormat::DeepSeek}})
+    EXPECT_EQ(tool_format_of(text(name)), f) << name << ": " << to_string(tool_format_of(text(name)));
 }

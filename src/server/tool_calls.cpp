@@ -21,6 +21,7 @@ Markers markers(ToolFormat f) {
     case ToolFormat::DeepSeek: return {{"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"}, "<｜tool▁calls▁end｜>"};
     case ToolFormat::Granite: return {{"<|tool_call|>"}, ""};
     case ToolFormat::Harmony: return {{"<|channel|>", "<|start|>"}, ""};
+    case ToolFormat::Functionary: return {{"<function="}, "</function>"};
     case ToolFormat::None: break;
   }
   return {};
@@ -118,17 +119,22 @@ const char* to_string(ToolFormat f) {
     case ToolFormat::Harmony: return "harmony";
     case ToolFormat::DeepSeek: return "deepseek";
     case ToolFormat::Granite: return "granite";
+    case ToolFormat::Functionary: return "functionary";
   }
   return "?";
 }
 
 ToolFormat tool_format_of(const std::string& t) {
   auto has = [&](const char* s) { return t.find(s) != std::string::npos; };
-  if (has("<|channel|>") && has("to=functions")) return ToolFormat::Harmony;
+  // gpt-oss's own template writes "to=" and "functions." in separate pieces.
+  if (has("<|channel|>") && (has("to=functions") || (has(" to=") && has("functions.")))) return ToolFormat::Harmony;
   if (has("<｜tool▁calls▁begin｜>")) return ToolFormat::DeepSeek;
   if (has("[TOOL_CALLS]")) return ToolFormat::Mistral;
   if (has("<|tool_call|>")) return ToolFormat::Granite;
   if (has("<tool_call>")) return ToolFormat::Hermes;
+  // Functionary v3.1: <function=NAME>{json}</function>, outside any
+  // <tool_call> (where Qwen's XML form of it lives, above).
+  if (has("<function=") && has("</function>")) return ToolFormat::Functionary;
   if (has("<|python_tag|>") || (has("<|start_header_id|>") && has("tools"))) return ToolFormat::Llama3;
   return ToolFormat::None;
 }
@@ -195,6 +201,14 @@ bool ToolCallParser::parse_region(std::string_view body, ToolParse& out) {
     case ToolFormat::Granite: {
       auto j = parse_json(body);
       if (!j || !calls_of(*j, calls)) return false;
+      break;
+    }
+    case ToolFormat::Functionary: {  // NAME>{json}
+      const size_t gt = body.find('>');
+      if (gt == std::string_view::npos || gt == 0) return false;
+      auto j = parse_json(body.substr(gt + 1));
+      if (!j || !j->is_object()) return false;
+      calls.push_back({"", std::string(trim(body.substr(0, gt))), j->dump()});
       break;
     }
     default: return false;

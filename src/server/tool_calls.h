@@ -23,7 +23,7 @@
 
 namespace kvs::server {
 
-enum class ToolFormat { None, Hermes, Llama3, Mistral, Harmony, DeepSeek, Granite };
+enum class ToolFormat { None, Hermes, Llama3, Mistral, Harmony, DeepSeek, Granite, Functionary };
 const char* to_string(ToolFormat f);
 // The format a chat template's text teaches (None when it has no tools).
 ToolFormat tool_format_of(const std::string& chat_template);

@@ -130,6 +130,9 @@ std::string forced_tool_gbnf(ToolFormat f, const ToolRequest& t) {
         call = grammar::gbnf_literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n") + " " + top +
                " " + grammar::gbnf_literal("\n```<｜tool▁call▁end｜>");
         break;
+      case ToolFormat::Functionary:
+        call = grammar::gbnf_literal("<function=" + name + ">") + " " + top + " " + grammar::gbnf_literal("</function>");
+        break;
       case ToolFormat::None:
         throw bad_request("the chat template teaches no tool-call format, so a call cannot be forced", "tool_choice");
     }
