@@ -146,6 +146,37 @@ TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   fs::remove_all(dir);
 }
 
+// A folder with anything kvserve did not write is refused whole and left
+// exactly as it was (a home folder given by mistake, a checkout); a folder
+// the store wrote opens again.
+TEST(DiskStore, AFolderWithOthersFilesIsRefusedAndUntouched) {
+  for (const std::string& foreign : {"Documents/thesis.odt", "ab/notes.txt", "ab/cd.kvb.bak", ".bashrc", "ab/x.kvb"}) {
+    const std::string dir = fresh_dir("foreign");
+    fs::create_directories(fs::path(dir + "/" + foreign).parent_path());
+    std::ofstream(dir + "/" + foreign) << "precious";
+    const auto mode = fs::status(dir).permissions();
+    try {
+      DiskStore d(dir, 1 << 20, kNow);
+      ADD_FAILURE() << foreign << ": opened a folder holding another's file";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a kvserve tier folder"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(foreign.substr(0, foreign.find('/'))), std::string::npos) << e.what();
+    }
+    std::ifstream in(dir + "/" + foreign);
+    std::string got;
+    std::getline(in, got);
+    EXPECT_EQ(got, "precious") << foreign;
+    EXPECT_FALSE(fs::exists(dir + "/" + DiskStore::kMarker)) << "nothing written into it";
+    EXPECT_EQ(fs::status(dir).permissions(), mode) << "its mode is left alone";
+    fs::remove_all(dir);
+  }
+  const std::string dir = fresh_dir("own");
+  { DiskStore d(dir, 1 << 20, kNow); }
+  EXPECT_TRUE(fs::exists(dir + "/" + DiskStore::kMarker));
+  EXPECT_NO_THROW(DiskStore(dir, 1 << 20, kNow));
+  fs::remove_all(dir);
+}
+
 // A real full disk: a tmpfs smaller than one entry (needs root; skipped
 // otherwise). The write fails with ENOSPC, the half-written temporary is
 // removed, nothing is indexed, and one line says why.

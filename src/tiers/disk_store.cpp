@@ -36,11 +36,48 @@ static bool valid_id(const std::string& id) {
   return true;
 }
 
+static bool is_hex(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// A name this store writes: a shard folder's entries and their temporaries.
+static bool own_entry_name(const std::string& name) {
+  std::string stem = name;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".tmp") == 0) stem.resize(stem.size() - 4);
+  if (stem.size() <= 4 || stem.compare(stem.size() - 4, 4, ".kvb") != 0) return false;
+  return valid_id(stem.substr(0, stem.size() - 4));
+}
+
+// The first thing in DIR this store did not write ("" when none): the
+// folder holds only shard folders of entries, the revoked list and the
+// marker, or it is not a tier and nothing in it may be touched.
+static std::string foreign_entry(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name == "revoked" || name == DiskStore::kMarker) continue;
+    if (!(it->is_directory(ec) && !it->is_symlink(ec) && name.size() == 2 && is_hex(name))) return it->path().string();
+    for (auto in = fs::directory_iterator(it->path(), ec); !ec && in != fs::directory_iterator(); in.increment(ec))
+      if (!in->is_regular_file(ec) || in->is_symlink(ec) || !own_entry_name(in->path().filename().string()))
+        return in->path().string();
+  }
+  if (ec) return dir + " (unreadable: " + ec.message() + ")";
+  return "";
+}
+
 DiskStore::DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, Log log)
     : dir_(std::move(dir)), capacity_(capacity_bytes), log_(std::move(log)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw std::runtime_error("--kv-disk: cannot create " + dir_ + ": " + ec.message());
+  if (!fs::is_directory(dir_, ec)) throw std::runtime_error("--kv-disk: " + dir_ + " is not a directory");
+  // Start-up deletes stray, expired and unreadable entries: only ever in a
+  // folder that holds nothing else (a typo like --kv-disk ~ must not cost
+  // the user a file, nor the folder its permissions).
+  if (const std::string other = foreign_entry(dir_); !other.empty())
+    throw std::runtime_error("--kv-disk: " + dir_ + " is not a kvserve tier folder: it holds '" + other +
+                             "', which kvserve did not write; give an empty or new folder");
+  { std::ofstream(dir_ + "/" + kMarker) << "kvserve disk KV tier: entries in <2 hex>/<id>.kvb, revoked scopes in 'revoked'\n"; }
   ::chmod(dir_.c_str(), 0700);
   if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
     throw std::runtime_error("--kv-disk: " + dir_ + " is not a writable directory: " + std::strerror(errno));
@@ -77,6 +114,7 @@ void DiskStore::scan(int64_t now_unix) {
     EntryHeader h;
     std::vector<uint8_t> head(kHeaderBytes);
     std::ifstream f(p, std::ios::binary);
+    if (!own_entry_name(p.filename().string())) continue;  // never another's file (foreign_entry refused them)
     const bool ok = p.extension() == ".kvb" && valid_id(id) &&
                     f.read(reinterpret_cast<char*>(head.data()), std::streamsize(head.size())) && parse_header(head, h) &&
                     h.expires_unix > now_unix && !revoked_.count(h.scope);

@@ -26,8 +26,11 @@ namespace kvs::tiers {
 class DiskStore final : public BlobStore {
  public:
   using Log = std::function<void(const std::string&)>;
+  // Written into DIR: says what the folder is to whoever opens it.
+  static constexpr const char* kMarker = "KVSERVE-TIER";
   // Creates DIR (mode 0700) if needed, then indexes what is there. Throws
-  // std::runtime_error when DIR cannot be created or read.
+  // std::runtime_error when DIR cannot be created or read, or holds anything
+  // this store did not write (nothing in such a folder is touched).
   DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, Log log = {});
 
   const char* name() const override { return "disk"; }
