@@ -216,3 +216,20 @@ TEST(CliArgs, ContextPastTheTrainedOneIsWarnedAbout) {
 }
 
 }  // namespace
+
+// Audit 9 H3: chat on the default model with no options starts (the default
+// -n gives way to the model's small window, said in a note); a given -n that
+// cannot fit is refused naming both numbers and what to pass.
+TEST(CliArgs, ChatDefaultsFitASmallModel) {
+  const std::string dir = test::temp_dir() + "/chat-defaults";
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve_input({"chat", "-m", model(), "-t", "1", "--session-dir", dir}, "hi\n/quit\n", &out, &err), 0)
+      << err;
+  EXPECT_NE(err.find("at most 255 tokens per reply"), std::string::npos) << err;
+  expect_refused({{{"chat", "-m", model(), "-t", "1", "--session-dir", dir, "-n", "300"},
+                   "-n 300 must be below the window of 256 tokens"}});
+  expect_refused({{{"generate", "-m", model(), "--repeat-penalty", "0"}, "--repeat-penalty"},
+                  {{"generate", "-m", model(), "--top-k", "-5"}, "--top-k"},
+                  {{"generate", "-m", model(), "--temp", "nan"}, "--temp: 'nan' is not a finite number"},
+                  {{"serve", "-m", model(), "--kv-retention", "nan"}, "--kv-retention: 'nan' is not a finite number"}});
+}

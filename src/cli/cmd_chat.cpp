@@ -140,6 +140,23 @@ void resume(chat::ChatSession& session, const chat::SessionStore& store, const s
                name.c_str(), st.turns_kept, st.n_past, ms);
 }
 
+// A reply must be shorter than the window it is generated in. The default
+// -n gives way on a small model (stories260K: a cap of 512, so a window of
+// 256); a given -n that does not fit is an error naming both.
+void fit_reply_budget(ChatArgs& a, int trained) {
+  const int cap = a.o.hard_cap > 0 ? a.o.hard_cap : trained;
+  const int window = a.o.window > 0 ? a.o.window : cap / 2;
+  if (window < 2 || a.o.max_tokens < window) return;
+  if (a.set_max_tokens)
+    throw std::runtime_error("chat: -n " + std::to_string(a.o.max_tokens) + " must be below the window of " +
+                             std::to_string(window) + " tokens (--window, default half of the cap " +
+                             std::to_string(cap) + "); pass -n " + std::to_string(window - 1) +
+                             " or a larger -c / --window");
+  a.o.max_tokens = window - 1;
+  std::fprintf(stderr, "kvserve: note: at most %d tokens per reply (-n), below the window of %d tokens\n",
+               a.o.max_tokens, window);
+}
+
 int run_chat(ChatArgs a) {
   a.m.model = resolve_model_path(a.m.model);
   const int want_ctx = a.o.hard_cap;
@@ -150,6 +167,7 @@ int run_chat(ChatArgs a) {
   if (trained > 0 && a.o.hard_cap > trained)
     std::fprintf(stderr, "kvserve: warning: hard cap %d tokens is beyond the model's trained context of %d; "
                  "replies past it may degrade\n", a.o.hard_cap, trained);
+  fit_reply_budget(a, trained);
   std::string note;
   server::ChatTemplate tmpl = server::ChatTemplate::choose(a.chat_template, l.model->vocab(), &note);
   std::fprintf(stderr, "kvserve: %s\n", note.c_str());
@@ -192,10 +210,14 @@ void add_chat(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 1 << 16));
   c->add_option("--sinks", a->o.sinks, "Sliding window: attention sinks kept")->capture_default_str()->check(CLI::Range(0, 1024));
   c->add_option("--temp", a->temp, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  c->add_option("--top-k", a->top_k, "Top-k (0 = off)")->capture_default_str();
+  c->add_option("--top-k", a->top_k, "Top-k (0 or -1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 24));
   c->add_option("--top-p", a->top_p, "Top-p (1 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   c->add_option("--min-p", a->min_p, "Min-p (0 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0));  // the server's repetition_penalty range
   c->add_option("-s,--seed", a->seed, "Sampling seed (default: random)");
   c->add_option("--chat-template", a->chat_template,
                 "auto (the model's own template), llama2, llama3, chatml, mistral, plain, a template the model file names "

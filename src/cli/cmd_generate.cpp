@@ -84,10 +84,14 @@ void add_generate(CLI::App& app, Runner& run) {
   c->add_option("-p,--prompt", a->prompt, "Prompt text")->capture_default_str();
   c->add_option("-n,--n-predict", a->n, "Maximum tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 24));
   c->add_option("--temp", a->temp, "Temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  c->add_option("--top-k", a->top_k, "Top-k (0 = off)")->capture_default_str();
+  c->add_option("--top-k", a->top_k, "Top-k (0 or -1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 24));
   c->add_option("--top-p", a->top_p, "Top-p (1 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   c->add_option("--min-p", a->min_p, "Min-p (0 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  c->add_option("--repeat-penalty", a->repeat_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0));  // the server's repetition_penalty range
   c->add_option("-s,--seed", a->seed, "Sampling seed (default: random)");
   c->add_option("-c,--ctx", a->ctx, "Context size (default: the model's)")->check(CLI::Range(0, 1 << 22));
   c->add_option("--stop", a->stop, "Stop string (repeatable)");

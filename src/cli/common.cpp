@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <regex>
 #include <filesystem>
@@ -171,6 +172,19 @@ std::string bound(double v) {
 }
 
 }  // namespace
+
+void refuse_non_finite(CLI::App& app) {
+  static const CLI::Validator finite(
+      [](std::string& in) {
+        double v = 0;
+        if (whole_number(in, &v) && !std::isfinite(v)) return "'" + in + "' is not a finite number";
+        return std::string();
+      },
+      "");
+  for (CLI::Option* o : app.get_options())
+    if (o->get_type_name().rfind("FLOAT", 0) == 0) o->check(finite);  // "FLOAT:<a range>"
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_non_finite(*sub);
+}
 
 std::string explain_parse_error(const std::string& what) {
   static const std::regex kRange(R"(^(.*)Value (.*) not in range (\S+) to (\S+)$)");

@@ -53,6 +53,10 @@ std::string read_text_file(const std::string& path);
 // bound, not as the largest double written out.
 std::string explain_parse_error(const std::string& what);
 
+// Every number option of `app` and its commands refuses nan and inf
+// (CLI11's ranges let nan through: every comparison with it is false).
+void refuse_non_finite(CLI::App& app);
+
 // Resolves the default model, loads model + tokenizer, builds the engine.
 // n_ctx: the longest sequence the command runs (EngineOptions::n_ctx; 0 =
 // the model's training context).

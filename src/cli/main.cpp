@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   kvs::cli::add_router(app, run);
   kvs::cli::add_chat(app, run);
   kvs::cli::add_wipe(app, run);
+  kvs::cli::refuse_non_finite(app);
   // CLI11 says only "A subcommand is required" for a mistyped one: name it.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string word = argv[1];
