@@ -233,3 +233,24 @@ TEST(CliArgs, ChatDefaultsFitASmallModel) {
                   {{"generate", "-m", model(), "--temp", "nan"}, "--temp: 'nan' is not a finite number"},
                   {{"serve", "-m", model(), "--kv-retention", "nan"}, "--kv-retention: 'nan' is not a finite number"}});
 }
+
+// Audit 9 H6: a tier that could never store anything is refused at start.
+TEST(CliArgs, AnInertTierIsRefused) {
+  const std::string dir = test::temp_dir() + "/inert";
+  fs::create_directories(dir);
+  const std::vector<std::string> tier = {"serve", "-m", model(), "--port", "0", "--kv-disk", dir + "/tier",
+                                         "--kv-key-file", dir + "/tier.key"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = tier;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  std::string out, err;
+  for (const auto& [extra, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--no-prefix-cache"}, "the tier would store nothing"},
+           {{"--kv-tier-queue", "1KiB"}, "below one block"},
+           {{"--kv-tier-queue", "0"}, "below one block"}}) {
+    EXPECT_EQ(test::run_kvserve(with(extra), &out, &err), 1) << extra[0];
+    EXPECT_NE(err.find(says), std::string::npos) << extra[0] << ": " << err;
+  }
+}

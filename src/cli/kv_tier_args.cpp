@@ -81,6 +81,10 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
   tiers::TierSetOptions o;
   o.default_retention_s = a.retention_s;
   o.queue_bytes = int64_t(size_flag("--kv-tier-queue", a.queue));
+  // A queue that cannot hold one block drops every write.
+  if (o.queue_bytes < int64_t(layout.block_bytes()))
+    throw std::runtime_error("--kv-tier-queue " + a.queue + " is below one block of this model's KV (" +
+                             std::to_string(layout.block_bytes()) + " bytes): every write would be dropped");
   const std::string desc = layout.describe() + " block " + std::to_string(layout.block_size) + " layers " +
                            std::to_string(layout.n_layers) + " kv heads " + std::to_string(layout.n_kv_heads) +
                            " head dim " + std::to_string(layout.head_dim) + " bytes " +
