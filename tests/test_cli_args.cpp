@@ -226,6 +226,17 @@ TEST(CliArgs, ChatDefaultsFitASmallModel) {
   ASSERT_EQ(test::run_kvserve_input({"chat", "-m", model(), "-t", "1", "--session-dir", dir}, "hi\n/quit\n", &out, &err), 0)
       << err;
   EXPECT_NE(err.find("at most 255 tokens per reply"), std::string::npos) << err;
+  // Audit 9 H5: a resumed session's KV format is kept, and said so.
+  ASSERT_EQ(test::run_kvserve_input({"chat", "-m", model(), "-t", "1", "--session-dir", dir}, "hi\n/save s1\n/quit\n",
+                                    &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(test::run_kvserve_input({"chat", "-m", model(), "-t", "1", "--session-dir", dir, "--resume", "s1",
+                                     "--kv-type", "int8"},
+                                    "/quit\n", &out, &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("keeps the KV format it was saved with (f32)"), std::string::npos) << err;
   expect_refused({{{"chat", "-m", model(), "-t", "1", "--session-dir", dir, "-n", "300"},
                    "-n 300 must be below the window of 256 tokens"}});
   expect_refused({{{"generate", "-m", model(), "--repeat-penalty", "0"}, "--repeat-penalty"},

@@ -181,7 +181,14 @@ int run_chat(ChatArgs a) {
   session.set_notice_sink([](const std::string& what) { std::fprintf(stderr, "kvserve: note: %s\n", what.c_str()); });
   std::unique_ptr<device::DeviceMonitor> monitor = make_device_monitor(a.dev);
   chat::SessionStore store(a.sessions.folder(), a.sessions.keying(), l.model->identity());
-  if (!a.resume.empty()) resume(session, store, a.resume);
+  if (!a.resume.empty()) {
+    resume(session, store, a.resume);
+    // The restored K/V stays in the format it was saved in (no recompute).
+    if (a.set_kv_type || a.set_kv_other)
+      std::fprintf(stderr, "kvserve: note: session '%s' keeps the KV format it was saved with (%s): the --kv-* "
+                   "options given do not apply to a resumed session (start without --resume to use them)\n", a.resume.c_str(),
+                   session.stats().kv_desc.c_str());
+  }
   chat::ChatRepl repl(session, std::cin, std::cout, monitor.get());
   add_session_commands(repl, session, store);
   const chat::ChatStats st = session.stats();
