@@ -134,8 +134,15 @@ TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   }
   std::ofstream(dir + "/bb/bbbb05.kvb.tmp") << "half a write";
   std::ofstream(dir + "/bb/bbbb06.kvb") << "not an entry";
-  DiskStore d(dir, 1 << 20, kNow + 10);  // bbbb02 expired meanwhile
+  std::vector<std::string> said;
+  DiskStore d(dir, 1 << 20, kNow + 10, [&](const std::string& s) { said.push_back(s); });  // bbbb02 expired meanwhile
   EXPECT_EQ(d.entries(), 1);
+  // The revoke outlived the restart: a write for it fails, said once.
+  const size_t before = said.size();
+  EXPECT_EQ(d.put("bbbb07", entry("gone", kNow + 100), meta("gone", kNow + 100)), PutStatus::Failed);
+  EXPECT_EQ(d.put("bbbb08", entry("gone", kNow + 100), meta("gone", kNow + 100)), PutStatus::Failed);
+  ASSERT_EQ(said.size(), before + 1);
+  EXPECT_NE(said.back().find("permission_version"), std::string::npos) << said.back();
   std::vector<uint8_t> got;
   EXPECT_EQ(d.get("bbbb01", got), GetStatus::Hit);
   EXPECT_EQ(d.get("bbbb02", got), GetStatus::Miss);

@@ -153,7 +153,14 @@ void DiskStore::remove(const std::string& id) {
 
 PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) {
   if (!valid_id(id)) throw std::invalid_argument("disk tier: bad entry id");
-  if (revoked_.count(meta.scope)) return PutStatus::Failed;
+  if (revoked_.count(meta.scope)) {
+    // The revoke outlives a restart here (DIR/revoked), while the keys file
+    // may bring the scope back: say once why its writes fail.
+    if (said_revoked_.insert(meta.scope).second)
+      log("kv tier disk: not storing for a prefix scope revoked earlier (listed in " + dir_ +
+          "/revoked): raise the tenant's permission_version in --api-keys to store for it again");
+    return PutStatus::Failed;
+  }
   if (auto it = index_.find(id); it != index_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
     return PutStatus::Exists;

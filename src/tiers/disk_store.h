@@ -66,6 +66,7 @@ class DiskStore final : public BlobStore {
   std::unordered_map<std::string, Entry> index_;
   std::list<std::string> lru_;  // front: least recently used
   std::set<ScopeFp> revoked_;
+  std::set<ScopeFp> said_revoked_;  // scopes whose refused writes were logged (once each)
   std::atomic<int64_t> bytes_{0}, evictions_{0};
 };
 
