@@ -178,7 +178,17 @@ TEST(DiskStore, AFolderWithOthersFilesIsRefusedAndUntouched) {
     fs::remove_all(dir);
   }
   const std::string dir = fresh_dir("own");
-  { DiskStore d(dir, 1 << 20, kNow); }
+  {
+    DiskStore d(dir, 1 << 20, kNow);
+    // One server per folder (audit 9 M1): a second store is refused while
+    // the first lives.
+    try {
+      DiskStore twice(dir, 1 << 20, kNow);
+      ADD_FAILURE() << "a second store opened a folder in use";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("in use by another kvserve"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_TRUE(fs::exists(dir + "/" + DiskStore::kMarker));
   EXPECT_NO_THROW(DiskStore(dir, 1 << 20, kNow));
   fs::remove_all(dir);

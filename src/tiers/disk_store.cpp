@@ -1,6 +1,7 @@
 #include "tiers/disk_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,12 +78,34 @@ DiskStore::DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, 
   if (const std::string other = foreign_entry(dir_); !other.empty())
     throw std::runtime_error("--kv-disk: " + dir_ + " is not a kvserve tier folder: it holds '" + other +
                              "', which kvserve did not write; give an empty or new folder");
-  { std::ofstream(dir_ + "/" + kMarker) << "kvserve disk KV tier: entries in <2 hex>/<id>.kvb, revoked scopes in 'revoked'\n"; }
+  lock_folder();
   ::chmod(dir_.c_str(), 0700);
   if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
     throw std::runtime_error("--kv-disk: " + dir_ + " is not a writable directory: " + std::strerror(errno));
   load_revoked();
   scan(now_unix);
+}
+
+DiskStore::~DiskStore() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+// Two servers on one folder would each index only its own writes, overrun
+// the size bound together, and delete the other's files at start.
+void DiskStore::lock_folder() {
+  const std::string marker = dir_ + "/" + kMarker;
+  lock_fd_ = ::open(marker.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) throw std::runtime_error("--kv-disk: cannot create " + marker + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw std::runtime_error("--kv-disk: " + dir_ + " is in use by another kvserve; each server needs its own " +
+                             "folder (servers share blocks through --kv-redis)");
+  }
+  static const char kText[] = "kvserve disk KV tier: entries in <2 hex>/<id>.kvb, revoked scopes in 'revoked'\n";
+  if (::lseek(lock_fd_, 0, SEEK_END) == 0 && ::write(lock_fd_, kText, sizeof kText - 1) < 0) {
+    // A marker without its text still locks; the folder works.
+  }
 }
 
 std::string DiskStore::path_of(const std::string& id) const { return dir_ + "/" + id.substr(0, 2) + "/" + id + ".kvb"; }

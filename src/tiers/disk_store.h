@@ -31,7 +31,12 @@ class DiskStore final : public BlobStore {
   // Creates DIR (mode 0700) if needed, then indexes what is there. Throws
   // std::runtime_error when DIR cannot be created or read, or holds anything
   // this store did not write (nothing in such a folder is touched).
+  // One process per folder: the marker is held locked (flock) while the
+  // store lives, and a second store on the folder is refused.
   DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, Log log = {});
+  ~DiskStore() override;
+  DiskStore(const DiskStore&) = delete;
+  DiskStore& operator=(const DiskStore&) = delete;
 
   const char* name() const override { return "disk"; }
   PutStatus put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) override;
@@ -61,6 +66,8 @@ class DiskStore final : public BlobStore {
   }
 
   std::string dir_;
+  int lock_fd_ = -1;  // the marker, flock'ed
+  void lock_folder();
   int64_t capacity_;
   Log log_;
   std::unordered_map<std::string, Entry> index_;
