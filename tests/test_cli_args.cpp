@@ -84,6 +84,17 @@ TEST(CliArgs, WipeDeletesOnlyWhatIsOurs) {
   EXPECT_NE(out.find("wiped 1 files"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(key));
   EXPECT_FALSE(fs::exists(sessions)) << "the empty folder goes too";
+
+  // Audit 9 M7: with another --key-file, the folder's own session key (the
+  // one its sessions were sealed with) is shredded too.
+  fs::create_directories(sessions);
+  const std::string own = sessions + "/session.key";
+  std::ofstream(own) << std::string(64, 'b') << "\n";
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  ::chmod(own.c_str(), 0600);
+  ::chmod(key.c_str(), 0600);
+  ASSERT_EQ(test::run_kvserve({"wipe", "--session-dir", sessions, "--key-file", key}, &out, &err), 0) << err;
+  EXPECT_FALSE(fs::exists(own)) << "the folder's own key survived: " << out;
 }
 
 // Audit 5: progress in a log (stderr not a terminal) has no carriage returns.

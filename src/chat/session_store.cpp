@@ -177,7 +177,7 @@ std::vector<uint8_t> SessionStore::load(const std::string& name) const {
     if (!k_.passphrase.empty()) throw SessionError(quoted(name) + " was saved with the key file, not a passphrase");
     key = crypto::derive_key(crypto::load_key_file(k_.key_file), "chat-session", h.salt);
   } else if (h.mode == kModePassphrase) {
-    if (k_.passphrase.empty()) throw SessionError(quoted(name) + " is protected by a passphrase; give it");
+    if (k_.passphrase.empty()) throw SessionError(quoted(name) + " is protected by a passphrase: pass --passphrase-env VAR with the passphrase in $VAR");
     try {
       key = crypto::key_from_passphrase(k_.passphrase, h.salt, {h.ops, h.mem});
     } catch (const std::invalid_argument&) {
@@ -209,6 +209,11 @@ int SessionStore::wipe() {
   for (const auto& e : fs::directory_iterator(dir_, ec))
     if (ours(e.path())) victims.push_back(e.path());
   if (has_key) victims.push_back(k_.key_file);
+  // The folder's own key encrypted its sessions whatever --key-file named:
+  // shredding rests on it going too.
+  const fs::path own = fs::path(dir_) / "session.key";
+  if (own != fs::path(k_.key_file) && fs::exists(fs::symlink_status(own, ec)) && looks_like_key_file(own))
+    victims.push_back(own);
   int n = 0;
   for (const auto& p : victims) {
     shred(p);

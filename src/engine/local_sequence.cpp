@@ -181,6 +181,10 @@ void LocalSequence::load_state(const std::vector<uint8_t>& bytes) {
   if (desc != mine) throw std::invalid_argument("saved KV layout '" + desc + "' differs from this one '" + mine + "'");
   const int32_t n = r.pod<int32_t>();
   const uint32_t tn = r.pod<uint32_t>();
+  if (n > max_ctx_ && n <= 1 << 26)
+    throw std::invalid_argument("the saved state holds " + std::to_string(n) + " tokens, more than this context of " +
+                                std::to_string(max_ctx_) + ": resume with a context (-c) of at least " +
+                                std::to_string(n) + ", or without -c");
   if (n < 0 || n > max_ctx_ || int64_t(tn) * l.block_size < n || tn > uint32_t(1) << 26)
     throw std::invalid_argument("saved sequence state does not fit this sequence");
   std::vector<uint8_t> live(size_t(tn) * tw_.size());
