@@ -216,6 +216,8 @@ TEST(DiskStore, FullFilesystemFailsTheWriteCleanly) {
     EXPECT_EQ(d.bytes(), 16 << 10);
     ASSERT_EQ(log.size(), 1u);
     EXPECT_NE(log[0].find("No space left"), std::string::npos) << log[0];
+    EXPECT_EQ(d.put("cccc03", block_bytes(256 << 10, 3), meta("t")), PutStatus::Failed);
+    EXPECT_EQ(log.size(), 1u) << "one line per outage, not per block";
     std::vector<uint8_t> got;
     EXPECT_EQ(d.get("cccc01", got), GetStatus::Hit);
   }

@@ -86,6 +86,16 @@ DiskStore::DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, 
   scan(now_unix);
 }
 
+// One line per outage (until a write succeeds again), with the path and
+// the errno that failed; every failure is counted by the tier set.
+PutStatus DiskStore::write_failed(const std::string& path, int err) {
+  if (!write_failing_)
+    log("kv tier disk: cannot write " + path + ": " + std::strerror(err) +
+        " (blocks stay in RAM only until a write succeeds; errors counted in kvserve_kv_tier_errors_total)");
+  write_failing_ = true;
+  return PutStatus::Failed;
+}
+
 DiskStore::~DiskStore() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
@@ -159,10 +169,13 @@ void DiskStore::scan(int64_t now_unix) {
     bytes_ += f.e.bytes;
     index_.emplace(f.id, f.e);
   }
-  while (bytes_ > capacity_ && !lru_.empty()) remove(lru_.front());
-  if (!index_.empty() || dropped)
+  int64_t over = 0;  // a smaller --kv-disk-size than the last run's
+  for (; bytes_ > capacity_ && !lru_.empty(); ++over) remove(lru_.front());
+  if (!index_.empty() || dropped || over)
     log("kv tier disk: " + std::to_string(index_.size()) + " entries (" + std::to_string(bytes_.load()) +
-        " bytes) from a previous run in " + dir_ + (dropped ? ", " + std::to_string(dropped) + " expired, revoked or unreadable files deleted" : ""));
+        " bytes) from a previous run in " + dir_ +
+        (dropped ? ", " + std::to_string(dropped) + " expired, revoked or unreadable files deleted" : "") +
+        (over ? ", " + std::to_string(over) + " least recently used deleted to fit --kv-disk-size" : ""));
 }
 
 void DiskStore::remove(const std::string& id) {
@@ -195,7 +208,8 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
     ++evictions_;
   }
   const std::string path = path_of(id), tmp = path + ".tmp";
-  ::mkdir((dir_ + "/" + id.substr(0, 2)).c_str(), 0700);  // EEXIST is fine
+  const std::string shard = dir_ + "/" + id.substr(0, 2);
+  if (::mkdir(shard.c_str(), 0700) != 0 && errno != EEXIST) return write_failed(shard, errno);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
   for (size_t done = 0; ok && done < blob.size();) {
@@ -203,15 +217,20 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
     if (w <= 0) ok = false;
     else done += size_t(w);
   }
-  const int err = ok ? 0 : errno;
-  if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  if (ok) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  int err = ok ? 0 : errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
   if (!ok) {
     ::unlink(tmp.c_str());
-    log("kv tier disk: cannot write entry " + id.substr(0, 8) + "…: " + std::strerror(err ? err : errno) +
-        " (the block stays in RAM only)");
-    return PutStatus::Failed;
+    return write_failed(tmp, err);
   }
+  write_failing_ = false;
   lru_.push_back(id);
   index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, std::prev(lru_.end())});
   bytes_ += size;

@@ -68,6 +68,8 @@ class DiskStore final : public BlobStore {
   std::string dir_;
   int lock_fd_ = -1;  // the marker, flock'ed
   void lock_folder();
+  PutStatus write_failed(const std::string& path, int err);
+  bool write_failing_ = false;  // an outage was logged; quiet until a write succeeds
   int64_t capacity_;
   Log log_;
   std::unordered_map<std::string, Entry> index_;
