@@ -351,10 +351,13 @@ TEST(HybridKvManager, EventsHookAndTierImportsPerTable) {
   KvManager m(32, two_tables(true));
   KvEventLog log;
   m.set_event_log(&log);
-  std::vector<std::pair<int32_t, BlockKey>> offered;
+  // What a tier is offered: block, key, and the chain's previous block in
+  // the same table (zero for a chain's first).
+  using Offer = std::tuple<int32_t, BlockKey, BlockKey>;
+  std::vector<Offer> offered;
   m.set_keyed_hook(
-      [](void* ctx, int32_t b, const BlockKey& k, const Scope&) {
-        static_cast<std::vector<std::pair<int32_t, BlockKey>>*>(ctx)->push_back({b, k});
+      [](void* ctx, int32_t b, const BlockKey& k, const BlockKey* parent, const Scope&) {
+        static_cast<std::vector<Offer>*>(ctx)->push_back({b, k, parent ? *parent : BlockKey{}});
       },
       &offered);
   const SeqAdmission a = m.add_sequence(iota_tokens(8), sc);
@@ -374,7 +377,7 @@ TEST(HybridKvManager, EventsHookAndTierImportsPerTable) {
   }
   EXPECT_EQ(log.events[2].parent, c[0]);
   EXPECT_EQ(log.events[3].parent, d0);
-  EXPECT_EQ(offered, (std::vector<std::pair<int32_t, BlockKey>>{{0, c[0]}, {2, d0}, {1, c[1]}, {3, d1}}));
+  EXPECT_EQ(offered, (std::vector<Offer>{{0, c[0], {}}, {2, d0, {}}, {1, c[1], c[0]}, {3, d1, d0}}));
   // Another pool whose RAM has none of them imports every table's blocks
   // (9 tokens, 8 cached: the query at 8 sees keys 1..8, so both tables need
   // both blocks), block by block, table by table, into fresh blocks.

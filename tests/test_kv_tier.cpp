@@ -111,6 +111,45 @@ TEST(DiskStore, CapacityEvictsLeastRecentlyUsed) {
   fs::remove_all(dir);
 }
 
+// A chain's blocks are kept head first (audit 9 H1): a block goes just
+// before its parent in the LRU order, a full store skips a block that would
+// be the first out, and a read chain is touched tail first.
+TEST(DiskStore, AFullStoreKeepsChainHeadsNotTails) {
+  const std::string dir = fresh_dir("chain");
+  DiskStore d(dir, 400, kNow);  // four entries
+  const auto b = block_bytes(100, 0);
+  auto link = [&](const std::string& parent) {
+    BlobMeta m = meta("t");
+    m.parent = parent;
+    return m;
+  };
+  EXPECT_EQ(d.put("c0c000", b, link("")), PutStatus::Stored);
+  for (const auto& [id, parent] : std::vector<std::pair<std::string, std::string>>{
+           {"c0c001", "c0c000"}, {"c0c002", "c0c001"}, {"c0c003", "c0c002"}})
+    EXPECT_EQ(d.put(id, b, link(parent)), PutStatus::Stored) << id;
+  // Full: the chain's next blocks would be the first out.
+  EXPECT_EQ(d.put("c0c004", b, link("c0c003")), PutStatus::Skipped);
+  EXPECT_EQ(d.put("c0c005", b, link("c0c004")), PutStatus::Skipped);
+  EXPECT_FALSE(fs::exists(d.path_of("c0c004")));
+  // Another chain evicts the first one's tail, deepest first.
+  EXPECT_EQ(d.put("d0d000", b, link("")), PutStatus::Stored);        // out: c0c003
+  EXPECT_EQ(d.put("d0d001", b, link("d0d000")), PutStatus::Stored);  // out: c0c002
+  std::vector<uint8_t> got;
+  for (const char* kept : {"c0c000", "c0c001", "d0d000", "d0d001"}) EXPECT_TRUE(fs::exists(d.path_of(kept))) << kept;
+  for (const char* gone : {"c0c002", "c0c003"}) EXPECT_FALSE(fs::exists(d.path_of(gone))) << gone;
+  // Read head first, touched tail first (as the tier set does): the c chain
+  // is now the most recent, and d's tail is the next out.
+  EXPECT_EQ(d.get("c0c000", got), GetStatus::Hit);
+  EXPECT_EQ(d.get("c0c001", got), GetStatus::Hit);
+  d.touch("c0c001");
+  d.touch("c0c000");
+  EXPECT_EQ(d.put("e0e000", b, link("")), PutStatus::Stored);  // out: d0d001
+  EXPECT_FALSE(fs::exists(d.path_of("d0d001")));
+  EXPECT_TRUE(fs::exists(d.path_of("d0d000")));
+  EXPECT_EQ(d.evictions(), 3);
+  fs::remove_all(dir);
+}
+
 TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   const std::string dir = fresh_dir("restart");
   const crypto::SecretKey master = crypto::SecretKey::random();

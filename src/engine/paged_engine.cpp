@@ -128,9 +128,9 @@ void PagedEngine::set_tier(KvTierPort* tier) {
   kv_.set_keyed_hook(tier ? &PagedEngine::on_keyed : nullptr, this);
 }
 
-void PagedEngine::on_keyed(void* self, int32_t block, const BlockKey& key, const Scope& scope) {
+void PagedEngine::on_keyed(void* self, int32_t block, const BlockKey& key, const BlockKey* parent, const Scope& scope) {
   auto* pe = static_cast<PagedEngine*>(self);
-  pe->tier_->offer(key, scope, pe->storage_->block(block));
+  pe->tier_->offer(key, scope, pe->storage_->block(block), parent);
 }
 
 uint64_t PagedEngine::prefetch(std::span<const int32_t> prompt, const Scope& caller, double retention_s) const {

@@ -160,7 +160,7 @@ class PagedEngine {
   struct TierImporter;
   std::unique_ptr<TierImporter> importer_;
   void check_prompt(std::span<const int32_t> prompt, int64_t limit) const;
-  static void on_keyed(void* self, int32_t block, const BlockKey& key, const Scope& scope);
+  static void on_keyed(void* self, int32_t block, const BlockKey& key, const BlockKey* parent, const Scope& scope);
   int64_t forward_tokens_ = 0, steps_ = 0;
 };
 

@@ -237,7 +237,10 @@ bool KvManager::key_block(int32_t b, const std::vector<BlockKey>& keys, int64_t 
   const BlockKey key = table_key(keys[size_t(i)], t);
   if (!pool_.set_key(b, key, scope)) return false;
   if (events_) note_stored(b, keys, i, t, tokens);
-  if (hook && keyed_hook_) keyed_hook_(keyed_ctx_, b, key, scope);
+  if (hook && keyed_hook_) {
+    const BlockKey parent = i > 0 ? table_key(keys[size_t(i - 1)], t) : BlockKey{};
+    keyed_hook_(keyed_ctx_, b, key, i > 0 ? &parent : nullptr, scope);
+  }
   return true;
 }
 

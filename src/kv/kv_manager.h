@@ -173,7 +173,9 @@ class KvManager {
   std::vector<BlockKey> table_keys(std::span<const int32_t> prompt, const Scope& scope) const;
   // Called on every block this manager keys after a forward (not on imported
   // ones): what a lower tier writes behind. Engine thread.
-  using KeyedHook = void (*)(void* ctx, int32_t block, const BlockKey& key, const Scope& scope);
+  // `parent`: the key of the chain's previous block in the same table
+  // (nullptr for a chain's first block).
+  using KeyedHook = void (*)(void* ctx, int32_t block, const BlockKey& key, const BlockKey* parent, const Scope& scope);
   void set_keyed_hook(KeyedHook hook, void* ctx) {
     owner_.check("KvManager::set_keyed_hook");
     keyed_hook_ = hook;

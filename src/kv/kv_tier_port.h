@@ -26,7 +26,10 @@ namespace kvs {
 class KvTierPort {
  public:
   virtual ~KvTierPort() = default;
-  virtual void offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block) = 0;
+  // `parent`: the chain's previous block (nullptr for the first), so a
+  // tier with its own eviction keeps a chain's head longer than its tail.
+  virtual void offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block,
+                     const BlockKey* parent = nullptr) = 0;
   // `retention_s` (> 0) is how long the scope's tenant lets its blocks be
   // kept; 0 = the tier's default. Returns 0 when there is nothing to wait for.
   virtual uint64_t prefetch(std::vector<BlockKey> chain, const Scope& scope, double retention_s) = 0;

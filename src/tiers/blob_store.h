@@ -19,9 +19,15 @@ using ScopeFp = std::array<uint8_t, 16>;  // fingerprint of a prefix-cache scope
 struct BlobMeta {
   ScopeFp scope{};
   int64_t expires_unix = 0;  // wall-clock second after which the entry must not be served
+  // The entry of the chain's previous block ("" for a chain's first): a
+  // store with its own eviction keeps it longer than this one, since a
+  // block is of use only after every block before it.
+  std::string parent;
 };
 
-enum class PutStatus { Stored, Exists, NoRoom, Failed };
+// Skipped: not stored, as it would be the first entry out (the store is
+// full and its parent is already the least recently used).
+enum class PutStatus { Stored, Exists, NoRoom, Failed, Skipped };
 enum class GetStatus { Hit, Miss, Failed };
 
 class BlobStore {
@@ -33,6 +39,8 @@ class BlobStore {
   // capacity. Failed: the medium failed (logged by the store).
   virtual PutStatus put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) = 0;
   virtual GetStatus get(const std::string& id, std::vector<uint8_t>& out) = 0;
+  // Marks an entry just used (a store without its own order ignores it).
+  virtual void touch(const std::string& /*id*/) {}
   virtual void erase(const std::string& id) = 0;
   // Deletes every entry of a scope (a revoke); returns how many.
   virtual int64_t erase_scope(const ScopeFp& scope) = 0;

@@ -187,6 +187,10 @@ void DiskStore::remove(const std::string& id) {
   index_.erase(it);
 }
 
+void DiskStore::touch(const std::string& id) {
+  if (auto it = index_.find(id); it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
+}
+
 PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) {
   if (!valid_id(id)) throw std::invalid_argument("disk tier: bad entry id");
   if (revoked_.count(meta.scope)) {
@@ -197,13 +201,25 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
           "/revoked): raise the tenant's permission_version in --api-keys to store for it again");
     return PutStatus::Failed;
   }
+  // A chain's block goes just before its parent in the LRU order, so the
+  // chain's tail is evicted before its head: a block is of use only after
+  // every block before it (at the most recent end, a full tier dropped
+  // heads first and kept tails no prompt could reach).
+  auto at = lru_.end();
+  bool orphan = false;  // its parent is not here: no read of this store alone reaches it
+  if (!meta.parent.empty()) {
+    if (auto p = index_.find(meta.parent); p != index_.end()) at = p->second.lru;
+    else orphan = true;
+  }
   if (auto it = index_.find(id); it != index_.end()) {
-    lru_.splice(lru_.end(), lru_, it->second.lru);
+    if (it->second.lru != at) lru_.splice(at, lru_, it->second.lru);
     return PutStatus::Exists;
   }
   const int64_t size = int64_t(blob.size());
   if (size > capacity_) return PutStatus::NoRoom;
+  if (orphan && bytes_ + size > capacity_) return PutStatus::Skipped;  // not worth another's entry
   while (bytes_ + size > capacity_ && !lru_.empty()) {
+    if (lru_.begin() == at) return PutStatus::Skipped;  // it would be the first out: keep the parent
     remove(lru_.front());
     ++evictions_;
   }
@@ -231,8 +247,7 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
     return write_failed(tmp, err);
   }
   write_failing_ = false;
-  lru_.push_back(id);
-  index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, std::prev(lru_.end())});
+  index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, lru_.insert(at, id)});
   bytes_ += size;
   return PutStatus::Stored;
 }

@@ -41,6 +41,7 @@ class DiskStore final : public BlobStore {
   const char* name() const override { return "disk"; }
   PutStatus put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) override;
   GetStatus get(const std::string& id, std::vector<uint8_t>& out) override;
+  void touch(const std::string& id) override;
   void erase(const std::string& id) override;
   int64_t erase_scope(const ScopeFp& scope) override;
   int64_t sweep_expired(int64_t now_unix) override;

@@ -37,7 +37,7 @@ double TierSet::retention_of(const Scope& scope) const {
   return it != retention_.end() && it->second > 0 ? it->second : opts_.default_retention_s;
 }
 
-void TierSet::offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block) {
+void TierSet::offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block, const BlockKey* parent) {
   if (block.size() != id_.block_bytes) return;
   {
     std::lock_guard lk(mu_);
@@ -49,7 +49,8 @@ void TierSet::offer(const BlockKey& key, const Scope& scope, std::span<const uin
   }
   // The copy is the engine thread's only cost; outside the lock, so fetch
   // status checks from other threads never wait for it.
-  Write w{key, scope, 0, std::vector<uint8_t>(block.begin(), block.end())};
+  Write w{key, scope, 0, std::vector<uint8_t>(block.begin(), block.end()), {}};
+  if (parent) w.parent = *parent;
   {
     std::lock_guard lk(mu_);
     w.expires = unix_s() + int64_t(retention_of(scope));
@@ -203,6 +204,7 @@ void TierSet::run() {
 void TierSet::run_fetch(Fetch& f) {
   const crypto::SecretKey k = crypto::derive_key(master_, "kv-tier-block", f.scope.bytes);
   std::vector<uint8_t> plain;
+  std::vector<std::string> used;
   for (const BlockKey& key : f.chain) {
     {
       std::lock_guard lk(mu_);
@@ -210,11 +212,16 @@ void TierSet::run_fetch(Fetch& f) {
       if (staged_bytes_ + int64_t(id_.block_bytes) > opts_.staging_bytes || revoked_.count(f.scope.bytes)) break;
     }
     if (!load_one(key, k, plain)) break;
+    used.push_back(entry_id(key, id_));
     std::lock_guard lk(mu_);
     staged_bytes_ += int64_t(plain.size());
     staged_[key] = Staged{std::move(plain), f.scope, mono_s()};
     plain = {};
   }
+  // Read head first, the chain is touched tail first: its head, of use to
+  // every later prompt that shares any of it, is the last to be evicted.
+  for (auto it = used.rbegin(); it != used.rend(); ++it)
+    for (auto& st : stores_) st->touch(*it);
 }
 
 // One block from the first store that has a valid entry. A bad entry
@@ -259,7 +266,7 @@ void TierSet::run_write(Write& w) {
   h.created_unix = unix_s();
   h.expires_unix = w.expires;
   const std::vector<uint8_t> blob = seal_block(k, w.key, id_, h, w.bytes);
-  const BlobMeta meta{h.scope, h.expires_unix};
+  const BlobMeta meta{h.scope, h.expires_unix, w.parent ? entry_id(*w.parent, id_) : std::string()};
   const std::string id = entry_id(w.key, id_);
   for (size_t i = 0; i < stores_.size(); ++i) {
     switch (stores_[i]->put(id, blob, meta)) {
@@ -271,6 +278,7 @@ void TierSet::run_write(Write& w) {
               " bytes) is larger than the tier's capacity; nothing can be stored, raise its size");
         break;
       case PutStatus::Failed: ++counters_[i]->errors; break;
+      case PutStatus::Skipped: break;  // the store is full of this chain's earlier blocks
     }
   }
 }

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -58,7 +59,8 @@ class TierSet final : public KvTierPort {
           TierSetOptions opts = {}, Log log = {});
   ~TierSet() override;  // finishes queued writes, then stops the worker
 
-  void offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block) override;
+  void offer(const BlockKey& key, const Scope& scope, std::span<const uint8_t> block,
+             const BlockKey* parent = nullptr) override;
   uint64_t prefetch(std::vector<BlockKey> chain, const Scope& scope, double retention_s) override;
   bool pending(uint64_t ticket) const override;
   double seconds(uint64_t ticket) const override;
@@ -77,6 +79,7 @@ class TierSet final : public KvTierPort {
     Scope scope;
     int64_t expires = 0;
     std::vector<uint8_t> bytes;
+    std::optional<BlockKey> parent;  // the chain's previous block
   };
   struct Fetch {
     uint64_t ticket = 0;
