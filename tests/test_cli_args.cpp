@@ -143,6 +143,16 @@ TEST(CliArgs, NumberErrorsReadAsWords) {
   EXPECT_NE(err.find("--help"), std::string::npos) << "still points at --help: " << err;
 }
 
+// Audit 9 D11: a quantized type the rows cannot take is said, even quietly.
+TEST(CliArgs, MakeModelSaysWhatStaysF16) {
+  const std::string out_path = test::temp_dir() + "/mk.gguf";
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve({"make-model", "-q", "--type", "q4_k", "-o", out_path}, &out, &err), 0) << err;
+  EXPECT_NE(err.find("are stored as F16"), std::string::npos) << err;
+  ASSERT_EQ(test::run_kvserve({"make-model", "-q", "--type", "q8_0", "-o", out_path}, &out, &err), 0) << err;
+  EXPECT_EQ(err.find("F16"), std::string::npos) << "rows fill q8_0 blocks: " << err;
+}
+
 // Audit 6: an absurd shape is refused from its size estimate, at once and
 // without allocating (the run is capped at 2 GiB of address space and 60 s,
 // so a regression fails instead of eating the machine).

@@ -145,7 +145,8 @@ void add_make_model(CLI::App& app, Runner& run) {
       ->check(CLI::PositiveNumber);
   c->add_option("--rms-eps", o.rms_eps, "RMSNorm epsilon")->capture_default_str();
   c->add_option("--type", a->type, "Tensor type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                                   "q4_k, q5_k, q6_k, mxfp4 (norms and biases are always f32)")->capture_default_str();
+                                   "q4_k, q5_k, q6_k, mxfp4 (norms and biases are always f32; a matrix whose rows "
+                                   "do not fill whole blocks stays f16, with a note)")->capture_default_str();
   c->add_option("--vocab-from", o.vocab_from, "Copy every tokenizer.* key from this GGUF (sets the vocabulary size)");
   c->add_option("--tokenizer-pre", o.tokenizer_pre,
                 "With --vocab-from a gpt2 vocabulary: the tokenizer.ggml.pre to write (e.g. llama-bpe, qwen2, tekken, "

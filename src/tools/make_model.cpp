@@ -74,12 +74,19 @@ uint32_t file_type_of(GgmlType t) {
 }
 
 // A matrix whose rows do not split into `t`'s blocks is stored as F16 (as
-// llama.cpp's quantizer falls back), with a note when progress is on.
-GgmlType type_for_cols(GgmlType t, int64_t cols, const std::string& name, bool verbose) {
+// llama.cpp's quantizer falls back): a note per tensor with progress on,
+// else one note for the file (`said`), never silently.
+GgmlType type_for_cols(GgmlType t, int64_t cols, const std::string& name, bool verbose, bool* said = nullptr) {
   if (cols % type_traits(t).block_elems == 0) return t;
   if (verbose)
     std::fprintf(stderr, "note: %s: row length %lld is not a multiple of the %s block (%d); stored as F16\n",
                  name.c_str(), static_cast<long long>(cols), type_name(t).c_str(), type_traits(t).block_elems);
+  else if (said && !*said)
+    std::fprintf(stderr, "note: matrices whose rows are not a multiple of the %s block (%d), %s first, are stored "
+                 "as F16; give --dim / --ffn multiples of %d for a file all %s\n",
+                 type_name(t).c_str(), type_traits(t).block_elems, name.c_str(), type_traits(t).block_elems,
+                 type_name(t).c_str());
+  if (said) *said = true;
   return GgmlType::F16;
 }
 
@@ -149,17 +156,18 @@ TensorSource random_source(GgufWriter& w, const MakeModelOptions& o) {
   const uint64_t seed = o.seed;
   const bool unit_norms = o.arch == "llama" || o.arch == "qwen2";
   TensorSource s;
-  s.matrix = [&w, &o, seed](const std::string& tn, int64_t rows, int64_t cols, float stddev) {
+  auto said = std::make_shared<bool>(false);  // the F16 fallback was noted
+  s.matrix = [&w, &o, seed, said](const std::string& tn, int64_t rows, int64_t cols, float stddev) {
     auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
-    w.add_tensor_rows(tn, type_for_cols(o.type, cols, tn, o.progress), {cols, rows},
+    w.add_tensor_rows(tn, type_for_cols(o.type, cols, tn, o.progress, said.get()), {cols, rows},
                       [rng, cols, stddev](int64_t, float* out) {
                         for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
                       });
   };
-  s.tensor = [&w, &o, seed](const std::string& tn, const std::vector<int64_t>& dims, float stddev, GgmlType t) {
+  s.tensor = [&w, &o, seed, said](const std::string& tn, const std::vector<int64_t>& dims, float stddev, GgmlType t) {
     auto rng = std::make_shared<NormalIsh>(seed ^ name_hash(tn));
     const int64_t cols = dims[0];
-    w.add_tensor_rows(tn, type_for_cols(t, cols, tn, o.progress), dims, [rng, cols, stddev](int64_t, float* out) {
+    w.add_tensor_rows(tn, type_for_cols(t, cols, tn, o.progress, said.get()), dims, [rng, cols, stddev](int64_t, float* out) {
       for (int64_t i = 0; i < cols; ++i) out[i] = (*rng)() * stddev;
     });
   };
