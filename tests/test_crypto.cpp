@@ -100,6 +100,24 @@ TEST(KeyFile, DamagedFileRefused) {
   EXPECT_THROW(load_key_file(p.string()), KeyFileError);  // missing
 }
 
+// A link is not followed, and the error says it is one (audit 9 M5: the
+// message was "Too many levels of symbolic links").
+TEST(KeyFile, ASymlinkIsRefusedAsOne) {
+  const fs::path p = temp_dir() / "real.key", l = temp_dir() / "link.key";
+  fs::remove(p);
+  fs::remove(l);
+  load_or_create_key_file(p.string());
+  fs::create_symlink(p, l);
+  try {
+    load_or_create_key_file(l.string());
+    FAIL() << "a symbolic link was followed";
+  } catch (const KeyFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a symbolic link to " + p.string()), std::string::npos) << e.what();
+  }
+  fs::remove(l);
+  fs::remove(p);
+}
+
 TEST(Kdf, DeterministicAndSeparated) {
   const SecretKey m = SecretKey::random();
   const auto c1 = bytes("scope-1"), c2 = bytes("scope-2");

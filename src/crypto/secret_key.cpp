@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "crypto/sodium_init.h"
@@ -67,6 +68,14 @@ static SecretKey parse_key_text(const std::string& text, const std::string& path
 SecretKey load_key_file(const std::string& path) {
   ensure_sodium();
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ELOOP) {
+    // A link is not followed (whoever can change it could point us at
+    // another file): say so, and where it points.
+    std::error_code ec;
+    const std::string to = std::filesystem::read_symlink(path, ec).string();
+    throw KeyFileError("key file " + path + " is a symbolic link" + (to.empty() ? "" : " to " + to) +
+                       "; give the path of the file itself");
+  }
   if (fd < 0) throw KeyFileError("cannot open key file " + path + ": " + std::strerror(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
