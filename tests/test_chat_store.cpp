@@ -230,3 +230,19 @@ TEST(ChatStore, WipeAndTheCliLeaveNothingReadable) {
 }
 
 }  // namespace
+
+// Audit 9 M6: without HOME the sessions' default folder is the account's
+// home, never the folder the process was started from.
+TEST(ChatStore, DefaultFolderWithoutHomeIsTheAccountsHome) {
+  const char* saved = std::getenv("HOME");
+  const std::string keep = saved ? saved : "";
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  const std::string keep_xdg = xdg ? xdg : "";
+  ::unsetenv("HOME");
+  ::unsetenv("XDG_DATA_HOME");
+  const std::string dir = kvs::chat::default_session_dir();
+  if (!keep.empty()) ::setenv("HOME", keep.c_str(), 1);
+  if (!keep_xdg.empty()) ::setenv("XDG_DATA_HOME", keep_xdg.c_str(), 1);
+  EXPECT_EQ(dir.front(), '/') << dir;
+  EXPECT_NE(dir.rfind("./", 0), 0u) << dir;
+}

@@ -16,6 +16,7 @@
 #include "crypto/aead.h"
 #include "crypto/kdf.h"
 #include "crypto/secret_key.h"
+#include "crypto/user_home.h"
 
 namespace kvs::chat {
 
@@ -106,8 +107,7 @@ bool ours(const fs::path& p) {
 
 std::string default_session_dir() {
   if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/kvserve/sessions";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.local/share/kvserve/sessions";
+  return crypto::user_home("--session-dir") + "/.local/share/kvserve/sessions";
 }
 
 SessionStore::SessionStore(std::string dir, SessionKeying keying, std::string model_identity)

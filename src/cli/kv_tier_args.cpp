@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "crypto/kdf.h"
+#include "crypto/user_home.h"
 #include "tiers/disk_store.h"
 #include "tiers/redis_store.h"
 #include "tools/units.h"
@@ -29,8 +30,7 @@ void add_kv_tier_args(CLI::App* c, KvTierArgs& a) {
 
 static std::string default_key_path() {
   const char* xdg = std::getenv("XDG_CONFIG_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string base = xdg && *xdg ? xdg : std::string(home && *home ? home : ".") + "/.config";
+  const std::string base = xdg && *xdg ? xdg : crypto::user_home("--kv-key-file") + "/.config";
   return base + "/kvserve/kv-tier.key";
 }
 
