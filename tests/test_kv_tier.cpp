@@ -150,6 +150,36 @@ TEST(DiskStore, AFullStoreKeepsChainHeadsNotTails) {
   fs::remove_all(dir);
 }
 
+// Audit 9 M2: entries under another master key are said at start.
+TEST(DiskStore, AnotherMasterKeyIsSaid) {
+  const std::string dir = fresh_dir("keyid");
+  {
+    const crypto::SecretKey master = crypto::SecretKey::random();
+    EntryHeader h;
+    h.scope = scope_fingerprint(scope_of("t"));
+    h.created_unix = kNow;
+    h.expires_unix = kNow + 100;
+    const TierIdentity id = ident();
+    DiskStore d(dir, 1 << 20, kNow);
+    d.note_key("aaaa");
+    EXPECT_EQ(d.put("abab01", seal_block(scope_key(master, scope_of("t")), key_of(1), id, h, block_bytes(id.block_bytes, 1)),
+                    meta("t", kNow + 100)),
+              PutStatus::Stored);
+  }
+  std::vector<std::string> said;
+  {
+    DiskStore d(dir, 1 << 20, kNow, [&](const std::string& s) { said.push_back(s); });
+    d.note_key("aaaa");
+  }
+  for (const auto& s : said) EXPECT_EQ(s.find("another master key"), std::string::npos) << s;
+  DiskStore d(dir, 1 << 20, kNow, [&](const std::string& s) { said.push_back(s); });
+  d.note_key("bbbb");
+  ASSERT_FALSE(said.empty());
+  EXPECT_NE(said.back().find("1 entries in " + dir + " were written under another master key"), std::string::npos)
+      << said.back();
+  fs::remove_all(dir);
+}
+
 TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   const std::string dir = fresh_dir("restart");
   const crypto::SecretKey master = crypto::SecretKey::random();

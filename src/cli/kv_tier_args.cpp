@@ -1,5 +1,6 @@
 #include "cli/kv_tier_args.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -74,7 +75,13 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
   std::vector<std::unique_ptr<tiers::BlobStore>> stores;
   if (!a.disk_dir.empty()) {
     const uint64_t size = size_flag("--kv-disk-size", a.disk_size);
-    stores.push_back(std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log));
+    auto disk = std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log);
+    std::array<uint8_t, 8> id{};
+    crypto::fingerprint(master.span(), id, "kvserve disk tier key id");
+    std::string hex;
+    for (uint8_t b : id) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+    disk->note_key(hex);
+    stores.push_back(std::move(disk));
   }
   if (!a.redis_url.empty())
     stores.push_back(std::make_unique<tiers::RedisStore>(tiers::parse_redis_url(a.redis_url), tiers::RedisOptions{}, log));

@@ -56,7 +56,7 @@ static std::string foreign_entry(const std::string& dir) {
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name == "revoked" || name == DiskStore::kMarker) continue;
+    if (name == "revoked" || name == "key-id" || name == DiskStore::kMarker) continue;
     if (!(it->is_directory(ec) && !it->is_symlink(ec) && name.size() == 2 && is_hex(name))) return it->path().string();
     for (auto in = fs::directory_iterator(it->path(), ec); !ec && in != fs::directory_iterator(); in.increment(ec))
       if (!in->is_regular_file(ec) || in->is_symlink(ec) || !own_entry_name(in->path().filename().string()))
@@ -185,6 +185,17 @@ void DiskStore::remove(const std::string& id) {
   bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru);
   index_.erase(it);
+}
+
+void DiskStore::note_key(const std::string& key_id) {
+  const std::string path = dir_ + "/key-id";
+  std::string before;
+  std::getline(std::ifstream(path), before);
+  if (!before.empty() && before != key_id && !index_.empty())
+    log("kv tier disk: the " + std::to_string(index_.size()) + " entries in " + dir_ +
+        " were written under another master key (--kv-key-file): they cannot be read and will expire; start with "
+        "the key they were written under to serve them");
+  if (before != key_id) std::ofstream(path, std::ios::trunc) << key_id << "\n";
 }
 
 void DiskStore::touch(const std::string& id) {

@@ -41,6 +41,10 @@ class DiskStore final : public BlobStore {
   const char* name() const override { return "disk"; }
   PutStatus put(const std::string& id, std::span<const uint8_t> blob, const BlobMeta& meta) override;
   GetStatus get(const std::string& id, std::vector<uint8_t>& out) override;
+  // Records which master key seals the entries (`key_id`: a fingerprint of
+  // it, never the key); entries written under another are unreadable, so a
+  // changed key is said at start instead of showing only as misses.
+  void note_key(const std::string& key_id);
   void touch(const std::string& id) override;
   void erase(const std::string& id) override;
   int64_t erase_scope(const ScopeFp& scope) override;
