@@ -101,8 +101,10 @@ redisReply* RedisStore::command(const char* fmt, ...) {
   auto* r = static_cast<redisReply*>(redisvCommand(ctx_, fmt, ap));
   va_end(ap);
   if (!r || r->type == REDIS_REPLY_ERROR) {
+    // The server's own words (NOAUTH, WRONGTYPE, OOM ...) say what to fix.
+    const std::string why = r && r->str ? "the server answered: " + std::string(r->str, r->len) : "command failed";
     if (r) freeReplyObject(r);
-    failed("command failed");
+    failed(why.c_str());
     return nullptr;
   }
   return r;
