@@ -285,4 +285,8 @@ TEST(CliArgs, AnInertTierIsRefused) {
     EXPECT_EQ(test::run_kvserve(with(extra), &out, &err), 1) << extra[0];
     EXPECT_NE(err.find(says), std::string::npos) << extra[0] << ": " << err;
   }
+  // A tier's options without a tier (audit 9 L7) are refused, not ignored.
+  expect_refused({{{"serve", "-m", model(), "--port", "0", "--kv-disk-size", "1GiB"}, "--kv-disk-size configures a KV tier"},
+                  {{"serve", "-m", model(), "--port", "0", "--kv-retention", "5"}, "--kv-retention configures a KV tier"},
+                  {{"serve", "-m", model(), "--port", "0", "--kv-disk", ""}, "--kv-disk is empty"}});
 }

@@ -15,18 +15,37 @@
 namespace kvs::cli {
 
 void add_kv_tier_args(CLI::App* c, KvTierArgs& a) {
-  c->add_option("--kv-disk", a.disk_dir,
-                "Directory of the encrypted disk KV tier: evicted and computed prefix blocks survive here, across restarts");
-  c->add_option("--kv-disk-size", a.disk_size, "Capacity of the disk tier (e.g. 20GiB)")->capture_default_str();
-  c->add_option("--kv-redis", a.redis_url,
-                "Redis KV tier shared by replicas: redis://HOST:PORT (replicas must share --kv-key-file)");
-  c->add_option("--kv-key-file", a.key_file,
-                "Master key of the KV tiers (created 0600 on first run; default ~/.config/kvserve/kv-tier.key)");
-  c->add_option("--kv-retention", a.retention_s,
-                "Seconds a tier keeps a block of a tenant without retention_s in --api-keys")
-      ->capture_default_str()->check(CLI::Range(1.0, 1e9));
-  c->add_option("--kv-tier-queue", a.queue, "Most block bytes waiting to be written behind (more are dropped)")
-      ->capture_default_str();
+  a.disk_opt = c->add_option(
+      "--kv-disk", a.disk_dir,
+      "Directory of the encrypted disk KV tier: evicted and computed prefix blocks survive here, across restarts");
+  a.tier_only.push_back(
+      c->add_option("--kv-disk-size", a.disk_size, "Capacity of the disk tier (e.g. 20GiB)")->capture_default_str());
+  a.redis_opt = c->add_option("--kv-redis", a.redis_url,
+                              "Redis KV tier shared by replicas: redis://HOST:PORT (replicas must share --kv-key-file)");
+  a.tier_only.push_back(c->add_option(
+      "--kv-key-file", a.key_file,
+      "Master key of the KV tiers (created 0600 on first run; default ~/.config/kvserve/kv-tier.key)"));
+  a.tier_only.push_back(c->add_option("--kv-retention", a.retention_s,
+                                      "Seconds a tier keeps a block of a tenant without retention_s in --api-keys")
+                            ->capture_default_str()
+                            ->check(CLI::Range(1.0, 1e9)));
+  a.tier_only.push_back(
+      c->add_option("--kv-tier-queue", a.queue, "Most block bytes waiting to be written behind (more are dropped)")
+          ->capture_default_str());
+}
+
+// A tier's options without a tier, or a tier named by an empty value,
+// would leave the server without the tier the user asked for, silently.
+static void check_tier_options(const KvTierArgs& a) {
+  for (const CLI::Option* o : {a.disk_opt, a.redis_opt})
+    if (o && o->count() > 0 && o->as<std::string>().empty())
+      throw std::runtime_error(o->get_name() + " is empty: give a " +
+                               (o == a.disk_opt ? "folder" : "redis://HOST:PORT") + ", or leave the option out");
+  if (a.any()) return;
+  for (const CLI::Option* o : a.tier_only)
+    if (o->count() > 0)
+      throw std::runtime_error(o->get_name() + " configures a KV tier, and none is on: add --kv-disk DIR or " +
+                               "--kv-redis redis://HOST:PORT, or leave it out");
 }
 
 static std::string default_key_path() {
@@ -44,6 +63,7 @@ static uint64_t size_flag(const char* flag, const std::string& v) {
 }
 
 std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a) {
+  check_tier_options(a);
   if (!a.any()) return std::nullopt;
   // Every tier flag is checked before the model loads.
   size_flag("--kv-disk-size", a.disk_size);

@@ -19,6 +19,11 @@ struct KvTierArgs {
   double retention_s = 86400;
   std::string queue = "256MiB";
   bool any() const { return !disk_dir.empty() || !redis_url.empty(); }
+  // The options as parsed (add_kv_tier_args): a tier's own options given
+  // without a tier would be ignored, so they are refused.
+  std::vector<const CLI::Option*> tier_only;
+  const CLI::Option* disk_opt = nullptr;
+  const CLI::Option* redis_opt = nullptr;
 };
 void add_kv_tier_args(CLI::App* cmd, KvTierArgs& a);
 
