@@ -69,9 +69,10 @@ static std::string foreign_entry(const std::string& dir) {
 DiskStore::DiskStore(std::string dir, int64_t capacity_bytes, int64_t now_unix, Log log)
     : dir_(std::move(dir)), capacity_(capacity_bytes), log_(std::move(log)) {
   std::error_code ec;
+  if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
+    throw std::runtime_error("--kv-disk: " + dir_ + " exists and is not a directory; give a folder");
   fs::create_directories(dir_, ec);
   if (ec) throw std::runtime_error("--kv-disk: cannot create " + dir_ + ": " + ec.message());
-  if (!fs::is_directory(dir_, ec)) throw std::runtime_error("--kv-disk: " + dir_ + " is not a directory");
   // Start-up deletes stray, expired and unreadable entries: only ever in a
   // folder that holds nothing else (a typo like --kv-disk ~ must not cost
   // the user a file, nor the folder its permissions).
