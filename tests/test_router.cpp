@@ -37,6 +37,7 @@ using test::eventually;
 namespace {
 
 std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
+std::string tiny_llama() { return test::shared("models/tiny-random/tiny-llama-f16.gguf"); }
 
 std::string secret_file() {
   const std::string p = test::temp_dir() + "/cluster.secret";
@@ -51,9 +52,10 @@ struct Worker {
   std::unique_ptr<KvsProcess> p;
   std::vector<std::string> extra;
   bool with_events = true;
+  std::string model = stories();
 
   void start() {
-    std::vector<std::string> a = {"serve", "-m", stories(), "--port", std::to_string(http), "--threads", "1",
+    std::vector<std::string> a = {"serve", "-m", model, "--port", std::to_string(http), "--threads", "1",
                                   "--cache-secret-file", secret_file()};
     if (with_events)
       for (const std::string& s : {std::string("--kv-events"), ep(events), std::string("--kv-events-replay"), ep(replay)})
@@ -283,6 +285,48 @@ TEST(Router, RefusesAWorkerWhosePrefixKeysDiffer) {
   ::close(lfd);
   EXPECT_NE(msg.find("prefix keys are not this router's"), std::string::npos) << msg;
   EXPECT_NE(msg.find("kv-prefix-v0:0000"), std::string::npos) << msg;
+}
+
+// The router tokenizes prompts with its own -m: one whose vocabulary is
+// not the workers' is refused at start, naming both (it used to start and
+// hash every prompt with the wrong tokenizer, so every prediction missed).
+TEST(Router, RefusesWorkersWhoseVocabularyIsNotItsModels) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.start();
+  std::string msg;
+  try {
+    KvsProcess router({"router", "-m", tiny_llama(), "--port", "0", "--cluster-secret", secret_file(),
+                       "--startup-timeout", "5", "--worker", w0.spec()},
+                      "kvserve router: listening on", 30);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("vocabulary is not the router's -m's"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
+}
+
+// A worker that comes up after the start serving another model is never
+// routed, and the log says why (it used to be left out without a word).
+TEST(Router, ALateWorkerOfAnotherModelIsLeftOutWithItsReasonLogged) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  w1.model = tiny_llama();
+  w1.extra = {"--ctx", "512"};
+  KvsProcess router({"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(), "--health-interval",
+                     "0.2", "--startup-timeout", "1", "--worker", w0.spec(), "--worker", w1.spec()},
+                    "kvserve router: listening on", 30);
+  w1.start();
+  EXPECT_TRUE(eventually(
+      [&] {
+        const std::string log = router.log();
+        return log.find("worker " + w1.url() + " is down: its vocabulary is not the router's") != std::string::npos;
+      },
+      10))
+      << router.log();
+  EXPECT_EQ(test::metric_value(router.port(), "kvserve_router_worker_up{worker=\"" + w1.url() + "\"}"), 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(complete(router.port(), "Once upon a time " + std::to_string(i), 2).status, 200);
 }
 
 TEST(Router, FailoverAfterKillAndRecovery) {

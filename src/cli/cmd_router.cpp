@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "events/curve_keys.h"
 #include "model/gguf.h"
+#include "model/vocab_fingerprint.h"
 #include "model/vocab_loaders.h"
 #include "router/event_listener.h"
 #include "router/prefix_index.h"
@@ -83,6 +84,7 @@ int run_router(const RouterArgs& a) {
   server::ChatTemplate chat = server::ChatTemplate::choose(a.chat_template, vocab, &note);
 
   router::WorkerSet workers(specs);
+  workers.expect_vocab(vocab_fingerprint(vocab), a.model);
   const router::ModelInfo model = workers.probe_all(a.startup_timeout_s);
   router::RequestHasher hasher(*tok, std::move(chat), *tenants);
   hasher.set_model(model.identity, model.block_size);

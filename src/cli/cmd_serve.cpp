@@ -29,6 +29,7 @@
 #include "cli/kv_tier_args.h"
 #include "engine/paged_engine.h"
 #include "kv/window_policy.h"
+#include "model/vocab_fingerprint.h"
 #include "events/event_executor.h"
 #include "events/event_publisher.h"
 #include "sched/executor.h"
@@ -382,6 +383,8 @@ int run_serve(const ServeArgs& a) {
   // sees why two workers of one file have different identities.
   ao.health_extra["matmul_precision"] = l.model->bf16_matmuls() ? "bf16" : "fp32";
   ao.health_extra["attention_precision"] = l.model->bf16_attention() ? "bf16" : "fp32";
+  // A router checks its own -m against this (it tokenizes prompts itself).
+  ao.health_extra["vocab_fingerprint"] = vocab_fingerprint(l.model->vocab());
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());

@@ -62,6 +62,7 @@ std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
     m.identity = j.value("model_identity", "");
     m.block_size = j.value("block_size", 0);
     m.prefix_protocol = j.value("prefix_key_protocol", "");
+    m.vocab = j.value("vocab_fingerprint", "");
     m.kv_listen = j.value("kv_listen", "");
     if (j.contains("decode_peers") && j["decode_peers"].is_array())
       for (const auto& p : j["decode_peers"])
@@ -128,28 +129,70 @@ ModelInfo WorkerSet::probe_all(double timeout_s) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  accept_first(got, why);
+  return model_;
+}
+
+void WorkerSet::accept_first(const std::vector<std::optional<ModelInfo>>& got, std::vector<std::string>& why) {
+  // The first worker of the router's vocabulary sets the model the others
+  // must serve; one of another vocabulary is left out, not fatal, unless
+  // none is left.
   std::optional<size_t> first;
   for (size_t i = 0; i < specs_.size(); ++i) {
-    std::lock_guard lk(mu_);
-    if (!got[i]) {
-      st_[i].down_reason = why[i];
+    if (!got[i]) continue;
+    const std::string r = vocab_refusal(*got[i]);
+    if (!r.empty()) {
+      why[i] = r;
       continue;
     }
     if (!first) {
       first = i;
       model_ = *got[i];
-    } else if (got[i]->identity != model_.identity || got[i]->block_size != model_.block_size) {
-      throw std::runtime_error("worker " + specs_[i].url + " serves another model ('" + got[i]->model +
-                               "', identity " + got[i]->identity.substr(0, 12) + ", block size " +
-                               std::to_string(got[i]->block_size) + ") than " + specs_[*first].url + " ('" +
-                               model_.model + "', identity " + model_.identity.substr(0, 12) + ", block size " +
-                               std::to_string(model_.block_size) + "); a router serves one model");
     }
+  }
+  if (!first) {
+    std::string msg = "no worker can be routed:";
+    for (size_t i = 0; i < specs_.size(); ++i) msg += " " + specs_[i].url + " (" + why[i] + ")";
+    throw std::runtime_error(msg);
+  }
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    std::lock_guard lk(mu_);
+    if (!got[i] || !why[i].empty()) {
+      st_[i].down_reason = why[i];
+      if (got[i]) std::fprintf(stderr, "kvserve router: worker %s is left out: %s\n", specs_[i].url.c_str(), why[i].c_str());
+      continue;
+    }
+    if (got[i]->identity != model_.identity || got[i]->block_size != model_.block_size)
+      throw std::runtime_error("worker " + specs_[i].url + " " + refusal(*got[i]) + " (the first worker, " +
+                               specs_[*first].url + ", serves it)");
     st_[i].up = true;
     st_[i].down_reason.clear();
     set_roles(st_[i], int(i), *got[i]);
   }
-  return model_;
+}
+
+std::string WorkerSet::vocab_refusal(const ModelInfo& m) const {
+  auto fp = [](const std::string& v) { return v.substr(0, 22); };  // "vocab-v1:" + 13 hex digits
+  if (vocab_.empty() || m.vocab.empty() || m.vocab == vocab_) return "";
+  return "its vocabulary is not the router's -m's (worker model '" + m.model + "', " + fp(m.vocab) + "; router -m " +
+         model_file_ + ", " + fp(vocab_) +
+         "): prompts would be tokenized otherwise and every cache prediction would miss; give the router the "
+         "workers' GGUF (a vocab-only copy works)";
+}
+
+std::string WorkerSet::refusal(const ModelInfo& m) const {
+  if (std::string r = vocab_refusal(m); !r.empty()) return r;
+  if (!model_.identity.empty() && (m.identity != model_.identity || m.block_size != model_.block_size))
+    return "serves another model ('" + m.model + "', identity " + m.identity.substr(0, 12) + ", block size " +
+           std::to_string(m.block_size) + ") than the router ('" + model_.model + "', identity " +
+           model_.identity.substr(0, 12) + ", block size " + std::to_string(model_.block_size) +
+           "); a router serves one model: restart it with the same -m and --block-size";
+  return "";
+}
+
+void WorkerSet::expect_vocab(std::string fingerprint, std::string model_file) {
+  vocab_ = std::move(fingerprint);
+  model_file_ = std::move(model_file);
 }
 
 void WorkerSet::start(double interval_s, std::function<void(int)> on_up, std::function<void(int)> on_down) {
@@ -168,8 +211,7 @@ void WorkerSet::check(int i) {
   std::string why;
   const auto m = health(specs_[size_t(i)].http, &why);
   if (!m) return set_up(i, false, why);
-  if (m->identity != model_.identity || m->block_size != model_.block_size)
-    return set_up(i, false, "serves another model ('" + m->model + "')");
+  if (const std::string r = refusal(*m); !r.empty()) return set_up(i, false, r);
   std::string err;
   const auto metrics = http_get(specs_[size_t(i)].http, "/metrics", 2.0, &err);
   {
@@ -202,17 +244,21 @@ void WorkerSet::set_roles(State& s, int i, const ModelInfo& m) {
 }
 
 void WorkerSet::set_up(int i, bool up, const std::string& reason) {
-  bool changed;
+  bool changed, new_reason;
   {
     std::lock_guard lk(mu_);
     State& s = st_[size_t(i)];
     changed = s.up != up;
+    // A worker that stays down for another reason (it came up serving
+    // another model, say) says so once: an operator sees why it gets nothing.
+    new_reason = !up && s.down_reason != reason;
     s.up = up;
     s.down_reason = reason;
   }
+  if (changed || new_reason)
+    std::fprintf(stderr, "kvserve router: worker %s is %s%s%s\n", specs_[size_t(i)].url.c_str(),
+                 up ? "up" : "down", up ? "" : ": ", reason.c_str());
   if (!changed) return;
-  std::fprintf(stderr, "kvserve router: worker %s is %s%s%s\n", specs_[size_t(i)].url.c_str(), up ? "up" : "down",
-               up ? "" : ": ", reason.c_str());
   if (up && on_up_) on_up_(i);
   if (!up && on_down_) on_down_(i);
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,7 @@ struct ModelInfo {
   std::string model, identity;
   int block_size = 0;
   std::string prefix_protocol;  // kv/prefix_chain.h's fingerprint, as the worker computes it
+  std::string vocab;            // model/vocab_fingerprint.h ("" from a worker too old to say)
   // Disaggregated serving: a decode worker's KV address (HOST:PORT), a
   // prefill worker's decode peers.
   std::string kv_listen;
@@ -57,10 +59,15 @@ class WorkerSet {
   explicit WorkerSet(std::vector<WorkerSpec> specs);
   ~WorkerSet();  // stops the health thread
 
+  // The router's own -m: its vocabulary fingerprint and file, which every
+  // worker's must equal (the router tokenizes prompts itself). Before
+  // probe_all().
+  void expect_vocab(std::string fingerprint, std::string model_file);
   // Start-up: waits up to `timeout_s` for at least one worker's /health.
   // Every worker that answers must serve the same model identity and block
   // size; throws std::runtime_error naming the worker and both models
-  // otherwise, or when none answered.
+  // otherwise, or when no worker answered with the router's vocabulary. A
+  // worker of another vocabulary is left out, its reason logged.
   ModelInfo probe_all(double timeout_s);
   // Starts the health thread. `on_up(i)`: worker i came (back) up;
   // `on_down(i)`: it went down (either way its cache is unknown).
@@ -87,12 +94,21 @@ class WorkerSet {
   };
   // Keeps what /health said about worker i's disaggregated role (under mu_).
   void set_roles(State& s, int i, const ModelInfo& m);
+  // probe_all's end: the model of the first acceptable worker in `got`;
+  // the others are up, or down with their reason in `why` (logged).
+  void accept_first(const std::vector<std::optional<ModelInfo>>& got, std::vector<std::string>& why);
+  // Why a worker that answered /health with `m` cannot be routed ("": it
+  // can): another vocabulary than the router's -m, or another model or
+  // block size than the workers accepted so far.
+  std::string refusal(const ModelInfo& m) const;
+  std::string vocab_refusal(const ModelInfo& m) const;  // the first half of refusal()
   // One /health + /metrics round for worker i (health thread).
   void check(int i);
   void set_up(int i, bool up, const std::string& reason);
 
   std::vector<WorkerSpec> specs_;
   ModelInfo model_;
+  std::string vocab_, model_file_;  // the router's -m
   mutable std::mutex mu_;
   std::vector<State> st_;
   std::function<void(int)> on_up_, on_down_;
