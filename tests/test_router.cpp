@@ -374,6 +374,34 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   EXPECT_EQ(wrong.headers.count("allow") ? wrong.headers.at("allow") : "", "POST");
 }
 
+// /health is a readiness answer: "ok" only when a request can be served.
+// In prefill/decode mode two workers up are not enough; without a usable
+// pair (here: plain workers, which have no KV address) or without a prefill
+// worker, every completion is 503 and so is /health, with the reason.
+TEST(Router, HealthIs503WhenNoPrefillDecodePairCanServe) {
+  REQUIRE_SHARED();
+  Worker pre, dec;
+  pre.start();
+  dec.start();
+  KvsProcess router({"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(), "--health-interval",
+                     "0.2", "--startup-timeout", "20", "--prefill-worker", pre.url(), "--decode-worker", dec.url()},
+                    "kvserve router: listening on", 30);
+  const int port = router.port();
+  EXPECT_EQ(complete(port, "Once upon a time", 2).status, 503);
+  auto h = test::http_request(port, "GET", "/health");
+  EXPECT_EQ(h.status, 503) << h.body;
+  json j = json::parse(h.body);
+  EXPECT_EQ(j["status"], "no_worker");
+  EXPECT_EQ(j["workers_up"], 2);
+  EXPECT_NE(j.value("reason", "").find("no prefill/decode pair can serve"), std::string::npos) << h.body;
+  pre.p->kill9();
+  ASSERT_TRUE(eventually(
+      [&] { return test::metric_value(port, "kvserve_router_worker_up{worker=\"" + pre.url() + "\"}") == 0; }, 10));
+  h = test::http_request(port, "GET", "/health");
+  EXPECT_EQ(h.status, 503) << h.body;
+  EXPECT_NE(json::parse(h.body).value("reason", "").find("no prefill worker is up"), std::string::npos) << h.body;
+}
+
 // Both workers admit one request and let none wait (--max-queue 0). While
 // a client keeps each of them busy, a request through the router is tried
 // on one worker, then the other, and answered 429 with a Retry-After (never

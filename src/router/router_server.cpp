@@ -136,6 +136,9 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // Handles one request; false when the connection must close.
   bool handle(Conn& client, http::request<http::string_body>& req);
   bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
+  // GET /health: 200 "ok" when a request can be served now (a worker up; in
+  // P/D mode a usable prefill/decode pair), else 503 with the reason.
+  bool health(Conn& client, bool keep_alive);
   // 503 naming why each worker could not take the request (`reasons`: the
   // ones tried; the untried ones are down).
   bool answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons, bool keep_alive);
@@ -236,12 +239,7 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   const bool keep = req.keep_alive();
-  if (path == "/health") {
-    int up = 0;
-    for (const WorkerView& v : workers.snapshot()) up += v.up;
-    const nlohmann::json j = {{"status", up > 0 ? "ok" : "no_worker"}, {"workers_up", up}, {"workers", workers.size()}};
-    return write(client, respond(up > 0 ? 200 : 503, "application/json", j.dump(), keep));
-  }
+  if (path == "/health") return health(client, keep);
   if (path == "/metrics" && req.method() == http::verb::get) {
     return write(client, respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics(), keep));
   }
@@ -261,6 +259,28 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
   if (path == "/dashboard/events" && req.method() == http::verb::get) return dashboard_events(client);
   return write(client, respond(404, "application/json",
                                error_json("not_found_error", "not_found", "no route for " + path), keep));
+}
+
+// Ready only when a request could be served now: a readiness probe that
+// saw "ok" while every completion got 503 kept sending traffic here.
+bool RouterServer::Impl::health(Conn& client, bool keep_alive) {
+  const std::vector<WorkerView> view = workers.snapshot();
+  int up = 0;
+  std::string why;
+  for (int i = 0; i < int(view.size()); ++i) {
+    up += view[size_t(i)].up;
+    if (!view[size_t(i)].up)
+      why += (why.empty() ? "" : "; ") + workers.spec(i).url + ": " + view[size_t(i)].down_reason;
+  }
+  bool ok = up > 0;
+  if (!ok) why = "no worker is up (" + why + ")";
+  if (ok && !opts.prefill_workers.empty()) {
+    ok = choose_pd(view, opts.prefill_workers, opts.decode_workers, 0, &why).has_value();
+    if (!ok) why = "no prefill/decode pair can serve: " + why;
+  }
+  nlohmann::json j = {{"status", ok ? "ok" : "no_worker"}, {"workers_up", up}, {"workers", workers.size()}};
+  if (!ok) j["reason"] = why;
+  return write(client, respond(ok ? 200 : 503, "application/json", j.dump(), keep_alive));
 }
 
 bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req,
