@@ -402,6 +402,27 @@ TEST(Router, HealthIs503WhenNoPrefillDecodePairCanServe) {
   EXPECT_NE(json::parse(h.body).value("reason", "").find("no prefill worker is up"), std::string::npos) << h.body;
 }
 
+// Request headers: what a worker takes (64 KiB) the router takes, and above
+// that it answers the worker's 431 (it closed the connection without a
+// word on anything over 8 KiB: large cookies or tokens failed only here).
+TEST(Router, LargeHeadersAreAcceptedAsTheWorkerAcceptsThem) {
+  REQUIRE_SHARED();
+  Worker w0;
+  w0.start();
+  auto r = start_router({w0.spec()});
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 1}}.dump();
+  for (const size_t n : {9000, 40000}) {
+    const auto rep = test::http_request(r->port(), "POST", "/v1/completions", body, {{"X-Big", std::string(n, 'b')}}, 30);
+    EXPECT_EQ(rep.status, 200) << n << ": " << rep.body;
+  }
+  for (const int port : {r->port(), w0.http}) {
+    const auto rep = test::http_request(port, "POST", "/v1/completions", body, {{"X-Big", std::string(70000, 'b')}}, 30);
+    EXPECT_EQ(rep.status, 431) << port;
+    const json j = json::parse(rep.body, nullptr, false);
+    EXPECT_EQ(j.is_object() ? j["error"]["code"] : json(), "headers_too_large") << rep.body;
+  }
+}
+
 // Both workers admit one request and let none wait (--max-queue 0). While
 // a client keeps each of them busy, a request through the router is tried
 // on one worker, then the other, and answered 429 with a Retry-After (never

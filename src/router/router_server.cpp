@@ -219,11 +219,23 @@ void RouterServer::Impl::serve(tcp::socket sock) {
   while (!stopping) {
     http::request_parser<http::string_body> p;
     p.body_limit(opts.body_limit);
+    // The workers' limit (server/http_server.h): what a worker accepts
+    // directly it accepts through the router (Beast's default is 8 KiB).
+    p.header_limit(std::uint32_t(opts.header_limit));
     client.stream.expires_after(sched::seconds_ms(opts.client_timeout_s));
     const beast::error_code ec = await(client.ioc, [&](auto h) { http::async_read(client.stream, buf, p, h); });
+    // As the worker answers them, so a client sees one behaviour either way.
     if (ec == http::error::body_limit) {
       write(client, respond(413, "application/json",
-                            error_json("invalid_request_error", "request_too_large", "the body exceeds the limit"),
+                            error_json("invalid_request_error", "request_too_large",
+                                       "the request body exceeds the limit"),
+                            false));
+      break;
+    }
+    if (ec == http::error::header_limit) {
+      write(client, respond(431, "application/json",
+                            error_json("invalid_request_error", "headers_too_large",
+                                       "the request headers exceed the limit"),
                             false));
       break;
     }

@@ -44,6 +44,7 @@ struct RouterOptions {
   Policy policy = Policy::Cache;
   double load_weight = 0.2;        // router/policy.h
   size_t body_limit = 8u << 20;
+  size_t header_limit = 64u << 10;  // as a worker's (server/http_server.h); larger -> 431
   double connect_timeout_s = 2;
   double read_timeout_s = 600;     // a worker silent this long is treated as failed
   double client_timeout_s = 60;    // request head and body from the client
