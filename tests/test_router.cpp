@@ -374,6 +374,26 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   EXPECT_EQ(wrong.headers.count("allow") ? wrong.headers.at("allow") : "", "POST");
 }
 
+// One worker dead at start: the router serves with the other at once (it
+// waited the whole --startup-timeout, 20 s here) and lets the dead one in
+// when it comes up.
+TEST(Router, StartsWithTheFirstUsableWorkerAndLetsTheOthersInLater) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w0.start();
+  const double t0 = sched::steady_now();
+  KvsProcess router({"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(), "--health-interval",
+                     "0.2", "--startup-timeout", "20", "--worker", w0.spec(), "--worker", w1.spec()},
+                    "kvserve router: listening on", 8);
+  EXPECT_LT(sched::steady_now() - t0, 8);
+  EXPECT_NE(router.log().find("worker " + w1.url() + " is down"), std::string::npos) << router.log();
+  EXPECT_EQ(complete(router.port(), "Once upon a time", 2).status, 200);
+  w1.start();
+  EXPECT_TRUE(eventually(
+      [&] { return test::metric_value(router.port(), "kvserve_router_worker_up{worker=\"" + w1.url() + "\"}") == 1; },
+      10));
+}
+
 // /health is a readiness answer: "ok" only when a request can be served.
 // In prefill/decode mode two workers up are not enough; without a usable
 // pair (here: plain workers, which have no KV address) or without a prefill

@@ -115,13 +115,17 @@ ModelInfo WorkerSet::probe_all(double timeout_s) {
   for (;;) {
     for (size_t i = 0; i < specs_.size(); ++i)
       if (!got[i]) got[i] = health(specs_[i].http, &why[i]);
-    bool all = true, any = false;
+    // Serving starts with the first usable worker: waiting for the rest
+    // (the whole timeout when one is dead) was an outage of its own. The
+    // health thread lets the others in as they come.
+    bool all = true, any = false, usable = false;
     for (const auto& g : got) {
       any = any || g.has_value();
       all = all && g.has_value();
+      usable = usable || (g && vocab_refusal(*g).empty());
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (all || (any && waited >= timeout_s)) break;
+    if (usable || all || (any && waited >= timeout_s)) break;
     if (waited >= timeout_s) {
       std::string msg = "no worker answered /health within " + std::to_string(int(timeout_s)) + " s:";
       for (size_t i = 0; i < specs_.size(); ++i) msg += " " + specs_[i].url + " (" + why[i] + ")";
@@ -159,7 +163,8 @@ void WorkerSet::accept_first(const std::vector<std::optional<ModelInfo>>& got, s
     std::lock_guard lk(mu_);
     if (!got[i] || !why[i].empty()) {
       st_[i].down_reason = why[i];
-      if (got[i]) std::fprintf(stderr, "kvserve router: worker %s is left out: %s\n", specs_[i].url.c_str(), why[i].c_str());
+      std::fprintf(stderr, "kvserve router: worker %s is down: %s%s\n", specs_[i].url.c_str(), why[i].c_str(),
+                   got[i] ? "" : " (it joins when its health check passes)");
       continue;
     }
     if (got[i]->identity != model_.identity || got[i]->block_size != model_.block_size)

@@ -63,9 +63,11 @@ class WorkerSet {
   // worker's must equal (the router tokenizes prompts itself). Before
   // probe_all().
   void expect_vocab(std::string fingerprint, std::string model_file);
-  // Start-up: waits up to `timeout_s` for at least one worker's /health.
-  // Every worker that answers must serve the same model identity and block
-  // size; throws std::runtime_error naming the worker and both models
+  // Start-up: returns as soon as one worker answers /health with the
+  // router's vocabulary (waiting up to `timeout_s`); the others are down,
+  // their reasons logged, until the health thread lets them in. Workers
+  // that answered in that same round must serve the same model identity and
+  // block size; throws std::runtime_error naming the worker and both models
   // otherwise, or when no worker answered with the router's vocabulary. A
   // worker of another vocabulary is left out, its reason logged.
   ModelInfo probe_all(double timeout_s);
