@@ -394,6 +394,47 @@ TEST(Router, StartsWithTheFirstUsableWorkerAndLetsTheOthersInLater) {
       10));
 }
 
+// The workers' other routes answer through the router as they do directly
+// (they were all 404 "no route"): a model by id, the token tools, and the
+// Responses API, whose stored responses live on the worker that made them:
+// a follow-up turn, a retrieve and a delete find that worker whichever it
+// is (the stateless routes rotate over both workers).
+TEST(Router, WorkerRoutesAnswerThroughTheRouterAndStoredResponsesAreFound) {
+  REQUIRE_SHARED();
+  TwoWorkers c;
+  const int port = c.port;
+  EXPECT_EQ(test::http_request(port, "GET", "/v1/models/stories260K").status, 200);
+  const std::vector<std::pair<std::string, json>> tools = {
+      {"/tokenize", {{"content", "Once upon a time"}}},
+      {"/detokenize", {{"tokens", {100, 200}}}},
+      {"/apply-template", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}}};
+  for (const auto& [path, body] : tools) {
+    const auto direct = test::http_request(c.w0.http, "POST", path, body.dump());
+    const auto routed = test::http_request(port, "POST", path, body.dump());
+    EXPECT_EQ(routed.status, direct.status) << path << ": " << routed.body;
+    EXPECT_EQ(routed.body, direct.body) << path;
+  }
+  const json first = {{"input", "Once upon a time"}, {"max_output_tokens", 3}, {"temperature", 0}};
+  auto rep = test::http_request(port, "POST", "/v1/responses", first.dump());
+  ASSERT_EQ(rep.status, 200) << rep.body;
+  std::string id = json::parse(rep.body)["id"];
+  for (int turn = 0; turn < 4; ++turn) {
+    const json next = {{"input", "And then?"}, {"max_output_tokens", 3}, {"previous_response_id", id}};
+    rep = test::http_request(port, "POST", "/v1/responses", next.dump());
+    ASSERT_EQ(rep.status, 200) << "turn " << turn << ": " << rep.body;
+    EXPECT_EQ(test::http_request(port, "GET", "/v1/responses/" + id).status, 200) << "turn " << turn;
+    id = json::parse(rep.body)["id"];
+  }
+  EXPECT_EQ(test::http_request(port, "DELETE", "/v1/responses/" + id).status, 200);
+  rep = test::http_request(port, "GET", "/v1/responses/" + id);
+  EXPECT_EQ(rep.status, 404) << rep.body;
+  EXPECT_EQ(json::parse(rep.body)["error"]["code"], "response_not_found") << rep.body;
+  // What the router cannot route right it says so, not "no route".
+  rep = test::http_request(port, "POST", "/admin/tenants/t1/revoke");
+  EXPECT_EQ(rep.status, 404);
+  EXPECT_EQ(json::parse(rep.body)["error"]["code"], "not_routed") << rep.body;
+}
+
 // /health is a readiness answer: "ok" only when a request can be served.
 // In prefill/decode mode two workers up are not enough; without a usable
 // pair (here: plain workers, which have no KV address) or without a prefill

@@ -1,66 +1,21 @@
-#include "router/router_server.h"
+#include "router/router_impl.h"
 
-#include <utility>  // std::exchange, used by Boost.Asio 1.74 headers under C++20
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <chrono>
-#include <limits>
-#include <cstdio>
-#include <nlohmann/json.hpp>
-#include <vector>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <sys/socket.h>
+#include <vector>
 
 #include "router/pd_choice.h"
-#include "router/router_dashboard.h"
-#include "sched/clock.h"
-#include "server/dashboard_hub.h"
 #include "server/dashboard_page.h"
-#include "server/http_response.h"
-#include "server/openai_codec.h"
 #include "server/sse_stream.h"
 #include "server/tcp_listen.h"
 
 namespace kvs::router {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
-
 namespace {
-
-constexpr std::string_view kServer = "kvserve-router";
-
-// retry_after / allow: the Retry-After and Allow headers (a 429 / 503, a 405).
-std::string respond(int status, const std::string& type, const std::string& body, bool keep_alive,
-                    const std::string& retry_after = "", const std::string& allow = "") {
-  server::HttpResponse r{status, type, body, {}};
-  if (!retry_after.empty()) r.headers.emplace_back("Retry-After", retry_after);
-  if (!allow.empty()) r.headers.emplace_back("Allow", allow);
-  return server::full_response(r, kServer, keep_alive);
-}
-
-std::string error_json(const std::string& type, const std::string& code, const std::string& msg) {
-  server::ApiError e;
-  e.type = type;
-  e.code = code;
-  e.message = msg;
-  return server::error_body(e);
-}
-
-// What one forwarding attempt came to.
-struct Relay {
-  int status = 0;
-  bool failover = false;      // nothing reached the client; the worker failed before its first byte
-  bool sent = false;          // the client has the response (or its start)
-  bool client_gone = false;
-  std::string error;          // why the worker failed
-  std::string body, content_type = "application/json", retry_after;  // a held (unsent) answer
-  int64_t cached_tokens = -1; // usage.prompt_tokens_details.cached_tokens seen in the answer
-  bool counted = false;       // in kvserve_router_requests_total already
-};
 
 // The last "cached_tokens": N in `text`, or -1.
 int64_t scan_cached(const std::string& text) {
@@ -75,24 +30,6 @@ int64_t scan_cached(const std::string& text) {
   return any ? v : -1;
 }
 
-// Runs one asynchronous operation to completion on `ioc`. Sync Asio calls
-// ignore a stream's expiry; async ones end at the deadline with
-// beast::error::timeout, so every socket step here goes through this.
-template <class Start>
-beast::error_code await(net::io_context& ioc, Start&& start) {
-  beast::error_code out = net::error::operation_aborted;
-  start([&out](beast::error_code ec, auto&&...) { out = ec; });
-  ioc.restart();
-  ioc.run();
-  return out;
-}
-
-// One client connection: its own io_context, run by its thread.
-struct Conn {
-  net::io_context ioc;
-  beast::tcp_stream stream{ioc};
-};
-
 // 502 for a prefill/decode leg whose worker failed before answering.
 std::string leg_failed(const std::string& which, const Relay& r, bool keep_alive) {
   return respond(502, "application/json",
@@ -106,77 +43,6 @@ bool is_completion(const std::string& path) {
 }
 
 }  // namespace
-
-struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
-  WorkerSet& workers;
-  PrefixIndex& index;
-  EventListener& events;
-  const RequestHasher& hasher;
-  RouterOptions opts;
-  net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  std::thread accept_thread;
-  std::atomic<bool> stopping{false};
-  std::atomic<int> connections{0};
-  std::atomic<uint64_t> turn{0};
-  // One snapshot per second for every open dashboard stream.
-  RouterDashboard dash{workers};
-  server::DashboardHub hub{[this] { return dash.sample(sched::steady_now()); }};
-
-  mutable std::mutex mu;  // the counters below
-  std::map<std::pair<int, int>, int64_t> routed;  // (worker, status) -> requests
-  int64_t retries = 0, midstream_errors = 0, no_worker = 0, saturated = 0, predicted_tokens = 0, actual_tokens = 0;
-  int64_t rejected_connections = 0;
-
-  Impl(WorkerSet& w, PrefixIndex& i, EventListener& e, const RequestHasher& h, RouterOptions o)
-      : workers(w), index(i), events(e), hasher(h), opts(std::move(o)) {}
-
-  void accept_loop();
-  void serve(tcp::socket sock);
-  // Handles one request; false when the connection must close.
-  bool handle(Conn& client, http::request<http::string_body>& req);
-  bool proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
-  // GET /health: 200 "ok" when a request can be served now (a worker up; in
-  // P/D mode a usable prefill/decode pair), else 503 with the reason.
-  bool health(Conn& client, bool keep_alive);
-  // 503 naming why each worker could not take the request (`reasons`: the
-  // ones tried; the untried ones are down).
-  bool answer_no_worker(Conn& client, const std::vector<bool>& tried, std::string reasons, bool keep_alive);
-  // forward == false: the answer is read into the Relay, never sent (the
-  // prefill leg of a P/D request).
-  Relay relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
-  // Once per relay, in the totals by status (0: failed over).
-  void count_routed(int w, Relay& r);
-  // relay() counted: in flight on worker w meanwhile, then in the totals by
-  // status; a worker that failed before its first byte is marked down.
-  Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
-  bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
-  // Connects to worker w and sends the request; false (r.failover set) on failure.
-  bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
-  void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
-                   http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
-  // The next piece of a relayed body into tmp (at most n bytes, under the
-  // read deadline): whatever the worker has sent so far, not a full buffer,
-  // so each SSE event goes on as it comes. How many bytes came; `ec` is set
-  // when the read failed.
-  size_t read_piece(Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
-                    http::response_parser<http::buffer_body>& p, char* tmp, size_t n, beast::error_code& ec) {
-    p.get().body().data = tmp;
-    p.get().body().size = n;
-    up.expires_after(sched::seconds_ms(opts.read_timeout_s));
-    ec = await(client.ioc, [&](auto h) { http::async_read_some(up, buf, p, h); });
-    if (ec == http::error::need_buffer) ec = {};
-    return n - p.get().body().size;
-  }
-  std::string metrics() const;
-  // GET /dashboard/events: the latest snapshot, then one per second, until
-  // the client or the router goes away.
-  bool dashboard_events(Conn& client);
-  bool write(Conn& client, const std::string& bytes) {
-    client.stream.expires_after(sched::seconds_ms(opts.client_timeout_s));
-    return !await(client.ioc, [&](auto h) { net::async_write(client.stream, net::buffer(bytes), h); });
-  }
-};
 
 void RouterServer::Impl::accept_loop() {
   while (!stopping) {
@@ -261,16 +127,19 @@ bool RouterServer::Impl::handle(Conn& client, http::request<http::string_body>& 
                                    error_json("invalid_request_error", "method_not_allowed", "use POST"), keep, "",
                                    "POST"));
     if (!opts.prefill_workers.empty()) return proxy_pd(client, req, keep);
-    return proxy(client, req, keep);
+    return proxy(client, req, keep, true);
   }
-  if (path == "/v1/models" || path == "/models") return proxy(client, req, keep);
+  if (path == "/v1/models" || path == "/models") return proxy(client, req, keep, false);
+  if (const std::optional<bool> done = other_route(client, req, path, keep)) return *done;
   if (path == "/dashboard" && req.method() == http::verb::get)
     return write(client, respond(200, "text/html; charset=utf-8", server::dashboard_html(), keep));
   if (path == "/dashboard/snapshot" && req.method() == http::verb::get)
     return write(client, respond(200, "application/json", hub.latest(), keep));
   if (path == "/dashboard/events" && req.method() == http::verb::get) return dashboard_events(client);
   return write(client, respond(404, "application/json",
-                               error_json("not_found_error", "not_found", "no route for " + path), keep));
+                               error_json("not_found_error", "not_found",
+                                          "no route for " + std::string(req.method_string()) + " " + path),
+                               keep));
 }
 
 // Ready only when a request could be served now: a readiness probe that
@@ -295,10 +164,9 @@ bool RouterServer::Impl::health(Conn& client, bool keep_alive) {
   return write(client, respond(ok ? 200 : 503, "application/json", j.dump(), keep_alive));
 }
 
-bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req,
-                               bool keep_alive) {
+bool RouterServer::Impl::proxy(Conn& client, const http::request<http::string_body>& req, bool keep_alive,
+                               bool completion) {
   const std::string target(req.target());
-  const bool completion = req.method() == http::verb::post;
   const PromptHashes ph = completion ? hasher.hash(target, req.body(), std::string(req[http::field::authorization]))
                                      : PromptHashes{};
   const int n = workers.size();
