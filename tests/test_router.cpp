@@ -484,6 +484,36 @@ TEST(Router, LargeHeadersAreAcceptedAsTheWorkerAcceptsThem) {
   }
 }
 
+// A prefill worker's --decode-peer and a decode worker's --kv-listen spelt
+// differently (a host name and its address) are one peer: the router pairs
+// them by address and sends the prefill worker its own spelling. It
+// compared the strings, so every request was 503 although the prefill
+// worker ships to that decode worker fine.
+TEST(Router, PrefillDecodePairsByAddressNotBySpelling) {
+  REQUIRE_SHARED();
+  const int dec_http = test::free_port(), ucx = test::free_port(), pre_http = test::free_port();
+  auto serve = [](int http, std::vector<std::string> extra, const std::string& ready) {
+    std::vector<std::string> a = {"serve", "-m", stories(), "--port", std::to_string(http), "--threads", "1",
+                                  "--cache-secret-file", secret_file()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return std::make_unique<KvsProcess>(a, ready);
+  };
+  auto dec = serve(dec_http, {"--role", "decode", "--kv-listen", "127.0.0.1:" + std::to_string(ucx)},
+                   "kvserve: role decode");
+  auto pre = serve(pre_http, {"--role", "prefill", "--decode-peer", "localhost:" + std::to_string(ucx)},
+                   "kvserve: role prefill");
+  KvsProcess router({"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(), "--health-interval",
+                     "0.2", "--startup-timeout", "20", "--prefill-worker",
+                     "http://127.0.0.1:" + std::to_string(pre_http), "--decode-worker",
+                     "http://127.0.0.1:" + std::to_string(dec_http)},
+                    "kvserve router: listening on", 30);
+  ASSERT_TRUE(eventually([&] { return test::http_request(router.port(), "GET", "/health").status == 200; }, 10))
+      << test::http_request(router.port(), "GET", "/health").body;
+  const auto rep = complete(router.port(), prefix(0), 4);
+  EXPECT_EQ(rep.status, 200) << rep.body;
+  EXPECT_GT(test::metric_value(dec_http, "kvserve_kv_transfer_bytes_total{role=\"decode\"}"), 0);
+}
+
 // Both workers admit one request and let none wait (--max-queue 0). While
 // a client keeps each of them busy, a request through the router is tried
 // on one worker, then the other, and answered 429 with a Retry-After (never

@@ -4,6 +4,7 @@
 // (same tenant keys, same secret, same model identity).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "events/kv_event_codec.h"
 #include "kv/kv_manager.h"
 #include "router/pd_choice.h"
+#include "router/peer_address.h"
 #include "router/policy.h"
 #include "router/prefix_index.h"
 #include "router/request_hasher.h"
@@ -197,4 +199,26 @@ TEST(RouterPdChoice, OnlyDecodeWorkersThePrefillWorkerListsAndWhyNone) {
   // A decode worker that has not said where its KV goes is not usable.
   v = {up(0, "", {"127.0.0.1:9002"}), up(0, "", {}), up(0, "")};
   EXPECT_FALSE(choose_pd(v, {0}, {2}, 0, &why));
+}
+
+// --decode-peer localhost:P and --kv-listen 127.0.0.1:P are one peer: paired
+// by what they resolve to, and the prefill worker is sent its own spelling
+// (it checks kv_decode_peer against its list). Unresolvable spellings that
+// differ never pair, and the reason names both.
+TEST(RouterPdChoice, PairsByResolvedAddressAndNamesTheStringsWhenNone) {
+  const std::vector<std::string> lo = resolve_peer("localhost:9002");
+  ASSERT_NE(std::find(lo.begin(), lo.end(), "127.0.0.1:9002"), lo.end());
+  EXPECT_TRUE(resolve_peer("no-port").empty());
+  std::vector<WorkerView> v = {up(0, "", {"localhost:9002"}), up(0, "127.0.0.1:9002")};
+  v[0].decode_peer_addrs = {lo};
+  v[1].kv_listen_addrs = resolve_peer("127.0.0.1:9002");
+  const auto c = choose_pd(v, {0}, {1}, 0);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->decode_kv, "localhost:9002");
+  v[0].decode_peers = {"other.invalid:9002"};
+  v[0].decode_peer_addrs = {resolve_peer("other.invalid:9002")};
+  std::string why;
+  EXPECT_FALSE(choose_pd(v, {0}, {1}, 0, &why));
+  EXPECT_NE(why.find("other.invalid:9002"), std::string::npos) << why;
+  EXPECT_NE(why.find("127.0.0.1:9002"), std::string::npos) << why;
 }

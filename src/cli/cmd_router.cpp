@@ -15,6 +15,7 @@
 #include "model/vocab_fingerprint.h"
 #include "model/vocab_loaders.h"
 #include "router/event_listener.h"
+#include "router/pd_choice.h"
 #include "router/prefix_index.h"
 #include "router/request_hasher.h"
 #include "router/router_server.h"
@@ -103,6 +104,12 @@ int run_router(const RouterArgs& a) {
   ro.read_timeout_s = a.read_timeout_s;
   ro.prefill_workers = prefill;
   ro.decode_workers = decode;
+  if (!prefill.empty()) {
+    // Said at once: otherwise the first sign is every request's 503.
+    std::string why;
+    if (!router::choose_pd(workers.snapshot(), prefill, decode, 0, &why))
+      std::fprintf(stderr, "kvserve router: warning: no prefill/decode pair can serve yet: %s\n", why.c_str());
+  }
   router::RouterServer srv(workers, index, listener, hasher, ro);
   srv.start();
   int up = 0;

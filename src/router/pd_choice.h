@@ -1,7 +1,8 @@
 // Disaggregated serving: which prefill worker and which decode worker serve
 // one request. Any prefill worker may hand to any decode worker whose KV
 // address (from its /health) is among the prefill worker's decode peers
-// (from its /health, i.e. its --decode-peer flags); of those pairs, both
+// (from its /health, i.e. its --decode-peer flags), spelt alike or
+// resolving to a common address (router/peer_address.h); of those pairs, both
 // up, the one with the least load (the prefill worker's plus the decode
 // worker's) wins, ties rotating with `turn`.
 #pragma once
@@ -17,7 +18,7 @@ namespace kvs::router {
 
 struct PdChoice {
   int prefill = -1, decode = -1;  // indices into the WorkerSet
-  std::string decode_kv;          // the decode worker's KV address, for ?kv_decode_peer=
+  std::string decode_kv;          // the prefill worker's --decode-peer entry for it, for ?kv_decode_peer=
 };
 
 // `prefill` and `decode`: worker indices of each role. Empty when no pair

@@ -1,6 +1,7 @@
 #include "router/workers.h"
 
 #include "kv/prefix_chain.h"
+#include "router/peer_address.h"
 
 #include <chrono>
 #include <cstdio>
@@ -160,6 +161,7 @@ void WorkerSet::accept_first(const std::vector<std::optional<ModelInfo>>& got, s
     throw std::runtime_error(msg);
   }
   for (size_t i = 0; i < specs_.size(); ++i) {
+    State roles = got[i] && why[i].empty() ? roles_of(int(i), *got[i]) : State{};
     std::lock_guard lk(mu_);
     if (!got[i] || !why[i].empty()) {
       st_[i].down_reason = why[i];
@@ -172,7 +174,7 @@ void WorkerSet::accept_first(const std::vector<std::optional<ModelInfo>>& got, s
                                specs_[*first].url + ", serves it)");
     st_[i].up = true;
     st_[i].down_reason.clear();
-    set_roles(st_[i], int(i), *got[i]);
+    set_roles(st_[i], std::move(roles));
   }
 }
 
@@ -219,6 +221,7 @@ void WorkerSet::check(int i) {
   if (const std::string r = refusal(*m); !r.empty()) return set_up(i, false, r);
   std::string err;
   const auto metrics = http_get(specs_[size_t(i)].http, "/metrics", 2.0, &err);
+  State roles = roles_of(i, *m);
   {
     std::lock_guard lk(mu_);
     if (metrics && metrics->status == 200) {
@@ -230,12 +233,13 @@ void WorkerSet::check(int i) {
       s.kv_used = sample(metrics->body, "kvserve_kv_blocks_used");
       s.kv_cached = sample(metrics->body, "kvserve_kv_blocks_cached");
     }
-    set_roles(st_[size_t(i)], i, *m);
+    set_roles(st_[size_t(i)], std::move(roles));
   }
   set_up(i, true, "");
 }
 
-void WorkerSet::set_roles(State& s, int i, const ModelInfo& m) {
+WorkerSet::State WorkerSet::roles_of(int i, const ModelInfo& m) const {
+  State s;
   s.kv_listen = m.kv_listen;
   s.decode_peers = m.decode_peers;
   // A decode worker listening on every address is reached at the host its
@@ -246,6 +250,16 @@ void WorkerSet::set_roles(State& s, int i, const ModelInfo& m) {
     if (host == "0.0.0.0" || host == "::" || host == "[::]")
       s.kv_listen = specs_[size_t(i)].http.host + s.kv_listen.substr(colon);
   }
+  if (!s.kv_listen.empty()) s.kv_listen_addrs = resolve_peer(s.kv_listen);
+  for (const std::string& p : s.decode_peers) s.decode_peer_addrs.push_back(resolve_peer(p));
+  return s;
+}
+
+void WorkerSet::set_roles(State& s, State roles) {
+  s.kv_listen = std::move(roles.kv_listen);
+  s.decode_peers = std::move(roles.decode_peers);
+  s.kv_listen_addrs = std::move(roles.kv_listen_addrs);
+  s.decode_peer_addrs = std::move(roles.decode_peer_addrs);
 }
 
 void WorkerSet::set_up(int i, bool up, const std::string& reason) {
@@ -275,7 +289,8 @@ std::vector<WorkerView> WorkerSet::snapshot() const {
   std::vector<WorkerView> v;
   for (const State& s : st_)
     v.push_back({s.up, s.waiting + s.running + double(s.inflight), s.inflight, s.down_reason, s.waiting, s.running,
-                 s.kv_total, s.kv_free, s.kv_used, s.kv_cached, s.kv_listen, s.decode_peers});
+                 s.kv_total, s.kv_free, s.kv_used, s.kv_cached, s.kv_listen, s.decode_peers, s.kv_listen_addrs,
+                 s.decode_peer_addrs});
   return v;
 }
 

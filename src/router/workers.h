@@ -52,6 +52,10 @@ struct WorkerView {
   double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;  // blocks, its last /metrics
   std::string kv_listen;                  // its last /health (decode workers)
   std::vector<std::string> decode_peers;  // its last /health (prefill workers)
+  // What they resolve to (router/peer_address.h), for pairing by address;
+  // empty: compare the strings only.
+  std::vector<std::string> kv_listen_addrs;
+  std::vector<std::vector<std::string>> decode_peer_addrs;  // one per decode_peers entry
 };
 
 class WorkerSet {
@@ -93,9 +97,13 @@ class WorkerSet {
     int64_t inflight = 0;
     std::string kv_listen;
     std::vector<std::string> decode_peers;
+    std::vector<std::string> kv_listen_addrs;
+    std::vector<std::vector<std::string>> decode_peer_addrs;
   };
-  // Keeps what /health said about worker i's disaggregated role (under mu_).
-  void set_roles(State& s, int i, const ModelInfo& m);
+  // What /health said about worker i's disaggregated role, its addresses
+  // resolved: called without mu_ (name lookups block), then kept under it.
+  State roles_of(int i, const ModelInfo& m) const;
+  static void set_roles(State& s, State roles);
   // probe_all's end: the model of the first acceptable worker in `got`;
   // the others are up, or down with their reason in `why` (logged).
   void accept_first(const std::vector<std::optional<ModelInfo>>& got, std::vector<std::string>& why);
