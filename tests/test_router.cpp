@@ -353,6 +353,33 @@ TEST(Router, FailoverAfterKillAndRecovery) {
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
 }
 
+// A worker frozen (SIGSTOP) after taking a request: once the health check
+// marks it down (about 2 s: its /health times out), the request, which has
+// no byte of its answer yet, goes to the other worker. It waited for the
+// 600 s read timeout.
+TEST(Router, ARequestOnAFrozenWorkerFailsOverWhenItIsMarkedDown) {
+  REQUIRE_SHARED();
+  TwoWorkers c({}, {"--policy", "round-robin"});
+  const int port = c.port;
+  ASSERT_EQ(complete(port, "Once upon a time", 2).status, 200);
+  kill(c.w0.p->pid(), SIGSTOP);
+  // Round-robin: one of two requests sent at once goes to the frozen worker.
+  std::vector<test::HttpReply> reps(2);
+  std::vector<std::thread> ts;
+  const double t0 = sched::steady_now();
+  for (int i = 0; i < 2; ++i)
+    ts.emplace_back([&, i] {
+      const json body = {{"prompt", "Frozen " + std::to_string(i)}, {"max_tokens", 2}};
+      reps[size_t(i)] = test::http_request(port, "POST", "/v1/completions", body.dump(), {}, 20);
+    });
+  for (auto& t : ts) t.join();
+  const double took = sched::steady_now() - t0;
+  kill(c.w0.p->pid(), SIGCONT);
+  for (const auto& r : reps) EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_LT(took, 10);
+  EXPECT_GE(test::metric_value(port, "kvserve_router_retries_total"), 1);
+}
+
 TEST(Router, AllWorkersDownIs503WithReasons) {
   REQUIRE_SHARED();
   TwoWorkers c;

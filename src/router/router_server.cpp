@@ -379,11 +379,29 @@ void watch_client(Conn& client, beast::tcp_stream& up, bool& left) {
   });
 }
 
+// Until cancelled: every 100 ms, whether worker w went down since the
+// request went out (`downs`: its count then); if so `marked` is set and
+// `up` closed, which ends the wait for the answer's head. A frozen worker
+// (SIGSTOP, swap storm) never answers, the read deadline is minutes, and
+// the health checker notices it within seconds.
+void watch_worker(const WorkerSet& workers, int w, uint64_t downs, net::steady_timer& t, beast::tcp_stream& up,
+                  bool& marked) {
+  t.expires_after(std::chrono::milliseconds(100));
+  t.async_wait([&workers, w, downs, &t, &up, &marked](beast::error_code ec) {
+    if (ec) return;
+    if (workers.downs(w) == downs) return watch_worker(workers, w, downs, t, up, marked);
+    marked = true;
+    beast::error_code ignored;
+    up.socket().close(ignored);
+  });
+}
+
 }  // namespace
 
 Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
                                 bool forward) {
   Relay r;
+  const uint64_t downs = workers.downs(w);
   beast::tcp_stream up(client.ioc);
   if (!send_upstream(w, in, client, up, r)) return r;
   beast::flat_buffer buf;
@@ -394,17 +412,26 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   // The worker may not answer for long (a prefill leg answers after the
   // whole prompt). A client that hangs up meanwhile closes the worker's
   // connection, so the worker cancels the request too.
-  bool client_left = false;
+  bool client_left = false, marked_down = false;
   watch_client(client, up, client_left);
+  net::steady_timer poll(client.ioc);
+  watch_worker(workers, w, downs, poll, up, marked_down);
   beast::error_code ec = await(client.ioc, [&](auto h) {
-    http::async_read_header(up, buf, p, [&client, h](beast::error_code e, size_t n) mutable {
+    http::async_read_header(up, buf, p, [&client, &poll, h](beast::error_code e, size_t n) mutable {
       beast::error_code ignored;
-      client.stream.socket().cancel(ignored);  // ends the watch
+      client.stream.socket().cancel(ignored);  // ends the watches
+      poll.cancel();
       h(e, n);
     });
   });
   if (client_left) {
     r.client_gone = true;
+    return r;
+  }
+  if (marked_down) {
+    // Nothing reached the client: another worker can take it.
+    r.failover = true;
+    r.error = "marked down before answering: " + workers.snapshot()[size_t(w)].down_reason;
     return r;
   }
   if (ec) {

@@ -8,7 +8,9 @@
 // request is forwarded. Failover:
 //   - a worker that refuses, resets or closes before the first response
 //     byte is marked down and the request goes to another worker, at most
-//     once more; a 429 from one worker is also tried once elsewhere;
+//     once more; a 429 from one worker is also tried once elsewhere; so is
+//     a request still awaiting its answer's head when the health checker
+//     marks its worker down (a frozen worker never answers);
 //   - a stream cut after its first byte ends with an error event (type
 //     server_error, code worker_failed) and data: [DONE], never silently;
 //   - with no worker up: 503 naming each worker's reason; when every worker

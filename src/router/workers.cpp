@@ -271,6 +271,7 @@ void WorkerSet::set_up(int i, bool up, const std::string& reason) {
     // A worker that stays down for another reason (it came up serving
     // another model, say) says so once: an operator sees why it gets nothing.
     new_reason = !up && s.down_reason != reason;
+    if (changed && !up) ++s.downs;
     s.up = up;
     s.down_reason = reason;
   }
@@ -283,6 +284,11 @@ void WorkerSet::set_up(int i, bool up, const std::string& reason) {
 }
 
 void WorkerSet::mark_down(int i, const std::string& reason) { set_up(i, false, reason); }
+
+uint64_t WorkerSet::downs(int i) const {
+  std::lock_guard lk(mu_);
+  return st_[size_t(i)].downs;
+}
 
 std::vector<WorkerView> WorkerSet::snapshot() const {
   std::lock_guard lk(mu_);

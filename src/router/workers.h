@@ -82,6 +82,9 @@ class WorkerSet {
   int size() const { return int(specs_.size()); }
   const WorkerSpec& spec(int i) const { return specs_[size_t(i)]; }
   void mark_down(int i, const std::string& reason);
+  // How often worker i went down so far: a request that sees it change
+  // while awaiting the answer's head fails over (router_server.cpp).
+  uint64_t downs(int i) const;
   std::vector<WorkerView> snapshot() const;
   void begin_request(int i);
   void end_request(int i);
@@ -95,6 +98,7 @@ class WorkerSet {
     double waiting = 0, running = 0;
     double kv_total = 0, kv_free = 0, kv_used = 0, kv_cached = 0;
     int64_t inflight = 0;
+    uint64_t downs = 0;
     std::string kv_listen;
     std::vector<std::string> decode_peers;
     std::vector<std::string> kv_listen_addrs;
