@@ -1,10 +1,14 @@
 // `kvserve router` in front of two real `kvserve serve` workers (stories260K)
 // on 127.0.0.1 free ports: cache-aware placement (also over CURVE, and wrong
-// CURVE keys that get no events), a worker of another model
-// refused at start, failover after kill -9 and recovery, all workers down,
-// all workers saturated (429 with Retry-After),
-// a stalled stream ended with an error event and [DONE], a client leaving
-// mid-stream, and malformed, replayed or missing KV-event streams.
+// CURVE keys that get no events), a worker of another model or of another
+// vocabulary than the router's -m refused (at start, or later with the
+// reason logged), start with the first usable worker, failover after
+// kill -9 and recovery and off a frozen worker, all workers down, /health
+// in P/D mode without a pair, P/D pairing by address, large headers, the
+// workers' other routes (token tools, Responses API), all workers saturated
+// (429 with Retry-After), a stalled stream ended with an error event and
+// [DONE], a client leaving mid-stream, and malformed, replayed or missing
+// KV-event streams.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <arpa/inet.h>
