@@ -39,6 +39,15 @@ struct RouterArgs {
   double read_timeout_s = 600;
 };
 
+// Said at start: otherwise the first sign of an unusable pairing is every
+// request's 503.
+void warn_without_pair(const router::WorkerSet& workers, const std::vector<int>& prefill,
+                       const std::vector<int>& decode) {
+  std::string why;
+  if (!router::choose_pd(workers.snapshot(), prefill, decode, 0, &why))
+    std::fprintf(stderr, "kvserve router: warning: no prefill/decode pair can serve yet: %s\n", why.c_str());
+}
+
 int run_router(const RouterArgs& a) {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -104,12 +113,7 @@ int run_router(const RouterArgs& a) {
   ro.read_timeout_s = a.read_timeout_s;
   ro.prefill_workers = prefill;
   ro.decode_workers = decode;
-  if (!prefill.empty()) {
-    // Said at once: otherwise the first sign is every request's 503.
-    std::string why;
-    if (!router::choose_pd(workers.snapshot(), prefill, decode, 0, &why))
-      std::fprintf(stderr, "kvserve router: warning: no prefill/decode pair can serve yet: %s\n", why.c_str());
-  }
+  if (!prefill.empty()) warn_without_pair(workers, prefill, decode);
   router::RouterServer srv(workers, index, listener, hasher, ro);
   srv.start();
   int up = 0;
