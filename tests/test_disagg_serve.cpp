@@ -205,6 +205,13 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   ASSERT_EQ(st.status, 200);
   EXPECT_EQ(stream_text(st.body), text_of(complete(bp, request(story(3), 16))));
   EXPECT_NE(st.body.find("data: [DONE]"), std::string::npos);
+  // Logprobs cannot cross the hand-over whole: a 400 naming the field, not
+  // a list without the first token (audit 9 H4).
+  json lp = request(story(4), 4, 0);
+  lp["logprobs"] = 1;
+  const test::HttpReply refused = complete(rp, lp);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("\"param\":\"logprobs\""), std::string::npos) << refused.body;
 
   const double sent = test::metric_value(pf.http, "kvserve_kv_transfer_blocks_total{role=\"prefill\"}");
   EXPECT_GT(sent, 0);

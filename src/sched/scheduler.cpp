@@ -94,6 +94,12 @@ Scheduler::FieldError Scheduler::invalid_fields(const Request& req) const {
   if (req.n < 1 || req.n > cfg_.max_seqs) return {"n must be between 1 and " + std::to_string(cfg_.max_seqs), "n"};
   if ((req.hand_off || req.handover) && req.prompt_logprobs)
     return {"prompt logprobs (echo with logprobs) are not computed across a KV hand-over", "echo"};
+  // The first token is sampled on the prefill side and only its id crosses:
+  // a decode worker's logprobs would lack it, and every offset with it.
+  if ((req.hand_off || req.handover) && req.logprobs)
+    return {"logprobs are not carried across a prefill/decode hand-over (the first token's would be missing); "
+            "send the request to a worker that serves both roles",
+            "logprobs"};
   if ((req.hand_off || req.handover) && req.n != 1)
     return {"a request handed between prefill and decode workers must have n = 1", "n"};
   if (req.handover)
