@@ -4,7 +4,7 @@ namespace kvs::server {
 
 ChatInputs chat_inputs(const ParsedRequest& p) {
   ChatInputs in;
-  in.messages = template_messages(p.chat_messages);
+  in.messages = p.chat_messages;  // the template adapts them (ChatTemplate)
   if (p.tools.active()) in.tools = p.tools.tools;
   in.extra = p.chat_template_kwargs;
   return in;

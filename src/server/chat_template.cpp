@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "jinja/template.h"
+#include "server/tool_request.h"
 #include "tokenizer/vocab.h"
 
 namespace kvs::server {
@@ -29,6 +30,35 @@ std::optional<std::string> token_text(const Vocab& v, int id) {
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+bool has_tool_calls(const ordered_json& m) {
+  const auto it = m.find("tool_calls");
+  return it != m.end() && it->is_array() && !it->empty();
+}
+
+// How often a rendering says None or null: a template printing a null content.
+size_t none_words(const std::string& s) {
+  size_t n = 0;
+  for (const char* w : {"None", "null"})
+    for (size_t at = s.find(w); at != std::string::npos; at = s.find(w, at + 1)) ++n;
+  return n;
+}
+
+// A question, an assistant turn that only calls a tool (null content,
+// arguments as the client's JSON string), and the tool's answer.
+ChatInputs tool_call_probe(const std::string& fn) {
+  ChatInputs in;
+  const ordered_json call = {{"id", "call00001"},
+                             {"type", "function"},
+                             {"function", {{"name", fn}, {"arguments", "{\"a\": 1}"}}}};
+  in.messages = ordered_json::array({{{"role", "user"}, {"content", "Question?"}},
+                                     {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}},
+                                     {{"role", "tool"}, {"tool_call_id", "call00001"}, {"content", "Answer."}}});
+  const ordered_json params = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  in.tools = ordered_json::array(
+      {{{"type", "function"}, {"function", {{"name", fn}, {"description", "Probe."}, {"parameters", params}}}}});
+  return in;
 }
 
 std::string read_text_file(const std::string& path) {
@@ -95,7 +125,36 @@ ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& n
   const bool str = shows(kProbe), parts = shows(ordered_json::array({{{"type", "text"}, {"text", kProbe}}}));
   t.takes_string_ = str || !parts;
   t.takes_parts_ = parts;
+  t.probe_tool_call_turns();
   return t;
+}
+
+void ChatTemplate::probe_tool_call_turns() {
+  static const std::string kFn = "kvserve_probe_fn";
+  const ChatInputs in = tool_call_probe(kFn);
+  auto render_as = [&](bool keep_null, bool string_args) -> std::optional<std::string> {
+    null_with_calls_ = keep_null;
+    string_arguments_ = string_args;
+    try {
+      return render_raw(in);
+    } catch (const ChatTemplateError&) {
+      return std::nullopt;
+    }
+  };
+  const auto fallback = render_as(false, false);  // empty text, object arguments: what vLLM passes
+  const auto null_obj = render_as(true, false), null_str = render_as(true, true);
+  auto clean = [&](const std::optional<std::string>& r) {
+    return r && none_words(*r) <= (fallback ? none_words(*fallback) : 0);
+  };
+  auto shows_call = [&](const std::optional<std::string>& r) { return r && r->find(kFn) != std::string::npos; };
+  null_with_calls_ = string_arguments_ = false;
+  if (clean(null_obj)) {
+    null_with_calls_ = true;
+  } else if (clean(null_str) && shows_call(null_str) && !shows_call(fallback)) {
+    // DeepSeek-R1-Distill-Llama: it renders the call only for a null
+    // content and concatenates the arguments as text.
+    null_with_calls_ = string_arguments_ = true;
+  }
 }
 
 ChatTemplate ChatTemplate::choose(const std::string& option, const Vocab& vocab, std::string* note) {
@@ -145,15 +204,16 @@ ChatTemplate ChatTemplate::choose(const std::string& option, const Vocab& vocab,
 ordered_json ChatTemplate::adapt_messages(const ordered_json& messages) const {
   // Content in the form the template reads: text parts joined into a string
   // for a template that only prints strings, a string made one text part for
-  // one that only reads parts, null as empty.
-  ordered_json out = messages;
+  // one that only reads parts, null as the probes found (above).
+  ordered_json out = string_arguments_ ? messages : template_messages(messages);
   for (auto& m : out) {
     if (!m.is_object() || !m.contains("content")) continue;
     ordered_json& c = m["content"];
-    // A null content (an assistant turn that only calls tools) is empty
-    // text, as vLLM and llama.cpp hand it over: templates test it with `in`.
-    if (c.is_null()) c = takes_string_ ? ordered_json("") : ordered_json::array();
-    else if (c.is_array() && !takes_parts_) c = parts_text(c);
+    // Elsewhere null is empty text, as vLLM and llama.cpp hand it over:
+    // templates test it with `in`, or would print "None".
+    if (c.is_null()) {
+      if (!(null_with_calls_ && has_tool_calls(m))) c = takes_string_ ? ordered_json("") : ordered_json::array();
+    } else if (c.is_array() && !takes_parts_) c = parts_text(c);
     else if (c.is_string() && !takes_string_) c = ordered_json::array({{{"type", "text"}, {"text", c}}});
   }
   return out;

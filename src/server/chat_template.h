@@ -83,6 +83,7 @@ class ChatTemplate {
   ChatTemplate() = default;
   nlohmann::ordered_json variables(const ChatInputs& in) const;
   nlohmann::ordered_json adapt_messages(const nlohmann::ordered_json& messages) const;
+  void probe_tool_call_turns();
 
   std::optional<ChatFamily> family_;
   std::shared_ptr<const jinja::Template> jinja_;
@@ -93,6 +94,12 @@ class ChatTemplate {
   // What the template does with message content, found by rendering probes:
   // it prints a string, and/or it reads [{"type": "text", ...}] parts.
   bool takes_string_ = true, takes_parts_ = false;
+  // How an assistant turn with tool_calls and a null content reaches the
+  // template, also found by probes: null as Hugging Face passes it (many
+  // templates test `content is none` to render the calls), unless the
+  // template fails on null or prints it; arguments as objects (as vLLM
+  // passes them) unless only the client's JSON string lets the call render.
+  bool null_with_calls_ = false, string_arguments_ = false;
 };
 
 // Messages as the hand-written families take them: role and text only
