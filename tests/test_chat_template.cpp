@@ -122,9 +122,11 @@ TEST(ChatTemplate, RenderErrorsNameTheLineAndTellRaiseFromBugs) {
 TEST(ChatTemplate, ContentArrivesInTheFormTheTemplateReads) {
   const kvs::Vocab v = vocab_with("");
   const ordered_json parts = ordered_json::array({{{"type", "text"}, {"text", "A"}}, {{"type", "text"}, {"text", "B"}}});
-  // A template that prints strings gets text parts joined.
+  // A template that prints strings gets text parts joined, one line each
+  // (as vLLM joins them; glued, "A" "B" read "AB"), as do the hand-written ones.
   const ChatTemplate strings = ChatTemplate::jinja("{{ messages[0].content }}", "t", v);
-  EXPECT_EQ(strings.render(user_says(parts)), "AB");
+  EXPECT_EQ(strings.render(user_says(parts)), "A\nB");
+  EXPECT_EQ(ChatTemplate::fixed(ChatFamily::Plain).render(user_says(parts)), "user: A\nB\nassistant:");
   // One that only reads parts gets a string as one text part.
   const ChatTemplate reads_parts =
       ChatTemplate::jinja("{% for p in messages[0].content %}<{{ p.text }}>{% endfor %}", "t", v);

@@ -14,11 +14,18 @@ using nlohmann::ordered_json;
 
 namespace {
 
-// Concatenated text of OpenAI text parts; other parts are left out.
+// The text of OpenAI text parts, one line each as vLLM joins them (glued
+// together, "part one" "part two" would read "part onepart two"); other
+// parts are left out.
 std::string parts_text(const ordered_json& parts) {
   std::string s;
-  for (const auto& p : parts)
-    if (p.is_object() && p.contains("text") && p["text"].is_string()) s += p["text"].get<std::string>();
+  bool first = true;
+  for (const auto& p : parts) {
+    if (!p.is_object() || !p.contains("text") || !p["text"].is_string()) continue;
+    if (!first) s += '\n';
+    s += p["text"].get<std::string>();
+    first = false;
+  }
   return s;
 }
 

@@ -83,6 +83,7 @@ std::string message_content(const json& c, size_t i) {
       if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
           !part["text"].is_string())
         throw bad_request(where + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
+      if (&part != &c.front()) s += '\n';  // one line per part, as the chat template gets them
       s += part["text"].get<std::string>();
     }
     return s;

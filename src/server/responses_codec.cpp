@@ -71,6 +71,7 @@ std::string content_text(const ojson& c, const std::string& where) {
     const std::string t = p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
     if ((t != "input_text" && t != "output_text" && t != "text") || !p.contains("text") || !p["text"].is_string())
       throw bad_request(where + ": only text parts (input_text, output_text) are supported", "input");
+    if (&p != &c.front()) s += '\n';  // as chat joins text parts
     s += p["text"].get<std::string>();
   }
   return s;
