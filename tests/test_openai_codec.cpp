@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/logprob_hold.h"
 #include "server/openai_codec.h"
 
 using namespace kvs;
@@ -157,13 +158,14 @@ TEST(OpenAiCodec, ChatResponseHasRefusalAndFingerprint) {
   e.token = 7;
   e.text = "he";
   e.logprob = sched::TokenLogprob{7, -0.5f};
-  const json first = stream_chunk(Endpoint::Chat, meta, e, true, true, token_text);
+  const std::vector<LogprobEntry> lps = {{*e.logprob, {}}};
+  const json first = stream_chunk(Endpoint::Chat, meta, e, true, &lps, token_text);
   EXPECT_EQ(first["system_fingerprint"], "fp_abc");
   EXPECT_EQ(first["choices"][0]["index"], 3);
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
   EXPECT_TRUE(first["choices"][0]["delta"]["refusal"].is_null());
   EXPECT_TRUE(first["choices"][0]["logprobs"]["refusal"].is_null());
-  const json later = stream_chunk(Endpoint::Chat, meta, e, false, false, token_text);
+  const json later = stream_chunk(Endpoint::Chat, meta, e, false, nullptr, token_text);
   EXPECT_FALSE(later["choices"][0]["delta"].contains("role"));
   EXPECT_TRUE(later["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(usage_chunk(Endpoint::Chat, meta, u)["system_fingerprint"], "fp_abc");
@@ -449,7 +451,8 @@ TEST(OpenAiCodec, StreamedTextOffsetsCountTheWholeText) {
         e.prompt_logprobs = sp_prompt();
         e.text = offs.echo + e.text;
       }
-      const json ch = stream_chunk(Endpoint::Completions, meta, e, id == 6, true, sp_text, nullptr, &offs);
+      const std::vector<LogprobEntry> lps = {{*e.logprob, {}}};
+      const json ch = stream_chunk(Endpoint::Completions, meta, e, id == 6, &lps, sp_text, nullptr, &offs);
       text += ch["choices"][0]["text"].get<std::string>();
       for (const char* k : {"tokens", "text_offset"})
         for (const json& v : ch["choices"][0]["logprobs"][k]) all[k].push_back(v);
@@ -458,4 +461,30 @@ TEST(OpenAiCodec, StreamedTextOffsetsCountTheWholeText) {
     EXPECT_EQ(all["text_offset"], want) << all;
     expect_offsets_index_the_text(text, all);
   }
+}
+
+// Logprobs wait for their text and stop where a stop string cut it: " a",
+// " g", "ir", "l" with the text " a", "", "", " g" + stop (stop string
+// "irl": whole tokens kept) or " a", " g", "i", "" + stop ("rl": cut inside
+// "ir"); any other finish lists every token left.
+TEST(OpenAiCodec, LogprobHoldReleasesTokensWithTheirText) {
+  const TokenText tt = [](int32_t id) { return std::string(id == 1 ? " a" : id == 2 ? " g" : id == 3 ? "ir" : "l"); };
+  auto run = [&](const std::vector<std::string>& texts, sched::FinishReason finish) {
+    LogprobHold h;
+    std::vector<std::vector<int32_t>> out;
+    for (int32_t id = 1; id <= 4; ++id) {
+      sched::TokenEvent e;
+      e.token = id;
+      e.text = texts[size_t(id - 1)];
+      e.logprob = sched::TokenLogprob{id, -1.0f};
+      if (id == 4) e.finish = finish;
+      out.emplace_back();
+      for (const LogprobEntry& x : h.take(e, tt)) out.back().push_back(x.token.token);
+    }
+    return out;
+  };
+  using V = std::vector<std::vector<int32_t>>;
+  EXPECT_EQ(run({" a", "", "", " g"}, sched::FinishReason::Stop), (V{{1}, {}, {}, {2}}));
+  EXPECT_EQ(run({" a", " g", "i", ""}, sched::FinishReason::Stop), (V{{1}, {2}, {}, {3}}));
+  EXPECT_EQ(run({" a", "", "", " gir"}, sched::FinishReason::Length), (V{{1}, {}, {}, {2, 3, 4}}));
 }

@@ -159,3 +159,59 @@ TEST(ServerOffsets, AStopStringOnTheLastTokenKeepsTheUsage) {
   }
   EXPECT_EQ(s.stop(), 0);
 }
+
+// A stop string that cuts the text: the logprobs end with the token the kept
+// text ends in (between two tokens: "".join(tokens) is the text; inside
+// one: that token is the last), streamed or not, and streamed no token's
+// logprob arrives before its text. Before, every generated token was listed,
+// past the text, and streamed chunks carried logprobs of text never sent.
+TEST(ServerOffsets, AStopStringCutsTheLogprobsWithTheText) {
+  if (!kvs::test::shared_available()) GTEST_SKIP() << "../shared is not available";
+  kvs::test::ServeProcess s({"--threads", "2", "-m", stories()});
+  const json greedy = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}, {"logprobs", 1}};
+  const kvs::test::HttpReply g = post(s.port(), greedy);
+  ASSERT_EQ(g.status, 200) << g.body;
+  const Choice all = choice_of(g, false);
+  ASSERT_GE(all.tokens.size(), 10u);
+  // Tokens 6.. after the cut; the stop string starts with token 6 (whole
+  // tokens kept) or one byte into it (token 6 cut inside).
+  const std::string t6 = all.tokens[6], t7 = all.tokens[7];
+  ASSERT_GE(t6.size(), 2u) << "pick another token: '" << t6 << "'";
+  const size_t at6 = all.offsets[6];
+  for (const bool inside : {false, true}) {
+    const std::string stop = inside ? t6.substr(1) + t7 : t6 + t7;
+    ASSERT_EQ(all.text.find(stop), at6 + (inside ? 1 : 0)) << "pick another pair: '" << stop << "' in " << all.text;
+    for (const bool stream : {false, true}) {
+      json body = greedy;
+      body["stop"] = stop;
+      body["stream"] = stream;
+      const kvs::test::HttpReply r = post(s.port(), body);
+      ASSERT_EQ(r.status, 200) << r.body;
+      const std::string what = std::string(inside ? "cut inside a token" : "cut between tokens") +
+                               (stream ? ", streamed" : "");
+      const Choice c = choice_of(r, stream);
+      ASSERT_EQ(c.text, all.text.substr(0, at6 + (inside ? 1 : 0))) << what;
+      ASSERT_EQ(c.tokens.size(), inside ? 7u : 6u) << what << ": " << c.tokens.dump();
+      for (size_t i = 0; i < c.tokens.size(); ++i) EXPECT_EQ(c.tokens[i], all.tokens[i]) << what;
+      std::string joined;
+      for (const json& t : c.tokens) joined += t.get<std::string>();
+      if (!inside) expect_offsets_index_the_text(c, what);
+      EXPECT_EQ(joined.substr(0, c.text.size()), c.text) << what;
+      for (const json& o : c.offsets) EXPECT_LT(o.get<size_t>(), c.text.size()) << what;
+      if (!stream) continue;
+      // Each chunk lists only tokens whose text has been sent, with it or before.
+      std::string sent;
+      for (const std::string& d : kvs::test::sse_payloads(r.body)) {
+        if (d == "[DONE]") continue;
+        const json ch = json::parse(d)["choices"][0];
+        sent += ch["text"].get<std::string>();
+        if (ch["logprobs"].is_null() || !ch["finish_reason"].is_null()) continue;
+        for (size_t i = 0; i < ch["logprobs"]["tokens"].size(); ++i) {
+          const size_t end = ch["logprobs"]["text_offset"][i].get<size_t>() + ch["logprobs"]["tokens"][i].get<std::string>().size();
+          EXPECT_LE(end, sent.size()) << what << ": a logprob before its text in " << d;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(s.stop(), 0);
+}

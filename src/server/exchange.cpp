@@ -191,11 +191,15 @@ void Exchange::parse_tools(Choice& c, sched::TokenEvent& e, ToolParse& out) {
 }
 
 // A streamed completion or chat chunk for one event ("" when it adds none).
-std::string Exchange::chunk_of(Choice& c, sched::TokenEvent& e) {
+TokenText Exchange::token_text() const {
+  return [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
+}
+
+std::string Exchange::chunk_of(Choice& c, sched::TokenEvent& e, const std::vector<LogprobEntry>& lps) {
   // Echo: the prompt text leads the choice's first chunk.
   const size_t pi = size_t(e.choice / s_.n);
   if (c.first && pi < s_.echo.size()) e.text = s_.echo[pi] + e.text;
-  const TokenText tt = [this](int32_t id) { return s_.tok ? s_.tok->token_bytes(id, -1) : std::string(); };
+  const TokenText tt = token_text();
   ChatExtras x;
   if (c.tools) {
     const int before = c.tools->calls();
@@ -204,7 +208,8 @@ std::string Exchange::chunk_of(Choice& c, sched::TokenEvent& e) {
     x.tool_finish = c.tools->calls() > 0;
   }
   nlohmann::json chunk =
-      stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs, tt, c.tools ? &x : nullptr, &c.offsets);
+      stream_chunk(s_.endpoint, s_.meta, e, c.first, s_.logprobs ? &lps : nullptr, tt, c.tools ? &x : nullptr,
+                   &c.offsets);
   if (chunk.is_null()) return "";
   if (s_.include_usage) chunk["usage"] = chunk_usage();
   c.first = false;
@@ -212,7 +217,7 @@ std::string Exchange::chunk_of(Choice& c, sched::TokenEvent& e) {
 }
 
 // One event into the whole response built at the end.
-void Exchange::collect(Choice& c, sched::TokenEvent& e) {
+void Exchange::collect(Choice& c, sched::TokenEvent& e, const std::vector<LogprobEntry>& lps) {
   if (c.tools) {
     ToolParse x;
     parse_tools(c, e, x);
@@ -221,9 +226,9 @@ void Exchange::collect(Choice& c, sched::TokenEvent& e) {
   }
   c.result.text += e.text;
   if (!e.prompt_logprobs.empty()) c.result.prompt_logprobs = std::move(e.prompt_logprobs);
-  if (s_.logprobs && e.logprob) {
-    c.result.logprobs.push_back(*e.logprob);
-    c.result.top_logprobs.push_back(e.top_logprobs);
+  for (const LogprobEntry& t : lps) {
+    c.result.logprobs.push_back(t.token);
+    c.result.top_logprobs.push_back(t.top);
   }
 }
 
@@ -266,10 +271,12 @@ bool Exchange::take_event(sched::TokenEvent& e, Output& out) {
     }
     out.data += events_->delta(e.text);
     c.result.text += e.text;
-  } else if (s_.stream) {
-    out.data += chunk_of(c, e);
   } else {
-    collect(c, e);
+    // Before echo and tool parsing change e.text: the engine's own text.
+    std::vector<LogprobEntry> lps;
+    if (s_.logprobs) lps = c.held.take(e, token_text());
+    if (s_.stream) out.data += chunk_of(c, e, lps);
+    else collect(c, e, lps);
   }
   if (final) {
     c.done = true;

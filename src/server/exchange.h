@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sched/engine_loop.h"
+#include "server/logprob_hold.h"
 #include "server/openai_codec.h"
 #include "server/responses_codec.h"
 #include "server/response_stream.h"
@@ -100,6 +101,7 @@ class Exchange final : public ResponseStream {
     bool first = true, done = false;
     ChoiceResult result;
     TextOffsets offsets;                    // streamed completions logprobs: text_offset across chunks
+    LogprobHold held;                       // logprobs wait for their text
     std::unique_ptr<ToolCallParser> tools;  // Setup::tool_format
   };
   // The event's text through the choice's tool-call parser (its calls and
@@ -113,8 +115,10 @@ class Exchange final : public ResponseStream {
   };
   // False when the event ended the whole exchange (a rejection before any byte was sent).
   bool take_event(sched::TokenEvent& e, Output& out);
-  std::string chunk_of(Choice& c, sched::TokenEvent& e);
-  void collect(Choice& c, sched::TokenEvent& e);
+  // `lps`: the logprobs released with this event (LogprobHold).
+  std::string chunk_of(Choice& c, sched::TokenEvent& e, const std::vector<LogprobEntry>& lps);
+  void collect(Choice& c, sched::TokenEvent& e, const std::vector<LogprobEntry>& lps);
+  TokenText token_text() const;
   void finish(Output& out);
   void finish_response(Output& out, const sched::Usage& usage);
   // A streamed chunk's "usage": null, or (continuous_usage) the counts so far.

@@ -591,10 +591,11 @@ json completion_response(Endpoint ep, const ResponseMeta& meta, const std::vecto
   return out;
 }
 
-json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first, bool logprobs,
-                  const TokenText& tt, const ChatExtras* x, TextOffsets* offsets) {
+json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first,
+                  const std::vector<LogprobEntry>* logprobs, const TokenText& tt, const ChatExtras* x,
+                  TextOffsets* offsets) {
   const bool final = e.finish != FinishReason::None;
-  const bool has_lp = logprobs && (e.logprob.has_value() || !e.prompt_logprobs.empty());
+  const bool has_lp = logprobs && (!logprobs->empty() || !e.prompt_logprobs.empty());
   const bool has_x = x && (!x->parsed.calls.empty() || !x->parsed.reasoning.empty());
   if (e.text.empty() && !final && !has_lp && !has_x && !(first && ep == Endpoint::Chat)) return nullptr;
   json out = response_head(meta, ep == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
@@ -603,7 +604,9 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
   json lp = nullptr;
   if (has_lp) {
     if (ep == Endpoint::Chat) {
-      lp = chat_logprobs(json::array({chat_logprob_entry(*e.logprob, e.top_logprobs, tt)}));
+      json content = json::array();
+      for (const LogprobEntry& t : *logprobs) content.push_back(chat_logprob_entry(t.token, t.top, tt));
+      lp = chat_logprobs(std::move(content));
     } else {
       lp = empty_legacy_logprobs();
       TextOffsets here;
@@ -612,9 +615,9 @@ json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent
         add_prompt_logprobs(lp, e.prompt_logprobs, tt, o.echo, o.next);
         o.echo.clear();  // it led this chunk's text only
       }
-      if (e.logprob) {
-        add_legacy_logprob(lp, *e.logprob, e.top_logprobs, tt, o.next);
-        o.next += int64_t(tt(e.logprob->token).size());
+      for (const LogprobEntry& t : *logprobs) {
+        add_legacy_logprob(lp, t.token, t.top, tt, o.next);
+        o.next += int64_t(tt(t.token.token).size());
       }
     }
   }

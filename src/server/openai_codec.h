@@ -111,6 +111,12 @@ struct ChatExtras {
 // Token id -> its text (bytes; may be a partial UTF-8 character).
 using TokenText = std::function<std::string(int32_t)>;
 
+// One generated token's logprob and its alternatives (best first).
+struct LogprobEntry {
+  sched::TokenLogprob token;
+  std::vector<sched::TokenLogprob> top;
+};
+
 struct ResponseMeta {
   std::string id;       // "cmpl-..." / "chatcmpl-..."
   int64_t created = 0;  // unix seconds
@@ -138,9 +144,11 @@ struct TextOffsets {
 // `first` marks the choice's first chunk (chat: carries the role). Returns
 // null JSON when the event has nothing to say (no text, no logprob, not final).
 // `offsets`: the choice's running text offsets (null: this chunk alone).
+// `logprobs`: null when not asked for, else the tokens to list in this chunk
+// (those whose text it or an earlier chunk carries: LogprobHold).
 nlohmann::json stream_chunk(Endpoint ep, const ResponseMeta& meta, const sched::TokenEvent& e, bool first,
-                            bool logprobs, const TokenText& token_text, const ChatExtras* extras = nullptr,
-                            TextOffsets* offsets = nullptr);
+                            const std::vector<LogprobEntry>* logprobs, const TokenText& token_text,
+                            const ChatExtras* extras = nullptr, TextOffsets* offsets = nullptr);
 // The usage-only chunk sent before [DONE] when stream_options.include_usage.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseMeta& meta, const sched::Usage& u);
 
