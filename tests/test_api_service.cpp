@@ -320,7 +320,8 @@ TEST(ApiService, EchoPrependsThePrompt) {
   EXPECT_TRUE(L["top_logprobs"][0].is_null());
   for (size_t i = 1; i < L["token_logprobs"].size(); ++i) {
     EXPECT_LE(L["token_logprobs"][i].get<double>(), 0.0) << i;
-    EXPECT_LE(L["top_logprobs"][i].size(), 2u) << i;
+    EXPECT_LE(L["top_logprobs"][i].size(), 3u) << i;  // the 2 best and the token itself
+    EXPECT_TRUE(L["top_logprobs"][i].contains(L["tokens"][i].get<std::string>())) << i << " " << L;
     EXPECT_GE(L["top_logprobs"][i].size(), 1u) << i;
   }
   EXPECT_EQ(L["tokens"][0], rig.tok->token_bytes(ids[0], -1));

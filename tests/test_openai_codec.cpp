@@ -488,3 +488,31 @@ TEST(OpenAiCodec, LogprobHoldReleasesTokensWithTheirText) {
   EXPECT_EQ(run({" a", " g", "i", ""}, sched::FinishReason::Stop), (V{{1}, {2}, {}, {3}}));
   EXPECT_EQ(run({" a", "", "", " gir"}, sched::FinishReason::Length), (V{{1}, {}, {}, {2, 3, 4}}));
 }
+
+// Legacy completions' top_logprobs hold the sampled token beside the k best
+// (k + 1 entries at most, as OpenAI and vLLM; with logprobs 0 just the
+// token), keyed as `tokens` spells it: an echoed first prompt piece " Once"
+// is "Once" in both. Before, a sampled token outside the k best had no entry,
+// logprobs 0 gave {}, and the echoed token's key kept the space.
+TEST(OpenAiCodec, LegacyTopLogprobsIncludeTheSampledToken) {
+  ResponseMeta meta{"cmpl-1", 1, "m", ""};
+  ChoiceResult c;
+  c.text = ", there was";
+  c.logprobs = {{6, -0.5f}, {7, -2.0f}, {8, -0.25f}};
+  c.top_logprobs = {{{6, -0.5f}, {7, -1.5f}}, {{6, -0.5f}, {8, -1.0f}}, {}};
+  const json lp = completion_response(Endpoint::Completions, meta, {c}, {}, true, sp_text)["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["top_logprobs"][0], (json{{",", -0.5}, {" there", -1.5}}));                      // already among them
+  EXPECT_EQ(lp["top_logprobs"][1], (json{{",", -0.5}, {" was", -1.0}, {" there", -2.0}}));      // k + 1
+  EXPECT_EQ(lp["top_logprobs"][2], (json{{" was", -0.25}}));                                   // logprobs: 0
+  ChoiceResult e;
+  e.text = "Once upon a time,";
+  e.echo_bytes = 16;
+  e.prompt_logprobs = sp_prompt();
+  e.prompt_logprobs[1].top = {{2, -1.0f}, {3, -2.0f}};
+  e.logprobs = {{6, -0.5f}};
+  e.top_logprobs = {{}};
+  const json le = completion_response(Endpoint::Completions, meta, {e}, {}, true, sp_text)["choices"][0]["logprobs"];
+  EXPECT_EQ(le["tokens"][1], "Once");
+  EXPECT_EQ(le["top_logprobs"][1], (json{{"Once", -1.0}, {" upon", -2.0}}));
+  EXPECT_TRUE(le["top_logprobs"][0].is_null());
+}

@@ -467,14 +467,23 @@ json chat_logprob_entry(const sched::TokenLogprob& lp, const std::vector<sched::
   return e;
 }
 
+// Legacy completions' alternatives: the k best and the token itself (k + 1
+// at most), as OpenAI and vLLM list them, keyed by the token's text as
+// `tokens` spells it.
+json legacy_alternatives(int32_t id, const std::string& text, float logprob,
+                         const std::vector<sched::TokenLogprob>& top, const TokenText& tt) {
+  json alts = json::object();
+  for (const auto& a : top) alts[a.token == id ? text : tt(a.token)] = a.logprob;
+  alts[text] = logprob;
+  return alts;
+}
+
 // Legacy completions: parallel arrays.
 void add_legacy_logprob(json& lp, const sched::TokenLogprob& t, const std::vector<sched::TokenLogprob>& top,
                         const TokenText& tt, int64_t offset) {
   lp["tokens"].push_back(tt(t.token));
   lp["token_logprobs"].push_back(t.logprob);
-  json alts = json::object();
-  for (const auto& a : top) alts[tt(a.token)] = a.logprob;
-  lp["top_logprobs"].push_back(alts);
+  lp["top_logprobs"].push_back(legacy_alternatives(t.token, tt(t.token), t.logprob, top, tt));
   lp["text_offset"].push_back(offset);
 }
 
@@ -498,11 +507,11 @@ void add_prompt_logprobs(json& lp, const std::vector<sched::PromptLogprob>& prom
     const sched::PromptLogprob& p = prompt[i];
     const size_t drop = std::min(cut, pieces[i].size());
     cut -= drop;
-    lp["tokens"].push_back(pieces[i].substr(drop));
+    const std::string spelled_as = pieces[i].substr(drop);
+    lp["tokens"].push_back(spelled_as);
     lp["token_logprobs"].push_back(p.logprob ? json(*p.logprob) : json(nullptr));
-    json alts = p.logprob ? json::object() : json(nullptr);
-    for (const auto& a : p.top) alts[tt(a.token)] = a.logprob;
-    lp["top_logprobs"].push_back(alts);
+    lp["top_logprobs"].push_back(p.logprob ? legacy_alternatives(p.token, spelled_as, *p.logprob, p.top, tt)
+                                           : json(nullptr));
     lp["text_offset"].push_back(std::min(off, end));  // never past the echo (pieces it does not spell)
     off += int64_t(pieces[i].size() - drop);
   }
