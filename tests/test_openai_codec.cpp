@@ -516,3 +516,14 @@ TEST(OpenAiCodec, LegacyTopLogprobsIncludeTheSampledToken) {
   EXPECT_EQ(le["top_logprobs"][1], (json{{"Once", -1.0}, {" upon", -2.0}}));
   EXPECT_TRUE(le["top_logprobs"][0].is_null());
 }
+
+// seed -1 is llama-server's "random": not a fixed seed (every such request
+// gave the same text); other negative seeds stay fixed seeds.
+TEST(OpenAiCodec, SeedMinusOneMeansRandom) {
+  EXPECT_FALSE(cmpl({{"prompt", "x"}, {"seed", -1}}).seeded);
+  EXPECT_FALSE(cmpl({{"prompt", "x"}}).seeded);
+  const ParsedRequest minus2 = cmpl({{"prompt", "x"}, {"seed", -2}});
+  EXPECT_TRUE(minus2.seeded);
+  EXPECT_EQ(minus2.sampling.seed, uint64_t(int64_t(-2)));
+  EXPECT_TRUE(cmpl({{"prompt", "x"}, {"seed", 0}}).seeded);
+}

@@ -318,7 +318,10 @@ void parse_sampling(const json& j, ParsedRequest& r, int64_t n_vocab) {
     if (r.stop_token_ids.size() > 64) throw bad_request("'stop_token_ids' has more than 64 ids", "stop_token_ids");
   }
   if (n_vocab > 0) check_vocab(r, n_vocab);
-  if (auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+  // -1 is llama-server's "random": the server draws one, as without a seed.
+  // Any other integer, negative too, is a fixed seed (vLLM takes any int64).
+  auto s = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (s && *s != -1) {
     r.sampling.seed = uint64_t(*s);
     r.seeded = true;
   }
