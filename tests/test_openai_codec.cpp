@@ -527,3 +527,20 @@ TEST(OpenAiCodec, SeedMinusOneMeansRandom) {
   EXPECT_EQ(minus2.sampling.seed, uint64_t(int64_t(-2)));
   EXPECT_TRUE(cmpl({{"prompt", "x"}, {"seed", 0}}).seeded);
 }
+
+// Message errors name the field at fault: the role error lists every role
+// taken (it said "system, user or assistant" though tool and developer work)
+// and names messages[i].role; content errors name messages[i].content (both
+// said "messages").
+TEST(OpenAiCodec, MessageErrorsNameTheRoleOrContent) {
+  auto chat_error = [](const json& messages) { return error_of(Endpoint::Chat, json{{"messages", messages}}.dump()); };
+  const json ok = {{"role", "user"}, {"content", "x"}};
+  const ApiError role = chat_error({ok, {{"role", "wizard"}, {"content", "x"}}});
+  EXPECT_EQ(role.param, "messages[1].role");
+  for (const char* r : {"system", "developer", "user", "assistant", "tool"})
+    EXPECT_NE(role.message.find(r), std::string::npos) << role.message;
+  EXPECT_EQ(chat_error({{{"content", "x"}}}).param, "messages[0].role");
+  EXPECT_EQ(chat_error({ok, 5}).param, "messages[1]");
+  EXPECT_EQ(chat_error({ok, {{"role", "user"}, {"content", 5}}}).param, "messages[1].content");
+  EXPECT_EQ(chat_error({{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}).param, "messages[0].content");
+}

@@ -82,13 +82,13 @@ std::string message_content(const json& c, size_t i) {
     for (const auto& part : c) {
       if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
           !part["text"].is_string())
-        throw bad_request(where + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
+        throw bad_request(where + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported", where);
       if (&part != &c.front()) s += '\n';  // one line per part, as the chat template gets them
       s += part["text"].get<std::string>();
     }
     return s;
   }
-  throw bad_request(where + " must be a string or an array of text parts", "messages");
+  throw bad_request(where + " must be a string or an array of text parts", where);
 }
 
 // "priority": vLLM's integer (lower runs first; <= 0 interactive, > 0
@@ -179,13 +179,15 @@ std::vector<ChatMessage> parse_messages(const json& j) {
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < m->size(); ++i) {
     const json& x = (*m)[i];
-    if (!x.is_object() || !x.contains("role") || !x["role"].is_string())
-      throw bad_request("messages[" + std::to_string(i) + "] must be an object with a string 'role'", "messages");
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!x.is_object()) throw bad_request(at + " must be an object with a string 'role'", at);
+    if (!x.contains("role") || !x["role"].is_string())
+      throw bad_request(at + " needs a string 'role': system, developer, user, assistant or tool", at + ".role");
     ChatMessage cm;
     cm.role = x["role"].get<std::string>();
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "developer" &&
         cm.role != "tool")
-      throw bad_request("messages[" + std::to_string(i) + "].role must be system, user or assistant", "messages");
+      throw bad_request(at + ".role must be system, developer, user, assistant or tool", at + ".role");
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
     // Only an assistant turn may leave its content out (one that made tool
     // calls); what a template renders for a missing one differs by template.
