@@ -620,3 +620,28 @@ TEST(ApiService, MethodsAre405WithAllow) {
   EXPECT_EQ(json::parse(call("GET", "/v1/models/other").body)["error"]["code"], "model_not_found");
   EXPECT_EQ(call("DELETE", "/v1/models/fake").status, 405);
 }
+
+// /apply-template takes vLLM's add_generation_prompt (default true): false
+// renders the conversation without the assistant turn's opening (it was a
+// 400, unknown field). A non-boolean is a 400 naming it.
+TEST(ApiService, ApplyTemplateTakesAddGenerationPrompt) {
+  Rig rig;
+  const json msgs = {{{"role", "user"}, {"content", "hi"}}};
+  auto apply = [&](const json& body) { return rig.api->handle(post("/apply-template", body), {}).response; };
+  const HttpResponse with = apply({{"messages", msgs}});
+  ASSERT_EQ(with.status, 200) << with.body;
+  EXPECT_EQ(json::parse(with.body)["prompt"], "user: hi\nassistant:");
+  EXPECT_EQ(json::parse(apply({{"messages", msgs}, {"add_generation_prompt", true}}).body)["prompt"],
+            "user: hi\nassistant:");
+  const HttpResponse without = apply({{"messages", msgs}, {"add_generation_prompt", false}});
+  ASSERT_EQ(without.status, 200) << without.body;
+  EXPECT_EQ(json::parse(without.body)["prompt"], "user: hi\n");
+  const HttpResponse bad = apply({{"messages", msgs}, {"add_generation_prompt", "no"}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body)["error"]["param"], "add_generation_prompt");
+  // The chat endpoint's generation always opens the assistant turn.
+  EXPECT_EQ(drive(rig.api->handle(post("/v1/chat/completions", {{"messages", msgs}, {"add_generation_prompt", false}}),
+                                  [] {}))
+                .status,
+            400);
+}

@@ -57,22 +57,22 @@ std::string render_inst(const std::vector<ChatMessage>& m, bool llama2) {
 
 }  // namespace
 
-std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& m) {
+std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& m, bool add_generation_prompt) {
   std::string out;
   switch (f) {
     case ChatFamily::Llama3:
       for (const auto& x : m) out += "<|start_header_id|>" + x.role + "<|end_header_id|>\n\n" + x.content + "<|eot_id|>";
-      out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     case ChatFamily::ChatML:
       for (const auto& x : m) out += "<|im_start|>" + x.role + "\n" + x.content + "<|im_end|>\n";
-      out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     case ChatFamily::Llama2: return render_inst(m, true);
     case ChatFamily::Mistral: return render_inst(m, false);
     case ChatFamily::Plain:
       for (const auto& x : m) out += x.role + ": " + x.content + "\n";
-      out += "assistant:";
+      if (add_generation_prompt) out += "assistant:";
       return out;
   }
   return out;

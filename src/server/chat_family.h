@@ -22,6 +22,8 @@ std::optional<ChatFamily> parse_chat_family(const std::string& name);
 // The prompt text, ending with the opening of the assistant's turn. Special
 // tokens appear as their text ("<|im_start|>"), so the caller encodes with
 // parse_special = true. BOS is not included (the tokenizer adds it).
-std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& messages);
+// add_generation_prompt false leaves out the assistant turn's opening
+// (Llama 2 and Mistral have none apart from the last [/INST]).
+std::string render_chat(ChatFamily f, const std::vector<ChatMessage>& messages, bool add_generation_prompt = true);
 
 }  // namespace kvs::server

@@ -9,9 +9,11 @@
 
 namespace kvs::server {
 
-ChatInputs chat_inputs(const ParsedRequest& p);
+ChatInputs chat_inputs(const ParsedRequest& p, bool add_generation_prompt = true);
 // The text the tokenizer takes (ChatTemplate::render). A template that
 // cannot render these messages is an ApiError 400 with param "messages".
-std::string chat_prompt(const ChatTemplate& t, const ParsedRequest& p);
+// add_generation_prompt false (/apply-template only) leaves out the
+// assistant turn's opening.
+std::string chat_prompt(const ChatTemplate& t, const ParsedRequest& p, bool add_generation_prompt = true);
 
 }  // namespace kvs::server

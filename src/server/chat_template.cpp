@@ -242,7 +242,7 @@ ordered_json ChatTemplate::variables(const ChatInputs& in) const {
 }
 
 std::string ChatTemplate::render_raw(const ChatInputs& in) const {
-  if (family_) return render_chat(*family_, plain_messages(in.messages));
+  if (family_) return render_chat(*family_, plain_messages(in.messages), in.add_generation_prompt);
   try {
     return jinja_->render(variables(in));
   } catch (const jinja::Error& e) {

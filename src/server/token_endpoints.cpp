@@ -113,10 +113,23 @@ HttpResponse detokenize_endpoint(const Tokenizer& tok, const std::string& body) 
 
 HttpResponse apply_template_endpoint(const ChatTemplate& chat, const std::string& body) {
   // The body of a chat request, checked as the chat endpoint checks it; its
-  // errors name this route, not the chat one.
+  // errors name this route, not the chat one. Beside it, vLLM's
+  // add_generation_prompt (default true): false renders the conversation
+  // without the assistant turn's opening.
   return answer([&] {
     try {
-      return json{{"prompt", chat_prompt(chat, parse_request(Endpoint::Chat, body))}};
+      std::string chat_body = body;
+      bool add_generation_prompt = true;
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, false);
+      if (j.is_object() && j.contains("add_generation_prompt")) {  // else parse_request says what is wrong
+        const nlohmann::ordered_json& g = j["add_generation_prompt"];
+        if (!g.is_boolean() && !g.is_null())
+          throw bad_request("'add_generation_prompt' must be true or false", "add_generation_prompt");
+        add_generation_prompt = g.is_boolean() ? g.get<bool>() : true;
+        j.erase("add_generation_prompt");
+        chat_body = j.dump();  // ordered: the messages keep the client's key order
+      }
+      return json{{"prompt", chat_prompt(chat, parse_request(Endpoint::Chat, chat_body), add_generation_prompt)}};
     } catch (ApiError e) {
       static const std::string kChat = "/v1/chat/completions";
       if (const size_t at = e.message.find(kChat); at != std::string::npos)
