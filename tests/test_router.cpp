@@ -75,7 +75,9 @@ struct Worker {
 std::unique_ptr<KvsProcess> start_router(const std::vector<std::string>& worker_specs,
                                          std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(),
-                                "--health-interval", "0.2", "--startup-timeout", "20"};
+                                "--startup-timeout", "20"};
+  if (std::find(extra.begin(), extra.end(), "--health-interval") == extra.end())
+    a.insert(a.end(), {"--health-interval", "0.2"});
   for (const auto& w : worker_specs) {
     a.push_back("--worker");
     a.push_back(w);
@@ -355,6 +357,27 @@ TEST(Router, FailoverAfterKillAndRecovery) {
   std::printf("worker back in the rotation %.2f s after its restart printed ready\n", sched::steady_now() - t0);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(complete(port, "The sun " + std::to_string(i), 4).status, 200);
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
+}
+
+// A worker restarted faster than the router's health checks notice (audit 9
+// H1): its sequence 0 (all blocks cleared) goes out before the router's
+// subscriber is back, and its later batches carry sequences the old process
+// used or passed. The stream's reconnection must read as a restart (the old
+// blocks dropped, the new process's replayed), not as duplicates or a gap.
+TEST(Router, AWorkerRestartedUnseenIsARestart) {
+  REQUIRE_SHARED();
+  TwoWorkers c({}, {"--health-interval", "60"});
+  Worker& w0 = c.w0;
+  const std::string label = "{worker=\"" + w0.url() + "\"}";
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(complete(w0.http, prefix(i % 4) + std::to_string(i), 2).status, 200);
+  ASSERT_TRUE(eventually([&] { return test::metric_value(c.port, "kvserve_router_events_batches_total" + label) >= 4; }, 10));
+  w0.p->kill9();
+  w0.start();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(complete(w0.http, "A new story " + std::to_string(i), 2).status, 200);
+  const bool seen =
+      eventually([&] { return test::metric_value(c.port, "kvserve_router_events_restarts_total" + label) == 1; }, 10);
+  EXPECT_TRUE(seen) << c.router->log() << test::http_request(c.port, "GET", "/metrics").body;
+  EXPECT_EQ(test::metric_value(c.port, "kvserve_router_events_duplicates_total" + label), 0);
 }
 
 // A worker frozen (SIGSTOP) after taking a request: once the health check

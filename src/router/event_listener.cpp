@@ -41,6 +41,9 @@ struct EventListener::Impl {
     std::atomic<bool> reset{false};
     double pending_since = -1;  // first request routed since the last batch
     bool connected = false;     // the stream's handshake succeeded, no disconnect since
+    // Listener thread only: the start stamp of the process the stream is
+    // from (its sequence 0, all blocks cleared), -1 while unknown.
+    double origin_ts = -1;
     Stats stats;
   };
   std::vector<std::unique_ptr<Feed>> feeds;
@@ -96,6 +99,49 @@ struct EventListener::Impl {
   }
 
   // Batches [from, to) from the worker's replay buffer.
+  // At each handshake: is the publisher the process followed so far? A new
+  // process's sequence 0 goes out before a subscriber is back (ZeroMQ's slow
+  // joiner), and its later sequences may run below, level with or past the
+  // old one's; its replay socket still holds that sequence 0, whose stamp
+  // differs (an old process's buffer has moved past its own sequence 0 for
+  // good, or holds the same stamp).
+  void check_origin(int i) {
+    Feed& f = *feeds[size_t(i)];
+    const std::optional<double> start = first_stamp(i);
+    if (!start) return;
+    if (f.last >= 0 && *start != f.origin_ts) {
+      index.clear_worker(i);
+      count(i, &Stats::restarts);
+      f.last = -1;  // the new process's batches so far come by replay with the next one
+    }
+    f.origin_ts = *start;
+  }
+
+  // The stamp of the sequence-0 batch the worker's replay socket holds
+  // (nullopt: none, or no answer within a second); the rest is drained.
+  std::optional<double> first_stamp(int i) {
+    Feed& f = *feeds[size_t(i)];
+    std::optional<double> ts;
+    zmq::pollitem_t out{f.dealer->handle(), 0, ZMQ_POLLOUT, 0};
+    if (zmq::poll(&out, 1, std::chrono::milliseconds(1000)) <= 0) return ts;  // the replay socket reconnects too
+    const std::string start = be64(0);
+    std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(nullptr, 0), zmq::buffer(start)};
+    if (!zmq::send_multipart(*f.dealer, req, zmq::send_flags::dontwait)) return ts;
+    for (;;) {
+      zmq::pollitem_t item{f.dealer->handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(1000)) <= 0) break;
+      std::vector<zmq::message_t> m;
+      if (!zmq::recv_multipart(*f.dealer, std::back_inserter(m))) break;
+      if (m.size() != 3 || m[1].size() != 8) continue;
+      const int64_t seq = from_be64(m[1]);
+      if (seq == -1) break;
+      if (seq != 0 || ts) continue;
+      const auto b = events::decode_batch(m[2].data(), m[2].size());
+      if (b && !b->events.empty() && b->events[0].kind == events::WireEvent::Kind::Cleared) ts = b->ts;
+    }
+    return ts;
+  }
+
   void replay(int i, int64_t from, int64_t to) {
     Feed& f = *feeds[size_t(i)];
     int64_t got = 0;
@@ -134,6 +180,7 @@ struct EventListener::Impl {
     const auto b = events::decode_batch(m[2].data(), m[2].size());
     if (!b || seq < 0) return count(i, &Stats::malformed);
     const bool restart = seq == 0 && !b->events.empty() && b->events[0].kind == events::WireEvent::Kind::Cleared;
+    if (restart) f.origin_ts = b->ts;
     if (f.last >= 0 && seq <= f.last && !restart) return count(i, &Stats::duplicates);
     if (f.last >= 0 && restart) count(i, &Stats::restarts);
     if (!restart && seq > f.last + 1) replay(i, f.last + 1, seq);
@@ -157,6 +204,7 @@ struct EventListener::Impl {
     }
     if (event == ZMQ_EVENT_DISCONNECTED) return;
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      check_origin(i);
       if (f.failing) std::fprintf(stderr, "kvserve router: worker %s: KV-event handshake succeeded\n",
                                   workers.spec(i).url.c_str());
       f.failing = false;
@@ -265,7 +313,7 @@ std::string EventListener::metrics_text() const {
               {"replayed_total", &Stats::replayed, "Batches recovered from a worker's replay socket after a gap."},
               {"duplicates_total", &Stats::duplicates, "Batches ignored: sequence already seen."},
               {"malformed_total", &Stats::malformed, "Messages ignored: not a well-formed event batch."},
-              {"restarts_total", &Stats::restarts, "Worker restarts seen in the stream (sequence 0 again)."},
+              {"restarts_total", &Stats::restarts, "Worker restarts seen in the stream (sequence 0 again, or another start stamp after a reconnect)."},
               {"gaps_unfilled_total", &Stats::gaps_unfilled, "Missed batches the replay could not supply."},
               {"handshake_failures_total", &Stats::handshake_failures,
                "Failed handshakes of the event stream (CURVE keys that do not match, or refused)."}};
