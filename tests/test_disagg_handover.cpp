@@ -218,7 +218,8 @@ TEST(HandoverFaults, UnknownHandleOrAnotherPromptEndsWithAnErrorAndFreesTheAdopt
   r.handover = Handover{999, 5, 0};
   r.sink = e.sink();
   ASSERT_TRUE(pd.dec->submit(std::move(r)).accepted);
-  EXPECT_EQ(e.last().finish, FinishReason::Error);
+  EXPECT_EQ(e.last().finish, FinishReason::Rejected);  // a 400, not the engine's 500
+  EXPECT_EQ(e.last().reject_reason, RejectReason::Invalid);
   EXPECT_NE(e.last().message.find("gone"), std::string::npos);
   // A real handover claimed with another prompt: refused, and the adopted blocks freed.
   Events pe;
@@ -233,7 +234,7 @@ TEST(HandoverFaults, UnknownHandleOrAnotherPromptEndsWithAnErrorAndFreesTheAdopt
   other.handover = Handover{h.hand_off->handle, h.hand_off->first_token, 0};
   other.sink = de.sink();
   ASSERT_TRUE(pd.dec->submit(std::move(other)).accepted);
-  EXPECT_EQ(de.last().finish, FinishReason::Error);
+  EXPECT_EQ(de.last().finish, FinishReason::Rejected);
   pd.dec->wait_idle();
   EXPECT_EQ(pd.dec->metrics().kv_blocks_used, 0);
   EXPECT_EQ(pd.dec_role->holding(), 0);

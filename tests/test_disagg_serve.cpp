@@ -212,6 +212,11 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   const test::HttpReply refused = complete(rp, lp);
   EXPECT_EQ(refused.status, 400) << refused.body;
   EXPECT_NE(refused.body.find("\"param\":\"logprobs\""), std::string::npos) << refused.body;
+  // A stale or forged hand-over handle is the request's fault: a 400 (audit 9 M7).
+  const test::HttpReply stale = test::http_request(d.http, "POST", "/v1/completions?kv_handover=1.2.3.4",
+                                                   request(story(1), 4, 0).dump(), {{"Content-Type", "application/json"}});
+  EXPECT_EQ(stale.status, 400) << stale.body;
+  EXPECT_NE(stale.body.find("gone"), std::string::npos) << stale.body;
 
   const double sent = test::metric_value(pf.http, "kvserve_kv_transfer_blocks_total{role=\"prefill\"}");
   EXPECT_GT(sent, 0);

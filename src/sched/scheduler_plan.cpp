@@ -252,9 +252,13 @@ void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& 
   HandoverPort* port = exec_.handover();
   const SeqId seq = port ? port->claim(h.handle, c.ctx, r->r.scope) : -1;
   if (seq < 0) {
+    // The client's handle is stale or not for this prompt: a request fault
+    // (4xx), not the engine's (a 5xx would page whoever watches errors).
     ++st_.failed;
-    finish_choice(r, 0, FinishReason::Error, -1, out);
-    out.back().message = "the handed-over KV cache is gone (unknown or expired transfer handle, or another prompt)";
+    finish_choice(r, 0, FinishReason::Rejected, -1, out);
+    out.back().reject_reason = RejectReason::Invalid;
+    out.back().message = "the handed-over KV cache is gone (unknown or expired transfer handle, or another prompt); "
+                         "send the request to the prefill worker again";
     return;
   }
   c.seq = seq;
