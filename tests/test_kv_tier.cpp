@@ -150,6 +150,36 @@ TEST(DiskStore, AFullStoreKeepsChainHeadsNotTails) {
   fs::remove_all(dir);
 }
 
+// Audit 9 H7: a shorter retention than the entries were written under
+// applies to them: written + the new retention, the expired deleted now.
+TEST(DiskStore, AShorterRetentionCapsEntriesAlreadyWritten) {
+  const std::string dir = fresh_dir("retention");
+  const int64_t now = int64_t(std::time(nullptr));
+  {
+    const crypto::SecretKey master = crypto::SecretKey::random();
+    EntryHeader h;
+    h.scope = scope_fingerprint(scope_of("t"));
+    h.created_unix = now;
+    h.expires_unix = now + 86400;  // written under a day's retention
+    const TierIdentity id = ident();
+    DiskStore d(dir, 1 << 20, now);
+    EXPECT_EQ(d.put("efef01", seal_block(scope_key(master, scope_of("t")), key_of(1), id, h, block_bytes(id.block_bytes, 1)),
+                    meta("t", now + 86400)),
+              PutStatus::Stored);
+  }
+  std::vector<std::string> said;
+  DiskStore d(dir, 1 << 20, now, [&](const std::string& s) { said.push_back(s); });
+  std::vector<uint8_t> got;
+  EXPECT_EQ(d.cap_retention(3600, now), 0) << "written just now: an hour still holds it";
+  EXPECT_EQ(d.get("efef01", got), GetStatus::Hit);
+  EXPECT_EQ(d.cap_retention(3600, now + 7200), 1) << "two hours later it is past the new retention";
+  EXPECT_EQ(d.get("efef01", got), GetStatus::Miss);
+  EXPECT_FALSE(fs::exists(d.path_of("efef01")));
+  ASSERT_FALSE(said.empty());
+  EXPECT_NE(said.back().find("longer retention deleted"), std::string::npos) << said.back();
+  fs::remove_all(dir);
+}
+
 // Audit 9 M2: entries under another master key are said at start.
 TEST(DiskStore, AnotherMasterKeyIsSaid) {
   const std::string dir = fresh_dir("keyid");

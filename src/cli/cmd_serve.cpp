@@ -359,7 +359,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<events::EventPublisher> publisher = start_publisher(a);
   const KvLayout layout = kv_layout_for(*l.engine, a.block_size, lo.cache);
   std::unique_ptr<tiers::TierSet> tierset =
-      tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout) : nullptr;
+      tier_key ? start_tiers(a.tiers, *tier_key, l.model->identity(), layout, tenants->longest_retention()) : nullptr;
   sched::PagedExecutor* paged = nullptr;
   const std::unique_ptr<sched::EngineLoop> loop_ptr =
       start_loop(*l.engine, l.tok.get(), lo, publisher.get(), tierset.get(), a, paged);

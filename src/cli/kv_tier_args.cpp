@@ -1,5 +1,6 @@
 #include "cli/kv_tier_args.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -90,7 +91,8 @@ std::vector<uint8_t> tier_scope_secret(const crypto::SecretKey& master) {
 }
 
 std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::SecretKey& master,
-                                            const std::string& model_identity, const KvLayout& layout) {
+                                            const std::string& model_identity, const KvLayout& layout,
+                                            double longest_retention_s) {
   auto log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
   std::vector<std::unique_ptr<tiers::BlobStore>> stores;
   if (!a.disk_dir.empty()) {
@@ -101,6 +103,7 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
     std::string hex;
     for (uint8_t b : id) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
     disk->note_key(hex);
+    disk->cap_retention(std::max(a.retention_s, longest_retention_s), int64_t(std::time(nullptr)));
     stores.push_back(std::move(disk));
   }
   if (!a.redis_url.empty())

@@ -34,7 +34,11 @@ std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a);
 // restarts and equal on replicas that share the key file, so their scopes
 // (and so their tier entries) match.
 std::vector<uint8_t> tier_scope_secret(const crypto::SecretKey& master);
+// `longest_retention_s`: the most any tenant keeps (--kv-retention, or a
+// longer retention_s in --api-keys): entries written under a longer one are
+// capped to it.
 std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::SecretKey& master,
-                                            const std::string& model_identity, const KvLayout& layout);
+                                            const std::string& model_identity, const KvLayout& layout,
+                                            double longest_retention_s);
 
 }  // namespace kvs::cli

@@ -261,6 +261,13 @@ int64_t TenantRegistry::reserved(const std::string& tenant) const {
   return it == tenants_.end() ? 0 : it->second.reserved_blocks;
 }
 
+double TenantRegistry::longest_retention() const {
+  std::lock_guard lk(mu_);
+  double r = 0;
+  for (const auto& [id, st] : tenants_) r = std::max(r, st.policy.retention_s);
+  return r;
+}
+
 std::vector<TenantUsage> TenantRegistry::usage() const {
   std::vector<TenantUsage> out;
   if (keys_.empty()) return out;

@@ -93,6 +93,8 @@ class TenantRegistry {
   int64_t reserved(const std::string& tenant) const;
   // Every tenant of the key file (none without one), by hash.
   std::vector<TenantUsage> usage() const;
+  // The longest retention_s any tenant has (0: none sets one).
+  double longest_retention() const;
 
  private:
   struct State {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -161,6 +162,7 @@ void DiskStore::scan(int64_t now_unix) {
     fnd.e.bytes = int64_t(it->file_size(ec));
     fnd.e.scope = h.scope;
     fnd.e.expires = h.expires_unix;
+    fnd.e.created = h.created_unix;
     found.push_back(std::move(fnd));
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
@@ -186,6 +188,19 @@ void DiskStore::remove(const std::string& id) {
   bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru);
   index_.erase(it);
+}
+
+int64_t DiskStore::cap_retention(double max_s, int64_t now_unix) {
+  std::vector<std::string> gone;
+  for (auto& [id, e] : index_) {
+    e.expires = std::min<int64_t>(e.expires, e.created + int64_t(max_s));
+    if (e.expires <= now_unix) gone.push_back(id);
+  }
+  for (const auto& id : gone) remove(id);
+  if (!gone.empty())
+    log("kv tier disk: " + std::to_string(gone.size()) + " entries written under a longer retention deleted (the " +
+        "retention now is " + std::to_string(int64_t(max_s)) + " s)");
+  return int64_t(gone.size());
 }
 
 void DiskStore::note_key(const std::string& key_id) {
@@ -259,7 +274,7 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
     return write_failed(tmp, err);
   }
   write_failing_ = false;
-  index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, lru_.insert(at, id)});
+  index_.emplace(id, Entry{size, meta.scope, meta.expires_unix, lru_.insert(at, id), int64_t(std::time(nullptr))});
   bytes_ += size;
   return PutStatus::Stored;
 }
@@ -267,6 +282,10 @@ PutStatus DiskStore::put(const std::string& id, std::span<const uint8_t> blob, c
 GetStatus DiskStore::get(const std::string& id, std::vector<uint8_t>& out) {
   auto it = index_.find(id);
   if (it == index_.end()) return GetStatus::Miss;
+  if (it->second.expires <= int64_t(std::time(nullptr))) {  // expired by a shorter retention (cap_retention)
+    remove(id);
+    return GetStatus::Miss;
+  }
   out.resize(size_t(it->second.bytes));
   std::ifstream f(path_of(id), std::ios::binary);
   if (!f.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size())) || f.peek() != EOF) {

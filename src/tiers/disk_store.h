@@ -45,6 +45,11 @@ class DiskStore final : public BlobStore {
   // it, never the key); entries written under another are unreadable, so a
   // changed key is said at start instead of showing only as misses.
   void note_key(const std::string& key_id);
+  // Retention is a promise about the longest a prompt's K/V is kept: a
+  // shorter one than the entries were written under applies to them too
+  // (their expiry becomes at most written + `max_s`; the expired go now).
+  // Returns how many entries were deleted.
+  int64_t cap_retention(double max_s, int64_t now_unix);
   void touch(const std::string& id) override;
   void erase(const std::string& id) override;
   int64_t erase_scope(const ScopeFp& scope) override;
@@ -62,6 +67,7 @@ class DiskStore final : public BlobStore {
     ScopeFp scope{};
     int64_t expires = 0;
     std::list<std::string>::iterator lru;
+    int64_t created = 0;  // wall-clock second it was written
   };
   void scan(int64_t now_unix);
   void load_revoked();
