@@ -329,12 +329,7 @@ int run_serve(const ServeArgs& a) {
   std::unique_ptr<server::TenantRegistry> tenants =
       a.api_keys.empty() ? std::make_unique<server::TenantRegistry>() : server::TenantRegistry::from_file(a.api_keys);
   if (!a.cache_secret_file.empty()) tenants->set_secret(read_secret(a.cache_secret_file));
-  // The tiers keep prefix blocks under their prefix keys: without the
-  // prefix cache nothing is ever keyed, so nothing would be stored.
-  if (a.tiers.any() && a.no_prefix_cache)
-    throw std::runtime_error("--kv-disk / --kv-redis store prefix-cache blocks, and --no-prefix-cache turns that "
-                             "cache off: the tier would store nothing; drop one of them");
-  const std::optional<crypto::SecretKey> tier_key = tier_master_key(a.tiers);
+  const std::optional<crypto::SecretKey> tier_key = tier_master_key(a.tiers, !a.no_prefix_cache);
   // Tier entries are keyed by scope: scopes must be the same after a restart
   // and on every replica sharing the tier, so their secret comes from the key.
   if (tier_key && a.cache_secret_file.empty()) tenants->set_secret(tier_scope_secret(*tier_key));

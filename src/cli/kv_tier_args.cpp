@@ -63,9 +63,14 @@ static uint64_t size_flag(const char* flag, const std::string& v) {
   }
 }
 
-std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a) {
+std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a, bool prefix_cache) {
   check_tier_options(a);
   if (!a.any()) return std::nullopt;
+  // The tiers keep prefix blocks under their prefix keys: without the
+  // prefix cache nothing is ever keyed, so nothing would be stored.
+  if (!prefix_cache)
+    throw std::runtime_error("--kv-disk / --kv-redis store prefix-cache blocks, and --no-prefix-cache turns that "
+                             "cache off: the tier would store nothing; drop one of them");
   // Every tier flag is checked before the model loads.
   size_flag("--kv-disk-size", a.disk_size);
   size_flag("--kv-tier-queue", a.queue);

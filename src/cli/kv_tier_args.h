@@ -29,7 +29,8 @@ void add_kv_tier_args(CLI::App* cmd, KvTierArgs& a);
 
 // The master key (created on first use) when a tier is on. Throws with a
 // message naming the flag for a key file that must not be used.
-std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a);
+// `prefix_cache`: whether the server keys blocks at all (--no-prefix-cache).
+std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a, bool prefix_cache);
 // The prefix-cache scope secret derived from the master key: stable across
 // restarts and equal on replicas that share the key file, so their scopes
 // (and so their tier entries) match.

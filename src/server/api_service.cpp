@@ -207,10 +207,8 @@ Routed ApiService::handle(const HttpRequest& req, std::function<void()> wake) {
     return r;
   }
   static const std::string kResponse = "/v1/responses/";
-  if (path.size() > kResponse.size() && path.compare(0, kResponse.size(), kResponse) == 0) {
-    r.response = stored_response(req, path.substr(kResponse.size()));
-    return r;
-  }
+  if (path.size() > kResponse.size() && path.compare(0, kResponse.size(), kResponse) == 0)
+    return Routed{stored_response(req, path.substr(kResponse.size())), nullptr, nullptr};
   const bool cmpl = path == "/v1/completions" || path == "/completions";
   const bool chat = path == "/v1/chat/completions" || path == "/chat/completions";
   const bool resp = path == "/v1/responses" || path == "/responses";
