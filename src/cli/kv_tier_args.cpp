@@ -11,6 +11,7 @@
 #include "crypto/user_home.h"
 #include "tiers/disk_store.h"
 #include "tiers/redis_store.h"
+#include "tiers/sealed_block.h"
 #include "tools/units.h"
 
 namespace kvs::cli {
@@ -105,9 +106,7 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
     auto disk = std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log);
     std::array<uint8_t, 8> id{};
     crypto::fingerprint(master.span(), id, "kvserve disk tier key id");
-    std::string hex;
-    for (uint8_t b : id) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
-    disk->note_key(hex);
+    disk->note_key(tiers::hex(id));
     disk->cap_retention(std::max(a.retention_s, longest_retention_s), int64_t(std::time(nullptr)));
     stores.push_back(std::move(disk));
   }

@@ -98,7 +98,6 @@ struct EventListener::Impl {
     feeds[size_t(i)]->stats.*field += n;
   }
 
-  // Batches [from, to) from the worker's replay buffer.
   // At each handshake: is the publisher the process followed so far? A new
   // process's sequence 0 goes out before a subscriber is back (ZeroMQ's slow
   // joiner), and its later sequences may run below, level with or past the
@@ -117,59 +116,53 @@ struct EventListener::Impl {
     f.origin_ts = *start;
   }
 
-  // The stamp of the sequence-0 batch the worker's replay socket holds
-  // (nullopt: none, or no answer within a second); the rest is drained.
-  std::optional<double> first_stamp(int i) {
+  // Asks the worker's replay socket for its batches from `from` and hands
+  // each answer (before the end marker, or a second of silence) to `take`.
+  // False when the request could not be sent.
+  template <class Take>
+  bool ask_replay(int i, int64_t from, Take take) {
     Feed& f = *feeds[size_t(i)];
-    std::optional<double> ts;
-    zmq::pollitem_t out{f.dealer->handle(), 0, ZMQ_POLLOUT, 0};
-    if (zmq::poll(&out, 1, std::chrono::milliseconds(1000)) <= 0) return ts;  // the replay socket reconnects too
-    const std::string start = be64(0);
+    const std::string start = be64(from);
     std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(nullptr, 0), zmq::buffer(start)};
-    if (!zmq::send_multipart(*f.dealer, req, zmq::send_flags::dontwait)) return ts;
+    if (!zmq::send_multipart(*f.dealer, req, zmq::send_flags::dontwait)) return false;
     for (;;) {
       zmq::pollitem_t item{f.dealer->handle(), 0, ZMQ_POLLIN, 0};
       if (zmq::poll(&item, 1, std::chrono::milliseconds(1000)) <= 0) break;
       std::vector<zmq::message_t> m;
       if (!zmq::recv_multipart(*f.dealer, std::back_inserter(m))) break;
-      if (m.size() != 3 || m[1].size() != 8) continue;
-      const int64_t seq = from_be64(m[1]);
-      if (seq == -1) break;
-      if (seq != 0 || ts) continue;
+      if (m.size() == 3 && m[1].size() == 8 && from_be64(m[1]) == -1) break;
+      take(m);
+    }
+    return true;
+  }
+
+  // The stamp of the sequence-0 batch the worker's replay socket holds
+  // (nullopt: none, or no answer within a second).
+  std::optional<double> first_stamp(int i) {
+    std::optional<double> ts;
+    zmq::pollitem_t out{feeds[size_t(i)]->dealer->handle(), 0, ZMQ_POLLOUT, 0};
+    if (zmq::poll(&out, 1, std::chrono::milliseconds(1000)) <= 0) return ts;  // the replay socket reconnects too
+    ask_replay(i, 0, [&](std::vector<zmq::message_t>& m) {
+      if (ts || m.size() != 3 || m[1].size() != 8 || from_be64(m[1]) != 0) return;
       const auto b = events::decode_batch(m[2].data(), m[2].size());
       if (b && !b->events.empty() && b->events[0].kind == events::WireEvent::Kind::Cleared) ts = b->ts;
-    }
+    });
     return ts;
   }
 
+  // Batches [from, to) from the worker's replay buffer.
   void replay(int i, int64_t from, int64_t to) {
-    Feed& f = *feeds[size_t(i)];
     int64_t got = 0;
-    const std::string start = be64(from);
-    std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(nullptr, 0), zmq::buffer(start)};
-    if (zmq::send_multipart(*f.dealer, req, zmq::send_flags::dontwait)) {
-      for (;;) {
-        zmq::pollitem_t item{f.dealer->handle(), 0, ZMQ_POLLIN, 0};
-        if (zmq::poll(&item, 1, std::chrono::milliseconds(1000)) <= 0) break;
-        std::vector<zmq::message_t> m;
-        if (!zmq::recv_multipart(*f.dealer, std::back_inserter(m))) break;
-        if (m.size() != 3 || m[1].size() != 8) {
-          count(i, &Stats::malformed);
-          continue;
-        }
-        const int64_t seq = from_be64(m[1]);
-        if (seq == -1) break;
-        if (seq < from || seq >= to) continue;
-        const auto b = events::decode_batch(m[2].data(), m[2].size());
-        if (!b) {
-          count(i, &Stats::malformed);
-          continue;
-        }
-        apply(i, *b);
-        count(i, &Stats::replayed);
-        ++got;
-      }
-    }
+    ask_replay(i, from, [&](std::vector<zmq::message_t>& m) {
+      if (m.size() != 3 || m[1].size() != 8) return count(i, &Stats::malformed);
+      const int64_t seq = from_be64(m[1]);
+      if (seq < from || seq >= to) return;
+      const auto b = events::decode_batch(m[2].data(), m[2].size());
+      if (!b) return count(i, &Stats::malformed);
+      apply(i, *b);
+      count(i, &Stats::replayed);
+      ++got;
+    });
     if (got < to - from) count(i, &Stats::gaps_unfilled, to - from - got);
   }
 

@@ -31,16 +31,11 @@ static bool parse_hex(const std::string& s, ScopeFp& fp) {
   return true;
 }
 
-static bool valid_id(const std::string& id) {
-  if (id.size() < 4 || id.size() > 64) return false;
-  for (char c : id)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
 static bool is_hex(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
+
+static bool valid_id(const std::string& id) { return id.size() >= 4 && id.size() <= 64 && is_hex(id); }
 
 // A name this store writes: a shard folder's entries and their temporaries.
 static bool own_entry_name(const std::string& name) {
