@@ -169,7 +169,7 @@ __attribute__((noinline)) void chain_pass(Data& d, int every, bool store, float*
   for (int b = 0; b < kBlocks; ++b) {
     if (every && (b & (every - 1)) == 0) _tile_dpbssd(0, 4, 6);  // (every: a power of two)
     if (store) KVS_TILE_STORE(1, d.cbuf + 512);
-    chain<false, false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
+    chain<false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
   }
   store_out(acc, out);
 }
@@ -202,12 +202,12 @@ inline void products_bf16(Data& d, int b, int32_t* out) {
 template <bool BF16>
 inline void group_products(Data& d, const XTile* x, int b, int set, int32_t* out) {
   if constexpr (BF16) products_bf16(d, b, out);
-  else products<false>(set, x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, out);
+  else products(set, x + b, lev(d.slice, b), lev(d.slice, b + 1), 2, out);
 }
 template <bool BF16>
 inline void block_chain(const int32_t* c, const Src& src, int b, const XTile& x, __m512* acc) {
   if constexpr (BF16) chain_f(reinterpret_cast<const float*>(c), src, b, x, acc);
-  else chain<false, false, true>(c, src, b, x, 16, acc);
+  else chain<false, true>(c, src, b, x, 16, acc);
 }
 template <bool BF16>
 __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {
@@ -271,7 +271,7 @@ bool bf16_sums_exact(Data& d) {
   alignas(64) float fsum[512];
   {
     TileScope scope(TileMode::K32);
-    products<false>(0, d.x, lev(d.slice, 0), lev(d.slice, 1), 2, isum);
+    products(0, d.x, lev(d.slice, 0), lev(d.slice, 1), 2, isum);
   }
   TileScope scope(TileMode::Bf16);
   products_bf16(d, 0, reinterpret_cast<int32_t*>(fsum));

@@ -692,6 +692,29 @@ TEST(Matmul, QuantizeXBitExactAcrossIsas) {
     }
 }
 
+// Q6_K's activations take one scale per 256-element super-block (llama.cpp's
+// Q8_K): the same xd in its 8 blocks, from the super-block's maximum, so the
+// kernels can sum a super-block in integers first.
+TEST(Matmul, Q6KActivationsShareOneScalePerSuperBlock) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t cols = 512;
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (auto& v : x) v = nd(rng);
+  x[300] = 40.0f;  // the second super-block's maximum, in its second block
+  std::vector<mm::XBlock> q(16), p(16);
+  mm::quantize_x_scalar(x.data(), cols, mm::qformat(GgmlType::Q6_K), q.data());
+  mm::quantize_x_scalar(x.data(), cols, mm::qformat(GgmlType::Q8_0), p.data());
+  float amax0 = 0;
+  for (int i = 0; i < 256; ++i) amax0 = std::max(amax0, std::fabs(x[size_t(i)]));
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ(q[size_t(b)].d, amax0 / 127.0f) << b;
+    EXPECT_EQ(q[size_t(8 + b)].d, 40.0f / 127.0f) << b;
+  }
+  EXPECT_EQ(q[9].q[300 - 288], 127);
+  EXPECT_NE(p[8].d, q[8].d) << "Q8_0 keeps one scale per 32-element block";
+}
+
 TEST(Matmul, DequantizeWeightRow) {
   for (GgmlType t : kAllTypes) {
     const int64_t cols = 512;

@@ -91,7 +91,7 @@ void tile_activations(const IsaKernels& k, const XBlock* xq, const mm::QFormat* 
   const int64_t mt = m_tiles(n), tasks = count * mt;
   const auto one = [&](int64_t t) {
     const int64_t c = t / mt;
-    k.tile_x(xq + c * n * nb, n, nb, t % mt, t % mt + 1, f[c].has_min, out + c * mt * nb);
+    k.tile_x(xq + c * n * nb, n, nb, t % mt, t % mt + 1, f[c], out + c * mt * nb);
   };
   if (tasks > 1 && pool.size() > 1) pool.parallel_for(tasks, [&](int64_t t, int) { one(t); });
   else for (int64_t t = 0; t < tasks; ++t) one(t);
@@ -340,7 +340,7 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
   XTile* xt = xt_total > 0 ? x_buffer<XTile>(size_t(xt_total)) : nullptr;  // per tiled group: [ceil(n / 16), nb]
   ts.run(pool, 2, [&](int g, int64_t t) {
     const GroupPlan& p = plan[size_t(g)];
-    k.tile_x(xq + p.xq, groups[g].n, groups[g].w->cols / mm::kQBlock, t, t + 1, p.f.has_min, xt + p.xt);
+    k.tile_x(xq + p.xq, groups[g].n, groups[g].w->cols / mm::kQBlock, t, t + 1, p.f, xt + p.xt);
   });
   uint16_t* xb = xb_total > 0 ? x_buffer<uint16_t>(size_t(xb_total)) : nullptr;  // per bf16 group: [ceil(n / 16) * 16, kp]
   bs.run(pool, 8, [&](int g, int64_t r) {
@@ -370,10 +370,12 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
   });
 }
 
-int chain_ops_per_block(GgmlType t) {
+double chain_ops_per_block(GgmlType t) {
   if (mm::is_float_type(t) || !mm::is_quant_type(t)) return 0;
   const mm::QFormat f = mm::qformat(t);
-  return (f.sub16 ? 6 : 3) + (f.has_min ? 1 : 0);
+  // Q6_K: a shift, an add, a conversion, a scale and an FMA per super-block.
+  if (f.sub16) return 5.0 / mm::kSuperBlocks;
+  return 3 + (f.has_min ? 1 : 0);
 }
 
 std::string precision_name(MatmulPrecision p) { return p == MatmulPrecision::Bf16 ? "bf16" : "fp32"; }

@@ -93,10 +93,11 @@ void matmul_q8_reference(const WeightView& w, const float* x, int64_t ldx, int64
 // Vector operations per output and 32-element block in the float chain of
 // the quantized-activation kernels, which their exactness fixes: convert,
 // scale and FMA per block; one more FMA for a weight min (Q4_1, Q5_1, Q4_K,
-// Q5_K); two of each for Q6_K's two half-block scales. 0 for float weights.
+// Q5_K); Q6_K's per super-block (a shift and an add join its two integer
+// sums first), spread over its 8 blocks. 0 for float weights.
 // It bounds the AMX tile kernels (docs/PERFORMANCE.md), so the bench's
 // roofline counts it.
-int chain_ops_per_block(GgmlType t);
+double chain_ops_per_block(GgmlType t);
 
 // Row `r` of W as float (embedding lookup).
 void dequantize_weight_row(const WeightView& w, int64_t r, float* out);

@@ -17,8 +17,8 @@
 // C goes through a 1 KiB buffer into zmm registers, lane r = weight row r as
 // in block_step(), and the float chain of matmul_internal.h runs per row m:
 //   acc[m] = fma(float(C[m]), ws * xd_m, acc[m])   (+ fma(wm, xs_m, acc[m]))
-// so the results are bit-identical to the VNNI kernels. Q6_K needs one isum
-// per 16-element half: two K = 16 products per block (lo, then hi).
+// so the results are bit-identical to the VNNI kernels. Q6_K sums whole
+// super-blocks instead (matmul_amx_q6k.cpp).
 //
 // A product and its store cost the same for 2 rows as for 16, so up to 8
 // rows (Q8_0, Q4_0, MXFP4, Q4_K) share one K = 64 product between two blocks: A
@@ -51,19 +51,6 @@ using namespace amx_detail;
 
 constexpr int kPairRows = 8;  // up to this many activation rows run two blocks per product
 
-// The next weight slice, requested a few lines per block: all of it at once
-// stalled on the fill buffers.
-struct Ahead {
-  const uint8_t* p;  // first line
-  int64_t lines;
-  int64_t per = 0;  // lines per block (set by spread)
-  void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
-  void at(int64_t bb) const {
-    for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
-  }
-};
-
 // Where a slice's B levels and float scales come from (passed by value: a
 // pointer and an offset).
 // The scratch copy: signed levels, float scales.
@@ -72,7 +59,6 @@ struct SliceSrc {
   const uint8_t* s;
   const uint8_t* lev(int64_t bb) const { return amx_detail::lev(s, bb); }
   __m512 ws0(int64_t bb) const { return _mm512_load_ps(scl(s, bb)); }
-  __m512 ws1(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 16); }
   __m512 wm(int64_t bb) const { return _mm512_load_ps(scl(s, bb) + 32); }
 };
 // Q8_0's Panel16 copy in place (u = q + 128, fp16 scales), from block kb0:
@@ -85,37 +71,8 @@ struct PanelSrc {
   int64_t kb0;
   const uint8_t* lev(int64_t bb) const { return Pk<GgmlType::Q8_0>::lev(pan, kb0 + bb); }
   __m512 ws0(int64_t bb) const { return Pk<GgmlType::Q8_0>::scale(pan, kb0 + bb); }
-  __m512 ws1(int64_t bb) const { return ws0(bb); }  // (no second scale, no min)
-  __m512 wm(int64_t bb) const { return ws0(bb); }
+  __m512 wm(int64_t bb) const { return ws0(bb); }  // (no min)
 };
-
-// The accumulators of `rows` activation rows (all 16 when FULL) from y,
-// or zero at the first slice; and back. At the first slice the y lines
-// the tile ends by storing are requested first: a store that misses holds
-// every later store behind it, the tile stores too (docs/PERFORMANCE.md).
-template <bool FULL>
-inline __attribute__((always_inline)) void load_acc(__m512* acc, int64_t kb0, int rows, const float* y, int64_t ldy,
-                                                    __mmask16 valid) {
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    if (kb0 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(y + m * ldy), _MM_HINT_T0);  // (prefetchw measured no better)
-      acc[m] = _mm512_setzero_ps();
-    } else {
-      acc[m] = _mm512_maskz_loadu_ps(valid, y + m * ldy);
-    }
-  }
-}
-template <bool FULL>
-inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows, float* y, int64_t ldy,
-                                                     __mmask16 valid) {
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
-  }
-}
 
 // One M tile (activation rows of xt, `rows` of them real; y at its first
 // row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
@@ -123,35 +80,35 @@ inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows
 // VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the float
 // chain: two paid where several M tiles share a slice, one where a single M
 // tile runs right after the slice's copy (docs/PERFORMANCE.md).
-template <bool SUB16, bool MIN, bool FULL, int G, class Src>
+template <bool MIN, bool FULL, int G, class Src>
 inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   static_assert(!Src::kU8, "levels read in place run in rot_rows / pair_rows");
   __m512 acc[16];
   load_acc<FULL>(acc, kb0, rows, y, ldy, valid);
   const XTile* x = xt + kb0;
-  constexpr int64_t kC = kCInts<SUB16>;
+  constexpr int64_t kC = kCInts;
   int32_t* const ring0 = cbuf;           // even groups' integers
   int32_t* const ring1 = cbuf + 2 * kC;  // odd groups'
-  products<SUB16>(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
+  products(0, x, src.lev(0), src.lev(1), int(std::min<int64_t>(G, kb)), ring0);
   for (int64_t g = 0; g < kb; g += G) {  // no inner loop: the accumulators stay in registers
     const bool odd = (g / G) & 1;
     int32_t* const cur = odd ? ring1 : ring0;
     const int64_t nx = g + G;
     if (nx < kb)
-      products<SUB16>(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
+      products(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);
-    chain<SUB16, MIN, FULL>(cur, src, g, x[g], rows, acc);
+    chain<MIN, FULL>(cur, src, g, x[g], rows, acc);
     ahead.at(g);
     if (G == 2 && g + 1 < kb) {
-      chain<SUB16, MIN, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
+      chain<MIN, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
       ahead.at(g + 1);
     }
   }
   store_acc<FULL>(acc, rows, y, ldy, valid);
 }
 
-// tile_rows for formats with one integer sum per block (not Q6_K), in the
+// tile_rows in the
 // rotation of rot_product: block b's store is issued while block b + 1's
 // product runs, then block b + 2's product, then block b's float chain, so
 // no store waits for its product and the chain's loads wait only for a
@@ -175,7 +132,7 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
     if (b + 2 < kb) rot_product<false, U8>(b + 2, x[b + 2].q, src.lev(b + 2));
-    chain<false, MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
+    chain<MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
     ahead.at(b);
   }
   store_acc<FULL>(acc, rows, y, ldy, valid);
@@ -206,10 +163,10 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
     if (c + 2 < np) rot_product<true, U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
-    chain<false, MIN, false>(ring[k], src, g, x[g], rows, acc);
+    chain<MIN, false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<false, MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      chain<MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }
@@ -219,7 +176,7 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
 // Every M tile against one slice of the panel at weight row p0; the M
 // tiles share the prefetch of the next slice. pa: the pair tiles when n <=
 // kPairRows runs in pairs, else nullptr.
-template <bool SUB16, bool MIN, class Src>
+template <bool MIN, class Src>
 void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
               int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
   const int64_t mt = (n + 15) / 16;
@@ -230,14 +187,14 @@ void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* p
     Ahead a{next.p + 64 * l0, l1 - l0};
     a.spread(kb);
     const int rows = int(std::min<int64_t>(16, n - 16 * t));
-    if (!SUB16 && pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
-    else if (!SUB16 && mt == 1 && rows == 16) rot_rows<MIN, true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (!SUB16 && mt == 1) rot_rows<MIN, false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    if (pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) rot_rows<MIN, true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) rot_rows<MIN, false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if constexpr (Src::kU8) continue;  // (n <= 16: one M tile, handled above)
-    else if (mt == 1 && rows == 16) tile_rows<SUB16, MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (mt == 1) tile_rows<SUB16, MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (rows == 16) tile_rows<SUB16, MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else tile_rows<SUB16, MIN, false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) tile_rows<MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) tile_rows<MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (rows == 16) tile_rows<MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else tile_rows<MIN, false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
   }
 }
 
@@ -254,18 +211,16 @@ void fill_q(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
   }
 }
 
-// K-quants (U = PkK: levels 0..15, already signed; PkQ6K: u = q + 32).
+// Q4_K (levels 0..15, already signed).
 template <class U>
 void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
-  const __m512i off = _mm512_set1_epi8(U::kSub16 ? 32 : 0);
   for (int64_t bb = 0; bb < kb; bb += 8)
-    U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+    U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512, __m512 wm) {
       uint8_t* o = lev(dst, bb + j);
-      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, U::kSub16 ? _mm512_sub_epi8(W[k], off) : W[k]);
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
       float* s = scl(dst, bb + j);
       _mm512_store_ps(s, ws0);
-      _mm512_store_ps(s + 16, ws1);
-      _mm512_store_ps(s + 32, wm);
+      _mm512_store_ps(s + 32, wm);  // (the second scale's slot stays unused)
     });
 }
 
@@ -317,18 +272,18 @@ int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy, int64_t chunk_bytes) {
 // activation row against it. The next slice (of this panel or the next;
 // panels are contiguous) is requested while this one's tiles run, up to
 // `end`. r0 % 16 == 0.
-template <bool SUB16, bool MIN, bool DIRECT, class Fill>
+template <bool MIN, bool DIRECT, class Fill>
 void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
                  int64_t n, float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
   uint8_t* slice = scratch.buf;                                                   // [KB / 2] pairs of kPairBytes
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + KB / 2 * kPairBytes);  // [2][2][kCInts] int32
-  int8_t* pa = reinterpret_cast<int8_t*>(cbuf + 4 * kCInts<SUB16>);              // [ceil(nb / 2)][16, 64] s8
-  const bool pairs = !SUB16 && n <= kPairRows &&
+  int8_t* pa = reinterpret_cast<int8_t*>(cbuf + 4 * kCInts);              // [ceil(nb / 2)][16, 64] s8
+  const bool pairs = n <= kPairRows &&
                      (reinterpret_cast<uint8_t*>(pa) - scratch.buf) + (nb + 1) / 2 * 1024 <= int64_t(scratch.bytes);
   if (pairs) make_pairs(xt, nb, pa);
   const int8_t* p = pairs ? pa : nullptr;
-  TileScope tiles(pairs ? TileMode::Pair : SUB16 ? TileMode::Sub16 : TileMode::K32);
+  TileScope tiles(pairs ? TileMode::Pair : TileMode::K32);
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
     const __mmask16 valid = lanes(r1 - p0);
@@ -339,31 +294,46 @@ void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, co
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       if constexpr (DIRECT) {
         if (n <= 16) {
-          all_rows<SUB16, MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+          all_rows<MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
           continue;
         }
       }
       fill(pan, kb0, kb, slice);
-      all_rows<SUB16, MIN>(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+      all_rows<MIN>(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
     }
   }
 }
 
-template <bool SUB16, bool MIN, bool DIRECT, class Fill>
+template <bool MIN, bool DIRECT, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
-  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, SUB16 || MIN ? kChunkBytesK : kChunkBytes);
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, MIN ? kChunkBytesK : kChunkBytes);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
     const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
-    panels_rows<SUB16, MIN, DIRECT>(w, pbytes, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy,
+    panels_rows<MIN, DIRECT>(w, pbytes, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy,
                                     ldy, scratch, fill);
   }
 }
 
-// Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past n zero.
-void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min, XTile* out) {
+// Q6_K: the same chunks of M tiles, each through panels_rows_q6k.
+void gemm_amx_q6k(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
+                  Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * PkQ6K::UB;
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytesK);
+  const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
+  for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
+    const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
+    panels_rows_q6k(w, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy, ldy, scratch);
+  }
+}
+
+// Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past
+// n zero (Q6_K: as XSuper).
+void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, QFormat f, XTile* out) {
+  if (f.sub16) return tile_x_q6k(xq, n, nb, t0, t1, out);
+  const bool has_min = f.has_min;
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < nb; ++b) {
       XTile& o = out[t * nb + b];
@@ -383,18 +353,18 @@ void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt
   const int64_t nb = w.cols / kQBlock;
   switch (w.type) {  // the driver sends amx_tiles_apply() weights only
     case GgmlType::Q8_0:
-      return gemm_amx<false, false, true>(w, Pk<GgmlType::Q8_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<false, true>(w, Pk<GgmlType::Q8_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                           fill_q<Pk<GgmlType::Q8_0>>);
     case GgmlType::Q4_0:
-      return gemm_amx<false, false, false>(w, Pk<GgmlType::Q4_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<false, false>(w, Pk<GgmlType::Q4_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                            fill_q<Pk<GgmlType::Q4_0>>);
     case GgmlType::MXFP4:
-      return gemm_amx<false, false, false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<false, false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                            fill_q<Pk<GgmlType::MXFP4>>);
     case GgmlType::Q4_K:
-      return gemm_amx<false, true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
+      return gemm_amx<true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
     default:  // Q6_K
-      return gemm_amx<true, false, false>(w, nb / 8 * PkQ6K::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkQ6K>);
+      return gemm_amx_q6k(w, r0, r1, xt, n, y, ldy, s);
   }
 }
 

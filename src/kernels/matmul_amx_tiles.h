@@ -5,6 +5,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/amx_tile_config.h"
@@ -27,19 +28,16 @@ inline float* scl(uint8_t* slice, int64_t bb) {
 }
 inline const float* scl(const uint8_t* slice, int64_t bb) { return scl(const_cast<uint8_t*>(slice), bb); }
 
-// int32 per block in a C buffer ([16, 16]; Q6_K lo then hi).
-template <bool SUB16>
-constexpr int64_t kCInts = SUB16 ? 512 : 256;
-
+// int32 per block in a C buffer ([16, 16]).
+constexpr int64_t kCInts = 256;
 
 // Which products a call runs. Two tile sets alternate block by block:
 //   K32:   C0 A4 B6 / C1 A5 B7, A [16, 32], B [8, 64]
-//   Sub16: C0 C1 / C2 C3 (lo, hi accumulators), A4 A5 (lo, hi halves,
-//          [16, 16]) and B6 B7 ([4, 64]) shared
 //   Pair:  C0 A4 B6 / C1 A5 B7, A [16, 64], B [16, 64]: two blocks in one
 //          K = 64 product for up to 8 activation rows (below)
 //   Bf16:  every tile [16, 64] (matmul_amx_bf16.cpp: C 0..3, A 4 5, B 6 7)
-enum class TileMode { K32, Sub16, Pair, Bf16 };
+//   Super: every tile [16, 64] (matmul_amx_q6k.cpp: C 0..5, A 6, B 7)
+enum class TileMode { K32, Pair, Bf16, Super };
 
 // Loads the configuration; releases the tiles when the call ends, so no
 // tile state outlives a kernel on a pool thread.
@@ -53,7 +51,6 @@ class TileScope {
     if (mode == TileMode::Bf16)
       for (int t = 0; t < 6; ++t) c.rows[t] = uint8_t(m_rows);
     if (mode == TileMode::K32) c.colsb[4] = c.colsb[5] = 32, c.rows[6] = c.rows[7] = c.rows[3] = 8;  // 3: kNeg128
-    if (mode == TileMode::Sub16) c.colsb[4] = c.colsb[5] = 16, c.rows[6] = c.rows[7] = 4;
     // GCC 12's _tile_loadconfig names only 8 bytes as read, so the other
     // stores to c could be dropped: the whole struct is the operand here.
     __asm__ volatile("ldtilecfg %0" ::"m"(c));
@@ -80,50 +77,23 @@ class TileScope {
   KVS_TILE_LOAD(B, (b), 64, 512);      \
   _tile_zero(C);                       \
   _tile_dpbssd(C, A, B)
-#define KVS_PRODUCT_SUB16(CL, CH, a, b)                                        \
-  KVS_TILE_LOAD(4, (a)->q, 32, 512);                                           \
-  KVS_TILE_LOAD(5, &(a)->q[0][16], 32, 496); /* bytes 16..31 of each row */ \
-  KVS_TILE_LOAD(6, (b), 64, 256);                                              \
-  KVS_TILE_LOAD(7, (b) + 256, 64, 256);                                        \
-  _tile_zero(CL);                                                              \
-  _tile_zero(CH);                                                              \
-  _tile_dpbssd(CL, 4, 6);                                                      \
-  _tile_dpbssd(CH, 5, 7)
 // Integer products of cnt (1 or 2) blocks into out ([cnt][kCInts] int32):
 // one block on tile set `set`, two on both sets, both products issued
 // before the stores (a store waits for its product; the float chain that
 // follows reads a buffer stored the round before). a: the blocks'
 // activation tiles; b0, b1: their signed levels.
-template <bool SUB16>
 inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* b1, int cnt, int32_t* out) {
-  if (!SUB16) {
-    if (cnt == 2) {
-      KVS_PRODUCT_K32(0, 4, 6, a, b0);
-      KVS_PRODUCT_K32(1, 5, 7, a + 1, b1);
-      KVS_TILE_STORE(0, out);
-      KVS_TILE_STORE(1, out + 256);
-    } else if (set == 0) {
-      KVS_PRODUCT_K32(0, 4, 6, a, b0);
-      KVS_TILE_STORE(0, out);
-    } else {
-      KVS_PRODUCT_K32(1, 5, 7, a, b0);
-      KVS_TILE_STORE(1, out);
-    }
-  } else if (cnt == 2) {
-    KVS_PRODUCT_SUB16(0, 1, a, b0);
-    KVS_PRODUCT_SUB16(2, 3, a + 1, b1);
+  if (cnt == 2) {
+    KVS_PRODUCT_K32(0, 4, 6, a, b0);
+    KVS_PRODUCT_K32(1, 5, 7, a + 1, b1);
     KVS_TILE_STORE(0, out);
     KVS_TILE_STORE(1, out + 256);
-    KVS_TILE_STORE(2, out + 512);
-    KVS_TILE_STORE(3, out + 768);
   } else if (set == 0) {
-    KVS_PRODUCT_SUB16(0, 1, a, b0);
+    KVS_PRODUCT_K32(0, 4, 6, a, b0);
     KVS_TILE_STORE(0, out);
-    KVS_TILE_STORE(1, out + 256);
   } else {
-    KVS_PRODUCT_SUB16(2, 3, a, b0);
-    KVS_TILE_STORE(2, out);
-    KVS_TILE_STORE(3, out + 256);
+    KVS_PRODUCT_K32(1, 5, 7, a, b0);
+    KVS_TILE_STORE(1, out);
   }
 }
 
@@ -186,17 +156,14 @@ inline void rot_store(int64_t i, int32_t* out) {
 }
 
 #undef KVS_PRODUCT_K32
-#undef KVS_PRODUCT_SUB16
 
 // The float chain step of block bb for rows m < rows (all 16 when FULL):
 // exactly block_step()'s operations on the tile's integer sums c ([rows]
-// of 16 int32, signed; Q6_K's hi half at c + 256). src gives the block's
-// float scales (lanes = the panel's weight rows), loaded here, where they
-// are used.
-template <bool SUB16, bool MIN, bool FULL, class Src>
+// of 16 int32, signed). src gives the block's float scales (lanes = the
+// panel's weight rows), loaded here, where they are used.
+template <bool MIN, bool FULL, class Src>
 inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int rows, __m512* acc) {
   const __m512 ws0 = src.ws0(bb);
-  const __m512 ws1 = SUB16 ? src.ws1(bb) : ws0;
   const __m512 wm = MIN ? src.wm(bb) : ws0;
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
@@ -204,11 +171,48 @@ inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int row
     const __m512 xd = _mm512_set1_ps(x.d[m]);
     const __m512i isum = _mm512_load_si512(c + 16 * m);
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws0, xd), acc[m]);
-    if (SUB16) {
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_load_si512(c + 256 + 16 * m));
-      acc[m] = _mm512_fmadd_ps(hi, _mm512_mul_ps(ws1, xd), acc[m]);
-    }
     if (MIN) acc[m] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[m]), acc[m]);
+  }
+}
+
+// The next weight slice, requested a few lines per block: all of it at once
+// stalled on the fill buffers.
+struct Ahead {
+  const uint8_t* p;  // first line
+  int64_t lines;
+  int64_t per = 0;  // lines per block (set by spread)
+  void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
+  void at(int64_t bb) const {
+    for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+  }
+};
+
+// The accumulators of `rows` activation rows (all 16 when FULL) from y,
+// or zero at the first slice; and back. At the first slice the y lines
+// the tile ends by storing are requested first: a store that misses holds
+// every later store behind it, the tile stores too (docs/PERFORMANCE.md).
+template <bool FULL>
+inline __attribute__((always_inline)) void load_acc(__m512* acc, int64_t kb0, int rows, const float* y, int64_t ldy,
+                                                    __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    if (kb0 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(y + m * ldy), _MM_HINT_T0);  // (prefetchw measured no better)
+      acc[m] = _mm512_setzero_ps();
+    } else {
+      acc[m] = _mm512_maskz_loadu_ps(valid, y + m * ldy);
+    }
+  }
+}
+template <bool FULL>
+inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows, float* y, int64_t ldy,
+                                                     __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
   }
 }
 

@@ -92,16 +92,13 @@ template <bool SUB16, bool MIN, bool SIGNED, int BITS = 8>
 inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb,
                          __m256 acc) {
   static_assert(BITS == 4 || BITS == 5 || BITS == 8, "BITS is a level width (kLevelBits)");
+  static_assert(!SUB16, "Q6_K sums a super-block first: kblock");
+  (void)ws1;
   const __m256 xd = _mm256_set1_ps(xb.d);
   if (BITS < 8 && !SUB16 && !SIGNED) {
     const __m256i c = _mm256_set1_epi32(xb.corr[0]);
     const __m256i s = BITS == 4 ? dot32_nibble(W, xb.q, c) : dot32_small(W, xb.q, c);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(ws0, xd), acc);
-  } else if (SUB16) {
-    const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
-    const __m256i hi = dot16<SIGNED>(W, xb.q, 4, _mm256_set1_epi32(xb.corr[1]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ws0, xd), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ws1, xd), acc);
   } else {
     const __m256i s0 = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
     const __m256i s1 = dot16<SIGNED>(W, xb.q, 4, _mm256_setzero_si256());
@@ -109,6 +106,27 @@ inline __m256 block_step(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, co
   }
   if (MIN) acc = _mm256_fmadd_ps(wm, _mm256_set1_ps(xb.s), acc);
   return acc;
+}
+
+// Block j (0..7) of a K-quant super-block. Q6_K (SUB16): ws0 / ws1 carry
+// the halves' int8 scales as int32 lanes and wm the super-block's d; the
+// block's exact integer step goes into the super-block sum S, and the last
+// block adds the one float step of matmul_internal.h. Every other format:
+// block_step (S unused).
+template <bool SUB16, bool MIN, bool SIGNED, int BITS = 8>
+inline __m256 kblock(const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm, const XBlock& xb, int j, __m256i& S,
+                     __m256 acc) {
+  if constexpr (!SUB16) {
+    return block_step<false, MIN, SIGNED, BITS>(W, ws0, ws1, wm, xb, acc);
+  } else {
+    const __m256i lo = dot16<SIGNED>(W, xb.q, 0, _mm256_set1_epi32(xb.corr[0]));
+    const __m256i hi = dot16<SIGNED>(W, xb.q, 4, _mm256_set1_epi32(xb.corr[1]));
+    const __m256i t = _mm256_add_epi32(_mm256_mullo_epi32(lo, _mm256_castps_si256(ws0)),
+                                       _mm256_mullo_epi32(hi, _mm256_castps_si256(ws1)));
+    S = j == 0 ? t : _mm256_add_epi32(S, t);
+    if (j != kSuperBlocks - 1) return acc;
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(wm, _mm256_set1_ps(xb.d)), acc);
+  }
 }
 
 // Half the E8M0 scale per lane, 2^(e - 128), from e (0..255) in each
@@ -190,6 +208,7 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
     return;
   }
+  __m256i S[RT];  // Q6_K: super-block sums (kblock; slices hold whole super-blocks)
   for (int64_t bb = 0; bb < kb; ++bb) {
     const uint8_t* s = slice + bb * kPanelBlockBytes;
     __m256i W[8];
@@ -198,8 +217,8 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     const __m256 ws1 = _mm256_load_ps(reinterpret_cast<const float*>(s + 288));
     const __m256 wm = _mm256_load_ps(reinterpret_cast<const float*>(s + 320));
     for (int i = 0; i < RT; ++i)
-      acc[i] = block_step<U::kSub16, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm,
-                                                                                   xq[(i0 + i) * nb + kb0 + bb], acc[i]);
+      acc[i] = kblock<U::kSub16, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb],
+                                                                     int(bb % kSuperBlocks), S[i], acc[i]);
   }
   for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + (i0 + i) * ldy + p0, mask, acc[i]);
 }

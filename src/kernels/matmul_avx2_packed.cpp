@@ -37,8 +37,8 @@ inline __m256 half8(const uint8_t* p) {  // 8 fp16 -> float
 inline __m256 u8x8(const uint8_t* p) {  // 8 unsigned bytes -> float
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-inline __m256 s8x8(const uint8_t* p) {  // 8 signed bytes -> float
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+inline __m256i s8x8i(const uint8_t* p) {  // 8 signed bytes -> int32
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 inline __m256i ld32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -152,9 +152,10 @@ struct P8Q6K {
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(ld32(hq + k * 4 * L), 2 * uu), m3);
         W[k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
       }
-      const __m256 s0 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8)));
-      const __m256 s1 = _mm256_mul_ps(d, s8x8(p + 192 * L + L * (2 * t8 + 1)));
-      f(t8, W, s0, s1, s0);
+      // The halves' int8 scales as int32 lanes, then d (kblock).
+      const __m256 s0 = _mm256_castsi256_ps(s8x8i(p + 192 * L + L * (2 * t8)));
+      const __m256 s1 = _mm256_castsi256_ps(s8x8i(p + 192 * L + L * (2 * t8 + 1)));
+      f(t8, W, s0, s1, d);
     }
   }
 };
@@ -168,6 +169,7 @@ template <class P, int MP>
 inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, const XBlock* xq, float* y,
                           int nvalid_last, int64_t pf) {
   __m256 acc[MP];
+  __m256i S[MP];  // Q6_K: super-block sums (kblock)
   for (int m = 0; m < MP; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     const XBlock* xb = xq + u * P::kBlocks;
@@ -178,7 +180,7 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, co
     }
     for (int m = 0; m < MP; ++m)
       P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc[m] = block_step<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xb[j], acc[m]);
+        acc[m] = kblock<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
       });
   }
   for (int m = 0; m + 1 < MP; ++m) _mm256_storeu_ps(y + m * L, acc[m]);
@@ -210,6 +212,7 @@ template <class P, int RT>
 inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const XBlock* xq, int64_t nb, float* y,
                        int64_t ldy, __m256i mask, int64_t pf) {
   __m256 acc[RT];
+  __m256i S[RT];  // Q6_K: super-block sums (kblock)
   for (int i = 0; i < RT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     if (pf > 0) {
@@ -225,8 +228,8 @@ inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const 
     }
     P::unit(pan, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
       for (int i = 0; i < RT; ++i)
-        acc[i] = block_step<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm,
-                                                                                    xq[i * nb + u * P::kBlocks + j], acc[i]);
+        acc[i] = kblock<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xq[i * nb + u * P::kBlocks + j],
+                                                                       j, S[i], acc[i]);
     });
   }
   for (int i = 0; i < RT; ++i) _mm256_maskstore_ps(y + i * ldy, mask, acc[i]);

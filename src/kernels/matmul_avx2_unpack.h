@@ -252,13 +252,12 @@ struct UnpackQ6K {
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh[k], 2 * uu), m3);
           W[k] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
         }
-        __m256 s[2];
+        __m256 s[2];  // the halves' int8 scales as int32 lanes, then d (kblock)
         for (int h = 0; h < 2; ++h) {
           const int i = 2 * t8 + h;
-          const __m256i v = _mm256_srai_epi32(_mm256_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);
-          s[h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
+          s[h] = _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24));
         }
-        f(t8, W, s[0], s[1], s[0]);
+        f(t8, W, s[0], s[1], d);
       }
     }
   }

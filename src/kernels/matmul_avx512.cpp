@@ -68,7 +68,13 @@ void quantize_x16_avx512(const float* x, QFormat f, XBlock* out) {
   for (int j = 0; j < 16; ++j)
     a[j] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * j)),
                          _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * j + 16)));
-  const __m512 d = _mm512_div_ps(lanes_of_16<true>(a), _mm512_set1_ps(127.0f));
+  __m512 amax = lanes_of_16<true>(a);  // lane j: block j's maximum
+  if (f.sub16) {  // Q6_K: each super-block's maximum (lanes 0..7, 8..15)
+    amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));
+    amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0x4E));
+    amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0xB1));
+  }
+  const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
   const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ), _mm512_set1_ps(1.0f), d);
   alignas(64) float ids[16];
   _mm512_store_ps(ids, id);
@@ -105,10 +111,16 @@ void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   int64_t b0 = 0;
   for (; b0 + 16 <= nb; b0 += 16) quantize_x16_avx512(x + 32 * b0, f, out + b0);
+  float group = 0.0f;  // Q6_K: the super-block's maximum
   for (int64_t b = b0; b < nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    if (f.sub16 && b % kSuperBlocks == 0) {
+      __m512 g = _mm512_setzero_ps();
+      for (int64_t e = 32 * b; e < 32 * std::min(nb, b + kSuperBlocks); e += 16) g = _mm512_max_ps(g, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + e)));
+      group = _mm512_reduce_max_ps(g);
+    }
     const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
-    const float amax = _mm512_reduce_max_ps(a);  // max is exact: order does not matter
+    const float amax = f.sub16 ? group : _mm512_reduce_max_ps(a);  // max is exact: order does not matter
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const __m512 vid = _mm512_set1_ps(id);
@@ -156,10 +168,11 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     make_panel(w, p0, r1, &p);
     __m512 acc = _mm512_setzero_ps();
+    __m512i S;  // Q6_K: the super-block's integer sum (kblock)
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-        acc = block_step<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], acc);
+        acc = kblock<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], j, S, acc);
       });
     }
     _mm512_mask_storeu_ps(y + p0, p.valid, acc);
@@ -172,6 +185,7 @@ template <int RT, bool SUB16, bool MIN>
 void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
                        int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
   __m512 acc[RT];
+  __m512i S[RT];  // Q6_K: super-block sums (kblock; slices hold whole super-blocks)
   for (int i = 0; i < RT; ++i)
     acc[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + (i0 + i) * ldy + p0);
   for (int64_t bb = 0; bb < kb; ++bb) {
@@ -180,9 +194,9 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     for (int k = 0; k < 8; ++k) W[k] = _mm512_load_si512(s + 64 * k);
     const __m512 ws0 = _mm512_load_ps(reinterpret_cast<const float*>(s + 512));
     const __m512 ws1 = SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 576)) : ws0;
-    const __m512 wm = MIN ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
+    const __m512 wm = MIN || SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
     for (int i = 0; i < RT; ++i)
-      acc[i] = block_step<SUB16, MIN>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], acc[i]);
+      acc[i] = kblock<SUB16, MIN>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], int(bb % kSuperBlocks), S[i], acc[i]);
   }
   for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
 }

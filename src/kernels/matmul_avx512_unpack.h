@@ -296,13 +296,12 @@ struct UnpackQ6K {
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * uu), m3);
           W[k] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
         }
-        __m512 s[2];
+        __m512 s[2];  // the halves' int8 scales, as int32 lanes in float registers (kblock)
         for (int h = 0; h < 2; ++h) {
           const int i = 2 * t8 + h;  // scale index 0..15, sign-extended byte
-          const __m512i v = _mm512_srai_epi32(_mm512_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);
-          s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+          s[h] = _mm512_castsi512_ps(_mm512_srai_epi32(_mm512_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24));
         }
-        f(t8, W, s[0], s[1], s[0]);
+        f(t8, W, s[0], s[1], d);
       }
     }
   }
@@ -394,12 +393,12 @@ struct PkQ6K {
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qh[k], 2 * uu), m3);
           W[k] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
         }
-        __m512 s[2];
+        __m512 s[2];  // as UnpackQ6K: int8 scales as int32 lanes, then d
         for (int h = 0; h < 2; ++h) {
           const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(u + 3072 + 16 * (2 * t8 + h)));
-          s[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+          s[h] = _mm512_castsi512_ps(_mm512_cvtepi8_epi32(b));
         }
-        f(t8, W, s[0], s[1], s[0]);
+        f(t8, W, s[0], s[1], d);
       }
     }
   }
@@ -415,31 +414,47 @@ inline __m512i bcast4(const int8_t* q) {
 }
 
 // One weight block against one activation block: the float chain step of
-// matmul_internal.h for all 16 lanes.
+// matmul_internal.h for all 16 lanes (Q6_K runs kblock).
 template <bool SUB16, bool MIN>
 inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb,
                          __m512 acc) {
+  static_assert(!SUB16, "Q6_K sums a super-block first: kblock");
+  (void)ws1;
   const __m512 xd = _mm512_set1_ps(xb.d);
-  if (SUB16) {
+  // Two chains to halve the dpbusd latency; integer adds are exact.
+  __m512i s0 = _mm512_set1_epi32(xb.corr[0]), s1 = _mm512_setzero_si512();
+  for (int k = 0; k < 8; k += 2) {
+    s0 = _mm512_dpbusd_epi32(s0, W[k], bcast4(xb.q + 4 * k));
+    s1 = _mm512_dpbusd_epi32(s1, W[k + 1], bcast4(xb.q + 4 * k + 4));
+  }
+  const __m512i s = _mm512_add_epi32(s0, s1);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws0, xd), acc);
+  if (MIN) acc = _mm512_fmadd_ps(wm, _mm512_set1_ps(xb.s), acc);
+  return acc;
+}
+
+// Block j (0..7) of a K-quant super-block. Q6_K (SUB16): ws0 / ws1 carry
+// the halves' int8 scales as int32 lanes and wm the super-block's d; the
+// block's exact integer step goes into the super-block sum S, and the last
+// block adds the one float step of matmul_internal.h. Every other format:
+// block_step (S unused).
+template <bool SUB16, bool MIN>
+inline __m512 kblock(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb, int j, __m512i& S,
+                     __m512 acc) {
+  if constexpr (!SUB16) {
+    return block_step<false, MIN>(W, ws0, ws1, wm, xb, acc);
+  } else {
     __m512i lo = _mm512_set1_epi32(xb.corr[0]), hi = _mm512_set1_epi32(xb.corr[1]);
     for (int k = 0; k < 4; ++k) {
       lo = _mm512_dpbusd_epi32(lo, W[k], bcast4(xb.q + 4 * k));
       hi = _mm512_dpbusd_epi32(hi, W[k + 4], bcast4(xb.q + 16 + 4 * k));
     }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(ws0, xd), acc);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(ws1, xd), acc);
-  } else {
-    // Two chains to halve the dpbusd latency; integer adds are exact.
-    __m512i s0 = _mm512_set1_epi32(xb.corr[0]), s1 = _mm512_setzero_si512();
-    for (int k = 0; k < 8; k += 2) {
-      s0 = _mm512_dpbusd_epi32(s0, W[k], bcast4(xb.q + 4 * k));
-      s1 = _mm512_dpbusd_epi32(s1, W[k + 1], bcast4(xb.q + 4 * k + 4));
-    }
-    const __m512i s = _mm512_add_epi32(s0, s1);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws0, xd), acc);
+    const __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(lo, _mm512_castps_si512(ws0)),
+                                       _mm512_mullo_epi32(hi, _mm512_castps_si512(ws1)));
+    S = j == 0 ? t : _mm512_add_epi32(S, t);
+    if (j != kSuperBlocks - 1) return acc;
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(wm, _mm512_set1_ps(xb.d)), acc);
   }
-  if (MIN) acc = _mm512_fmadd_ps(wm, _mm512_set1_ps(xb.s), acc);
-  return acc;
 }
 
 }  // namespace kvs::mm::avx512_detail

@@ -12,9 +12,17 @@
 // order, starting from +0:
 //     acc = fma(float(isum), ws * xd, acc)          (isum = exact int dot)
 //     acc = fma(wm, xs, acc)                        (only formats with a min)
-// (Q6_K: the first line once per half, lo then hi.) Integer sums are exact,
-// so SIMD kernels may compute isum in any order; only this float chain is
-// fixed, and it is per output element, so a lane = one weight row.
+// Integer sums are exact, so SIMD kernels may compute isum in any order;
+// only this float chain is fixed, and it is per output element, so a lane =
+// one weight row.
+// Q6_K instead runs llama.cpp's Q6_K x Q8_K arithmetic: its activations
+// take one scale per 256-element super-block (the xd of its 8 XBlocks is
+// the same), and each super-block adds one step,
+//     S = sum over its 16 halves h of sc_h * isum_h   (exact int32)
+//     acc = fma(float(S), d * xd, acc)
+// with sc_h the int8 sub-scales and d the super-block scale. The integer
+// sum lets the AMX tiles fold the sub-scales into the weights (sc * q split
+// into two bytes), so the float chain runs once per 256 elements.
 // MXFP4 fits it unchanged: q = the doubled e2m1 value (-12..12), ws =
 // 2^(e - 128), so ws * q is the element exactly. The peers' dots differ
 // only in the activations: they round xd to 16 bits (llama.cpp's Q8_0 to
@@ -46,6 +54,7 @@
 namespace kvs::mm {
 
 constexpr int kQBlock = 32;  // activation / weight sub-block size for all quantized types
+constexpr int kSuperBlocks = 8;  // blocks per K-quant super-block (256 elements)
 
 // One 32-element block of a quantized activation row. A call holds
 // [n, cols / 32] of these.
@@ -68,12 +77,23 @@ struct XTile {
 };
 static_assert(sizeof(XTile) == 640);
 
+// Q6_K's activations for the AMX tiles: rows 16t .. 16t+15 of one
+// 256-element super-block as the A tiles [16, 64] of its four K = 64
+// products (row stride 256), and the rows' scale (the super-block's xd).
+// Kept where the super-block's 8 XTiles would be; rows past n are zero.
+struct alignas(64) XSuper {
+  int8_t q[16][256];
+  float d[16];
+  uint8_t pad[8 * 640 - 16 * 256 - 64];  // the 8 XTiles' footprint, so XSuper arrays index alike
+};
+static_assert(sizeof(XSuper) == 8 * sizeof(XTile));
+
 // How a weight format maps onto the int8 dot product. SIMD kernels feed
 // weights as unsigned bytes u = q + off (vpdpbusd / maddubs take u8 x s8),
 // and the activation side carries the -off * sum(x) correction.
 struct QFormat {
   int off;       // level offset: u = q + off is in [0, 255]
-  bool sub16;    // two scales per 32-block (Q6_K)
+  bool sub16;    // Q6_K: int8 scales per 16-element half, activations scaled per 256 (above)
   bool has_min;  // value = ws * q + wm with wm != 0 (Q4_1, Q5_1, Q4_K, Q5_K)
 };
 // `signed_q8`: Q8_0 kept as signed bytes (AVX2 uses the sign trick instead of an offset).
@@ -94,9 +114,10 @@ inline constexpr Mxfp4Levels kMxfp4Levels = [] {
 
 // One weight block unpacked to levels (scalar reference for all formats).
 struct WBlock {
-  int8_t q[32];  // signed levels, value = ws[e / 16 if sub16 else 0] * q[e] + wm
+  int8_t q[32];  // signed levels, value = ws[0] * q[e] + wm (Q6_K: ws[0] * sc[e / 16] * q[e])
   float ws[2];
   float wm;
+  int32_t sc[2];  // Q6_K: the halves' int8 scales (ws[0] is the super-block's d)
 };
 // Block b (32 elements) of a weight row in format t.
 void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* out);
@@ -137,8 +158,8 @@ struct IsaKernels {
   // Tile kernels (nullptr where the ISA has none): the driver calls them
   // instead of quant_rows when amx_tiles_apply(w, n), with the activations
   // also laid out as XTiles by tile_x (M tiles [t0, t1), all blocks; s
-  // when the format has a min, else zero).
-  void (*tile_x)(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool has_min,
+  // when the format has a min, else zero; Q6_K: XSuper per super-block).
+  void (*tile_x)(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, QFormat f,
                  XTile* out) = nullptr;
   void (*quant_rows_tiles)(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y,
                            int64_t ldy, Scratch scratch) = nullptr;
@@ -167,6 +188,12 @@ inline int64_t bf16_x_stride(int64_t cols) { return bf16_chunks(cols) * 32 + 32;
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
                    int64_t ldy, Scratch scratch);
+// Q6_K on the AMX-INT8 tiles (matmul_amx_q6k.cpp): its activations as
+// XSuper (tile_x's layout for the format), and weight rows [r0, r1) of a
+// Panel16 copy (r0 % 16 == 0; `end`: where prefetching stops).
+void tile_x_q6k(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, XTile* out);
+void panels_rows_q6k(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
+                     float* y, int64_t ldy, Scratch scratch);
 // A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
 // values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
 // AmxBf16 packing's conversion (needs AVX512-BF16).

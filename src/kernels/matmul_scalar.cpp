@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/matmul_internal.h"
 
@@ -158,8 +159,9 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
         o->q[l] = int8_t(v - 32);
       }
       const int8_t* sc = blk->scales + 8 * chunk + 2 * u;
-      o->ws[0] = d * float(sc[0]);
-      o->ws[1] = d * float(sc[1]);
+      o->ws[0] = d;
+      o->sc[0] = sc[0];
+      o->sc[1] = sc[1];
       return;
     }
     default:
@@ -167,13 +169,25 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
   }
 }
 
+namespace {
+float block_amax(const float* xb) {  // [32]
+  float amax = 0.0f;
+  for (int e = 0; e < kQBlock; ++e) amax = std::max(amax, std::fabs(xb[e]));
+  return amax;
+}
+}  // namespace
+
 void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out) {
   const int64_t nb = cols / kQBlock;
+  float group = 0.0f;  // Q6_K: the super-block's maximum
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kQBlock;  // [32]
     XBlock& o = out[b];
-    float amax = 0.0f;
-    for (int e = 0; e < kQBlock; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    if (f.sub16 && b % kSuperBlocks == 0) {
+      group = 0.0f;
+      for (int64_t j = b; j < std::min(nb, b + kSuperBlocks); ++j) group = std::max(group, block_amax(x + j * kQBlock));
+    }
+    const float amax = f.sub16 ? group : block_amax(xb);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sum[2] = {0, 0};
@@ -204,6 +218,7 @@ void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock
   const QFormat f = qformat(w.type);
   const int64_t nb = w.cols / kQBlock;
   WBlock wb;
+  std::vector<int32_t> ssum(size_t(f.sub16 ? n : 0));  // Q6_K: per activation row
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.row(r);
     for (int64_t i = 0; i < n; ++i) y[i * ldy + r] = 0.0f;
@@ -211,16 +226,18 @@ void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock
       unpack_block(w.type, row, b, &wb);
       for (int64_t i = 0; i < n; ++i) {
         const XBlock& xb = xq[i * nb + b];
-        float acc = y[i * ldy + r];
         int32_t s0 = 0, s1 = 0;
         for (int e = 0; e < 16; ++e) s0 += int32_t(wb.q[e]) * xb.q[e];
         for (int e = 16; e < 32; ++e) s1 += int32_t(wb.q[e]) * xb.q[e];
-        if (f.sub16) {
-          acc = std::fma(float(s0), wb.ws[0] * xb.d, acc);
-          acc = std::fma(float(s1), wb.ws[1] * xb.d, acc);
-        } else {
-          acc = std::fma(float(s0 + s1), wb.ws[0] * xb.d, acc);
+        if (f.sub16) {  // the super-block's integer sum, then one float step
+          if (b % kSuperBlocks == 0) ssum[i] = 0;
+          ssum[i] += wb.sc[0] * s0 + wb.sc[1] * s1;
+          if (b % kSuperBlocks == kSuperBlocks - 1)
+            y[i * ldy + r] = std::fma(float(ssum[i]), wb.ws[0] * xb.d, y[i * ldy + r]);
+          continue;
         }
+        float acc = y[i * ldy + r];
+        acc = std::fma(float(s0 + s1), wb.ws[0] * xb.d, acc);
         if (f.has_min) acc = std::fma(wb.wm, xb.s, acc);
         y[i * ldy + r] = acc;
       }
