@@ -43,25 +43,22 @@ inline uint8_t* lo_of(uint8_t* s, int64_t sb, int c) { return s + sb * kSuperByt
 inline uint8_t* hi_of(uint8_t* s, int64_t sb, int c) { return s + sb * kSuperBytes + (4 + c) * kStepBytes; }
 inline float* d_of(uint8_t* s, int64_t sb) { return reinterpret_cast<float*>(s + sb * kSuperBytes + 8 * kStepBytes); }
 
-// Scale lanes for sixteen bytes of one weight row each: int16 lane i of
-// the result is sc[base + i / 4], sc one int32 lane per weight row.
-struct WordIdx {
-  alignas(64) int16_t v[2][32];  // [base / 8][i] = base + i / 4
-};
-inline constexpr WordIdx kWordIdx = [] {
-  WordIdx t{};
-  for (int h = 0; h < 2; ++h)
-    for (int i = 0; i < 32; ++i) t.v[h][i] = int16_t(8 * h + i / 4);
-  return t;
-}();
-inline __m512i rows_to_words(__m512i sc, int base) {  // base: 0 or 8
-  const __m512i w = _mm512_castsi256_si512(_mm512_cvtepi32_epi16(sc));  // 16 int16
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kWordIdx.v[base / 8]), w);
+// One weight vector's v = sc * q as its lo and hi bytes, in place: q the
+// signed levels (64 bytes, dword r = weight row r), sc16 the row's scale in
+// both 16-bit halves of dword r. Even and odd bytes multiply in 16-bit
+// lanes (|v| fits int16), and byte blends put each product's two bytes
+// back where its level was; no lane crossing.
+inline void split_products(__m512i q, __m512i sc16, __m512i* lo, __m512i* hi) {
+  constexpr __mmask64 kOdd = 0xAAAAAAAAAAAAAAAAull;
+  const __m512i pe = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(q, 8), 8), sc16);  // even bytes' v
+  const __m512i po = _mm512_mullo_epi16(_mm512_srai_epi16(q, 8), sc16);                        // odd bytes' v
+  *lo = _mm512_mask_blend_epi8(kOdd, pe, _mm512_slli_epi16(po, 8));
+  *hi = _mm512_mask_blend_epi8(kOdd, _mm512_srli_epi16(pe, 8), po);
 }
 
 // Super-blocks [sb0, sb0 + nsb) of one Panel16 Q6_K panel into the slice.
 void fill_q6k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
-  const __m512i off = _mm512_set1_epi8(32);
+  const __m512i off = _mm512_set1_epi8(32), low16 = _mm512_set1_epi32(0xFFFF);
   for (int64_t sb = 0; sb < nsb; ++sb)
     PkQ6K::unit(pan + (sb0 + sb) * PkQ6K::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 d) {
       // ws0 / ws1: the halves' int8 scales as int32 lanes (PkQ6K); d: the panel's d.
@@ -69,14 +66,10 @@ void fill_q6k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
       uint8_t* lo = lo_of(dst, sb, j / 2) + (j % 2) * 512;  // rows 0..7: block 2c, 8..15: 2c + 1
       uint8_t* hi = hi_of(dst, sb, j / 2) + (j % 2) * 512;
       for (int h = 0; h < 2; ++h) {
-        const __m512i s_lo = rows_to_words(sc[h], 0), s_hi = rows_to_words(sc[h], 8);  // weight rows 0..7, 8..15
+        const __m512i sc16 = _mm512_or_si512(_mm512_and_si512(sc[h], low16), _mm512_slli_epi32(sc[h], 16));
         for (int k = 4 * h; k < 4 * h + 4; ++k) {
-          const __m512i q = _mm512_sub_epi8(W[k], off);  // signed levels
-          const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(q)), s_lo);
-          const __m512i v1 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(q, 1)), s_hi);
-          const __m512i l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(v0)), _mm512_cvtepi16_epi8(v1), 1);
-          const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(v0, 8))),
-                                               _mm512_cvtepi16_epi8(_mm512_srai_epi16(v1, 8)), 1);
+          __m512i l, u;
+          split_products(_mm512_sub_epi8(W[k], off), sc16, &l, &u);
           _mm512_store_si512(lo + 64 * k, l);
           _mm512_store_si512(hi + 64 * k, u);
         }
