@@ -118,6 +118,35 @@ TEST(KeyFile, ASymlinkIsRefusedAsOne) {
   fs::remove(p);
 }
 
+// Audit 9 L5: another user's file names chown first (chmod alone cannot
+// fix it). Audit 9 L10: a missing folder is named, with the mkdir to run.
+TEST(KeyFile, OtherOwnerAndMissingFolderSayWhatFixesThem) {
+  const fs::path p = temp_dir() / "other-owner.key";
+  fs::remove(p);
+  load_or_create_key_file(p.string());
+  if (::geteuid() == 0) {  // only root can give a file away
+    ASSERT_EQ(::chown(p.c_str(), 65534, 65534), 0);
+    try {
+      load_key_file(p.string());
+      FAIL() << "another user's key file was accepted";
+    } catch (const KeyFileError& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find("owned by uid 65534"), std::string::npos) << w;
+      EXPECT_LT(w.find("chown 0 " + p.string()), w.find("chmod 600")) << w;
+    }
+  }
+  fs::remove(p);
+  const std::string missing = (temp_dir() / "no-such-folder" / "sub").string();
+  try {
+    load_or_create_key_file(missing + "/k.key");
+    FAIL() << "created a key in a missing folder";
+  } catch (const KeyFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("the folder " + missing + " does not exist; create it (`mkdir -p " + missing),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Kdf, DeterministicAndSeparated) {
   const SecretKey m = SecretKey::random();
   const auto c1 = bytes("scope-1"), c2 = bytes("scope-2");

@@ -46,10 +46,6 @@ SecretKey SecretKey::random() {
   return k;
 }
 
-static std::string fix_hint(const std::string& path) {
-  return "; fix it with `chmod 600 " + path + "` (and `chown` to the user running kvserve), or point the flag at a new path to create a fresh key";
-}
-
 static SecretKey parse_key_text(const std::string& text, const std::string& path) {
   std::string hex = text;
   while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r' || hex.back() == ' ')) hex.pop_back();
@@ -67,37 +63,7 @@ static SecretKey parse_key_text(const std::string& text, const std::string& path
 
 SecretKey load_key_file(const std::string& path) {
   ensure_sodium();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == ELOOP) {
-    // A link is not followed (whoever can change it could point us at
-    // another file): say so, and where it points.
-    std::error_code ec;
-    const std::string to = std::filesystem::read_symlink(path, ec).string();
-    throw KeyFileError("key file " + path + " is a symbolic link" + (to.empty() ? "" : " to " + to) +
-                       "; give the path of the file itself");
-  }
-  if (fd < 0) throw KeyFileError("cannot open key file " + path + ": " + std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw KeyFileError("key file " + path + " is not a regular file");
-  }
-  if (st.st_uid != ::geteuid()) {
-    ::close(fd);
-    throw KeyFileError("key file " + path + " is owned by uid " + std::to_string(st.st_uid) + ", not by the server's uid " +
-                       std::to_string(::geteuid()) + fix_hint(path));
-  }
-  if ((st.st_mode & 077) != 0) {
-    ::close(fd);
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
-    throw KeyFileError("key file " + path + " has mode " + mode + ": group or others may read it" + fix_hint(path));
-  }
-  std::string text(size_t(std::min<off_t>(st.st_size, 256)), '\0');
-  const ssize_t got = ::read(fd, text.data(), text.size());
-  ::close(fd);
-  if (got < 0) throw KeyFileError("cannot read key file " + path + ": " + std::strerror(errno));
-  text.resize(size_t(got));
+  std::string text = read_private_file(path, "key file", 256, "or point the flag at a new path to create a fresh key");
   SecretKey k = parse_key_text(text, path);
   sodium_memzero(text.data(), text.size());
   return k;
@@ -109,7 +75,13 @@ SecretKey load_or_create_key_file(const std::string& path, bool* created) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return load_key_file(path);
-    throw KeyFileError("cannot create key file " + path + ": " + std::strerror(errno));
+    const int err = errno;
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    // The folder is not made here: a typo in it would go unnoticed.
+    if (err == ENOENT && !dir.empty() && !std::filesystem::exists(dir))
+      throw KeyFileError("cannot create key file " + path + ": the folder " + dir + " does not exist; create it (`mkdir -p " +
+                         dir + "`) or give a path in an existing folder");
+    throw KeyFileError("cannot create key file " + path + ": " + std::strerror(err));
   }
   SecretKey k = SecretKey::random();
   std::string hex(2 * kKeyBytes + 1, '\0');

@@ -13,6 +13,8 @@
 #include <span>
 #include <string>
 
+#include "crypto/private_file.h"
+
 namespace kvs::crypto {
 
 inline constexpr size_t kKeyBytes = 32;
@@ -32,11 +34,6 @@ class SecretKey {
  private:
   // Heap-held so the locked page never moves with the object.
   std::unique_ptr<std::array<uint8_t, kKeyBytes>> bytes_;
-};
-
-// Thrown for a key file that must not be used; what() says why and what to do.
-struct KeyFileError : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 // Reads the key at `path`; when the file does not exist, creates it (mode
