@@ -288,5 +288,16 @@ TEST(CliArgs, AnInertTierIsRefused) {
   // A tier's options without a tier (audit 9 L7) are refused, not ignored.
   expect_refused({{{"serve", "-m", model(), "--port", "0", "--kv-disk-size", "1GiB"}, "--kv-disk-size configures a KV tier"},
                   {{"serve", "-m", model(), "--port", "0", "--kv-retention", "5"}, "--kv-retention configures a KV tier"},
-                  {{"serve", "-m", model(), "--port", "0", "--kv-disk", ""}, "--kv-disk is empty"}});
+                  {{"serve", "-m", model(), "--port", "0", "--kv-disk", ""}, "--kv-disk is empty"},
+                  // Audit 9 L9: TLS is named as unsupported.
+                  {{"serve", "-m", model(), "--port", "0", "--kv-redis", "rediss://h:6379"}, "no TLS"},
+                  {{"serve", "-m", model(), "--port", "0", "--kv-disk", dir + "/tier", "--kv-redis-password-file",
+                    dir + "/pw"},
+                   "no --kv-redis is given"},
+                  {{"serve", "-m", model(), "--port", "0", "--kv-redis", "redis://alice@127.0.0.1:1"},
+                   "names the user 'alice' without a password"},
+                  {{"serve", "-m", model(), "--port", "0", "--kv-redis", "redis://:pw@127.0.0.1:1",
+                    "--kv-redis-password-file", dir + "/pw"},
+                   "keep only the file"}});
 }
+

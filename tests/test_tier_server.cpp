@@ -2,8 +2,8 @@
 // server's prefix with identical output; a loose key file stops the start
 // with the fix; a disk tier smaller than one block stores nothing and says
 // so, and serving goes on; a revoke deletes the tenant's files; two replicas
-// share blocks through a redis-server the test starts; and redis killed
-// mid-run costs no request.
+// share blocks through a redis-server the test starts, with a password too;
+// and redis killed mid-run costs no request.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -19,6 +19,7 @@
 
 #include "http_client.h"
 #include "kvs_process.h"
+#include "redis_server.h"
 #include "server/tenants.h"
 #include "test_util.h"
 
@@ -192,43 +193,8 @@ TEST(TierServer, RevokeDeletesTheTenantsFiles) {
   s->stop();
 }
 
-// redis-server on a free loopback port, no persistence; killed by the destructor.
-struct Redis {
-  int port = test::free_port();
-  pid_t pid = -1;
-  bool start() {
-    pid = fork();
-    if (pid == 0) {
-      const int null = ::open("/dev/null", O_WRONLY);
-      dup2(null, 1);
-      dup2(null, 2);
-      const std::string p = std::to_string(port);
-      execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no", nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 250; ++i) {  // ready when it answers a TCP connect
-      if (connectable()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-  bool connectable() const {
-    const std::string cmd = "redis-cli -p " + std::to_string(port) + " ping >/dev/null 2>&1";
-    return std::system(cmd.c_str()) == 0;
-  }
-  void kill9() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-  }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port); }
-  ~Redis() { kill9(); }
-};
-
-bool have_redis() { return std::system("command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1") == 0; }
+using test::have_redis;
+using test::Redis;
 
 TEST(TierServer, ReplicaBHitsBlocksReplicaAComputedThroughRedis) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
@@ -310,6 +276,68 @@ TEST(TierServer, FrozenRedisIsMarkedUnavailableAndRequestsGoOn) {
   EXPECT_EQ(wait_metric_eq(port, "kvserve_kv_tier_available{tier=\"redis\"}", 0), 0);
   ::kill(redis.pid, SIGCONT);
   s->stop();
+}
+
+// Redis with requirepass: the password file logs both replicas in (a block
+// round-trips from A to B), a wrong or missing password stops the start
+// with the server's reply and the option to fix, and the password shows in
+// no output, the URL form included.
+TEST(TierServer, RedisPasswordLogsInAndAWrongOneStopsTheStart) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  const std::string pw = "tier-p@ss-4711";
+  Redis redis;
+  redis.extra = {"--requirepass", pw};
+  redis.password = pw;
+  ASSERT_TRUE(redis.start());
+  const std::string d = fresh("redis-auth");
+  auto secret = [&](const std::string& name, const std::string& text) {
+    std::ofstream(d + "/" + name) << text << "\n";
+    ::chmod((d + "/" + name).c_str(), 0600);
+    return d + "/" + name;
+  };
+  const std::vector<std::string> flags = {"--kv-redis", redis.url(), "--kv-redis-password-file", secret("pw", pw),
+                                          "--kv-key-file", d + "/k.key"};
+  auto a = serve(flags);
+  const json ra = complete(a->port());
+  ASSERT_EQ(wait_metric_eq(a->port(), "kvserve_kv_tier_queue_bytes", 0), 0);
+  EXPECT_GE(test::metric_value(a->port(), "kvserve_kv_tier_stores_total{tier=\"redis\"}"), 3);
+  auto b = serve({"--kv-redis", "redis://:tier-p%40ss-4711@127.0.0.1:" + std::to_string(redis.port), "--kv-key-file",
+                  d + "/k.key"});
+  const json rb = complete(b->port());
+  EXPECT_GE(cached(rb), 32) << "B must load A's prefix from redis";
+  EXPECT_EQ(rb["choices"][0]["text"], ra["choices"][0]["text"]);
+  const test::HttpReply m = test::http_request(b->port(), "GET", "/metrics", "", {}, 30);
+  EXPECT_EQ(m.body.find(pw), std::string::npos);
+  EXPECT_EQ(b->find("kv tiers: redis (redis://:\\*\\*\\*@[^ ]+)"), "redis://:***@127.0.0.1:" + std::to_string(redis.port));
+  EXPECT_EQ(a->stop(), 0);
+  EXPECT_EQ(b->stop(), 0);
+  for (const auto* p : {a.get(), b.get()}) {
+    std::string out = p->log();
+    for (auto& l : p->lines()) out += l + "\n";
+    EXPECT_EQ(out.find(pw), std::string::npos) << out;
+    EXPECT_EQ(out.find("tier-p%40ss"), std::string::npos) << out;
+  }
+
+  auto start = [&](std::vector<std::string> tier) {
+    std::vector<std::string> args = {"serve", "-m", stories(), "--port", "0", "--threads", "1", "--kv-key-file",
+                                     d + "/k.key"};
+    args.insert(args.end(), tier.begin(), tier.end());
+    std::string out, err;
+    EXPECT_NE(test::run_kvserve(args, &out, &err), 0) << err;
+    return out + err;
+  };
+  const std::string wrong = start({"--kv-redis", redis.url(), "--kv-redis-password-file", secret("bad", "guess-0815")});
+  EXPECT_NE(wrong.find("WRONGPASS"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("--kv-redis-password-file"), std::string::npos) << wrong;
+  EXPECT_EQ(wrong.find("guess-0815"), std::string::npos) << wrong;
+  const std::string none = start({"--kv-redis", redis.url()});
+  EXPECT_NE(none.find("NOAUTH"), std::string::npos) << none;
+  const std::string loose = secret("loose", pw);
+  ::chmod(loose.c_str(), 0644);
+  const std::string mode = start({"--kv-redis", redis.url(), "--kv-redis-password-file", loose});
+  EXPECT_NE(mode.find("chmod 600"), std::string::npos) << mode;
+  EXPECT_EQ(mode.find(pw), std::string::npos) << mode;
 }
 
 }  // namespace

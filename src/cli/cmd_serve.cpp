@@ -267,7 +267,7 @@ void print_features(const ServeArgs& a, const DisaggRoles& roles, const events::
   if (tiers)
     std::printf("kvserve: kv tiers:%s%s (retention %.0f s, encrypted)\n",
                 a.tiers.disk_dir.empty() ? "" : (" disk " + a.tiers.disk_dir + " (" + a.tiers.disk_size + ")").c_str(),
-                a.tiers.redis_url.empty() ? "" : (" redis " + a.tiers.redis_url).c_str(), a.tiers.retention_s);
+                a.tiers.redis_url.empty() ? "" : (" redis " + tiers::redis_url_for_logs(a.tiers.redis_url)).c_str(), a.tiers.retention_s);
   std::fflush(stdout);
 }
 

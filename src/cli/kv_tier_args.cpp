@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "crypto/kdf.h"
+#include "crypto/private_file.h"
 #include "crypto/user_home.h"
 #include "tiers/disk_store.h"
 #include "tiers/redis_store.h"
@@ -23,7 +24,12 @@ void add_kv_tier_args(CLI::App* c, KvTierArgs& a) {
   a.tier_only.push_back(
       c->add_option("--kv-disk-size", a.disk_size, "Capacity of the disk tier (e.g. 20GiB)")->capture_default_str());
   a.redis_opt = c->add_option("--kv-redis", a.redis_url,
-                              "Redis KV tier shared by replicas: redis://HOST:PORT (replicas must share --kv-key-file)");
+                              "Redis KV tier shared by replicas: redis://[[USER]:PASSWORD@]HOST:PORT[/DB] (replicas "
+                              "must share --kv-key-file; give a password in --kv-redis-password-file, as a URL "
+                              "shows in ps)");
+  a.redis_password_opt = c->add_option("--kv-redis-password-file", a.redis_password_file,
+                                       "File (mode 0600) holding the password of the --kv-redis server (AUTH; the "
+                                       "user name, if any, goes in the URL: redis://USER@HOST:PORT)");
   a.tier_only.push_back(c->add_option(
       "--kv-key-file", a.key_file,
       "Master key of the KV tiers (created 0600 on first run; default ~/.config/kvserve/kv-tier.key)"));
@@ -43,6 +49,9 @@ static void check_tier_options(const KvTierArgs& a) {
     if (o && o->count() > 0 && o->as<std::string>().empty())
       throw std::runtime_error(o->get_name() + " is empty: give a " +
                                (o == a.disk_opt ? "folder" : "redis://HOST:PORT") + ", or leave the option out");
+  if (a.redis_password_opt && a.redis_password_opt->count() > 0 && a.redis_url.empty())
+    throw std::runtime_error("--kv-redis-password-file is the password of the --kv-redis server, and no --kv-redis "
+                             "is given: add --kv-redis redis://HOST:PORT, or leave it out");
   if (a.any()) return;
   for (const CLI::Option* o : a.tier_only)
     if (o->count() > 0)
@@ -75,7 +84,7 @@ std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a, bool prefi
   // Every tier flag is checked before the model loads.
   size_flag("--kv-disk-size", a.disk_size);
   size_flag("--kv-tier-queue", a.queue);
-  if (!a.redis_url.empty()) tiers::parse_redis_url(a.redis_url);
+  if (!a.redis_url.empty()) redis_endpoint(a);
   const std::string path = a.key_file.empty() ? default_key_path() : a.key_file;
   if (a.key_file.empty()) {
     std::error_code ec;
@@ -91,6 +100,44 @@ std::optional<crypto::SecretKey> tier_master_key(const KvTierArgs& a, bool prefi
   }
 }
 
+// The password file: its text up to a final line end. One line only: a
+// second line means the wrong file (or a user name, which goes in the URL).
+static std::string read_password_file(const std::string& path) {
+  std::string text;
+  try {
+    text = crypto::read_private_file(path, "password file", 4096);
+  } catch (const crypto::KeyFileError& e) {
+    throw std::runtime_error(std::string("--kv-redis-password-file: ") + e.what());
+  }
+  if (text.size() >= 4096) throw std::runtime_error("--kv-redis-password-file " + path + ": longer than 4 KiB; is it the password?");
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  if (text.empty()) throw std::runtime_error("--kv-redis-password-file " + path + " is empty; write the password in it");
+  if (text.find_first_of("\r\n") != std::string::npos)
+    throw std::runtime_error("--kv-redis-password-file " + path + " holds more than one line; it must hold only the "
+                             "password (a user name goes in --kv-redis: redis://USER@HOST:PORT)");
+  return text;
+}
+
+tiers::RedisEndpoint redis_endpoint(const KvTierArgs& a) {
+  tiers::RedisEndpoint ep;
+  try {
+    ep = tiers::parse_redis_url(a.redis_url);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  if (!a.redis_password_file.empty()) {
+    if (!ep.password.empty())
+      throw std::runtime_error("--kv-redis holds a password and --kv-redis-password-file gives one too: keep only "
+                               "the file (a URL shows in ps)");
+    ep.password = read_password_file(a.redis_password_file);
+  }
+  if (!ep.user.empty() && ep.password.empty())
+    throw std::runtime_error("--kv-redis names the user '" + ep.user + "' without a password: give it in "
+                             "--kv-redis-password-file FILE");
+  return ep;
+}
+
 std::vector<uint8_t> tier_scope_secret(const crypto::SecretKey& master) {
   const crypto::SecretKey s = crypto::derive_key(master, "prefix-cache-scope-secret");
   return {s.span().begin(), s.span().end()};
@@ -101,17 +148,23 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
                                             double longest_retention_s) {
   auto log = [](const std::string& s) { std::fprintf(stderr, "kvserve: %s\n", s.c_str()); };
   std::vector<std::unique_ptr<tiers::BlobStore>> stores;
+  const double longest = std::max(a.retention_s, longest_retention_s);
   if (!a.disk_dir.empty()) {
     const uint64_t size = size_flag("--kv-disk-size", a.disk_size);
     auto disk = std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log);
     std::array<uint8_t, 8> id{};
     crypto::fingerprint(master.span(), id, "kvserve disk tier key id");
     disk->note_key(tiers::hex(id));
-    disk->cap_retention(std::max(a.retention_s, longest_retention_s), int64_t(std::time(nullptr)));
+    disk->cap_retention(longest, int64_t(std::time(nullptr)));
     stores.push_back(std::move(disk));
   }
-  if (!a.redis_url.empty())
-    stores.push_back(std::make_unique<tiers::RedisStore>(tiers::parse_redis_url(a.redis_url), tiers::RedisOptions{}, log));
+  if (!a.redis_url.empty()) {
+    auto redis = std::make_unique<tiers::RedisStore>(redis_endpoint(a), tiers::RedisOptions{}, log);
+    // A refused login or database does not heal by retrying: stop here.
+    if (!redis->refused().empty())
+      throw std::runtime_error("--kv-redis " + tiers::redis_url_for_logs(a.redis_url) + ": " + redis->refused());
+    stores.push_back(std::move(redis));
+  }
   tiers::TierSetOptions o;
   o.default_retention_s = a.retention_s;
   o.queue_bytes = int64_t(size_flag("--kv-tier-queue", a.queue));

@@ -6,38 +6,9 @@
 #include <algorithm>
 #include <cstdarg>
 #include <stdexcept>
+#include <string_view>
 
 namespace kvs::tiers {
-
-RedisEndpoint parse_redis_url(const std::string& url) {
-  const std::string scheme = "redis://";
-  if (url.rfind(scheme, 0) != 0)
-    throw std::invalid_argument("--kv-redis: expected redis://HOST:PORT, got '" + url + "'");
-  std::string rest = url.substr(scheme.size());
-  RedisEndpoint ep;
-  if (const auto slash = rest.find('/'); slash != std::string::npos) {
-    const std::string db = rest.substr(slash + 1);
-    rest.resize(slash);
-    if (!db.empty()) {
-      if (db.find_first_not_of("0123456789") != std::string::npos || db.size() > 4)
-        throw std::invalid_argument("--kv-redis: database '" + db + "' is not a number");
-      ep.db = std::stoi(db);
-    }
-  }
-  if (rest.find('@') != std::string::npos)
-    throw std::invalid_argument("--kv-redis: credentials in the URL are not supported");
-  const auto colon = rest.rfind(':');
-  ep.host = colon == std::string::npos ? rest : rest.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::string port = rest.substr(colon + 1);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(port) < 1 || std::stoi(port) > 65535)
-      throw std::invalid_argument("--kv-redis: port '" + port + "' is not a port number");
-    ep.port = std::stoi(port);
-  }
-  if (ep.host.empty()) throw std::invalid_argument("--kv-redis: no host in '" + url + "'");
-  return ep;
-}
 
 static timeval to_timeval(double s) {
   timeval tv;
@@ -48,26 +19,81 @@ static timeval to_timeval(double s) {
 
 RedisStore::RedisStore(RedisEndpoint ep, RedisOptions opts, Log log)
     : ep_(std::move(ep)), opts_(opts), log_(std::move(log)) {
+  starting_ = true;
   ensure();
+  starting_ = false;
 }
 
 RedisStore::~RedisStore() {
   if (ctx_) redisFree(ctx_);
 }
 
-void RedisStore::failed(const char* what) {
-  const std::string why = ctx_ && ctx_->err ? ctx_->errstr : what;
+void RedisStore::failed(const std::string& what) {
+  const std::string why = ctx_ && ctx_->err ? std::string(ctx_->errstr) : what;
   if (ctx_) redisFree(ctx_);
   ctx_ = nullptr;
   backoff_s_ = std::clamp(backoff_s_ * 2, opts_.backoff_min_s, opts_.backoff_max_s);
   retry_at_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                       std::chrono::duration<double>(backoff_s_));
   if (up_.exchange(false) || !ever_up_) {
-    if (log_)
-      log_("kv tier redis: unavailable (" + ep_.host + ":" + std::to_string(ep_.port) + ": " + why +
-           "); serving without it, reconnecting with backoff");
+    if (log_ && !(starting_ && !refused_.empty()))
+      log_("kv tier redis: unavailable (" + ep_.where() + ": " + why + "); serving without it, reconnecting with backoff");
     ever_up_ = true;  // one line for a server that was never reachable, too
   }
+}
+
+std::string RedisStore::scrub(std::string text) const {
+  if (ep_.password.empty()) return text;
+  for (size_t at = text.find(ep_.password); at != std::string::npos; at = text.find(ep_.password, at + 3))
+    text.replace(at, ep_.password.size(), "***");
+  return text;
+}
+
+// The server's words and what to change for the replies a handshake gets.
+static std::string refusal_advice(const std::string& text) {
+  const auto starts = [&](const char* p) { return text.rfind(p, 0) == 0; };
+  if (starts("NOAUTH"))
+    return "the server requires a password (" + text + "); give it in --kv-redis-password-file FILE";
+  if (starts("WRONGPASS") || text.find("invalid password") != std::string::npos)
+    return "the server refused the credentials (" + text +
+           "); check the password (--kv-redis-password-file, or the URL) and the user name in --kv-redis";
+  if (text.find("without any password configured") != std::string::npos || text.find("no password is set") != std::string::npos)
+    return "the server has no password set (" + text + "); drop the password from --kv-redis / --kv-redis-password-file";
+  if (starts("NOPERM"))
+    return "the user may not run the tier's commands (" + text +
+           "); grant it the keys ~kvs:* and GET SET SADD SMEMBERS DEL EXPIRE PEXPIRE SCAN INFO PING SELECT";
+  return "the server answered: " + text;
+}
+
+bool RedisStore::handshake_step(redisReply* r, const char* step) {
+  if (!r) {
+    failed(std::string("no answer to ") + step);
+    return false;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    refused_ = scrub(refusal_advice(std::string(r->str, r->len)));
+    freeReplyObject(r);
+    failed(refused_);
+    return false;
+  }
+  freeReplyObject(r);
+  return true;
+}
+
+// A reconnect is a new session: AUTH and SELECT again every time. PING
+// last, so a server that wants a password we lack says so (NOAUTH) at
+// connect, not at the first block.
+bool RedisStore::handshake() {
+  const std::string& u = ep_.user;
+  const std::string& p = ep_.password;
+  if (!p.empty()) {
+    void* r = u.empty() ? redisCommand(ctx_, "AUTH %b", p.data(), p.size())
+                        : redisCommand(ctx_, "AUTH %b %b", u.data(), u.size(), p.data(), p.size());
+    if (!handshake_step(static_cast<redisReply*>(r), "AUTH")) return false;
+  }
+  if (ep_.db != 0 && !handshake_step(static_cast<redisReply*>(redisCommand(ctx_, "SELECT %d", ep_.db)), "SELECT"))
+    return false;
+  return handshake_step(static_cast<redisReply*>(redisCommand(ctx_, "PING")), "PING");
 }
 
 bool RedisStore::ensure() {
@@ -79,19 +105,19 @@ bool RedisStore::ensure() {
     return false;
   }
   redisSetTimeout(ctx_, to_timeval(opts_.command_timeout_s));
-  if (ep_.db != 0) {
-    redisReply* r = static_cast<redisReply*>(redisCommand(ctx_, "SELECT %d", ep_.db));
-    const bool ok = r && r->type == REDIS_REPLY_STATUS;
-    if (r) freeReplyObject(r);
-    if (!ok) {
-      failed("SELECT failed");
-      return false;
-    }
-  }
+  if (!handshake()) return false;
+  refused_.clear();
   backoff_s_ = 0;
-  if (!up_.exchange(true) && log_) log_("kv tier redis: connected to " + ep_.host + ":" + std::to_string(ep_.port));
+  if (!up_.exchange(true) && log_)
+    log_("kv tier redis: connected to " + ep_.where() + (ep_.user.empty() ? "" : " as " + ep_.user));
   ever_up_ = true;
-  return true;
+  if (ctx_) refresh_bytes();  // not 0 until the first sweep
+  return ctx_ != nullptr;
+}
+
+// One bad key is a bad entry for its caller to drop, not an outage.
+static bool wrong_type(const redisReply* r) {
+  return r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("WRONGTYPE");
 }
 
 redisReply* RedisStore::command(const char* fmt, ...) {
@@ -100,11 +126,11 @@ redisReply* RedisStore::command(const char* fmt, ...) {
   va_start(ap, fmt);
   auto* r = static_cast<redisReply*>(redisvCommand(ctx_, fmt, ap));
   va_end(ap);
-  if (!r || r->type == REDIS_REPLY_ERROR) {
-    // The server's own words (NOAUTH, WRONGTYPE, OOM ...) say what to fix.
-    const std::string why = r && r->str ? "the server answered: " + std::string(r->str, r->len) : "command failed";
+  if (!r || (r->type == REDIS_REPLY_ERROR && !wrong_type(r))) {
+    // The server's own words (NOAUTH, OOM ...) say what to fix.
+    const std::string why = r && r->str ? "the server answered: " + scrub(std::string(r->str, r->len)) : "command failed";
     if (r) freeReplyObject(r);
-    failed(why.c_str());
+    failed(why);
     return nullptr;
   }
   return r;
@@ -119,6 +145,11 @@ PutStatus RedisStore::put(const std::string& id, std::span<const uint8_t> blob, 
   freeReplyObject(r);
   if (!stored) return PutStatus::Exists;
   r = command("SADD %b %b", set.data(), set.size(), id.data(), id.size());
+  if (r && wrong_type(r)) {  // not our set: replace it
+    freeReplyObject(r);
+    if ((r = command("DEL %b", set.data(), set.size()))) freeReplyObject(r);
+    r = command("SADD %b %b", set.data(), set.size(), id.data(), id.size());
+  }
   if (!r) return PutStatus::Failed;
   freeReplyObject(r);
   r = command("EXPIRE %b %lld GT", set.data(), set.size(), ttl);
@@ -135,7 +166,12 @@ GetStatus RedisStore::get(const std::string& id, std::vector<uint8_t>& out) {
   redisReply* r = command("GET %b", key.data(), key.size());
   if (!r) return GetStatus::Failed;
   GetStatus st = GetStatus::Miss;
-  if (r->type == REDIS_REPLY_STRING) {
+  if (wrong_type(r)) {
+    // Handed on as an empty entry: the tier set rejects it like any bad
+    // entry (logged, counted, deleted) and recomputes.
+    out.clear();
+    st = GetStatus::Hit;
+  } else if (r->type == REDIS_REPLY_STRING) {
     out.assign(reinterpret_cast<const uint8_t*>(r->str), reinterpret_cast<const uint8_t*>(r->str) + r->len);
     st = GetStatus::Hit;
   }
@@ -153,7 +189,7 @@ int64_t RedisStore::erase_scope(const ScopeFp& scope) {
   redisReply* r = command("SMEMBERS %b", set.data(), set.size());
   if (!r) return 0;
   int64_t n = 0;
-  if (r->type == REDIS_REPLY_ARRAY) {
+  if (r->type == REDIS_REPLY_ARRAY) {  // a value of another type has no members: just deleted below
     for (size_t i = 0; i < r->elements; ++i) {
       const std::string key = "kvs:b:" + std::string(r->element[i]->str, r->element[i]->len);
       if (redisReply* d = command("DEL %b", key.data(), key.size())) {
@@ -168,15 +204,19 @@ int64_t RedisStore::erase_scope(const ScopeFp& scope) {
 }
 
 int64_t RedisStore::sweep_expired(int64_t) {
+  refresh_bytes();
+  return 0;
+}
+
+void RedisStore::refresh_bytes() {
   redisReply* r = command("INFO memory");
-  if (!r) return 0;
+  if (!r) return;
   if (r->type == REDIS_REPLY_STRING) {
     const std::string info(r->str, r->len);
     const auto at = info.find("used_memory:");
     if (at != std::string::npos) bytes_ = std::stoll(info.substr(at + 12));
   }
   freeReplyObject(r);
-  return 0;
 }
 
 }  // namespace kvs::tiers

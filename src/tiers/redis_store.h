@@ -5,10 +5,12 @@
 //   kvs:s:<scope fp> set of the scope's entry ids (revoke deletes them all)
 //
 // Connection: hiredis, synchronous, with a connect and a command timeout, on
-// the tier worker thread only. Any error or timeout marks the store
-// unavailable (one log line, available() false): operations fail fast, the
-// server serves without the tier, and it reconnects with exponential backoff
-// (one more log line when it is back).
+// the tier worker thread only. Every connection sends AUTH (when the URL or
+// the password file gives a password) and SELECT, then PING. Any error or
+// timeout marks the store unavailable (one log line, available() false):
+// operations fail fast, the server serves without the tier, and it
+// reconnects with exponential backoff (one more log line when it is back).
+// A value of another type under a tier key is a bad entry, not an outage.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -16,19 +18,12 @@
 #include <string>
 
 #include "tiers/blob_store.h"
+#include "tiers/redis_url.h"
 
 struct redisContext;
 struct redisReply;
 
 namespace kvs::tiers {
-
-struct RedisEndpoint {
-  std::string host;
-  int port = 6379;
-  int db = 0;
-};
-// Parses redis://HOST[:PORT][/DB]; throws std::invalid_argument saying what is wrong.
-RedisEndpoint parse_redis_url(const std::string& url);
 
 struct RedisOptions {
   double connect_timeout_s = 0.5;
@@ -49,15 +44,23 @@ class RedisStore final : public BlobStore {
   GetStatus get(const std::string& id, std::vector<uint8_t>& out) override;
   void erase(const std::string& id) override;
   int64_t erase_scope(const ScopeFp& scope) override;
-  // Redis expires entries itself; this refreshes bytes() from INFO memory.
+  // Redis expires entries itself; this refreshes bytes() from INFO memory:
+  // the server's used_memory, all its keys (other replicas' entries too).
   int64_t sweep_expired(int64_t now_unix) override;
   int64_t bytes() const override { return bytes_.load(std::memory_order_relaxed); }
   int64_t evictions() const override { return 0; }
   bool available() const override { return up_.load(std::memory_order_relaxed); }
+  // Why the server refused the last connection's AUTH, SELECT or PING, with
+  // the fix ("" when it did not): a start-up error, as it will not heal.
+  const std::string& refused() const { return refused_; }
 
  private:
   bool ensure();  // connected, or false (still in backoff, or the retry failed)
-  void failed(const char* what);
+  bool handshake();
+  bool handshake_step(redisReply* r, const char* step);
+  void refresh_bytes();
+  void failed(const std::string& what);
+  std::string scrub(std::string text) const;  // the password, should a reply echo it, as ***
   redisReply* command(const char* fmt, ...);
 
   RedisEndpoint ep_;
@@ -67,6 +70,8 @@ class RedisStore final : public BlobStore {
   std::chrono::steady_clock::time_point retry_at_{};
   double backoff_s_ = 0;
   bool ever_up_ = false;
+  bool starting_ = false;  // in the constructor: a refusal is the caller's start-up error, not a log line
+  std::string refused_;
   std::atomic<bool> up_{false};
   std::atomic<int64_t> bytes_{0};
 };

@@ -20,7 +20,9 @@ std::string metrics_text(const TierSetStats& s) {
   family("kvserve_kv_tier_errors_total", "counter",
          "Failed reads and writes, and entries rejected as tampered, truncated, foreign or undecryptable",
          [](const TierCounters& t) { return t.errors; });
-  family("kvserve_kv_tier_bytes", "gauge", "Bytes the tier holds", [](const TierCounters& t) { return t.bytes; });
+  family("kvserve_kv_tier_bytes", "gauge",
+         "Bytes the tier holds: disk, its entry files; redis, the server's used_memory (all its keys, every "
+         "replica's entries), read every few seconds", [](const TierCounters& t) { return t.bytes; });
   family("kvserve_kv_tier_available", "gauge", "1 when the tier's medium answers",
          [](const TierCounters& t) { return int64_t(t.available); });
   out += "# HELP kvserve_kv_tier_dropped_writes_total Blocks not written behind because the queue was full\n"
