@@ -2,7 +2,8 @@
 // URL with credentials (percent-decoded, never shown), AUTH with a password
 // and with an ACL user on every connection, a wrong or missing password as a
 // refusal naming the server's reply, a value of the wrong type as a bad
-// entry (a miss, deleted) rather than an outage.
+// entry (a miss, deleted) rather than an outage, and the TTL of keys already
+// there capped to the retention now in force.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -186,6 +187,35 @@ TEST(RedisStore, WrongTypeValueIsABadEntryNotAnOutage) {
   std::string all;
   for (auto& l : lines) all += l + "\n";
   EXPECT_EQ(all.find("unavailable"), std::string::npos) << all;
+}
+
+TEST(RedisStore, KeysAlreadyThereGetAtMostTheRetentionNowInForce) {
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  Redis redis;
+  ASSERT_TRUE(redis.start());
+  // More keys than one SCAN batch, written under a day's retention.
+  std::string script;
+  for (int i = 0; i < 1300; ++i) script += "SET kvs:b:old" + std::to_string(i) + " v EX 86400\n";
+  script += "SET kvs:b:forever v\nSET kvs:b:short v EX 20\nSADD kvs:s:scope a\nEXPIRE kvs:s:scope 86400\n"
+            "SET other:key v EX 86400\n";
+  const std::string file = test::temp_dir() + "/redis-cap.txt";
+  { FILE* f = std::fopen(file.c_str(), "w"); std::fputs(script.c_str(), f); std::fclose(f); }
+  redis.cli("< " + file + " >/dev/null; true");  // piped: one redis-cli for every command
+  ASSERT_EQ(redis.cli("dbsize"), "1304");
+  Logged log;
+  RedisOptions o;
+  o.max_ttl_s = 60;
+  RedisStore s(at(redis), o, log.fn());
+  ASSERT_TRUE(s.available());
+  for (const std::string k : {"kvs:b:old0", "kvs:b:old1299", "kvs:b:forever", "kvs:s:scope"}) {
+    const long ttl = std::stol(redis.cli("ttl " + k));
+    EXPECT_GT(ttl, 0) << k;
+    EXPECT_LE(ttl, 60) << k;
+  }
+  EXPECT_LE(std::stol(redis.cli("ttl kvs:b:short")), 20);  // a shorter TTL is never lengthened
+  EXPECT_GT(std::stol(redis.cli("ttl other:key")), 3600);   // not the tier's key
+  ASSERT_EQ(log.lines.size(), 2u) << log.all();             // connected, then the one count
+  EXPECT_NE(log.lines[1].find("1301 entries"), std::string::npos) << log.all();
 }
 
 }  // namespace

@@ -340,4 +340,22 @@ TEST(TierServer, RedisPasswordLogsInAndAWrongOneStopsTheStart) {
   EXPECT_EQ(mode.find(pw), std::string::npos) << mode;
 }
 
+// A retention shortened since entries went into Redis holds for them: the
+// server caps their TTL at connect and says how many it capped.
+TEST(TierServer, RedisEntriesGetAShortenedRetention) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  Redis redis;
+  ASSERT_TRUE(redis.start());
+  ASSERT_EQ(redis.cli("set kvs:b:old-entry v ex 86400"), "OK");
+  const std::string d = fresh("redis-retention");
+  auto s = serve({"--kv-redis", redis.url(), "--kv-key-file", d + "/k.key", "--kv-retention", "60"});
+  const long ttl = std::stol(redis.cli("ttl kvs:b:old-entry"));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 60);
+  EXPECT_EQ(s->stop(), 0);
+  EXPECT_NE(s->log().find("1 entries kept a TTL beyond the retention now in force (60 s)"), std::string::npos)
+      << s->log();
+}
+
 }  // namespace

@@ -159,7 +159,9 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
     stores.push_back(std::move(disk));
   }
   if (!a.redis_url.empty()) {
-    auto redis = std::make_unique<tiers::RedisStore>(redis_endpoint(a), tiers::RedisOptions{}, log);
+    tiers::RedisOptions ro;
+    ro.max_ttl_s = longest;
+    auto redis = std::make_unique<tiers::RedisStore>(redis_endpoint(a), ro, log);
     // A refused login or database does not heal by retrying: stop here.
     if (!redis->refused().empty())
       throw std::runtime_error("--kv-redis " + tiers::redis_url_for_logs(a.redis_url) + ": " + redis->refused());

@@ -10,6 +10,8 @@
 
 namespace kvs::tiers {
 
+static constexpr int kScanBatch = 512;  // keys per SCAN step, and PEXPIREs per pipeline
+
 static timeval to_timeval(double s) {
   timeval tv;
   tv.tv_sec = long(s);
@@ -111,6 +113,7 @@ bool RedisStore::ensure() {
   if (!up_.exchange(true) && log_)
     log_("kv tier redis: connected to " + ep_.where() + (ep_.user.empty() ? "" : " as " + ep_.user));
   ever_up_ = true;
+  if (!capped_) cap_ttls();
   if (ctx_) refresh_bytes();  // not 0 until the first sweep
   return ctx_ != nullptr;
 }
@@ -217,6 +220,55 @@ void RedisStore::refresh_bytes() {
     if (at != std::string::npos) bytes_ = std::stoll(info.substr(at + 12));
   }
   freeReplyObject(r);
+}
+
+// Keys written under a longer retention than the one now in force would
+// keep their TTL: on the first connection every key of the tier gets at
+// most the current one. SCAN walks them in batches, each batch one pipeline
+// of PEXPIRE ... LT (never lengthens a TTL; Redis 7.0 and later).
+// Done once: a connection lost half way starts it again at the next one.
+void RedisStore::cap_ttls() {
+  if (opts_.max_ttl_s <= 0) {
+    capped_ = true;
+    return;
+  }
+  const long long ms = static_cast<long long>(opts_.max_ttl_s * 1000);
+  int64_t entries = 0;
+  std::string cursor = "0", refused;
+  do {
+    redisReply* r = command("SCAN %s MATCH kvs:[bs]:* COUNT %d", cursor.c_str(), kScanBatch);
+    if (!r) return;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      freeReplyObject(r);
+      return;
+    }
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    const redisReply* keys = r->element[1];
+    for (size_t i = 0; i < keys->elements; ++i)
+      redisAppendCommand(ctx_, "PEXPIRE %b %lld LT", keys->element[i]->str, keys->element[i]->len, ms);
+    for (size_t i = 0; i < keys->elements; ++i) {  // every reply is read, or the next command reads a stale one
+      void* p = nullptr;
+      if (redisGetReply(ctx_, &p) != REDIS_OK) {
+        freeReplyObject(r);
+        failed("no answer to PEXPIRE");
+        return;
+      }
+      auto* e = static_cast<redisReply*>(p);
+      if (e->type == REDIS_REPLY_ERROR && refused.empty()) refused = scrub(std::string(e->str, e->len));
+      if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 &&
+          std::string_view(keys->element[i]->str, keys->element[i]->len).starts_with("kvs:b:"))
+        ++entries;
+      freeReplyObject(e);
+    }
+    freeReplyObject(r);
+  } while (cursor != "0" && refused.empty());
+  capped_ = true;
+  if (!refused.empty() && log_)
+    log_("kv tier redis: cannot cap the TTL of the entries already there to the retention now in force (the server "
+         "answered: " + refused + "; PEXPIRE LT needs Redis 7.0); they keep the TTL they were written with");
+  else if (entries > 0 && log_)
+    log_("kv tier redis: " + std::to_string(entries) + " entries kept a TTL beyond the retention now in force (" +
+         std::to_string(static_cast<long long>(opts_.max_ttl_s)) + " s); capped to it");
 }
 
 }  // namespace kvs::tiers

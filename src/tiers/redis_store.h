@@ -29,6 +29,10 @@ struct RedisOptions {
   double connect_timeout_s = 0.5;
   double command_timeout_s = 0.5;
   double backoff_min_s = 0.25, backoff_max_s = 10.0;
+  // The longest TTL a key of the tier may keep (0: no cap): applied to the
+  // keys already there at the first connection, so a retention shortened
+  // since they were written holds for them too.
+  double max_ttl_s = 0;
 };
 
 class RedisStore final : public BlobStore {
@@ -58,6 +62,7 @@ class RedisStore final : public BlobStore {
   bool ensure();  // connected, or false (still in backoff, or the retry failed)
   bool handshake();
   bool handshake_step(redisReply* r, const char* step);
+  void cap_ttls();
   void refresh_bytes();
   void failed(const std::string& what);
   std::string scrub(std::string text) const;  // the password, should a reply echo it, as ***
@@ -70,6 +75,7 @@ class RedisStore final : public BlobStore {
   std::chrono::steady_clock::time_point retry_at_{};
   double backoff_s_ = 0;
   bool ever_up_ = false;
+  bool capped_ = false;
   bool starting_ = false;  // in the constructor: a refusal is the caller's start-up error, not a log line
   std::string refused_;
   std::atomic<bool> up_{false};
