@@ -281,7 +281,9 @@ TEST(CliArgs, AnInertTierIsRefused) {
   for (const auto& [extra, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--no-prefix-cache"}, "the tier would store nothing"},
            {{"--kv-tier-queue", "1KiB"}, "below one block"},
-           {{"--kv-tier-queue", "0"}, "below one block"}}) {
+           {{"--kv-tier-queue", "0"}, "below one block"},
+           // Audit 9 L6: refused at start, not at the first write.
+           {{"--kv-disk-size", "1KiB"}, "--kv-disk-size 1KiB is below one entry of this model's KV"}}) {
     EXPECT_EQ(test::run_kvserve(with(extra), &out, &err), 1) << extra[0];
     EXPECT_NE(err.find(says), std::string::npos) << extra[0] << ": " << err;
   }

@@ -151,6 +151,11 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
   const double longest = std::max(a.retention_s, longest_retention_s);
   if (!a.disk_dir.empty()) {
     const uint64_t size = size_flag("--kv-disk-size", a.disk_size);
+    // Checked before the store opens: it would delete entries to fit.
+    if (size < tiers::sealed_bytes(layout.block_bytes()))
+      throw std::runtime_error("--kv-disk-size " + a.disk_size + " is below one entry of this model's KV (" +
+                               std::to_string(tiers::sealed_bytes(layout.block_bytes())) +
+                               " bytes): nothing could be stored; give a larger size, or leave --kv-disk out");
     auto disk = std::make_unique<tiers::DiskStore>(a.disk_dir, int64_t(size), int64_t(std::time(nullptr)), log);
     std::array<uint8_t, 8> id{};
     crypto::fingerprint(master.span(), id, "kvserve disk tier key id");

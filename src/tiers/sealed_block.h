@@ -27,6 +27,8 @@
 namespace kvs::tiers {
 
 inline constexpr size_t kHeaderBytes = 96;
+// Bytes of a sealed entry of a block of `block_bytes`: header, nonce, tag.
+inline constexpr size_t sealed_bytes(size_t block_bytes) { return kHeaderBytes + 24 + block_bytes + 16; }
 
 // What every entry of one server must match: the model and the KV layout.
 struct TierIdentity {
