@@ -420,6 +420,41 @@ TEST(TierSet, CorruptedFileIsAMissCountedAndDeleted) {
   fs::remove_all(dir);
 }
 
+// Every entry of a chain bit-flipped: one fetch deletes them all (it
+// deleted the first only; the others stayed until a request reached each).
+TEST(TierSet, ABadEntryDeletesTheRestOfItsChain) {
+  const std::string dir = fresh_dir("corrupt-chain");
+  const crypto::SecretKey master = crypto::SecretKey::random();
+  const TierIdentity id = ident();
+  auto t = disk_tier(dir, master, id);
+  const Scope sc = scope_of("a");
+  std::vector<BlockKey> chain;
+  for (int i = 0; i < 4; ++i) {
+    chain.push_back(key_of(i));
+    t->offer(key_of(i), sc, block_bytes(id.block_bytes, i));
+  }
+  t->offer(key_of(9), sc, block_bytes(id.block_bytes, 9));  // another chain: stays
+  t->flush();
+  auto path = [&](int i) {
+    const std::string e = entry_id(key_of(i), id);
+    return dir + "/" + e.substr(0, 2) + "/" + e + ".kvb";
+  };
+  for (int i = 0; i < 4; ++i) {
+    std::fstream f(path(i), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(kHeaderBytes + 30);
+    f.put('\x7f');
+  }
+  wait_fetch(*t, t->prefetch(chain, sc, 0));
+  EXPECT_EQ(t->stats().tiers[0].errors, 1);  // one rejected: the rest never read
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(fs::exists(path(i))) << i;
+  EXPECT_TRUE(fs::exists(path(9)));
+  // The recomputed chain is stored again in full.
+  for (int i = 0; i < 4; ++i) t->offer(key_of(i), sc, block_bytes(id.block_bytes, i));
+  t->flush();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(fs::exists(path(i))) << i;
+  fs::remove_all(dir);
+}
+
 TEST(TierSet, RevokeDeletesTheScopesFilesAndRefusesNewOnes) {
   const std::string dir = fresh_dir("revoke");
   const crypto::SecretKey master = crypto::SecretKey::random();

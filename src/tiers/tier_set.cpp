@@ -201,17 +201,28 @@ void TierSet::run() {
 }
 
 // Stages the chain's blocks in order until the first one no store has.
+// After a bad entry the rest of the chain is deleted too: the request
+// recomputes and offers all of it, and an entry already there would keep
+// its place (a write never replaces one), so bad entries further on would
+// stay until some request reached each of them.
 void TierSet::run_fetch(Fetch& f) {
   const crypto::SecretKey k = crypto::derive_key(master_, "kv-tier-block", f.scope.bytes);
   std::vector<uint8_t> plain;
   std::vector<std::string> used;
-  for (const BlockKey& key : f.chain) {
+  for (size_t i = 0; i < f.chain.size(); ++i) {
+    const BlockKey& key = f.chain[i];
     {
       std::lock_guard lk(mu_);
       if (staged_.count(key)) continue;
       if (staged_bytes_ + int64_t(id_.block_bytes) > opts_.staging_bytes || revoked_.count(f.scope.bytes)) break;
     }
-    if (!load_one(key, k, plain)) break;
+    bool rejected = false;
+    if (!load_one(key, k, plain, rejected)) {
+      if (rejected)
+        for (size_t j = i + 1; j < f.chain.size(); ++j)
+          for (auto& st : stores_) st->erase(entry_id(f.chain[j], id_));
+      break;
+    }
     used.push_back(entry_id(key, id_));
     std::lock_guard lk(mu_);
     staged_bytes_ += int64_t(plain.size());
@@ -227,7 +238,7 @@ void TierSet::run_fetch(Fetch& f) {
 // One block from the first store that has a valid entry. A bad entry
 // (tampered, truncated, wrong key, another model, expired) is a miss: logged
 // by its hashed id, counted, deleted, never served.
-bool TierSet::load_one(const BlockKey& key, const crypto::SecretKey& k, std::vector<uint8_t>& plain) {
+bool TierSet::load_one(const BlockKey& key, const crypto::SecretKey& k, std::vector<uint8_t>& plain, bool& rejected) {
   const std::string id = entry_id(key, id_);
   std::vector<uint8_t> blob;
   for (size_t i = 0; i < stores_.size(); ++i) {
@@ -248,6 +259,7 @@ bool TierSet::load_one(const BlockKey& key, const crypto::SecretKey& k, std::vec
       return true;
     }
     if (o != OpenStatus::Expired) {
+      rejected = true;
       ++counters_[i]->errors;
       log(std::string("kv tier ") + st.name() + ": entry " + id.substr(0, 12) + " rejected (" + to_string(o) +
           "); deleted, recomputing");

@@ -98,7 +98,8 @@ class TierSet final : public KvTierPort {
 
   void run();
   void run_fetch(Fetch& f);
-  bool load_one(const BlockKey& key, const crypto::SecretKey& k, std::vector<uint8_t>& plain);
+  // `rejected`: set when a store held a bad entry for the key.
+  bool load_one(const BlockKey& key, const crypto::SecretKey& k, std::vector<uint8_t>& plain, bool& rejected);
   void run_write(Write& w);
   void housekeeping(double now);
   double retention_of(const Scope& scope) const;  // mu_ held
