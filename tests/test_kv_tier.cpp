@@ -252,6 +252,32 @@ TEST(DiskStore, RestartKeepsEntriesDropsExpiredRevokedAndStrays) {
   fs::remove_all(dir);
 }
 
+// Audit 9 L8: a damaged revoked list is said at start, a folder in its
+// place refuses the start (a revoke could not be kept).
+TEST(DiskStore, ADamagedRevokedListIsSaidAndAFolderThereRefused) {
+  const std::string dir = fresh_dir("revoked-list");
+  { DiskStore d(dir, 1 << 20, kNow); }
+  const ScopeFp gone = scope_fingerprint(scope_of("gone"));
+  std::ofstream(dir + "/revoked") << hex(gone) << "\n\x01garbage\xfe\nzz\n";
+  std::vector<std::string> said;
+  {
+    DiskStore d(dir, 1 << 20, kNow, [&](const std::string& s) { said.push_back(s); });
+    EXPECT_EQ(d.put("cccc01", std::vector<uint8_t>(8, 1), meta("gone")), PutStatus::Failed);  // still revoked
+  }
+  bool told = false;
+  for (auto& l : said) told |= l.find("2 lines are not revoked-scope fingerprints") != std::string::npos;
+  EXPECT_TRUE(told);
+  fs::remove(dir + "/revoked");
+  fs::create_directory(dir + "/revoked");
+  try {
+    DiskStore d(dir, 1 << 20, kNow);
+    ADD_FAILURE() << "a folder named revoked was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/revoked is not a file"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // A folder with anything kvserve did not write is refused whole and left
 // exactly as it was (a home folder given by mistake, a checkout); a folder
 // the store wrote opens again.

@@ -117,12 +117,28 @@ void DiskStore::lock_folder() {
 
 std::string DiskStore::path_of(const std::string& id) const { return dir_ + "/" + id.substr(0, 2) + "/" + id + ".kvb"; }
 
+// A list that cannot be read or written would let a revoke be forgotten:
+// anything but a file is refused, lines that are not fingerprints are said.
 void DiskStore::load_revoked() {
-  std::ifstream in(dir_ + "/revoked");
+  const std::string path = dir_ + "/revoked";
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw std::runtime_error("--kv-disk: " + path + " is not a file; it is where the tier lists revoked scopes: " +
+                             "move it out of the folder");
+  std::ifstream in(path);
   std::string line;
   ScopeFp fp;
-  while (std::getline(in, line))
-    if (parse_hex(line, fp)) revoked_.insert(fp);
+  int64_t bad = 0;
+  while (std::getline(in, line)) {
+    if (parse_hex(line, fp))
+      revoked_.insert(fp);
+    else
+      bad += !line.empty();
+  }
+  if (bad > 0)
+    log("kv tier disk: " + path + ": " + std::to_string(bad) + " lines are not revoked-scope fingerprints " +
+        "(damaged or edited) and are ignored; revokes recorded there may be lost: revoke those tenants again");
 }
 
 // Rebuilds the index from the files' headers: stray temporaries, unreadable
@@ -296,7 +312,12 @@ void DiskStore::erase(const std::string& id) { remove(id); }
 
 int64_t DiskStore::erase_scope(const ScopeFp& scope) {
   if (revoked_.insert(scope).second) {
-    std::ofstream(dir_ + "/revoked", std::ios::app) << hex(scope) << "\n";
+    std::ofstream f(dir_ + "/revoked", std::ios::app);
+    f << hex(scope) << "\n";
+    f.flush();
+    if (!f)
+      log("kv tier disk: cannot append to " + dir_ + "/revoked: " + std::strerror(errno) +
+          "; the revoke holds until a restart only");
   }
   std::vector<std::string> ids;
   for (const auto& [id, e] : index_)
