@@ -303,3 +303,28 @@ TEST(CliArgs, AnInertTierIsRefused) {
                    "keep only the file"}});
 }
 
+// Audit 9 L2, L3, L4: the session folder is checked when chat starts, not at
+// the first /save (a file there is refused; a folder others may list gets a
+// note); a passphrase and a key file together are refused, as only one keys.
+TEST(CliArgs, ChatSessionOptionsAreCheckedAtStart) {
+  const std::string dir = test::temp_dir() + "/chat-folder";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/afile") << "hi\n";
+  setenv("KVS_TEST_PASS", "correct horse", 1);
+  expect_refused({{{"chat", "-m", model(), "-t", "1", "--session-dir", dir + "/afile"}, "is not a folder"},
+                  {{"chat", "-m", model(), "-t", "1", "--session-dir", dir + "/afile/sub"}, "is not a folder"},
+                  {{"chat", "-m", model(), "-t", "1", "--session-dir", dir + "/s", "--passphrase-env", "KVS_TEST_PASS",
+                    "--key-file", dir + "/k.key"},
+                   "--passphrase-env and --key-file"}});
+  unsetenv("KVS_TEST_PASS");
+  fs::create_directories(dir + "/loose");
+  ::chmod((dir + "/loose").c_str(), 0755);
+  std::string out, err;
+  ASSERT_EQ(test::run_kvserve_input({"chat", "-m", model(), "-t", "1", "-n", "8", "--no-device-monitor",
+                                     "--session-dir", dir + "/loose"},
+                                    "/quit\n", &out, &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("has mode 0755"), std::string::npos) << err;
+  EXPECT_NE(err.find("chmod 700 " + dir + "/loose"), std::string::npos) << err;
+}

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -104,6 +106,37 @@ bool ours(const fs::path& p) {
 }
 
 }  // namespace
+
+std::string check_session_folder(const std::string& dir) {
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  // A folder not made yet is made at the first /save: its nearest existing
+  // parent must take it.
+  while (!fs::exists(fs::symlink_status(at, ec)) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  if (!fs::is_directory(at, ec))
+    throw SessionError("--session-dir " + dir + ": " + at.string() + " is not a folder; give a folder (new or existing)");
+  if (at == fs::absolute(dir, ec)) {
+    // Probed by creating a file: access() says yes to root on an immutable folder.
+    std::string probe = (at / ".kvserve-probe-XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0)
+      throw SessionError("--session-dir " + dir + ": cannot write in it (" + std::strerror(errno) +
+                         "); give a folder you can write to");
+    ::close(fd);
+    ::unlink(probe.c_str());
+    struct stat st{};
+    if (::stat(at.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+      return "--session-dir " + dir + " has mode " + mode + ": others can list which sessions exist (the files " +
+             "themselves are 0600); `chmod 700 " + dir + "` to stop that";
+    }
+  } else if (::access(at.c_str(), W_OK | X_OK) != 0) {
+    throw SessionError("--session-dir " + dir + ": cannot create it in " + at.string() + " (" + std::strerror(errno) +
+                       "); give a folder you can write to");
+  }
+  return "";
+}
 
 std::string default_session_dir() {
   if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/kvserve/sessions";

@@ -55,6 +55,12 @@ class SessionStore {
   SessionKeying k_;
 };
 
+// Checks at start that sessions can be saved in `dir`, so a user does not
+// type a conversation before learning that /save cannot work: throws
+// SessionError when it is not a folder or cannot be written. Returns a note
+// ("" if none) for an existing folder that others may list.
+std::string check_session_folder(const std::string& dir);
+
 // The default folder: $XDG_DATA_HOME/kvserve/sessions or
 // ~/.local/share/kvserve/sessions.
 std::string default_session_dir();

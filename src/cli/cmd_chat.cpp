@@ -158,6 +158,17 @@ void fit_reply_budget(ChatArgs& a, int trained) {
 }
 
 int run_chat(ChatArgs a) {
+  // The session options are checked before the model loads and the user types.
+  a.sessions.keying();
+  std::string folder_note;
+  try {
+    folder_note = chat::check_session_folder(a.sessions.folder());
+  } catch (const chat::SessionError& e) {
+    // The default folder is not asked for: a chat that never saves still runs.
+    if (!a.sessions.dir.empty()) throw;
+    folder_note = std::string(e.what()) + " (/save will fail)";
+  }
+  if (!folder_note.empty()) std::fprintf(stderr, "kvserve: note: %s\n", folder_note.c_str());
   a.m.model = resolve_model_path(a.m.model);
   const int want_ctx = a.o.hard_cap;
   a.o.cache = a.kv.options();

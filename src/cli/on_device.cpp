@@ -19,6 +19,9 @@ void add_session_args(CLI::App* cmd, SessionArgs& a) {
 chat::SessionKeying SessionArgs::keying() const {
   chat::SessionKeying k;
   k.key_file = key_file;
+  if (!passphrase_env.empty() && !key_file.empty())
+    throw std::runtime_error("--passphrase-env and --key-file are two ways to key sessions, and only one is used: "
+                             "give one of them");
   if (!passphrase_env.empty()) {
     const char* v = std::getenv(passphrase_env.c_str());
     if (!v || !*v) throw std::runtime_error("--passphrase-env " + passphrase_env + ": the variable is unset or empty");
