@@ -10,10 +10,12 @@ namespace kvs::cli {
 
 void add_session_args(CLI::App* cmd, SessionArgs& a) {
   cmd->add_option("--session-dir", a.dir, "Folder of encrypted chat sessions (default: ~/.local/share/kvserve/sessions)");
-  cmd->add_option("--key-file", a.key_file, "Session key file, 0600, created on first use (default: SESSION_DIR/session.key)");
+  cmd->add_option("--key-file", a.key_file,
+                  "Session key file, 0600, created on first use (default: SESSION_DIR/session.key; not with "
+                  "--passphrase-env)");
   cmd->add_option("--passphrase-env", a.passphrase_env,
                   "Name of an environment variable holding a passphrase: sessions are keyed by Argon2id of it instead "
-                  "of the key file");
+                  "of the key file (not with --key-file)");
 }
 
 chat::SessionKeying SessionArgs::keying() const {
