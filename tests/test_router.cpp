@@ -3,7 +3,7 @@
 // CURVE keys that get no events), a worker of another model or of another
 // vocabulary than the router's -m refused (at start, or later with the
 // reason logged), start with the first usable worker, failover after
-// kill -9 and recovery and off a frozen worker, all workers down, /health
+// kill -9 and recovery, all workers down, /health
 // in P/D mode without a pair, P/D pairing by address, large headers, the
 // workers' other routes (token tools, Responses API), all workers saturated
 // (429 with Retry-After), a stalled stream ended with an error event and
@@ -31,100 +31,14 @@
 #include "http_client.h"
 #include "kvs_process.h"
 #include "sched/clock.h"
+#include "router_fixture.h"
 #include "test_util.h"
 
 using namespace kvs;
 using nlohmann::json;
 using test::KvsProcess;
 using test::eventually;
-
-namespace {
-
-std::string stories() { return test::shared("models/stories260K/stories260K.gguf"); }
-std::string tiny_llama() { return test::shared("models/tiny-random/tiny-llama-f16.gguf"); }
-
-std::string secret_file() {
-  const std::string p = test::temp_dir() + "/cluster.secret";
-  std::ofstream(p) << "0123456789abcdef0123456789abcdef";
-  return p;
-}
-
-// A worker on fixed ports, so that it can be restarted where the router
-// expects it.
-struct Worker {
-  int http = test::free_port(), events = test::free_port(), replay = test::free_port();
-  std::unique_ptr<KvsProcess> p;
-  std::vector<std::string> extra;
-  bool with_events = true;
-  std::string model = stories();
-
-  void start() {
-    std::vector<std::string> a = {"serve", "-m", model, "--port", std::to_string(http), "--threads", "1",
-                                  "--cache-secret-file", secret_file()};
-    if (with_events)
-      for (const std::string& s : {std::string("--kv-events"), ep(events), std::string("--kv-events-replay"), ep(replay)})
-        a.push_back(s);
-    a.insert(a.end(), extra.begin(), extra.end());
-    p = std::make_unique<KvsProcess>(a, with_events ? "kvserve: kv events on" : "listening on");
-  }
-  static std::string ep(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(http); }
-  std::string spec() const { return url() + "," + ep(events) + "," + ep(replay); }
-};
-
-std::unique_ptr<KvsProcess> start_router(const std::vector<std::string>& worker_specs,
-                                         std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"router", "-m", stories(), "--port", "0", "--cluster-secret", secret_file(),
-                                "--startup-timeout", "20"};
-  if (std::find(extra.begin(), extra.end(), "--health-interval") == extra.end())
-    a.insert(a.end(), {"--health-interval", "0.2"});
-  for (const auto& w : worker_specs) {
-    a.push_back("--worker");
-    a.push_back(w);
-  }
-  a.insert(a.end(), extra.begin(), extra.end());
-  return std::make_unique<KvsProcess>(a, "kvserve router: listening on");
-}
-
-// Two workers, each started with `worker_extra`, and a router with
-// `router_extra` in front of them.
-struct TwoWorkers {
-  Worker w0, w1;
-  std::unique_ptr<KvsProcess> router;
-  int port = 0;
-  explicit TwoWorkers(const std::vector<std::string>& worker_extra = {},
-                      const std::vector<std::string>& router_extra = {}) {
-    for (Worker* w : {&w0, &w1}) {
-      w->extra = worker_extra;
-      w->start();
-    }
-    router = start_router({w0.spec(), w1.spec()}, router_extra);
-    port = router->port();
-  }
-};
-
-test::HttpReply complete(int port, const std::string& prompt, int max_tokens, bool stream = false,
-                         size_t stop_after = 0) {
-  const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
-  return test::http_request(port, "POST", "/v1/completions", body.dump(), {}, 60, stop_after);
-}
-
-std::string routed_to(const std::string& url, int status = 200) {
-  return "kvserve_router_requests_total{worker=\"" + url + "\",status=\"" + std::to_string(status) + "\"}";
-}
-
-std::string prefix(int k) {
-  static const char* topics[] = {"a red ball in the garden", "a big boat on the sea", "a small cat under the tree",
-                                 "a funny dog in the park"};
-  std::string s;
-  for (int i = 0; i < 6; ++i) s += "Once upon a time there was " + std::string(topics[k]) + ". ";
-  return s;
-}
-
-#define REQUIRE_SHARED() \
-  if (!test::shared_available()) GTEST_SKIP() << "needs ../shared"
-
-}  // namespace
+using namespace kvs::router_test;
 
 // Asks each of `prefixes` prefixes `rounds` times with another question,
 // round by round, and checks that every repeat found its prefix cached
@@ -378,33 +292,6 @@ TEST(Router, AWorkerRestartedUnseenIsARestart) {
       eventually([&] { return test::metric_value(c.port, "kvserve_router_events_restarts_total" + label) == 1; }, 10);
   EXPECT_TRUE(seen) << c.router->log() << test::http_request(c.port, "GET", "/metrics").body;
   EXPECT_EQ(test::metric_value(c.port, "kvserve_router_events_duplicates_total" + label), 0);
-}
-
-// A worker frozen (SIGSTOP) after taking a request: once the health check
-// marks it down (about 2 s: its /health times out), the request, which has
-// no byte of its answer yet, goes to the other worker. It waited for the
-// 600 s read timeout.
-TEST(Router, ARequestOnAFrozenWorkerFailsOverWhenItIsMarkedDown) {
-  REQUIRE_SHARED();
-  TwoWorkers c({}, {"--policy", "round-robin"});
-  const int port = c.port;
-  ASSERT_EQ(complete(port, "Once upon a time", 2).status, 200);
-  kill(c.w0.p->pid(), SIGSTOP);
-  // Round-robin: one of two requests sent at once goes to the frozen worker.
-  std::vector<test::HttpReply> reps(2);
-  std::vector<std::thread> ts;
-  const double t0 = sched::steady_now();
-  for (int i = 0; i < 2; ++i)
-    ts.emplace_back([&, i] {
-      const json body = {{"prompt", "Frozen " + std::to_string(i)}, {"max_tokens", 2}};
-      reps[size_t(i)] = test::http_request(port, "POST", "/v1/completions", body.dump(), {}, 20);
-    });
-  for (auto& t : ts) t.join();
-  const double took = sched::steady_now() - t0;
-  kill(c.w0.p->pid(), SIGCONT);
-  for (const auto& r : reps) EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_LT(took, 10);
-  EXPECT_GE(test::metric_value(port, "kvserve_router_retries_total"), 1);
 }
 
 TEST(Router, AllWorkersDownIs503WithReasons) {

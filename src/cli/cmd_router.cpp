@@ -163,7 +163,9 @@ void add_router(CLI::App& app, Runner& run) {
   c->add_option("--kv-events-curve", a->curve,
                 "CURVE key file: the router's own public-key/secret-key and the workers' server-key "
                 "(docs/SCALE-OUT.md)");
-  c->add_option("--read-timeout", a->read_timeout_s, "Seconds a worker may stay silent mid-request")
+  c->add_option("--read-timeout", a->read_timeout_s,
+                "Seconds a worker may stay silent mid-request (one the health check marks down ends sooner: "
+                "failed over before its first byte, else ended after 2 s of silence)")
       ->capture_default_str();
   c->callback([a, &run] { run = [a] { return run_router(*a); }; });
 }

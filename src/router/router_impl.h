@@ -59,6 +59,17 @@ struct Relay {
   bool counted = false;       // in kvserve_router_requests_total already
 };
 
+// The worker's side of one relayed request.
+struct Upstream {
+  int w;
+  uint64_t downs;  // the worker's down count when the request went out
+  beast::tcp_stream up;
+  beast::flat_buffer buf;
+  http::response_parser<http::buffer_body> p;
+  bool marked_down = false;  // a body read ended: the worker was marked down and went silent
+  Upstream(net::io_context& ioc, int worker, uint64_t d) : w(worker), downs(d), up(ioc) {}
+};
+
 // Runs one asynchronous operation to completion on `ioc`. Sync Asio calls
 // ignore a stream's expiry; async ones end at the deadline with
 // beast::error::timeout, so every socket step here goes through this.
@@ -135,21 +146,15 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
   // Connects to worker w and sends the request; false (r.failover set) on failure.
   bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);
-  void stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
-                   http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r);
+  void stream_body(Conn& client, Upstream& u, bool keep_alive, Relay& r);
+  void end_stream_on_error(Conn& client, Upstream& u, const beast::error_code& ec, Relay& r);
   // The next piece of a relayed body into tmp (at most n bytes, under the
   // read deadline): whatever the worker has sent so far, not a full buffer,
   // so each SSE event goes on as it comes. How many bytes came; `ec` is set
-  // when the read failed.
-  size_t read_piece(Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
-                    http::response_parser<http::buffer_body>& p, char* tmp, size_t n, beast::error_code& ec) {
-    p.get().body().data = tmp;
-    p.get().body().size = n;
-    up.expires_after(sched::seconds_ms(opts.read_timeout_s));
-    ec = await(client.ioc, [&](auto h) { http::async_read_some(up, buf, p, h); });
-    if (ec == http::error::need_buffer) ec = {};
-    return n - p.get().body().size;
-  }
+  // when the read failed, and u.marked_down too when it ended because the
+  // worker was marked down and stayed silent (relay.cpp).
+  size_t read_piece(Conn& client, Upstream& u, char* tmp, size_t n, beast::error_code& ec);
+  std::string down_reason(int w) const;
   std::string metrics() const;
   // GET /dashboard/events: the latest snapshot, then one per second, until
   // the client or the router goes away.

@@ -1,11 +1,8 @@
 #include "router/router_impl.h"
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <limits>
 #include <nlohmann/json.hpp>
-#include <sys/socket.h>
 #include <vector>
 
 #include "router/pd_choice.h"
@@ -16,19 +13,6 @@
 namespace kvs::router {
 
 namespace {
-
-// The last "cached_tokens": N in `text`, or -1.
-int64_t scan_cached(const std::string& text) {
-  static const std::string kKey = "\"cached_tokens\":";
-  const size_t at = text.rfind(kKey);
-  if (at == std::string::npos) return -1;
-  size_t p = at + kKey.size();
-  while (p < text.size() && text[p] == ' ') ++p;
-  int64_t v = 0;
-  bool any = false;
-  for (; p < text.size() && std::isdigit(static_cast<unsigned char>(text[p])); ++p, any = true) v = v * 10 + (text[p] - '0');
-  return any ? v : -1;
-}
 
 // 502 for a prefill/decode leg whose worker failed before answering.
 std::string leg_failed(const std::string& which, const Relay& r, bool keep_alive) {
@@ -321,189 +305,6 @@ void RouterServer::Impl::count_routed(int w, Relay& r) {
   r.counted = true;
   std::lock_guard lk(mu);
   ++routed[{w, r.failover ? 0 : r.status}];
-}
-
-bool RouterServer::Impl::send_upstream(int w, const http::request<http::string_body>& in, Conn& c,
-                                       beast::tcp_stream& up, Relay& r) {
-  const HostPort& hp = workers.spec(w).http;
-  beast::error_code ec;
-  up.expires_after(sched::seconds_ms(opts.connect_timeout_s));
-  // An address literal needs no resolver (getaddrinfo costs time per request).
-  const auto addr = net::ip::make_address(hp.host, ec);
-  if (!ec) {
-    ec = await(c.ioc, [&](auto h) { up.async_connect(tcp::endpoint(addr, uint16_t(hp.port)), h); });
-  } else {
-    tcp::resolver res(c.ioc);
-    const auto eps = res.resolve(hp.host, std::to_string(hp.port), ec);
-    if (!ec) ec = await(c.ioc, [&](auto h) { up.async_connect(eps, h); });
-  }
-  // Small SSE chunks go out as they come, not after Nagle's wait.
-  if (!ec) up.socket().set_option(tcp::no_delay(true), ec);
-  if (ec) {
-    r.failover = true;
-    r.error = "connect: " + ec.message();
-    return false;
-  }
-  http::request<http::string_body> out{in.method(), in.target(), 11};
-  out.set(http::field::host, hp.host + ":" + std::to_string(hp.port));
-  out.set(http::field::connection, "close");
-  if (!in[http::field::authorization].empty()) out.set(http::field::authorization, in[http::field::authorization]);
-  if (!in[http::field::content_type].empty()) out.set(http::field::content_type, in[http::field::content_type]);
-  out.body() = in.body();
-  out.prepare_payload();
-  up.expires_after(sched::seconds_ms(opts.read_timeout_s));
-  ec = await(c.ioc, [&](auto h) { http::async_write(up, out, h); });
-  if (ec) {
-    r.failover = true;
-    r.error = "sending: " + ec.message();
-    return false;
-  }
-  return true;
-}
-
-namespace {
-
-// Until cancelled: when the client's socket turns readable, a hang-up (end
-// of stream or an error) sets `left` and closes `up`; a pipelined request
-// ends the watch and stays in the socket for the next read.
-void watch_client(Conn& client, beast::tcp_stream& up, bool& left) {
-  client.stream.socket().async_wait(tcp::socket::wait_read, [&client, &up, &left](beast::error_code ec) {
-    if (ec) return;
-    char c;
-    const ssize_t n = ::recv(client.stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client(client, up, left);
-    left = true;
-    beast::error_code ignored;
-    up.socket().close(ignored);
-  });
-}
-
-// Until cancelled: every 100 ms, whether worker w went down since the
-// request went out (`downs`: its count then); if so `marked` is set and
-// `up` closed, which ends the wait for the answer's head. A frozen worker
-// (SIGSTOP, swap storm) never answers, the read deadline is minutes, and
-// the health checker notices it within seconds.
-void watch_worker(const WorkerSet& workers, int w, uint64_t downs, net::steady_timer& t, beast::tcp_stream& up,
-                  bool& marked) {
-  t.expires_after(std::chrono::milliseconds(100));
-  t.async_wait([&workers, w, downs, &t, &up, &marked](beast::error_code ec) {
-    if (ec) return;
-    if (workers.downs(w) == downs) return watch_worker(workers, w, downs, t, up, marked);
-    marked = true;
-    beast::error_code ignored;
-    up.socket().close(ignored);
-  });
-}
-
-}  // namespace
-
-Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
-                                bool forward) {
-  Relay r;
-  const uint64_t downs = workers.downs(w);
-  beast::tcp_stream up(client.ioc);
-  if (!send_upstream(w, in, client, up, r)) return r;
-  beast::flat_buffer buf;
-  http::response_parser<http::buffer_body> p;
-  // No limit on a relayed answer; an explicit maximum rather than none,
-  // which Boost 1.74 compares wrongly with a Content-Length.
-  p.body_limit(std::numeric_limits<std::uint64_t>::max());
-  // The worker may not answer for long (a prefill leg answers after the
-  // whole prompt). A client that hangs up meanwhile closes the worker's
-  // connection, so the worker cancels the request too.
-  bool client_left = false, marked_down = false;
-  watch_client(client, up, client_left);
-  net::steady_timer poll(client.ioc);
-  watch_worker(workers, w, downs, poll, up, marked_down);
-  beast::error_code ec = await(client.ioc, [&](auto h) {
-    http::async_read_header(up, buf, p, [&client, &poll, h](beast::error_code e, size_t n) mutable {
-      beast::error_code ignored;
-      client.stream.socket().cancel(ignored);  // ends the watches
-      poll.cancel();
-      h(e, n);
-    });
-  });
-  if (client_left) {
-    r.client_gone = true;
-    return r;
-  }
-  if (marked_down) {
-    // Nothing reached the client: another worker can take it.
-    r.failover = true;
-    r.error = "marked down before answering: " + workers.snapshot()[size_t(w)].down_reason;
-    return r;
-  }
-  if (ec) {
-    r.failover = true;
-    r.error = "before the first byte: " + ec.message();
-    return r;
-  }
-  r.status = int(p.get().result_int());
-  r.content_type = std::string(p.get()[http::field::content_type]);
-  r.retry_after = std::string(p.get()[http::field::retry_after]);
-  if (forward && r.content_type.rfind("text/event-stream", 0) == 0) {
-    stream_body(w, client, up, buf, p, keep_alive, r);
-    return r;
-  }
-  char tmp[16384];
-  while (!ec && !p.is_done()) r.body.append(tmp, read_piece(client, up, buf, p, tmp, sizeof tmp, ec));
-  if (ec) {
-    // A plain answer cut short: nothing was sent yet, so it is a clear 502.
-    r.status = 502;
-    r.body = error_json("server_error", "worker_failed", "the worker's response was cut short (" + ec.message() + ")");
-    r.content_type = "application/json";
-  }
-  r.cached_tokens = scan_cached(r.body);
-  if (r.status == 429 || !forward) return r;  // held: the caller may try another worker, or reads it
-  r.sent = true;
-  count_routed(w, r);
-  if (!write(client, respond(r.status, r.content_type.empty() ? "application/json" : r.content_type, r.body,
-                             keep_alive, r.retry_after)))
-    r.client_gone = true;
-  return r;
-}
-
-void RouterServer::Impl::stream_body(int w, Conn& client, beast::tcp_stream& up, beast::flat_buffer& buf,
-                                     http::response_parser<http::buffer_body>& p, bool keep_alive, Relay& r) {
-  r.sent = true;
-  count_routed(w, r);
-  if (!write(client, server::stream_head(r.status, kServer, r.content_type, true, keep_alive))) {
-    r.client_gone = true;
-    return;
-  }
-  std::string tail;  // the last bytes seen, for the usage's cached_tokens
-  char tmp[16384];
-  beast::error_code ec;
-  while (!ec && !p.is_done()) {
-    const size_t got = read_piece(client, up, buf, p, tmp, sizeof tmp, ec);
-    if (got == 0) continue;
-    const std::string piece(tmp, got);
-    tail = tail.size() > 256 ? tail.substr(tail.size() - 256) + piece : tail + piece;
-    // A client that is gone: returning closes `up`, which hangs up on the
-    // worker, and the worker cancels the request.
-    if (!write(client, server::http_chunk(piece))) {
-      r.client_gone = true;
-      return;
-    }
-  }
-  r.cached_tokens = scan_cached(tail);
-  if (ec) {
-    // The stream started: the client gets an error event and [DONE], never a silent cut.
-    r.error = "mid-stream: " + ec.message();
-    {
-      std::lock_guard lk(mu);
-      ++midstream_errors;
-    }
-    const std::string err = "data: " +
-                            error_json("server_error", "worker_failed",
-                                       "the worker serving this stream failed (" + ec.message() + ")") +
-                            "\n\ndata: [DONE]\n\n";
-    workers.mark_down(w, r.error);
-    events.reset(w);
-    if (!write(client, server::http_chunk(err))) r.client_gone = true;
-  }
-  if (!r.client_gone && !write(client, server::http_chunk(""))) r.client_gone = true;
 }
 
 bool RouterServer::Impl::dashboard_events(Conn& client) {

@@ -12,7 +12,10 @@
 //     a request still awaiting its answer's head when the health checker
 //     marks its worker down (a frozen worker never answers);
 //   - a stream cut after its first byte ends with an error event (type
-//     server_error, code worker_failed) and data: [DONE], never silently;
+//     server_error, code worker_failed) and data: [DONE], never silently,
+//     and never replayed elsewhere (the client has tokens); so does one
+//     whose worker is marked down and stays silent for the health check's
+//     timeout (a non-streamed answer in progress: 502 worker_failed);
 //   - with no worker up: 503 naming each worker's reason; when every worker
 //     tried answered 429, the 429 with the soonest Retry-After, counted
 //     (kvserve_router_saturated_total).

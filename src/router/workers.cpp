@@ -50,7 +50,7 @@ double sample(const std::string& text, const std::string& name) {
 }
 
 std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
-  const auto r = http_get(hp, "/health", 2.0, why);
+  const auto r = http_get(hp, "/health", kHealthTimeoutS, why);
   if (!r) return std::nullopt;
   if (r->status != 200) {
     *why = "/health answered " + std::to_string(r->status);

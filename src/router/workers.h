@@ -23,6 +23,9 @@
 
 namespace kvs::router {
 
+// How long a worker's /health may take before the check marks it down.
+inline constexpr double kHealthTimeoutS = 2.0;
+
 struct WorkerSpec {
   std::string url;              // as given, for logs and labels
   HostPort http;
