@@ -1,8 +1,8 @@
 // `kvserve router` in front of two real `kvserve serve` workers (stories260K)
 // on 127.0.0.1 free ports: cache-aware placement (also over CURVE, and wrong
 // CURVE keys that get no events), a worker of another model or of another
-// vocabulary than the router's -m refused (at start, or later with the
-// reason logged), start with the first usable worker, failover after
+// vocabulary or chat template than the router's refused (at start, or later
+// with the reason logged), start with the first usable worker, failover after
 // kill -9 and recovery, all workers down, /health
 // in P/D mode without a pair, P/D pairing by address, large headers, the
 // workers' other routes (token tools, Responses API), all workers saturated
@@ -224,6 +224,40 @@ TEST(Router, RefusesWorkersWhoseVocabularyIsNotItsModels) {
   }
   EXPECT_NE(msg.find("vocabulary is not the router's -m's"), std::string::npos) << msg;
   EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
+}
+
+// The router renders chat prompts with its own template to hash them: a
+// worker that applies another (its --chat-template) is left out with the
+// reason logged, and a router whose template no worker shares refuses to
+// start, naming both. It routed every chat request on hashes of text the
+// workers never saw.
+TEST(Router, LeavesOutAWorkerWhoseChatTemplateIsNotItsOwn) {
+  REQUIRE_SHARED();
+  Worker w0, w1;
+  w1.extra = {"--chat-template", "chatml"};  // stories260K has none: the others render the plain fallback
+  w0.start();
+  w1.start();
+  for (const Worker* w : {&w0, &w1}) {
+    const json h = json::parse(test::http_request(w->http, "GET", "/health").body);
+    EXPECT_EQ(h.value("chat_template_fingerprint", "").rfind("chat-v1:", 0), 0u) << h.dump();
+  }
+  auto r = start_router({w0.spec(), w1.spec()});
+  const std::string said = "worker " + w1.url() + " is down: its chat template is not the router's";
+  EXPECT_TRUE(eventually([&] { return r->log().find(said) != std::string::npos; }, 10)) << r->log();
+  EXPECT_EQ(test::metric_value(r->port(), "kvserve_router_worker_up{worker=\"" + w1.url() + "\"}"), 0);
+  EXPECT_EQ(test::metric_value(r->port(), "kvserve_router_worker_up{worker=\"" + w0.url() + "\"}"), 1);
+  std::string msg;
+  try {
+    start_router({w0.spec()}, {"--chat-template", "llama3"});
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("chat template is not the router's"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("llama3 (hand-written)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
+  // The same template the workers use: they are let in.
+  auto same = start_router({w1.spec()}, {"--chat-template", "chatml"});
+  EXPECT_EQ(test::metric_value(same->port(), "kvserve_router_worker_up{worker=\"" + w1.url() + "\"}"), 1);
 }
 
 // A worker that comes up after the start serving another model is never

@@ -95,6 +95,7 @@ int run_router(const RouterArgs& a) {
 
   router::WorkerSet workers(specs);
   workers.expect_vocab(vocab_fingerprint(vocab), a.model);
+  workers.expect_chat_template(chat.fingerprint(), chat.description());
   const router::ModelInfo model = workers.probe_all(a.startup_timeout_s);
   router::RequestHasher hasher(*tok, std::move(chat), *tenants);
   hasher.set_model(model.identity, model.block_size);
@@ -147,7 +148,9 @@ void add_router(CLI::App& app, Runner& run) {
   c->add_option("-m,--model", a->model, "The workers' model GGUF (only its vocabulary is read)")->required();
   c->add_option("--api-keys", a->api_keys, "The workers' --api-keys file (scopes are per tenant)");
   c->add_option("--cluster-secret,--cache-secret-file", a->secret_file, "The workers' --cache-secret-file");
-  c->add_option("--chat-template", a->chat_template, "As the workers' --chat-template")->capture_default_str();
+  c->add_option("--chat-template", a->chat_template,
+                "As the workers' --chat-template (a worker rendering chat prompts with another template is left out)")
+      ->capture_default_str();
   c->add_option("--policy", a->policy, "cache, round-robin or least-load")
       ->capture_default_str()->check(CLI::IsMember({"cache", "round-robin", "least-load"}));
   c->add_option("--load-weight", a->load_weight,

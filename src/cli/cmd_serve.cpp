@@ -380,6 +380,8 @@ int run_serve(const ServeArgs& a) {
   ao.health_extra["attention_precision"] = l.model->bf16_attention() ? "bf16" : "fp32";
   // A router checks its own -m against this (it tokenizes prompts itself).
   ao.health_extra["vocab_fingerprint"] = vocab_fingerprint(l.model->vocab());
+  // And its chat template against this one (it renders chat prompts itself).
+  ao.health_extra["chat_template_fingerprint"] = ao.chat.fingerprint();
   ao.accept_handover = roles.decode != nullptr;
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());

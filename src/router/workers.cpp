@@ -64,6 +64,7 @@ std::optional<ModelInfo> health(const HostPort& hp, std::string* why) {
     m.block_size = j.value("block_size", 0);
     m.prefix_protocol = j.value("prefix_key_protocol", "");
     m.vocab = j.value("vocab_fingerprint", "");
+    m.chat_template = j.value("chat_template_fingerprint", "");
     m.kv_listen = j.value("kv_listen", "");
     if (j.contains("decode_peers") && j["decode_peers"].is_array())
       for (const auto& p : j["decode_peers"])
@@ -179,12 +180,19 @@ void WorkerSet::accept_first(const std::vector<std::optional<ModelInfo>>& got, s
 }
 
 std::string WorkerSet::vocab_refusal(const ModelInfo& m) const {
-  auto fp = [](const std::string& v) { return v.substr(0, 22); };  // "vocab-v1:" + 13 hex digits
-  if (vocab_.empty() || m.vocab.empty() || m.vocab == vocab_) return "";
-  return "its vocabulary is not the router's -m's (worker model '" + m.model + "', " + fp(m.vocab) + "; router -m " +
-         model_file_ + ", " + fp(vocab_) +
-         "): prompts would be tokenized otherwise and every cache prediction would miss; give the router the "
-         "workers' GGUF (a vocab-only copy works)";
+  auto fp = [](const std::string& v) { return v.substr(0, 22); };  // the kind + 13 hex digits
+  if (!vocab_.empty() && !m.vocab.empty() && m.vocab != vocab_)
+    return "its vocabulary is not the router's -m's (worker model '" + m.model + "', " + fp(m.vocab) +
+           "; router -m " + model_file_ + ", " + fp(vocab_) +
+           "): prompts would be tokenized otherwise and every cache prediction would miss; give the router the "
+           "workers' GGUF (a vocab-only copy works)";
+  if (!chat_.empty() && !m.chat_template.empty() && m.chat_template != chat_)
+    return "its chat template is not the router's (worker " + fp(m.chat_template) + "; router " + chat_desc_ + ", " +
+           fp(chat_) +
+           "): chat prompts would be rendered otherwise and every chat cache prediction would miss; give the "
+           "router the workers' --chat-template (each worker logs its template at start: 'kvserve: chat template: "
+           "...')";
+  return "";
 }
 
 std::string WorkerSet::refusal(const ModelInfo& m) const {
@@ -200,6 +208,11 @@ std::string WorkerSet::refusal(const ModelInfo& m) const {
 void WorkerSet::expect_vocab(std::string fingerprint, std::string model_file) {
   vocab_ = std::move(fingerprint);
   model_file_ = std::move(model_file);
+}
+
+void WorkerSet::expect_chat_template(std::string fingerprint, std::string description) {
+  chat_ = std::move(fingerprint);
+  chat_desc_ = std::move(description);
 }
 
 void WorkerSet::start(double interval_s, std::function<void(int)> on_up, std::function<void(int)> on_down) {

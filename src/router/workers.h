@@ -40,6 +40,7 @@ struct ModelInfo {
   int block_size = 0;
   std::string prefix_protocol;  // kv/prefix_chain.h's fingerprint, as the worker computes it
   std::string vocab;            // model/vocab_fingerprint.h ("" from a worker too old to say)
+  std::string chat_template;    // ChatTemplate::fingerprint() ("" from a worker too old to say)
   // Disaggregated serving: a decode worker's KV address (HOST:PORT), a
   // prefill worker's decode peers.
   std::string kv_listen;
@@ -70,6 +71,10 @@ class WorkerSet {
   // worker's must equal (the router tokenizes prompts itself). Before
   // probe_all().
   void expect_vocab(std::string fingerprint, std::string model_file);
+  // And its chat template (-m's, or --chat-template): every worker's must
+  // render chat prompts alike, or the router hashes other text. Before
+  // probe_all().
+  void expect_chat_template(std::string fingerprint, std::string description);
   // Start-up: returns as soon as one worker answers /health with the
   // router's vocabulary (waiting up to `timeout_s`); the others are down,
   // their reasons logged, until the health thread lets them in. Workers
@@ -115,10 +120,12 @@ class WorkerSet {
   // the others are up, or down with their reason in `why` (logged).
   void accept_first(const std::vector<std::optional<ModelInfo>>& got, std::vector<std::string>& why);
   // Why a worker that answered /health with `m` cannot be routed ("": it
-  // can): another vocabulary than the router's -m, or another model or
-  // block size than the workers accepted so far.
+  // can): another vocabulary or chat template than the router's, or
+  // another model or block size than the workers accepted so far.
   std::string refusal(const ModelInfo& m) const;
-  std::string vocab_refusal(const ModelInfo& m) const;  // the first half of refusal()
+  // The first half of refusal(): what the router's own -m and
+  // --chat-template decide.
+  std::string vocab_refusal(const ModelInfo& m) const;
   // One /health + /metrics round for worker i (health thread).
   void check(int i);
   void set_up(int i, bool up, const std::string& reason);
@@ -126,6 +133,7 @@ class WorkerSet {
   std::vector<WorkerSpec> specs_;
   ModelInfo model_;
   std::string vocab_, model_file_;  // the router's -m
+  std::string chat_, chat_desc_;    // the router's chat template
   mutable std::mutex mu_;
   std::vector<State> st_;
   std::function<void(int)> on_up_, on_down_;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "jinja/template.h"
+#include "server/tenants.h"
 #include "server/tool_request.h"
 #include "tokenizer/vocab.h"
 
@@ -97,6 +98,7 @@ ChatTemplate ChatTemplate::fixed(ChatFamily f) {
   ChatTemplate t;
   t.family_ = f;
   t.description_ = std::string(to_string(f)) + " (hand-written)";
+  t.fingerprint_ = "chat-v1:" + sha256_hex("family:" + std::string(to_string(f)));
   return t;
 }
 
@@ -108,6 +110,7 @@ ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& n
     throw ChatTemplateError(e.what(), false);
   }
   t.description_ = name + " (Jinja)";
+  t.fingerprint_ = "chat-v1:" + sha256_hex("jinja:" + source);
   t.tool_format_ = tool_format_of(source);
   t.bos_ = token_text(vocab, vocab.bos);
   t.eos_ = token_text(vocab, vocab.eos);

@@ -72,6 +72,10 @@ class ChatTemplate {
   // The template's output exactly as Jinja2 would give it.
   std::string render_raw(const ChatInputs& in) const;
 
+  // "chat-v1:" + SHA-256 hex of what decides the rendered text (the family,
+  // or the Jinja source): a worker reports it in /health and a router
+  // compares it with its own, since it hashes chat prompts itself.
+  const std::string& fingerprint() const { return fingerprint_; }
   // Set for a hand-written family, empty for a Jinja template.
   std::optional<ChatFamily> family() const { return family_; }
   const std::string& description() const { return description_; }
@@ -87,7 +91,7 @@ class ChatTemplate {
 
   std::optional<ChatFamily> family_;
   std::shared_ptr<const jinja::Template> jinja_;
-  std::string description_;
+  std::string description_, fingerprint_;
   ToolFormat tool_format_ = ToolFormat::None;
   std::optional<std::string> bos_, eos_;  // token texts, when the vocabulary has them
   bool strip_bos_ = false, strip_eos_ = false;
