@@ -7,7 +7,8 @@
 // Retry-After; the prefill worker killed mid-request and the decode worker
 // killed mid-stream leave no blocks held on the survivor, which keeps
 // serving; a client leaving mid-stream cancels the request on the decode
-// worker. (Separate network namespaces are not used: loopback only.)
+// worker; hand-overs nobody comes for are bounded on the decode worker.
+// (Separate network namespaces are not used: loopback only.)
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -293,6 +294,64 @@ TEST(DisaggServe, FullDecodePoolIs429WithRetryAfter) {
   // The unclaimed blocks are back: the same request goes through.
   EXPECT_EQ(complete(router->port(), request(other, 4)).status, 200);
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
+}
+
+// Anyone who can post to a prefill worker makes hand-overs that no request
+// comes for (audit 9 M6): the decode worker keeps at most
+// --kv-unclaimed-max-blocks of their blocks, the newest aside, freeing the
+// oldest, where each used to hold its blocks for the claim timeout. The
+// expected figures follow that rule over the block counts each hand-over
+// reports; the router's own requests still go through.
+TEST(DisaggServe, UnclaimedHandOversAreBoundedOnTheDecodeWorker) {
+  REQUIRE_SHARED();
+  try {
+    KvsProcess bad(serve_args(0, {"--kv-unclaimed-max-blocks", "4"}), "listening on", 30);
+    ADD_FAILURE() << "--kv-unclaimed-max-blocks accepted without --role decode";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("it needs --role decode"), std::string::npos) << e.what();
+  }
+  const int64_t bound = 12;
+  Decode d;
+  d.extra = {"--kv-unclaimed-max-blocks", std::to_string(bound)};
+  d.start();
+  Prefill pf;
+  pf.start(d);
+  auto router = start_router(pf, d);
+  std::vector<std::pair<json, int64_t>> held;  // hand-over, blocks, oldest first
+  int64_t unclaimed = 0, released = 0;
+  const std::vector<std::string> who = {"a cat", "a dog", "a fox", "an owl", "a bee", "a frog"};
+  for (const std::string& w : who) {
+    const test::HttpReply r = complete(pf.http, request("Once upon a time there was " + w + ". " + story(2), 4));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json h = json::parse(r.body);
+    ASSERT_EQ(h["object"], "kv.handover") << r.body;
+    const int64_t blocks = h["blocks"].get<int64_t>() + h["skipped_blocks"].get<int64_t>();
+    held.emplace_back(h, blocks);
+    unclaimed += blocks;
+    for (size_t i = 0; unclaimed > bound && i + 1 < held.size();) {  // the oldest go, the newest stays
+      unclaimed -= held[i].second;
+      held.erase(held.begin() + long(i));
+      ++released;
+    }
+    EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_unclaimed_blocks{role=\"decode\"}"), unclaimed) << w;
+    EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_unclaimed_released_total{role=\"decode\"}"), released);
+    EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_holding{role=\"decode\"}"), double(held.size()));
+  }
+  EXPECT_GE(released, 2);
+  EXPECT_NE(d.p->log().find("freed before any request came for it"), std::string::npos) << d.p->log();
+  // Through the router the request comes for its hand-over and is served.
+  // Its hand-over was the newest: the oldest direct ones made room for it,
+  // and the survivors are the newest of them.
+  const test::HttpReply r = complete(router->port(), request(story(3), 4));
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto k = size_t(
+      test::metric_value(d.http, "kvserve_kv_transfer_unclaimed_released_total{role=\"decode\"}") - double(released));
+  ASSERT_LE(k, held.size());
+  int64_t survivors = 0;
+  for (size_t i = k; i < held.size(); ++i) survivors += held[i].second;
+  EXPECT_LE(survivors, bound);
+  EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_unclaimed_blocks{role=\"decode\"}"), survivors);
+  EXPECT_EQ(test::metric_value(d.http, "kvserve_kv_transfer_holding{role=\"decode\"}"), double(held.size() - k));
 }
 
 TEST(DisaggServe, PrefillKilledMidRequestLeavesTheDecodeWorkerIdleAndServing) {

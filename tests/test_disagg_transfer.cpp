@@ -550,4 +550,65 @@ TEST(DisaggFaults, StalledOrUnclaimedTransfersTimeOut) {
   EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, owner) == 0; }));
 }
 
+// Hand-overs no request has come for are bounded (audit 9 M6): anyone who
+// can post to a prefill worker makes them, and each pinned its blocks for
+// the whole claim timeout. Bound 6 blocks; 40-token prompts take 3 blocks,
+// a 120-token one 8.
+TEST(DisaggFaults, UnclaimedHandOversOverTheBoundFreeTheOldest) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F32);
+  auto pre = e.paged();
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
+  DecodeOptions o;
+  o.unclaimed_max_blocks = 6;
+  DecodeEndpoint decode(pool, o);
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const Scope scope = make_scope("test", "t");
+  auto ship = [&](int n, uint32_t seed) {
+    auto [seq, first] = prefill(*pre, random_prompt(n, seed), scope);
+    const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+    pre->release(seq);
+    EXPECT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+    return r.handle;
+  };
+  auto used_is = [&](int32_t n) { return eventually([&] { return used(*dec, owner) == n; }); };
+  const uint64_t a = ship(40, 11), b = ship(40, 12);
+  EXPECT_EQ(decode.unclaimed_blocks(), 6);
+  const uint64_t c = ship(40, 13);  // 9 blocks: the oldest, a, goes
+  EXPECT_EQ(decode.unclaimed_blocks(), 6);
+  EXPECT_EQ(decode.holding(), 2);
+  EXPECT_EQ(decode.stats().unclaimed_released, 1);
+  EXPECT_FALSE(decode.claim(a));
+  EXPECT_TRUE(used_is(6)) << used(*dec, owner);
+  // b's request arrived: it waits in the queue, no longer counted.
+  std::shared_ptr<void> hold = decode.await_claim(b);
+  EXPECT_EQ(hold.use_count(), 1);
+  EXPECT_EQ(decode.await_claim(a).use_count(), 0);  // gone: nothing to wait for
+  EXPECT_EQ(decode.unclaimed_blocks(), 3);
+  const uint64_t d = ship(40, 14);
+  EXPECT_EQ(decode.unclaimed_blocks(), 6);
+  EXPECT_EQ(decode.stats().unclaimed_released, 1);
+  // 14 blocks: c and d go; the newest stays, over the bound on its own.
+  const uint64_t big = ship(120, 15);
+  EXPECT_EQ(decode.unclaimed_blocks(), 8);
+  EXPECT_EQ(decode.stats().unclaimed_released, 3);
+  EXPECT_EQ(decode.holding(), 2);  // b and big
+  EXPECT_FALSE(decode.claim(c));
+  EXPECT_FALSE(decode.claim(d));
+  EXPECT_TRUE(used_is(3 + 8)) << used(*dec, owner);
+  // b's request ended unclaimed: its blocks go at once, not at the claim timeout.
+  hold.reset();
+  EXPECT_EQ(decode.holding(), 1);
+  EXPECT_FALSE(decode.claim(b));
+  EXPECT_TRUE(used_is(8)) << used(*dec, owner);
+  auto ad = decode.claim(big);
+  ASSERT_TRUE(ad);
+  EXPECT_EQ(decode.unclaimed_blocks(), 0);
+  owner.run([&] { dec->release(ad->seq); });
+  EXPECT_EQ(used(*dec, owner), 0);
+}
+
 }  // namespace

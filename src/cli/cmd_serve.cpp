@@ -383,6 +383,7 @@ int run_serve(const ServeArgs& a) {
   // And its chat template against this one (it renders chat prompts itself).
   ao.health_extra["chat_template_fingerprint"] = ao.chat.fingerprint();
   ao.accept_handover = roles.decode != nullptr;
+  if (roles.decode) ao.await_handover = [d = roles.decode.get()](uint64_t h) { return d->await_claim(h); };
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());
   server::ApiService api(loop, *l.tok, *tenants, ao);

@@ -1,6 +1,7 @@
 #include "cli/disagg_args.h"
 #include "disagg/ucx_link.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -48,9 +49,16 @@ void add_disagg_args(CLI::App* c, DisaggArgs& a) {
   c->add_option("--kv-claim-timeout", a.claim_timeout_s,
                 "Decode worker: seconds received KV blocks wait for their request before they are freed")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  c->add_option("--kv-unclaimed-max-blocks", a.unclaimed_max_blocks,
+                "Decode worker: KV blocks that hand-overs no request has come for yet may hold, the newest aside; "
+                "over it the oldest are freed (anyone who can post to a prefill worker makes hand-overs). Default: "
+                "a quarter of the KV pool; 0: no bound")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
 }
 
 void check_disagg_args(const DisaggArgs& a, bool has_cache_secret) {
+  if (a.unclaimed_max_blocks >= 0 && a.role != "decode")
+    throw std::runtime_error("--kv-unclaimed-max-blocks bounds a decode worker's hand-overs: it needs --role decode");
   if (a.role == "both") return;
   // The decode side checks that a handed-over request is the one whose
   // blocks arrived, scope included: both workers must derive equal scopes.
@@ -81,6 +89,8 @@ DisaggRoles start_roles(const DisaggArgs& a, sched::PagedExecutor& exec, sched::
     r.kv_host = o.host;
     o.transfer_timeout_s = a.transfer_timeout_s;
     o.claim_timeout_s = a.claim_timeout_s;
+    o.unclaimed_max_blocks =
+        a.unclaimed_max_blocks >= 0 ? a.unclaimed_max_blocks : std::max<int64_t>(1, exec.paged().n_blocks() / 4);
     r.decode = std::make_unique<disagg::DecodeRole>(exec, loop, o, log);
   } else if (a.role == "prefill") {
     std::vector<disagg::PrefillOptions> peers;
@@ -127,6 +137,14 @@ std::string DisaggRoles::metrics_text() const {
   counter(out, "kvserve_kv_transfer_failures_total", "KV transfers that failed", role, double(s.failed));
   counter(out, "kvserve_kv_transfer_no_room_total", "KV transfers the decode worker had no room for", role,
           double(s.no_room));
+  if (decode) {
+    counter(out, "kvserve_kv_transfer_unclaimed_released_total",
+            "Hand-overs freed before any request came for them: over --kv-unclaimed-max-blocks", role,
+            double(s.unclaimed_released));
+    out += "# HELP kvserve_kv_transfer_unclaimed_blocks KV blocks held by hand-overs no request has come for yet\n"
+           "# TYPE kvserve_kv_transfer_unclaimed_blocks gauge\nkvserve_kv_transfer_unclaimed_blocks{role=\"decode\"} " +
+           std::to_string(decode->unclaimed_blocks()) + "\n";
+  }
   if (decode)
     out += "# HELP kvserve_kv_transfer_holding Transfers in flight plus adopted sequences not yet claimed by a request\n"
            "# TYPE kvserve_kv_transfer_holding gauge\nkvserve_kv_transfer_holding{role=\"decode\"} " +

@@ -20,6 +20,9 @@ struct DisaggArgs {
   std::string kv_listen = "127.0.0.1:0";  // decode: where prefill workers connect (UCX)
   std::vector<std::string> decode_peers;  // prefill: decode workers' --kv-listen addresses (first: the default)
   double transfer_timeout_s = 10, claim_timeout_s = 30;
+  // Decode: blocks of hand-overs no request came for yet (the newest
+  // aside); -1: not given (a quarter of the KV pool), 0: no bound.
+  int64_t unclaimed_max_blocks = -1;
 };
 void add_disagg_args(CLI::App* cmd, DisaggArgs& a);
 // Flag errors, before the model loads (throws std::runtime_error naming the flag).

@@ -49,8 +49,12 @@ struct DecodeEndpoint::State {
   struct Held {
     Adopted a;
     Clock::time_point at;
+    int64_t blocks = 0;    // entries of the prompt's block list it pins
+    bool awaited = false;  // its request arrived (await_claim)
   };
-  std::unordered_map<uint64_t, Held> adopted;
+  std::map<uint64_t, Held> adopted;  // by handle: oldest first
+  int64_t orphan_blocks = 0;         // blocks of adoptions not awaited
+  bool closed = false;               // the endpoint is gone: holds dropped later do nothing
   uint64_t next_handle = 1;
   std::atomic<int64_t> n_xfers{0};
   std::unique_ptr<UcxLink> link;  // last member: stopped before the rest goes
@@ -70,6 +74,12 @@ struct DecodeEndpoint::State {
   void settle(Xfer& x);
   void drop_conn(ConnId c, const std::string& why, bool close);
   void tick();
+  // Under mu: takes `it` out of `adopted`; its sequence, for pool.abort
+  // once mu is released.
+  SeqId take(std::map<uint64_t, Held>::iterator it);
+  // Under mu: the oldest adoptions no request came for, `newest` aside,
+  // taken out until the rest fit unclaimed_max_blocks.
+  std::vector<SeqId> over_bound(uint64_t newest);
   Xfer* find(ConnId c, uint64_t id) {
     auto it = xfers.find({c, id});
     return it == xfers.end() ? nullptr : it->second.get();
@@ -217,17 +227,48 @@ void DecodeEndpoint::State::settle(Xfer& x) {
   } else {
     counters.add_ok(x.n_got, x.bytes, x.from, since(x.start));
     uint64_t handle;
+    std::vector<SeqId> freed;
     {
       std::lock_guard lk(mu);
       handle = next_handle++;
       adopted[handle] = {Adopted{x.res.seq, std::move(x.prompt), x.scope, x.first_token, int32_t(x.n_got),
                                  int32_t(x.from)},
-                         Clock::now()};
+                         Clock::now(), int64_t(x.to)};
+      orphan_blocks += int64_t(x.to);
+      freed = over_bound(handle);
     }
+    for (const SeqId seq : freed) pool.abort(seq);
     link->send(x.conn, encode(Result{x.id, true, handle, {}}), {});
   }
   xfers.erase(key);
   --n_xfers;
+}
+
+SeqId DecodeEndpoint::State::take(std::map<uint64_t, Held>::iterator it) {
+  if (!it->second.awaited) orphan_blocks -= it->second.blocks;
+  const SeqId seq = it->second.a.seq;
+  adopted.erase(it);
+  return seq;
+}
+
+std::vector<SeqId> DecodeEndpoint::State::over_bound(uint64_t newest) {
+  std::vector<SeqId> out;
+  const int64_t bound = opts.unclaimed_max_blocks;
+  for (auto it = adopted.begin(); bound > 0 && orphan_blocks > bound && it != adopted.end();) {
+    if (it->second.awaited || it->first == newest) {
+      ++it;
+      continue;
+    }
+    const uint64_t h = it->first;
+    const int64_t n = it->second.blocks;
+    out.push_back(take(it++));
+    counters.add_unclaimed_released();
+    say("hand-over " + std::to_string(h) + " (" + std::to_string(n) +
+        " blocks) freed before any request came for it: hand-overs nobody asked for held " +
+        std::to_string(orphan_blocks + n) + " blocks, over the bound of " + std::to_string(bound) +
+        " (--kv-unclaimed-max-blocks); the oldest go first");
+  }
+  return out;
 }
 
 void DecodeEndpoint::State::drop_conn(ConnId c, const std::string& why, bool close) {
@@ -254,8 +295,7 @@ void DecodeEndpoint::State::tick() {
         ++it;
         continue;
       }
-      expired.push_back(it->second.a.seq);
-      it = adopted.erase(it);
+      expired.push_back(take(it++));
     }
   }
   for (SeqId s : expired) {
@@ -265,7 +305,7 @@ void DecodeEndpoint::State::tick() {
 }
 
 DecodeEndpoint::DecodeEndpoint(AdoptionPool& pool, const DecodeOptions& opts, std::function<void(const std::string&)> log)
-    : st_(std::make_unique<State>(pool, opts, std::move(log), counters_)) {
+    : st_(std::make_shared<State>(pool, opts, std::move(log), counters_)) {
   State* s = st_.get();
   UcxLink::Handlers h;
   h.on_message = [s](ConnId c, std::span<const uint8_t> hd, Incoming& in) { s->on_message(c, hd, in); };
@@ -277,6 +317,8 @@ DecodeEndpoint::DecodeEndpoint(AdoptionPool& pool, const DecodeOptions& opts, st
 
 DecodeEndpoint::~DecodeEndpoint() {
   st_->link.reset();  // no callback runs after this, and UCX writes nothing more
+  std::lock_guard lk(st_->mu);
+  st_->closed = true;
   for (auto& [k, x] : st_->xfers) st_->pool.abort(x->res.seq);
   for (auto& [h, held] : st_->adopted) st_->pool.abort(held.a.seq);
 }
@@ -286,8 +328,36 @@ std::optional<Adopted> DecodeEndpoint::claim(uint64_t handle) {
   auto it = st_->adopted.find(handle);
   if (it == st_->adopted.end()) return std::nullopt;
   Adopted a = std::move(it->second.a);
-  st_->adopted.erase(it);
+  st_->take(it);
   return a;
+}
+
+std::shared_ptr<void> DecodeEndpoint::await_claim(uint64_t handle) {
+  {
+    std::lock_guard lk(st_->mu);
+    auto it = st_->adopted.find(handle);
+    if (it == st_->adopted.end() || it->second.awaited) return nullptr;
+    it->second.awaited = true;
+    st_->orphan_blocks -= it->second.blocks;
+  }
+  // A request that ends unclaimed (cancelled or refused in the queue) never
+  // will be: its blocks go now, not at the claim timeout.
+  std::weak_ptr<State> weak = st_;
+  return std::shared_ptr<void>(nullptr, [weak, handle](void*) {
+    const std::shared_ptr<State> s = weak.lock();
+    if (!s) return;
+    // Under mu: the endpoint (and the pool) cannot go meanwhile.
+    std::lock_guard lk(s->mu);
+    auto it = s->adopted.find(handle);
+    if (s->closed || it == s->adopted.end()) return;
+    s->pool.abort(s->take(it));
+    s->say("hand-over " + std::to_string(handle) + ": its request ended before claiming it: freed");
+  });
+}
+
+int64_t DecodeEndpoint::unclaimed_blocks() const {
+  std::lock_guard lk(st_->mu);
+  return st_->orphan_blocks;
 }
 
 int64_t DecodeEndpoint::holding() const {

@@ -9,6 +9,12 @@
 // stalls past transfer_timeout_s, and an adoption nobody claims within
 // claim_timeout_s. A block still being received is released only once UCX
 // is done writing it.
+//
+// Anyone who can post to a prefill worker makes it hand a prompt over
+// here, so adoptions no request has come for yet are bounded: beyond
+// unclaimed_max_blocks (the newest adoption aside) the oldest of them are
+// freed. One whose request has arrived (await_claim) is not counted: it
+// waits in the decode queue, under that queue's admission control.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +34,7 @@ struct DecodeOptions {
   double transfer_timeout_s = 10;   // offer to done
   double claim_timeout_s = 30;      // done to claim
   uint32_t retry_after_ms = 1000;   // told to the prefill side with "no room"
+  int64_t unclaimed_max_blocks = 0; // adoptions no request came for, the newest aside; 0: no bound
 };
 
 // A sequence whose prompt K/V arrived: the scheduler continues it by
@@ -51,6 +58,14 @@ class DecodeEndpoint {
   // Any thread: hands over the adopted sequence named by a transfer's
   // handle, once. nullopt when unknown, already claimed or expired.
   std::optional<Adopted> claim(uint64_t handle);
+  // Any thread: the request for `handle` arrived and waits for its claim.
+  // While the returned hold lives the adoption does not count against
+  // unclaimed_max_blocks; dropped before the claim (the request ended
+  // first), the adoption is freed at once. Safe to drop after the endpoint.
+  // An empty hold (use_count 0) when the handle is unknown or awaited already.
+  std::shared_ptr<void> await_claim(uint64_t handle);
+  // Any thread: blocks held by adoptions no request has come for yet.
+  int64_t unclaimed_blocks() const;
   // Any thread: transfers with blocks reserved and not yet adopted or
   // freed, plus adoptions not yet claimed.
   int64_t holding() const;
@@ -58,7 +73,7 @@ class DecodeEndpoint {
 
  private:
   struct State;
-  std::unique_ptr<State> st_;
+  std::shared_ptr<State> st_;  // shared: a hold may outlive the endpoint
   uint16_t port_ = 0;
   TransferCounters counters_;
 };

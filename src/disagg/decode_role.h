@@ -19,6 +19,9 @@ class DecodeRole {
   uint16_t port() const { return endpoint_->port(); }
   TransferStats stats() const { return endpoint_->stats(); }
   int64_t holding() const { return endpoint_->holding(); }
+  // DecodeEndpoint::await_claim and unclaimed_blocks.
+  std::shared_ptr<void> await_claim(uint64_t handle) { return endpoint_->await_claim(handle); }
+  int64_t unclaimed_blocks() const { return endpoint_->unclaimed_blocks(); }
 
  private:
   // Engine thread (from the scheduler's admission).

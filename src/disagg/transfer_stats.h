@@ -10,6 +10,7 @@ namespace kvs::disagg {
 struct TransferStats {
   int64_t transfers = 0, failed = 0, no_room = 0;
   int64_t blocks = 0, bytes = 0, skipped_blocks = 0;
+  int64_t unclaimed_released = 0;  // decode: adoptions freed over the unclaimed bound
   double seconds = 0;
   TransferStats& operator+=(const TransferStats& o) {
     transfers += o.transfers;
@@ -18,6 +19,7 @@ struct TransferStats {
     blocks += o.blocks;
     bytes += o.bytes;
     skipped_blocks += o.skipped_blocks;
+    unclaimed_released += o.unclaimed_released;
     seconds += o.seconds;
     return *this;
   }
@@ -34,13 +36,23 @@ class TransferCounters {
   }
   void add_failed() { failed_ += 1; }
   void add_no_room() { no_room_ += 1; }
+  void add_unclaimed_released() { released_ += 1; }
   TransferStats snapshot() const {
-    return {transfers_.load(), failed_.load(), no_room_.load(), blocks_.load(),
-            bytes_.load(),     skipped_.load(), double(micros_.load()) / 1e6};
+    TransferStats s;
+    s.transfers = transfers_.load();
+    s.failed = failed_.load();
+    s.no_room = no_room_.load();
+    s.blocks = blocks_.load();
+    s.bytes = bytes_.load();
+    s.skipped_blocks = skipped_.load();
+    s.unclaimed_released = released_.load();
+    s.seconds = double(micros_.load()) / 1e6;
+    return s;
   }
 
  private:
   std::atomic<int64_t> transfers_{0}, failed_{0}, no_room_{0}, blocks_{0}, bytes_{0}, skipped_{0}, micros_{0};
+  std::atomic<int64_t> released_{0};
 };
 
 }  // namespace kvs::disagg

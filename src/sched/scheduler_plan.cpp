@@ -257,8 +257,8 @@ void Scheduler::admit_handover(Req* r, StepPlan& plan, std::vector<TokenEvent>& 
     ++st_.failed;
     finish_choice(r, 0, FinishReason::Rejected, -1, out);
     out.back().reject_reason = RejectReason::Invalid;
-    out.back().message = "the handed-over KV cache is gone (unknown or expired transfer handle, or another prompt); "
-                         "send the request to the prefill worker again";
+    out.back().message = "the handed-over KV cache is gone (unknown or expired transfer handle, freed as unclaimed, or "
+                         "another prompt); send the request to the prefill worker again";
     return;
   }
   c.seq = seq;

@@ -530,6 +530,7 @@ Routed ApiService::submit(Endpoint ep, Prepared&& pr, const Caller& caller, int6
   if (p.tools.active()) s.tool_format = opts_.chat.tool_format();
   const uint64_t seed = hq ? hq->seed : p.seeded ? p.sampling.seed : std::random_device{}();
   s.seed = seed;
+  if (hq && opts_.await_handover) s.handover_hold = opts_.await_handover(hq->h.handle);
   auto ex = std::make_shared<Exchange>(std::move(s));
   ex->queue()->set_wake(std::move(wake));
 

@@ -64,6 +64,9 @@ struct ApiOptions {
   // Decode worker: a completion posted with ?kv_handover=HANDLE.TOKEN.DRAWS.SEED
   // continues the handed-over request instead of prefilling.
   bool accept_handover = false;
+  // Decode worker: a request for hand-over `handle` arrived; the result is
+  // held until the request ends (disagg/decode_endpoint.h, await_claim).
+  std::function<std::shared_ptr<void>(uint64_t handle)> await_handover;
 };
 
 struct HttpRequest {

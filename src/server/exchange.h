@@ -66,6 +66,9 @@ class Exchange final : public ResponseStream {
     std::function<void(const std::string&)> log;  // the access-log line (default: stderr)
     bool hand_off = false;     // prefill worker: answered with the hand-over, not text
     uint64_t seed = 0;         // the sampling seed (a hand-over passes it on)
+    // Decode worker: the wait on the hand-over this request claims, dropped
+    // with the exchange (ApiOptions::await_handover).
+    std::shared_ptr<void> handover_hold;
     // Endpoint::Responses: its own fields, and what to do with the response
     // object and its output once complete (keep them for
     // previous_response_id and GET /v1/responses/{id}).
