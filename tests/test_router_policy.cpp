@@ -16,6 +16,8 @@
 #include "router/policy.h"
 #include "router/prefix_index.h"
 #include "router/request_hasher.h"
+#include "router/upstream.h"
+#include "router/workers.h"
 #include "sched/clock.h"
 #include "server/tenants.h"
 #include "tokenizer/tokenizer.h"
@@ -221,4 +223,31 @@ TEST(RouterPdChoice, PairsByResolvedAddressAndNamesTheStringsWhenNone) {
   EXPECT_FALSE(choose_pd(v, {0}, {1}, 0, &why));
   EXPECT_NE(why.find("other.invalid:9002"), std::string::npos) << why;
   EXPECT_NE(why.find("127.0.0.1:9002"), std::string::npos) << why;
+}
+
+// Why --worker `spec` is refused ("" when accepted).
+static std::string spec_refusal(const std::string& spec) {
+  try {
+    parse_worker_spec(spec);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A worker URL is http://HOST:PORT: a path (or query) after it was dropped
+// without a word, so the router sent /v1/completions to the host's root
+// (audit 9 L1); a port with trailing junk was read up to the junk.
+TEST(RouterWorkerSpec, AWorkerUrlWithAPathOrABadPortIsRefused) {
+  const HostPort hp = parse_http_url("http://127.0.0.1:18101/");
+  EXPECT_EQ(hp.host, "127.0.0.1");
+  EXPECT_EQ(hp.port, 18101);
+  EXPECT_EQ(spec_refusal("http://127.0.0.1:18101,tcp://127.0.0.1:15557"), "");
+  for (const std::string bad : {"http://127.0.0.1:18101/some/prefix", "http://127.0.0.1:18101/v1", "http://h:1?x=1"}) {
+    const std::string why = spec_refusal(bad);
+    EXPECT_NE(why.find("'" + bad + "': a worker URL has no path"), std::string::npos) << why;
+    EXPECT_NE(why.find("expected http://HOST:PORT"), std::string::npos) << why;
+  }
+  for (const std::string bad : {"http://127.0.0.1:18101x", "http://127.0.0.1:99999", "http://127.0.0.1:"})
+    EXPECT_NE(spec_refusal(bad).find("the port must be 1..65535"), std::string::npos) << bad;
 }

@@ -18,15 +18,19 @@ HostPort parse_http_url(const std::string& url) {
   if (url.compare(0, kScheme.size(), kScheme) != 0) throw std::runtime_error("'" + url + "': expected http://HOST:PORT");
   std::string rest = url.substr(kScheme.size());
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  // The router posts to the worker's own /v1/... paths: a prefix would be
+  // dropped without a word, so it is refused.
+  if (rest.find_first_of("/?#") != std::string::npos)
+    throw std::runtime_error("'" + url + "': a worker URL has no path (the router sends /v1/... to the worker "
+                             "itself); expected http://HOST:PORT");
   const size_t colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) throw std::runtime_error("'" + url + "': expected http://HOST:PORT");
   HostPort hp;
   hp.host = rest.substr(0, colon);
-  try {
-    hp.port = std::stoi(rest.substr(colon + 1));
-  } catch (const std::exception&) {
-    hp.port = 0;
-  }
+  const std::string port = rest.substr(colon + 1);
+  hp.port = 0;
+  if (!port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos)
+    hp.port = std::stoi(port);
   if (hp.port < 1 || hp.port > 65535) throw std::runtime_error("'" + url + "': the port must be 1..65535");
   return hp;
 }
