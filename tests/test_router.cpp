@@ -342,6 +342,8 @@ TEST(Router, AllWorkersDownIs503WithReasons) {
   const std::string msg = j["error"]["message"];
   EXPECT_NE(msg.find(w0.url()), std::string::npos) << msg;
   EXPECT_NE(msg.find(w1.url()), std::string::npos) << msg;
+  // When to come back: the next health check may find a worker (audit 9 L4).
+  EXPECT_EQ(rep.headers.count("retry-after") ? rep.headers.at("retry-after") : "", "1");
   EXPECT_TRUE(eventually([&] { return test::http_request(port, "GET", "/health").status == 503; }, 5));
   // A wrong method is the router's own answer, with the methods allowed.
   const auto wrong = test::http_request(port, "GET", "/v1/completions");
@@ -423,7 +425,9 @@ TEST(Router, HealthIs503WhenNoPrefillDecodePairCanServe) {
                      "0.2", "--startup-timeout", "20", "--prefill-worker", pre.url(), "--decode-worker", dec.url()},
                     "kvserve router: listening on", 30);
   const int port = router.port();
-  EXPECT_EQ(complete(port, "Once upon a time", 2).status, 503);
+  const auto none = complete(port, "Once upon a time", 2);
+  EXPECT_EQ(none.status, 503);
+  EXPECT_EQ(none.headers.count("retry-after") ? none.headers.at("retry-after") : "", "1");
   auto h = test::http_request(port, "GET", "/health");
   EXPECT_EQ(h.status, 503) << h.body;
   json j = json::parse(h.body);

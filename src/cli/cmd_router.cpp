@@ -112,6 +112,7 @@ int run_router(const RouterArgs& a) {
   ro.policy = *policy;
   ro.load_weight = a.load_weight;
   ro.read_timeout_s = a.read_timeout_s;
+  ro.health_interval_s = a.health_interval_s;
   ro.prefill_workers = prefill;
   ro.decode_workers = decode;
   if (!prefill.empty()) warn_without_pair(workers, prefill, decode);

@@ -6,7 +6,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -155,6 +157,11 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   // worker was marked down and stayed silent (relay.cpp).
   size_t read_piece(Conn& client, Upstream& u, char* tmp, size_t n, beast::error_code& ec);
   std::string down_reason(int w) const;
+  // The Retry-After of a 503 no_worker: the next health check may bring a
+  // worker back.
+  std::string no_worker_retry_after() const {
+    return std::to_string(std::max<int64_t>(1, int64_t(std::ceil(opts.health_interval_s))));
+  }
   std::string metrics() const;
   // GET /dashboard/events: the latest snapshot, then one per second, until
   // the client or the router goes away.

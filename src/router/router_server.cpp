@@ -219,7 +219,7 @@ bool RouterServer::Impl::answer_no_worker(Conn& client, const std::vector<bool>&
                                           "no worker can take the request (" +
                                               (reasons.empty() ? std::string("none configured") : reasons) +
                                               ")"),
-                               keep_alive));
+                               keep_alive, no_worker_retry_after()));
 }
 
 // The prefill/decode pair with both workers up and the least load, ties
@@ -259,7 +259,7 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
         ++no_worker;
       }
       return write(client, respond(503, "application/json", error_json("service_unavailable", "no_worker", why),
-                                   keep_alive));
+                                   keep_alive, no_worker_retry_after()));
     }
     Relay pre = leg(pick->prefill, with_query(req, "kv_decode_peer=" + pick->decode_kv), client, keep_alive, false);
     if (pre.client_gone) return false;

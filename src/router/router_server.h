@@ -53,6 +53,7 @@ struct RouterOptions {
   double connect_timeout_s = 2;
   double read_timeout_s = 600;     // a worker silent this long is treated as failed
   double client_timeout_s = 60;    // request head and body from the client
+  double health_interval_s = 1;    // a 503 no_worker's Retry-After: a worker can be back after one check
   int max_connections = 512;
   // Disaggregated serving (docs/DISAGG.md): completions go to a prefill
   // worker and a decode worker chosen per request (router/pd_choice.h);
