@@ -213,6 +213,13 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   const test::HttpReply refused = complete(rp, lp);
   EXPECT_EQ(refused.status, 400) << refused.body;
   EXPECT_NE(refused.body.find("\"param\":\"logprobs\""), std::string::npos) << refused.body;
+  // Two prompts: the 400 names the prompt, not n (audit 9 L5).
+  json two = request(story(1), 4, 0);
+  two["prompt"] = {story(1), story(2)};
+  const test::HttpReply prompts = complete(rp, two);
+  EXPECT_EQ(prompts.status, 400) << prompts.body;
+  EXPECT_NE(prompts.body.find("\"param\":\"prompt\""), std::string::npos) << prompts.body;
+  EXPECT_NE(prompts.body.find("one prompt (it has 2)"), std::string::npos) << prompts.body;
   // A stale or forged hand-over handle is the request's fault: a 400 (audit 9 M7).
   const test::HttpReply stale = test::http_request(d.http, "POST", "/v1/completions?kv_handover=1.2.3.4",
                                                    request(story(1), 4, 0).dump(), {{"Content-Type", "application/json"}});

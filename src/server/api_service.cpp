@@ -309,8 +309,14 @@ Routed ApiService::completions(Endpoint ep, const HttpRequest& req, std::functio
     pr = prepare(ep, req, *caller);
     hq = handover_query(req.target);
     pr.decode_peer = decode_peer_query(req.target);
-    if ((hq || opts_.hand_off_sink) && (pr.prompts.size() != 1 || pr.p.n != 1))
-      throw bad_request("a request served by a prefill and a decode worker must have one prompt and n = 1", "n");
+    if ((hq || opts_.hand_off_sink) && pr.prompts.size() != 1)
+      throw bad_request("a request served by a prefill and a decode worker must have one prompt (it has " +
+                            std::to_string(pr.prompts.size()) + "): send one request per prompt",
+                        "prompt");
+    if ((hq || opts_.hand_off_sink) && pr.p.n != 1)
+      throw bad_request("a request served by a prefill and a decode worker must have n = 1 (it has " +
+                            std::to_string(pr.p.n) + "): send n requests with different seeds",
+                        "n");
   } catch (const ApiError& e) {
     out.response = fail(e, caller->tenant_hash);
     return out;
