@@ -58,7 +58,9 @@ ShipResult PeerShipper::ship_one(const Shipment& s) {
     r.reason = ex.what();
   } catch (const std::exception& ex) {
     r.status = ShipResult::Status::Failed;
-    r.reason = "decode worker " + peer_ + " unreachable: " + ex.what();
+    // PrefillEndpoint's own errors name the worker and its address already.
+    const std::string what = ex.what();
+    r.reason = what.find(peer_) != std::string::npos ? what : "decode worker " + peer_ + " unreachable: " + what;
   }
   if (r.status == ShipResult::Status::Failed || r.status == ShipResult::Status::Refused) {
     if (r.status == ShipResult::Status::Refused && log_) log_("hand-over refused by " + peer_ + ": " + r.reason);
