@@ -126,16 +126,18 @@ TEST(KvEventPublisher, VllmSchemaAndReplayAfterAGap) {
   const json s = sub.summary();
   EXPECT_EQ(s["errors"], json::array()) << s.dump();
   EXPECT_EQ(s["seqs"], json({0, 1, 2, 3, 4, 5}));
-  // Sequence 0 (sent before the subscriber joined) and the two dropped ones
-  // came back through the replay socket, each ending with the -1 marker.
-  EXPECT_EQ(s["replayed"], 3);
-  EXPECT_EQ(s["gaps"], 2);
-  EXPECT_EQ(s["replay_end"], 2);
+  // Sequence 0 came live, with the first batch (audit 9 L7: sent at bind,
+  // it was lost to every subscriber, and came only by replay); the two
+  // dropped ones came back through the replay socket, ending with the -1
+  // marker.
+  EXPECT_EQ(s["replayed"], 2);
+  EXPECT_EQ(s["gaps"], 1);
+  EXPECT_EQ(s["replay_end"], 1);
   EXPECT_EQ(s["cleared"], 1);
   EXPECT_EQ(s["stored_blocks"], 3 + 2 + 1 + 2);
   EXPECT_EQ(s["removed_blocks"], 2);
   EXPECT_TRUE(s["parents_known"].get<bool>());
-  EXPECT_EQ(pub.stats().replay_requests, 2);
+  EXPECT_EQ(pub.stats().replay_requests, 1);
 }
 
 TEST(KvEventPublisher, CurveEncryptsTheChannel) {

@@ -3,7 +3,9 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -72,13 +74,27 @@ struct EventPublisher::Impl {
   std::deque<std::pair<int64_t, std::string>> buffer;  // publisher thread only
   int64_t next_seq = 0;
 
+  // Sequence 0 (AllBlocksCleared), kept for replay from the start but sent
+  // live with the first real batch: sent at bind, ZeroMQ's slow joiner lost
+  // it for every subscriber, even one connected before this process started.
+  std::optional<std::string> held_start;
+
   void send(const std::string& payload) {
     const int64_t seq = next_seq++;
+    buffer.emplace_back(seq, payload);
+    while (buffer.size() > opts.replay_batches) buffer.pop_front();
+    if (seq == 0) {
+      held_start = payload;
+      return;
+    }
+    if (held_start) publish(0, *std::exchange(held_start, std::nullopt));
+    publish(seq, payload);
+  }
+
+  void publish(int64_t seq, const std::string& payload) {
     const std::string seq_bytes = be64(seq);
     std::array<zmq::const_buffer, 3> parts = {zmq::buffer(opts.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)};
     zmq::send_multipart(pub, parts, zmq::send_flags::dontwait);
-    buffer.emplace_back(seq, payload);
-    while (buffer.size() > opts.replay_batches) buffer.pop_front();
     std::lock_guard lk(mu);
     ++stats.batches_published;
   }

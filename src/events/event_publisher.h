@@ -10,6 +10,8 @@
 //
 // Sequences start at 0 per process; the first batch is an AllBlocksCleared,
 // so a subscriber that sees a worker restart also sees its cache emptied.
+// It is replayable at once and sent live with the next batch, once
+// subscribers waiting for the new process have had time to join.
 //
 // Threads: offer() is called by the engine thread and never waits for the
 // sockets: batches go into a bounded queue that the publisher thread drains;
