@@ -611,4 +611,46 @@ TEST(DisaggFaults, UnclaimedHandOversOverTheBoundFreeTheOldest) {
   EXPECT_EQ(used(*dec, owner), 0);
 }
 
+// Hand-over handles are random: a counted one could be guessed by any
+// client of the decode worker, and a claim with another prompt frees the
+// hand-over it names. Distinct, not neighbours, exact as JSON numbers.
+TEST(DisaggFaults, HandOverHandlesAreNotGuessable) {
+  if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
+  Engines e(KvType::F32);
+  auto pre = e.paged();
+  auto decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner(*decx);
+  PagedAdoptionPool pool(*dec, owner);
+  DecodeEndpoint decode(pool, DecodeOptions{});
+  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
+  const Scope scope = make_scope("test", "t");
+  std::vector<uint64_t> h;
+  for (uint32_t i = 0; i < 4; ++i) {
+    auto [seq, first] = prefill(*pre, random_prompt(20, 30 + i), scope);
+    const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+    pre->release(seq);
+    ASSERT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+    h.push_back(r.handle);
+  }
+  for (size_t i = 0; i < h.size(); ++i) {
+    EXPECT_NE(h[i], 0u);
+    EXPECT_LT(h[i], uint64_t(1) << 53);
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_NE(h[i], h[j]);
+      EXPECT_GT(h[i] > h[j] ? h[i] - h[j] : h[j] - h[i], 1000u) << "handles " << h[j] << " and " << h[i];
+    }
+  }
+  // Guessing the neighbours of a handle claims nothing and frees nothing.
+  EXPECT_FALSE(decode.claim(h[0] + 1));
+  EXPECT_FALSE(decode.claim(h[0] - 1));
+  EXPECT_EQ(decode.holding(), 4);
+  for (uint64_t x : h) {
+    auto ad = decode.claim(x);
+    ASSERT_TRUE(ad);
+    owner.run([&] { dec->release(ad->seq); });
+  }
+  EXPECT_EQ(used(*dec, owner), 0);
+}
+
 }  // namespace

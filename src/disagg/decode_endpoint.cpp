@@ -1,10 +1,13 @@
 #include "disagg/decode_endpoint.h"
 
+#include <openssl/rand.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,11 +54,29 @@ struct DecodeEndpoint::State {
     Clock::time_point at;
     int64_t blocks = 0;    // entries of the prompt's block list it pins
     bool awaited = false;  // its request arrived (await_claim)
+    uint64_t handle = 0;   // the name the prefill side was given
   };
-  std::map<uint64_t, Held> adopted;  // by handle: oldest first
+  std::map<uint64_t, Held> adopted;  // by arrival number: oldest first
+  // Handles are random, not counted: any client of the decode worker may
+  // name one, and a counted one could be guessed and claimed with another
+  // prompt, which frees someone else's hand-over.
+  std::unordered_map<uint64_t, uint64_t> arrival_of;  // handle -> key in adopted
+  uint64_t next_arrival = 1;
+  std::map<uint64_t, Held>::iterator find_handle(uint64_t h) {
+    const auto a = arrival_of.find(h);
+    return a == arrival_of.end() ? adopted.end() : adopted.find(a->second);
+  }
+  uint64_t new_handle() {  // under mu: random, nonzero, not in use
+    for (;;) {
+      uint64_t h = 0;
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(&h), sizeof h) != 1)
+        throw std::runtime_error("hand-over handle: the system random source failed");
+      h &= (uint64_t(1) << 53) - 1;  // exact as a JSON number in any client (a double)
+      if (h != 0 && !arrival_of.count(h)) return h;
+    }
+  }
   int64_t orphan_blocks = 0;         // blocks of adoptions not awaited
   bool closed = false;               // the endpoint is gone: holds dropped later do nothing
-  uint64_t next_handle = 1;
   std::atomic<int64_t> n_xfers{0};
   std::unique_ptr<UcxLink> link;  // last member: stopped before the rest goes
 
@@ -230,12 +251,14 @@ void DecodeEndpoint::State::settle(Xfer& x) {
     std::vector<SeqId> freed;
     {
       std::lock_guard lk(mu);
-      handle = next_handle++;
-      adopted[handle] = {Adopted{x.res.seq, std::move(x.prompt), x.scope, x.first_token, int32_t(x.n_got),
-                                 int32_t(x.from)},
-                         Clock::now(), int64_t(x.to)};
+      handle = new_handle();
+      const uint64_t arrival = next_arrival++;
+      adopted[arrival] = {Adopted{x.res.seq, std::move(x.prompt), x.scope, x.first_token, int32_t(x.n_got),
+                                  int32_t(x.from)},
+                          Clock::now(), int64_t(x.to), false, handle};
+      arrival_of[handle] = arrival;
       orphan_blocks += int64_t(x.to);
-      freed = over_bound(handle);
+      freed = over_bound(arrival);
     }
     for (const SeqId seq : freed) pool.abort(seq);
     link->send(x.conn, encode(Result{x.id, true, handle, {}}), {});
@@ -247,6 +270,7 @@ void DecodeEndpoint::State::settle(Xfer& x) {
 SeqId DecodeEndpoint::State::take(std::map<uint64_t, Held>::iterator it) {
   if (!it->second.awaited) orphan_blocks -= it->second.blocks;
   const SeqId seq = it->second.a.seq;
+  arrival_of.erase(it->second.handle);
   adopted.erase(it);
   return seq;
 }
@@ -259,7 +283,7 @@ std::vector<SeqId> DecodeEndpoint::State::over_bound(uint64_t newest) {
       ++it;
       continue;
     }
-    const uint64_t h = it->first;
+    const uint64_t h = it->second.handle;
     const int64_t n = it->second.blocks;
     out.push_back(take(it++));
     counters.add_unclaimed_released();
@@ -325,7 +349,7 @@ DecodeEndpoint::~DecodeEndpoint() {
 
 std::optional<Adopted> DecodeEndpoint::claim(uint64_t handle) {
   std::lock_guard lk(st_->mu);
-  auto it = st_->adopted.find(handle);
+  auto it = st_->find_handle(handle);
   if (it == st_->adopted.end()) return std::nullopt;
   Adopted a = std::move(it->second.a);
   st_->take(it);
@@ -335,7 +359,7 @@ std::optional<Adopted> DecodeEndpoint::claim(uint64_t handle) {
 std::shared_ptr<void> DecodeEndpoint::await_claim(uint64_t handle) {
   {
     std::lock_guard lk(st_->mu);
-    auto it = st_->adopted.find(handle);
+    auto it = st_->find_handle(handle);
     if (it == st_->adopted.end() || it->second.awaited) return nullptr;
     it->second.awaited = true;
     st_->orphan_blocks -= it->second.blocks;
@@ -348,7 +372,7 @@ std::shared_ptr<void> DecodeEndpoint::await_claim(uint64_t handle) {
     if (!s) return;
     // Under mu: the endpoint (and the pool) cannot go meanwhile.
     std::lock_guard lk(s->mu);
-    auto it = s->adopted.find(handle);
+    auto it = s->find_handle(handle);
     if (s->closed || it == s->adopted.end()) return;
     s->pool.abort(s->take(it));
     s->say("hand-over " + std::to_string(handle) + ": its request ended before claiming it: freed");
