@@ -74,6 +74,34 @@ struct PanelSrc {
   __m512 wm(int64_t bb) const { return ws0(bb); }  // (no min)
 };
 
+// The accumulators of `rows` activation rows (all 16 when FULL) from y,
+// or zero at the first slice; and back. At the first slice the y lines
+// the tile ends by storing are requested first: a store that misses holds
+// every later store behind it, the tile stores too (docs/PERFORMANCE.md).
+template <bool FULL>
+inline __attribute__((always_inline)) void load_acc(__m512* acc, int64_t kb0, int rows, const float* y, int64_t ldy,
+                                                    __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    if (kb0 == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(y + m * ldy), _MM_HINT_T0);  // (prefetchw measured no better)
+      acc[m] = _mm512_setzero_ps();
+    } else {
+      acc[m] = _mm512_maskz_loadu_ps(valid, y + m * ldy);
+    }
+  }
+}
+template <bool FULL>
+inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows, float* y, int64_t ldy,
+                                                     __mmask16 valid) {
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    if (!FULL && m >= rows) break;
+    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
 // One M tile (activation rows of xt, `rows` of them real; y at its first
 // row) against blocks [kb0, kb0 + kb) of one panel (src: their levels).
 // The accumulators live in y between slices (exact round trip), as in the

@@ -188,34 +188,6 @@ struct Ahead {
   }
 };
 
-// The accumulators of `rows` activation rows (all 16 when FULL) from y,
-// or zero at the first slice; and back. At the first slice the y lines
-// the tile ends by storing are requested first: a store that misses holds
-// every later store behind it, the tile stores too (docs/PERFORMANCE.md).
-template <bool FULL>
-inline __attribute__((always_inline)) void load_acc(__m512* acc, int64_t kb0, int rows, const float* y, int64_t ldy,
-                                                    __mmask16 valid) {
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    if (kb0 == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(y + m * ldy), _MM_HINT_T0);  // (prefetchw measured no better)
-      acc[m] = _mm512_setzero_ps();
-    } else {
-      acc[m] = _mm512_maskz_loadu_ps(valid, y + m * ldy);
-    }
-  }
-}
-template <bool FULL>
-inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows, float* y, int64_t ldy,
-                                                     __mmask16 valid) {
-#pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
-    if (!FULL && m >= rows) break;
-    _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
-  }
-}
-
 }  // namespace kvs::mm::amx_detail
 
 KVS_TARGET_END()
