@@ -550,30 +550,42 @@ TEST(DisaggFaults, StalledOrUnclaimedTransfersTimeOut) {
   EXPECT_TRUE(eventually([&] { return decode.holding() == 0 && used(*dec, owner) == 0; }));
 }
 
+// A prefill engine shipping to a decode endpoint in this process (F32 KV),
+// for the hand-over bookkeeping tests below.
+struct HandOverRig {
+  Engines e{KvType::F32};
+  std::unique_ptr<PagedEngine> pre = e.paged();
+  std::unique_ptr<sched::PagedExecutor> decx = e.executor();
+  PagedEngine* dec = &decx->paged();
+  test::PoolOwner owner{*decx};
+  PagedAdoptionPool pool{*dec, owner};
+  DecodeEndpoint decode;
+  PrefillEndpoint link{identity_of(*pre), {"127.0.0.1", decode.port()}};
+  const Scope scope = make_scope("test", "t");
+  explicit HandOverRig(const DecodeOptions& o) : decode(pool, o) {}
+  // An n-token prompt prefilled and shipped: its handle.
+  uint64_t ship(int n, uint32_t seed) {
+    auto [seq, first] = prefill(*pre, random_prompt(n, seed), scope);
+    const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
+    pre->release(seq);
+    EXPECT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
+    return r.handle;
+  }
+};
+
 // Hand-overs no request has come for are bounded (audit 9 M6): anyone who
 // can post to a prefill worker makes them, and each pinned its blocks for
 // the whole claim timeout. Bound 6 blocks; 40-token prompts take 3 blocks,
 // a 120-token one 8.
 TEST(DisaggFaults, UnclaimedHandOversOverTheBoundFreeTheOldest) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
-  Engines e(KvType::F32);
-  auto pre = e.paged();
-  auto decx = e.executor();
-  PagedEngine* dec = &decx->paged();
-  test::PoolOwner owner(*decx);
-  PagedAdoptionPool pool(*dec, owner);
   DecodeOptions o;
   o.unclaimed_max_blocks = 6;
-  DecodeEndpoint decode(pool, o);
-  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
-  const Scope scope = make_scope("test", "t");
-  auto ship = [&](int n, uint32_t seed) {
-    auto [seq, first] = prefill(*pre, random_prompt(n, seed), scope);
-    const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
-    pre->release(seq);
-    EXPECT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
-    return r.handle;
-  };
+  HandOverRig rig(o);
+  PagedEngine* dec = rig.dec;
+  test::PoolOwner& owner = rig.owner;
+  DecodeEndpoint& decode = rig.decode;
+  auto ship = [&](int n, uint32_t seed) { return rig.ship(n, seed); };
   auto used_is = [&](int32_t n) { return eventually([&] { return used(*dec, owner) == n; }); };
   const uint64_t a = ship(40, 11), b = ship(40, 12);
   EXPECT_EQ(decode.unclaimed_blocks(), 6);
@@ -616,23 +628,10 @@ TEST(DisaggFaults, UnclaimedHandOversOverTheBoundFreeTheOldest) {
 // hand-over it names. Distinct, not neighbours, exact as JSON numbers.
 TEST(DisaggFaults, HandOverHandlesAreNotGuessable) {
   if (!test::shared_available()) GTEST_SKIP() << "../shared not present";
-  Engines e(KvType::F32);
-  auto pre = e.paged();
-  auto decx = e.executor();
-  PagedEngine* dec = &decx->paged();
-  test::PoolOwner owner(*decx);
-  PagedAdoptionPool pool(*dec, owner);
-  DecodeEndpoint decode(pool, DecodeOptions{});
-  PrefillEndpoint link(identity_of(*pre), {"127.0.0.1", decode.port()});
-  const Scope scope = make_scope("test", "t");
+  HandOverRig rig(DecodeOptions{});
+  DecodeEndpoint& decode = rig.decode;
   std::vector<uint64_t> h;
-  for (uint32_t i = 0; i < 4; ++i) {
-    auto [seq, first] = prefill(*pre, random_prompt(20, 30 + i), scope);
-    const ShipResult r = link.ship(shipment_of(*pre, seq, scope, first));
-    pre->release(seq);
-    ASSERT_EQ(r.status, ShipResult::Status::Ok) << r.reason;
-    h.push_back(r.handle);
-  }
+  for (uint32_t i = 0; i < 4; ++i) h.push_back(rig.ship(20, 30 + i));
   for (size_t i = 0; i < h.size(); ++i) {
     EXPECT_NE(h[i], 0u);
     EXPECT_LT(h[i], uint64_t(1) << 53);
@@ -648,9 +647,9 @@ TEST(DisaggFaults, HandOverHandlesAreNotGuessable) {
   for (uint64_t x : h) {
     auto ad = decode.claim(x);
     ASSERT_TRUE(ad);
-    owner.run([&] { dec->release(ad->seq); });
+    rig.owner.run([&] { rig.dec->release(ad->seq); });
   }
-  EXPECT_EQ(used(*dec, owner), 0);
+  EXPECT_EQ(used(*rig.dec, rig.owner), 0);
 }
 
 }  // namespace
