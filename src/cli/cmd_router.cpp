@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "cli/commands.h"
+#include "cli/signals.h"
 #include "events/curve_keys.h"
 #include "model/gguf.h"
 #include "model/vocab_fingerprint.h"
@@ -49,12 +50,7 @@ void warn_without_pair(const router::WorkerSet& workers, const std::vector<int>&
 }
 
 int run_router(const RouterArgs& a) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t sigs = block_signals();
 
   std::vector<router::WorkerSpec> specs;
   for (const auto& w : a.workers) specs.push_back(router::parse_worker_spec(w));

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/signals.h"
 #include "cli/common.h"
 #include "cli/on_device.h"
 #include "kernels/thread_role.h"
@@ -291,18 +292,6 @@ void drain_and_stop(double timeout_s, server::ApiService& api, server::HttpServe
   std::fprintf(stderr, "kvserve: stopped\n");
 }
 
-// Signals go to the main thread only (sigwait): blocked before any thread
-// (compute pool, engine, HTTP) exists so that all inherit it.
-sigset_t block_signals() {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a vanished client is a write error, not a dead server
-  return sigs;
-}
-
 server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, int default_max_tokens,
                                server::ChatTemplate chat) {
   server::ApiOptions ao;
@@ -318,6 +307,30 @@ server::ApiOptions api_options(const ServeArgs& a, const Model& model, int ctx, 
   ao.model_created = model_created(model.path());
   ao.metrics_vllm = a.metrics_compat == "vllm";
   return ao;
+}
+
+// What /health says of this worker's model beside its roles.
+void add_identity_fields(server::ApiOptions& ao, const Model& m) {
+  // How float-weight products run (kernels/matmul.h): a router or operator
+  // sees why two workers of one file have different identities.
+  ao.health_extra["matmul_precision"] = m.bf16_matmuls() ? "bf16" : "fp32";
+  ao.health_extra["attention_precision"] = m.bf16_attention() ? "bf16" : "fp32";
+  // A router checks its own -m against this (it tokenizes prompts itself).
+  ao.health_extra["vocab_fingerprint"] = vocab_fingerprint(m.vocab());
+  // And its chat template against this one (it renders chat prompts itself).
+  ao.health_extra["chat_template_fingerprint"] = ao.chat.fingerprint();
+}
+
+server::HttpOptions http_options(const ServeArgs& a, size_t body_limit) {
+  server::HttpOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.threads = a.http_threads;
+  ho.body_limit = body_limit;
+  ho.header_timeout_s = a.header_timeout_s;
+  ho.body_timeout_s = a.body_timeout_s;
+  ho.write_timeout_s = a.write_timeout_s;
+  return ho;
 }
 
 int run_serve(const ServeArgs& a) {
@@ -374,29 +387,14 @@ int run_serve(const ServeArgs& a) {
     ao.decode_peer_index = [pr = roles.prefill.get()](const std::string& p) { return pr->peer_index(p); };
   }
   ao.health_extra = roles.health_fields();
-  // How float-weight products run (kernels/matmul.h): a router or operator
-  // sees why two workers of one file have different identities.
-  ao.health_extra["matmul_precision"] = l.model->bf16_matmuls() ? "bf16" : "fp32";
-  ao.health_extra["attention_precision"] = l.model->bf16_attention() ? "bf16" : "fp32";
-  // A router checks its own -m against this (it tokenizes prompts itself).
-  ao.health_extra["vocab_fingerprint"] = vocab_fingerprint(l.model->vocab());
-  // And its chat template against this one (it renders chat prompts itself).
-  ao.health_extra["chat_template_fingerprint"] = ao.chat.fingerprint();
+  add_identity_fields(ao, *l.model);
   ao.accept_handover = roles.decode != nullptr;
   if (roles.decode) ao.await_handover = [d = roles.decode.get()](uint64_t h) { return d->await_claim(h); };
   ao.plots_dir = a.dashboard_plots;
   add_dashboard_panels(ao.dashboard_opts, tierset.get(), monitor.get());
   server::ApiService api(loop, *l.tok, *tenants, ao);
 
-  server::HttpOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.threads = a.http_threads;
-  ho.body_limit = body_limit;
-  ho.header_timeout_s = a.header_timeout_s;
-  ho.body_timeout_s = a.body_timeout_s;
-  ho.write_timeout_s = a.write_timeout_s;
-  server::HttpServer http(api, ho);
+  server::HttpServer http(api, http_options(a, body_limit));
   http.start();
   api.set_ready(true);
   std::printf("kvserve: listening on http://%s:%d (model %s, ctx %d, %lld KV blocks of %d tokens, KV %s, window %s, %s)\n",
