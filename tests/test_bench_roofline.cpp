@@ -71,7 +71,7 @@ TEST(BenchRoofline, ChainOperationsPerBlock) {
   EXPECT_EQ(chain_ops_per_block(GgmlType::Q8_0), 3);
   EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_0), 3);
   EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_1), 4);
-  EXPECT_EQ(chain_ops_per_block(GgmlType::Q4_K), 4);
+  EXPECT_DOUBLE_EQ(chain_ops_per_block(GgmlType::Q4_K), 12.0 / 8);  // S and the mins M per super-block
   EXPECT_DOUBLE_EQ(chain_ops_per_block(GgmlType::Q6_K), 5.0 / 8);  // per super-block, not per block
   EXPECT_EQ(chain_ops_per_block(GgmlType::F16), 0);
   EXPECT_EQ(chain_ops_per_block(GgmlType::F32), 0);

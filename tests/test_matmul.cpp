@@ -79,13 +79,15 @@ std::vector<float> make_x(int64_t n, int64_t ld, uint32_t seed) {
 }
 
 // Bound on |quantized-activation result - exact| for element (i, r): each x
-// element moves by at most xd/2 = amax_block/254; plus float rounding.
+// element moves by at most xd/2 = amax/254, amax over its block (the
+// K-quants': its 256-element super-block); plus float rounding.
 double error_bound(const WeightView& w, const float* xi, int64_t r) {
   std::vector<float> row(size_t(w.cols));  // [cols]
   dequantize_row(w.type, w.row(r), row.data(), w.cols);
   double bound = 0.0, l1 = 0.0;
-  for (int64_t b = 0; b < w.cols; b += 32) {
-    const int64_t e = std::min<int64_t>(w.cols, b + 32);
+  const int64_t group = is_k(w.type) ? 256 : 32;
+  for (int64_t b = 0; b < w.cols; b += group) {
+    const int64_t e = std::min<int64_t>(w.cols, b + group);
     double amax = 0.0, wl1 = 0.0;
     for (int64_t c = b; c < e; ++c) {
       amax = std::max(amax, double(std::fabs(xi[c])));
@@ -692,27 +694,79 @@ TEST(Matmul, QuantizeXBitExactAcrossIsas) {
     }
 }
 
-// Q6_K's activations take one scale per 256-element super-block (llama.cpp's
-// Q8_K): the same xd in its 8 blocks, from the super-block's maximum, so the
-// kernels can sum a super-block in integers first.
-TEST(Matmul, Q6KActivationsShareOneScalePerSuperBlock) {
+// The K-quants' activations take one scale per 256-element super-block
+// (llama.cpp's Q8_K): the same xd in its 8 blocks, from the super-block's
+// maximum, so the kernels can sum a super-block in integers first. Q4_K's
+// blocks also carry their level sums (corr[1]) for the mins' integer sum.
+TEST(Matmul, KQuantActivationsShareOneScalePerSuperBlock) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t cols = 512;
   std::vector<float> x(static_cast<size_t>(cols));
   for (auto& v : x) v = nd(rng);
   x[300] = 40.0f;  // the second super-block's maximum, in its second block
-  std::vector<mm::XBlock> q(16), p(16);
-  mm::quantize_x_scalar(x.data(), cols, mm::qformat(GgmlType::Q6_K), q.data());
+  std::vector<mm::XBlock> p(16);
   mm::quantize_x_scalar(x.data(), cols, mm::qformat(GgmlType::Q8_0), p.data());
   float amax0 = 0;
   for (int i = 0; i < 256; ++i) amax0 = std::max(amax0, std::fabs(x[size_t(i)]));
-  for (int b = 0; b < 8; ++b) {
-    EXPECT_EQ(q[size_t(b)].d, amax0 / 127.0f) << b;
-    EXPECT_EQ(q[size_t(8 + b)].d, 40.0f / 127.0f) << b;
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::Q5_K}) {
+    std::vector<mm::XBlock> q(16);
+    mm::quantize_x_scalar(x.data(), cols, mm::qformat(t), q.data());
+    for (int b = 0; b < 8; ++b) {
+      EXPECT_EQ(q[size_t(b)].d, amax0 / 127.0f) << type_name(t) << " " << b;
+      EXPECT_EQ(q[size_t(8 + b)].d, 40.0f / 127.0f) << type_name(t) << " " << b;
+    }
+    EXPECT_EQ(q[9].q[300 - 288], 127);
+    EXPECT_NE(p[8].d, q[8].d) << "Q8_0 keeps one scale per 32-element block";
+    if (t == GgmlType::Q6_K) continue;
+    for (int b = 0; b < 16; ++b) {
+      int sum = 0;
+      for (int e = 0; e < 32; ++e) sum += q[size_t(b)].q[e];
+      EXPECT_EQ(q[size_t(b)].corr[1], sum) << type_name(t) << " block " << b;
+      EXPECT_EQ(q[size_t(b)].corr[0], 0) << "Q4_K / Q5_K levels have no offset";
+    }
   }
-  EXPECT_EQ(q[9].q[300 - 288], 127);
-  EXPECT_NE(p[8].d, q[8].d) << "Q8_0 keeps one scale per 32-element block";
+}
+
+// Q4_K's arithmetic at its extremes: every level 15, every scale and min 63,
+// activations all at +-127. The super-block sums S and M reach their
+// largest values (S = 8 * 63 * 32 * 15 * 127 < 2^31), which the int16
+// pairs, the AMX byte split and vpmulld must all carry exactly.
+TEST(Matmul, Q4KExtremeSumsAlikeOnEveryPath) {
+  const int64_t rows = 35, cols = 512;
+  std::vector<uint8_t> bytes(size_t(rows * cols / 256) * sizeof(BlockQ4_K));
+  auto* blk = reinterpret_cast<BlockQ4_K*>(bytes.data());
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < rows * cols / 256; ++i) {
+    blk[i].d = f32_to_fp16(0.01f * float(1 + i % 5));
+    blk[i].dmin = f32_to_fp16(0.02f);
+    std::memset(blk[i].scales, 0xFF, sizeof blk[i].scales);  // sc = m = 63
+    std::memset(blk[i].qs, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qs);
+  }
+  WeightView w;
+  w.type = GgmlType::Q4_K;
+  w.data = bytes.data();
+  w.rows = rows;
+  w.cols = cols;
+  w.row_stride = cols / 256 * int64_t(sizeof(BlockQ4_K));
+  ThreadPool pool(2);
+  for (int64_t n : {1, 7, 16, 40}) {
+    std::vector<float> x(size_t(n * cols));
+    for (size_t e = 0; e < x.size(); ++e) x[e] = (e / 3) % 2 ? 5.0f : -5.0f;
+    std::vector<float> ref(size_t(n * rows)), y(ref.size());
+    matmul_q8_reference(w, x.data(), cols, n, ref.data(), rows);
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard g(isa);
+      for (bool packed : {false, true}) {
+        WeightView v = w;
+        PackedArena arena;
+        if (packed && isa != Isa::Scalar && packable(v)) arena = pack_weights({{&v, false}});
+        matmul(v, x.data(), cols, n, y.data(), rows, pool);
+        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << isa_name(isa) << " n=" << n << " packed=" << packed;
+      }
+    }
+  }
 }
 
 TEST(Matmul, DequantizeWeightRow) {

@@ -86,6 +86,7 @@ CpuFeatures detect() {
     f.avx512bw = (ebx7 >> 30) & 1;
     f.avx512vl = (ebx7 >> 31) & 1;
     f.avx512vnni = (ecx7 >> 11) & 1;
+    f.avx512vbmi = (ecx7 >> 1) & 1;
     f.avx512bf16 = (eax7_1 >> 5) & 1;
   }
   f.amx_tile = (edx7 >> 24) & 1;
@@ -99,7 +100,7 @@ CpuFeatures detect() {
 Isa best_isa(const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
-  if (avx512 && f.amx_tile && f.amx_int8 && f.amx_os && f.amx_permitted) return Isa::Amx;
+  if (avx512 && f.avx512vbmi && f.amx_tile && f.amx_int8 && f.amx_os && f.amx_permitted) return Isa::Amx;
   if (avx512) return Isa::Avx512;
   if (avx2) return Isa::Avx2;
   return Isa::Scalar;

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
+  bool avx512vbmi = false;  // byte permutes (the AMX Q4_K slice copy; every AMX CPU has them)
   // AMX: CPUID bits, XCR0 enabling XTILECFG + XTILEDATA, and (Linux) the
   // kernel's permission for this process to use tile data; all four needed.
   bool amx_tile = false, amx_int8 = false, amx_os = false, amx_permitted = false;

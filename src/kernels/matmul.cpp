@@ -205,7 +205,7 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     if (mm::is_float_type(outs[j].w->type)) continue;
     const mm::QFormat f = mm::qformat(outs[j].w->type, k.signed_q8);
     int i = 0;
-    while (i < n_formats && !(formats[i].off == f.off && formats[i].sub16 == f.sub16)) ++i;
+    while (i < n_formats && !mm::same_activations(formats[i], f)) ++i;
     if (i == n_formats) formats[n_formats++] = f;
     fmt_of[j] = i;
   }
@@ -320,7 +320,7 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
     const GroupPlan* prev = g > 0 ? &plan[size_t(g - 1)] : nullptr;
     const MatmulGroup* pg = g > 0 ? &groups[g - 1] : nullptr;
     if (prev && prev->xq >= 0 && pg->x == G.x && pg->ldx == G.ldx && pg->n == G.n && pg->w->cols == G.w->cols &&
-        prev->f.off == p.f.off && prev->f.sub16 == p.f.sub16) {
+        mm::same_activations(prev->f, p.f)) {
       p.xq = prev->xq;  // same X, same format: quantized once (gate and up of an expert)
     } else {
       p.xq = xq_total, p.owner = true, xq_total += G.n * nb;
@@ -373,8 +373,10 @@ void matmul_grouped(const MatmulGroup* groups, int count, ThreadPool& pool) {
 double chain_ops_per_block(GgmlType t) {
   if (mm::is_float_type(t) || !mm::is_quant_type(t)) return 0;
   const mm::QFormat f = mm::qformat(t);
-  // Q6_K: a shift, an add, a conversion, a scale and an FMA per super-block.
-  if (f.sub16) return 5.0 / mm::kSuperBlocks;
+  // K-quants, per super-block: Q6_K a shift, an add, a conversion, a scale
+  // and an FMA; Q4_K / Q5_K also the mins' four vpdpwssd, a conversion, a
+  // scale and an FMA.
+  if (f.super) return (f.has_min ? 12.0 : 5.0) / mm::kSuperBlocks;
   return 3 + (f.has_min ? 1 : 0);
 }
 

@@ -17,8 +17,8 @@
 // C goes through a 1 KiB buffer into zmm registers, lane r = weight row r as
 // in block_step(), and the float chain of matmul_internal.h runs per row m:
 //   acc[m] = fma(float(C[m]), ws * xd_m, acc[m])   (+ fma(wm, xs_m, acc[m]))
-// so the results are bit-identical to the VNNI kernels. Q6_K sums whole
-// super-blocks instead (matmul_amx_q6k.cpp).
+// so the results are bit-identical to the VNNI kernels. The K-quants (Q4_K,
+// Q6_K) sum whole super-blocks instead (matmul_amx_super.cpp).
 //
 // A product and its store cost the same for 2 rows as for 16, so up to 8
 // rows (Q8_0, Q4_0, MXFP4, Q4_K) share one K = 64 product between two blocks: A
@@ -108,7 +108,7 @@ inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows
 // VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the float
 // chain: two paid where several M tiles share a slice, one where a single M
 // tile runs right after the slice's copy (docs/PERFORMANCE.md).
-template <bool MIN, bool FULL, int G, class Src>
+template <bool FULL, int G, class Src>
 inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   static_assert(!Src::kU8, "levels read in place run in rot_rows / pair_rows");
@@ -126,10 +126,10 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
     if (nx < kb)
       products(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);
-    chain<MIN, FULL>(cur, src, g, x[g], rows, acc);
+    chain<false, FULL>(cur, src, g, x[g], rows, acc);
     ahead.at(g);
     if (G == 2 && g + 1 < kb) {
-      chain<MIN, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
+      chain<false, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
       ahead.at(g + 1);
     }
   }
@@ -144,7 +144,7 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
 // bits as tile_rows. Run for a single M tile (n <= 16: batched decode, the
 // weights streaming from DRAM), where it is faster; with several M tiles
 // tile_rows' two-block groups measured faster (docs/PERFORMANCE.md).
-template <bool MIN, bool FULL, class Src>
+template <bool FULL, class Src>
 inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows,
                                                     float* y, int64_t ldy, __mmask16 valid, int32_t* cbuf,
                                                     Ahead ahead) {
@@ -160,7 +160,7 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
     if (b + 2 < kb) rot_product<false, U8>(b + 2, x[b + 2].q, src.lev(b + 2));
-    chain<MIN, FULL>(ring[b % 3], src, b, x[b], rows, acc);
+    chain<false, FULL>(ring[b % 3], src, b, x[b], rows, acc);
     ahead.at(b);
   }
   store_acc<FULL>(acc, rows, y, ldy, valid);
@@ -170,7 +170,7 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
 // product (TileMode::Pair); pa: the pairs' A tiles from block 0 ([nb / 2
 // rounded up][16, 64] s8). An odd last block's pair has zero levels for
 // its missing second block; its sums are not read.
-template <bool MIN, class Src>
+template <class Src>
 inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int rows, float* y,
                int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   constexpr bool U8 = Src::kU8;
@@ -191,10 +191,10 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
     if (c + 2 < np) rot_product<true, U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
-    chain<MIN, false>(ring[k], src, g, x[g], rows, acc);
+    chain<false, false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<MIN, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      chain<false, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }
@@ -204,7 +204,7 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
 // Every M tile against one slice of the panel at weight row p0; the M
 // tiles share the prefetch of the next slice. pa: the pair tiles when n <=
 // kPairRows runs in pairs, else nullptr.
-template <bool MIN, class Src>
+template <class Src>
 void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* pa, int64_t nb,
               int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int32_t* cbuf, Ahead next) {
   const int64_t mt = (n + 15) / 16;
@@ -215,14 +215,14 @@ void all_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, const int8_t* p
     Ahead a{next.p + 64 * l0, l1 - l0};
     a.spread(kb);
     const int rows = int(std::min<int64_t>(16, n - 16 * t));
-    if (pa) pair_rows<MIN>(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
-    else if (mt == 1 && rows == 16) rot_rows<MIN, true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (mt == 1) rot_rows<MIN, false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    if (pa) pair_rows(src, kb0, kb, x, pa, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) rot_rows<true>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) rot_rows<false>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
     else if constexpr (Src::kU8) continue;  // (n <= 16: one M tile, handled above)
-    else if (mt == 1 && rows == 16) tile_rows<MIN, true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (mt == 1) tile_rows<MIN, false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else if (rows == 16) tile_rows<MIN, true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
-    else tile_rows<MIN, false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1 && rows == 16) tile_rows<true, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (mt == 1) tile_rows<false, 1>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else if (rows == 16) tile_rows<true, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
+    else tile_rows<false, 2>(src, kb0, kb, x, rows, yt, ldy, valid, cbuf, a);
   }
 }
 
@@ -237,19 +237,6 @@ void fill_q(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
     for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, _mm512_sub_epi8(P::vec(l, k), off));
     _mm512_store_ps(scl(dst, bb), P::scale(pan, kb0 + bb));
   }
-}
-
-// Q4_K (levels 0..15, already signed).
-template <class U>
-void fill_k(const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
-  for (int64_t bb = 0; bb < kb; bb += 8)
-    U::unit(pan + (kb0 + bb) / 8 * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512, __m512 wm) {
-      uint8_t* o = lev(dst, bb + j);
-      for (int k = 0; k < 8; ++k) _mm512_store_si512(o + 64 * k, W[k]);
-      float* s = scl(dst, bb + j);
-      _mm512_store_ps(s, ws0);
-      _mm512_store_ps(s + 32, wm);  // (the second scale's slot stays unused)
-    });
 }
 
 // The pair A tiles of rows 0..7 (XTile rows; rows past n are zero) for
@@ -300,7 +287,7 @@ int64_t chunk_count(int64_t mt, int64_t nb, int64_t ldy, int64_t chunk_bytes) {
 // activation row against it. The next slice (of this panel or the next;
 // panels are contiguous) is requested while this one's tiles run, up to
 // `end`. r0 % 16 == 0.
-template <bool MIN, bool DIRECT, class Fill>
+template <bool DIRECT, class Fill>
 void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
                  int64_t n, float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
@@ -322,45 +309,45 @@ void panels_rows(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, co
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       if constexpr (DIRECT) {
         if (n <= 16) {
-          all_rows<MIN>(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+          all_rows(PanelSrc{pan, kb0}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
           continue;
         }
       }
       fill(pan, kb0, kb, slice);
-      all_rows<MIN>(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
+      all_rows(SliceSrc{slice}, kb0, kb, xt, p, nb, n, y, ldy, p0, valid, cbuf, next);
     }
   }
 }
 
-template <bool MIN, bool DIRECT, class Fill>
+template <bool DIRECT, class Fill>
 void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XTile* xt, int64_t n,
               float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
-  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, MIN ? kChunkBytesK : kChunkBytes);
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytes);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
     const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
-    panels_rows<MIN, DIRECT>(w, pbytes, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy,
+    panels_rows<DIRECT>(w, pbytes, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy,
                                     ldy, scratch, fill);
   }
 }
 
-// Q6_K: the same chunks of M tiles, each through panels_rows_q6k.
-void gemm_amx_q6k(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
-                  Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * PkQ6K::UB;
+// K-quants: the same chunks of M tiles, each through panels_rows_super.
+void gemm_amx_super(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
+                    Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * (w.type == GgmlType::Q4_K ? PkK::UB : PkQ6K::UB);
   const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytesK);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
     const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
-    panels_rows_q6k(w, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy, ldy, scratch);
+    panels_rows_super(w, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy, ldy, scratch);
   }
 }
 
 // Rows 16t .. 16t+15 of xq ([n, nb]) for t in [t0, t1) as XTiles, rows past
-// n zero (Q6_K: as XSuper).
+// n zero (K-quants: as XSuper).
 void tile_x_amx(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, QFormat f, XTile* out) {
-  if (f.sub16) return tile_x_q6k(xq, n, nb, t0, t1, out);
+  if (f.super) return tile_x_super(xq, n, nb, t0, t1, f.has_min, out);
   const bool has_min = f.has_min;
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t b = 0; b < nb; ++b) {
@@ -381,18 +368,16 @@ void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt
   const int64_t nb = w.cols / kQBlock;
   switch (w.type) {  // the driver sends amx_tiles_apply() weights only
     case GgmlType::Q8_0:
-      return gemm_amx<false, true>(w, Pk<GgmlType::Q8_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<true>(w, Pk<GgmlType::Q8_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                           fill_q<Pk<GgmlType::Q8_0>>);
     case GgmlType::Q4_0:
-      return gemm_amx<false, false>(w, Pk<GgmlType::Q4_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<false>(w, Pk<GgmlType::Q4_0>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                            fill_q<Pk<GgmlType::Q4_0>>);
     case GgmlType::MXFP4:
-      return gemm_amx<false, false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
+      return gemm_amx<false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                            fill_q<Pk<GgmlType::MXFP4>>);
-    case GgmlType::Q4_K:
-      return gemm_amx<true, false>(w, nb / 8 * PkK::UB, r0, r1, xt, n, y, ldy, s, fill_k<PkK>);
-    default:  // Q6_K
-      return gemm_amx_q6k(w, r0, r1, xt, n, y, ldy, s);
+    default:  // Q4_K, Q6_K
+      return gemm_amx_super(w, r0, r1, xt, n, y, ldy, s);
   }
 }
 

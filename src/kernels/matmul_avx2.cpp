@@ -48,7 +48,7 @@ void quantize_x_avx2(const float* x, int64_t cols, QFormat f, XBlock* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  float group = 0.0f;  // Q6_K: the super-block's maximum
+  float group = 0.0f;  // K-quants: the super-block's maximum
   for (int64_t b = 0; b < nb; ++b) {
     __m256 v[4];
     __m256 a = _mm256_setzero_ps();
@@ -56,12 +56,12 @@ void quantize_x_avx2(const float* x, int64_t cols, QFormat f, XBlock* out) {
       v[i] = _mm256_loadu_ps(x + 32 * b + 8 * i);
       a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v[i]));
     }
-    if (f.sub16 && b % kSuperBlocks == 0) {
+    if (f.super && b % kSuperBlocks == 0) {
       __m256 g = _mm256_setzero_ps();
       for (int64_t e = 32 * b; e < 32 * std::min(nb, b + kSuperBlocks); e += 8) g = _mm256_max_ps(g, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + e)));
       group = hmax_ps(g);
     }
-    const float amax = f.sub16 ? group : hmax_ps(a);
+    const float amax = f.super ? group : hmax_ps(a);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
@@ -83,7 +83,7 @@ void quantize_x_avx2(const float* x, int64_t cols, QFormat f, XBlock* out) {
       o.corr[1] = -f.off * s1;
     } else {
       o.corr[0] = -f.off * (s0 + s1);
-      o.corr[1] = 0;
+      o.corr[1] = f.super ? s0 + s1 : 0;
     }
   }
 }
@@ -97,11 +97,11 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     make_panel(w, p0, r1, &p);
     __m256 acc = _mm256_setzero_ps();
-    __m256i S;  // Q6_K: the super-block's integer sum (kblock)
+    KSum S;  // K-quants: the super-block's integer sums (kblock)
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc = kblock<U::kSub16, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm, xb[j], j, S, acc);
+        acc = kblock<U::kSuper, U::kMin, U::kSigned, kLevelBits<U>>(W, ws0, ws1, wm, xb[j], j, S, acc);
       });
     }
     _mm256_maskstore_ps(y + p0, lane_mask(p.nvalid), acc);

@@ -34,9 +34,6 @@ constexpr int64_t few_rows_limit() { return P::kBlocks == 1 ? 32 : 16; }
 inline __m256 half8(const uint8_t* p) {  // 8 fp16 -> float
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline __m256 u8x8(const uint8_t* p) {  // 8 unsigned bytes -> float
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
 inline __m256i s8x8i(const uint8_t* p) {  // 8 signed bytes -> int32
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
@@ -46,7 +43,7 @@ inline __m256i ld32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cas
 template <bool Q4>
 struct P8Pair {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = !Q4, kNibble = Q4;
+  static constexpr bool kSuper = false, kMin = false, kSigned = !Q4, kNibble = Q4;
   static constexpr int64_t LB = Q4 ? 16 * L : 32 * L;  // level bytes per block
   static constexpr int64_t UB = 2 * LB + 4 * L;        // bytes per pair unit
   static constexpr int64_t kStride = UB / 2;           // bytes per unit, on average
@@ -78,7 +75,7 @@ struct P8Pair {
 // here is one 32-element block. The codes are looked up to u = value + 12.
 struct P8Mx {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kSmall = true;
+  static constexpr bool kSuper = false, kMin = false, kSigned = false, kSmall = true;
   static constexpr int64_t LB = 16 * L;         // level bytes per block
   static constexpr int64_t UB = 4 * (LB + L);   // bytes per quad unit
   static constexpr int64_t kStride = UB / 4;    // bytes per block, on average
@@ -100,31 +97,33 @@ struct P8Mx {
   }
 };
 
-// One Q4_K super-block of 8 rows: the scales and mins arrive decoded, so
-// ws = d * sc and wm = -(dmin * m) are the file path's operations.
+// One Q4_K super-block of 8 rows: the scales and mins arrive decoded, and
+// pass to kblock as the file path's UnpackQK passes them (int32 lanes, and
+// d / dmin as each lane's fp16 pair).
 struct P8Q4K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = true;
+  static constexpr bool kSuper = true, kMin = true, kSigned = false, kNibble = true;
   static constexpr int64_t UB = 148 * L, kStride = UB;
   static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
   template <class F>
   static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
     const uint8_t* p = pan + u * UB;
-    const __m256 d = half8(p + 128 * L), dmin = half8(p + 130 * L);
+    const __m256i dd = _mm256_or_si256(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 128 * L))),
+                                       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 130 * L))), 16));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     // Levels are loaded per block, not per pair: AVX2 has 16 registers, and
     // holding a pair's 8 vectors next to W[8] spilled.
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const uint8_t* v = p + (8 * (j >> 1)) * 4 * L;
-      const __m256 ws = _mm256_mul_ps(d, u8x8(p + 132 * L + L * j));
-      const __m256 wm = _mm256_xor_ps(_mm256_mul_ps(dmin, u8x8(p + 140 * L + L * j)), _mm256_set1_ps(-0.0f));
+      const __m256 sc = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 132 * L + L * j))));
+      const __m256 mn = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 140 * L + L * j))));
       __m256i W[8];
       for (int k = 0; k < 8; ++k) {
         const __m256i g = ld32(v + k * 4 * L);
         W[k] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4);
       }
-      f(j, W, ws, ws, wm);
+      f(j, W, sc, mn, _mm256_castsi256_ps(dd));
     }
   }
 };
@@ -132,7 +131,7 @@ struct P8Q4K {
 // One Q6_K super-block of 8 rows (two halves of 128 elements).
 struct P8Q6K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = true, kMin = false, kSigned = false;
+  static constexpr bool kSuper = true, kMin = false, kSigned = false;
   static constexpr int64_t UB = 212 * L, kStride = UB;
   static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
   template <class F>
@@ -169,7 +168,7 @@ template <class P, int MP>
 inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, const XBlock* xq, float* y,
                           int nvalid_last, int64_t pf) {
   __m256 acc[MP];
-  __m256i S[MP];  // Q6_K: super-block sums (kblock)
+  KSum S[MP];  // K-quants: super-block sums (kblock)
   for (int m = 0; m < MP; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     const XBlock* xb = xq + u * P::kBlocks;
@@ -180,7 +179,7 @@ inline void matvec_panels(const uint8_t* pan0, int64_t pbytes, int64_t units, co
     }
     for (int m = 0; m < MP; ++m)
       P::unit(pan0 + m * pbytes, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
-        acc[m] = kblock<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
+        acc[m] = kblock<P::kSuper, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
       });
   }
   for (int m = 0; m + 1 < MP; ++m) _mm256_storeu_ps(y + m * L, acc[m]);
@@ -212,14 +211,14 @@ template <class P, int RT>
 inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const XBlock* xq, int64_t nb, float* y,
                        int64_t ldy, __m256i mask, int64_t pf) {
   __m256 acc[RT];
-  __m256i S[RT];  // Q6_K: super-block sums (kblock)
+  KSum S[RT];  // K-quants: super-block sums (kblock)
   for (int i = 0; i < RT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     if (pf > 0) {
       const int64_t lo = (u * P::kStride + pf + 63) & ~int64_t(63), hi = (u + 1) * P::kStride + pf;
       for (int64_t o = lo; o < hi && o < pbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pan + o), _MM_HINT_T0);
     }
-    if constexpr (P::kSigned && !P::kSub16 && !P::kMin && kLevelBits<P> == 8 && P::kBlocks == 1) {
+    if constexpr (P::kSigned && !P::kSuper && !P::kMin && kLevelBits<P> == 8 && P::kBlocks == 1) {
       // Q8_0: |W| once per weight vector for all RT rows (signed_block_rows).
       const XBlock* xb[RT];
       for (int i = 0; i < RT; ++i) xb[i] = &xq[i * nb + u];
@@ -228,7 +227,7 @@ inline void rows_panel(const uint8_t* pan, int64_t pbytes, int64_t units, const 
     }
     P::unit(pan, u, [&](int j, const __m256i* W, __m256 ws0, __m256 ws1, __m256 wm) {
       for (int i = 0; i < RT; ++i)
-        acc[i] = kblock<P::kSub16, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xq[i * nb + u * P::kBlocks + j],
+        acc[i] = kblock<P::kSuper, P::kMin, P::kSigned, kLevelBits<P>>(W, ws0, ws1, wm, xq[i * nb + u * P::kBlocks + j],
                                                                        j, S[i], acc[i]);
     });
   }

@@ -58,13 +58,6 @@ inline void load_rows16(const Panel& p, int64_t off, __m256i* g) {
 inline __m256i gather32(const Panel& p, int64_t off) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(p.base + off), p.gidx, 1);
 }
-// fp16 in the low half of each dword -> float (packus is exact on 0..65535).
-inline __m256 half_lo(__m256i g) {
-  const __m256i h = _mm256_and_si256(g, _mm256_set1_epi32(0xFFFF));
-  const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(pk));
-}
-inline __m256 half_hi(__m256i g) { return half_lo(_mm256_srli_epi32(g, 16)); }
 
 inline void nibbles(const __m256i* g, __m256i* W) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -87,7 +80,7 @@ inline __m256i add_bit4(__m256i w, __m256i q, int base) {
 
 struct UnpackQ4_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kNibble = true;
+  static constexpr bool kSuper = false, kMin = false, kSigned = false, kNibble = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_0));
@@ -101,7 +94,7 @@ struct UnpackQ4_0 {
 
 struct UnpackQ4_1 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = true;
+  static constexpr bool kSuper = false, kMin = true, kSigned = false, kNibble = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_1));
@@ -116,7 +109,7 @@ struct UnpackQ4_1 {
 template <bool ONE>
 struct UnpackQ5 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = ONE, kSigned = false;
+  static constexpr bool kSuper = false, kMin = ONE, kSigned = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(ONE ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
@@ -138,7 +131,7 @@ struct UnpackQ5 {
 // MXFP4: the codes are nibbles laid out as Q4_0's, looked up to u = value + 12.
 struct UnpackMXFP4 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = false, kSmall = true;
+  static constexpr bool kSuper = false, kMin = false, kSigned = false, kSmall = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockMXFP4));
@@ -155,7 +148,7 @@ struct UnpackMXFP4 {
 
 struct UnpackQ8_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false, kSigned = true;
+  static constexpr bool kSuper = false, kMin = false, kSigned = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ8_0));
@@ -171,9 +164,9 @@ inline __m256i kbyte(const __m256i* s, int i) {
   return _mm256_and_si256(_mm256_srli_epi32(s[i / 4], 8 * (i % 4)), _mm256_set1_epi32(0xFF));
 }
 
-inline void k4_scales(const Panel& p, int64_t o, __m256* ws, __m256* wm) {
-  const __m256i dd = gather32(p, o);
-  const __m256 d = half_lo(dd), dmin = half_hi(dd);
+// sc_j and m_j as int32 lanes, d / dmin as each lane's fp16 pair (kblock).
+inline void k4_scales(const Panel& p, int64_t o, __m256i* ws, __m256i* wm, __m256i* dd) {
+  *dd = gather32(p, o);
   __m256i s[3];
   for (int i = 0; i < 3; ++i) s[i] = gather32(p, o + 4 + 4 * i);
   const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15);
@@ -187,20 +180,20 @@ inline void k4_scales(const Panel& p, int64_t o, __m256* ws, __m256* wm) {
       sc = _mm256_or_si256(_mm256_and_si256(hi, m15), _mm256_slli_epi32(_mm256_srli_epi32(kbyte(s, j - 4), 6), 4));
       mn = _mm256_or_si256(_mm256_srli_epi32(hi, 4), _mm256_slli_epi32(_mm256_srli_epi32(kbyte(s, j), 6), 4));
     }
-    ws[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-    wm[j] = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), _mm256_set1_ps(-0.0f));
+    ws[j] = sc;
+    wm[j] = mn;
   }
 }
 
 template <bool FIVE>
 struct UnpackQK {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = false, kMin = true, kSigned = false, kNibble = !FIVE;
+  static constexpr bool kSuper = true, kMin = true, kSigned = false, kNibble = !FIVE, kSmall = FIVE;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(FIVE ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
-    __m256 ws[8], wm[8];
-    k4_scales(p, o, ws, wm);
+    __m256i ws[8], wm[8], dd;
+    k4_scales(p, o, ws, wm, &dd);
     __m256i qh[8];
     if (FIVE) {
       load_rows16(p, o + 16, qh);
@@ -222,7 +215,7 @@ struct UnpackQK {
             W[k] = _mm256_or_si256(W[k], _mm256_and_si256(hb, b4));
           }
         }
-        f(j, W, ws[j], ws[j], wm[j]);
+        f(j, W, _mm256_castsi256_ps(ws[j]), _mm256_castsi256_ps(wm[j]), _mm256_castsi256_ps(dd));
       }
     }
   }
@@ -230,7 +223,7 @@ struct UnpackQK {
 
 struct UnpackQ6K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = true, kMin = false, kSigned = false;
+  static constexpr bool kSuper = true, kMin = false, kSigned = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ6_K));

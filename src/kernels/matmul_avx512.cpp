@@ -69,7 +69,7 @@ void quantize_x16_avx512(const float* x, QFormat f, XBlock* out) {
     a[j] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * j)),
                          _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 32 * j + 16)));
   __m512 amax = lanes_of_16<true>(a);  // lane j: block j's maximum
-  if (f.sub16) {  // Q6_K: each super-block's maximum (lanes 0..7, 8..15)
+  if (f.super) {  // K-quants: each super-block's maximum (lanes 0..7, 8..15)
     amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));
     amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0x4E));
     amax = _mm512_max_ps(amax, _mm512_shuffle_f32x4(amax, amax, 0xB1));
@@ -97,7 +97,7 @@ void quantize_x16_avx512(const float* x, QFormat f, XBlock* out) {
   _mm512_store_ps(ds, d);
   _mm512_store_ps(ss, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum)));
   _mm512_store_si512(c0, _mm512_mullo_epi32(off, f.sub16 ? h0 : sum));
-  _mm512_store_si512(c1, f.sub16 ? _mm512_mullo_epi32(off, h1) : _mm512_setzero_si512());
+  _mm512_store_si512(c1, f.sub16 ? _mm512_mullo_epi32(off, h1) : f.super ? sum : _mm512_setzero_si512());
   for (int j = 0; j < 16; ++j) {
     out[j].d = ds[j];
     out[j].s = ss[j];
@@ -111,16 +111,16 @@ void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   int64_t b0 = 0;
   for (; b0 + 16 <= nb; b0 += 16) quantize_x16_avx512(x + 32 * b0, f, out + b0);
-  float group = 0.0f;  // Q6_K: the super-block's maximum
+  float group = 0.0f;  // K-quants: the super-block's maximum
   for (int64_t b = b0; b < nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    if (f.sub16 && b % kSuperBlocks == 0) {
+    if (f.super && b % kSuperBlocks == 0) {
       __m512 g = _mm512_setzero_ps();
       for (int64_t e = 32 * b; e < 32 * std::min(nb, b + kSuperBlocks); e += 16) g = _mm512_max_ps(g, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + e)));
       group = _mm512_reduce_max_ps(g);
     }
     const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
-    const float amax = f.sub16 ? group : _mm512_reduce_max_ps(a);  // max is exact: order does not matter
+    const float amax = f.super ? group : _mm512_reduce_max_ps(a);  // max is exact: order does not matter
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const __m512 vid = _mm512_set1_ps(id);
@@ -141,7 +141,7 @@ void quantize_x_avx512(const float* x, int64_t cols, QFormat f, XBlock* out) {
       o.corr[1] = -f.off * s1;
     } else {
       o.corr[0] = -f.off * (s0 + s1);
-      o.corr[1] = 0;
+      o.corr[1] = f.super ? s0 + s1 : 0;
     }
   }
 }
@@ -168,11 +168,11 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     make_panel(w, p0, r1, &p);
     __m512 acc = _mm512_setzero_ps();
-    __m512i S;  // Q6_K: the super-block's integer sum (kblock)
+    KSum S;  // K-quants: the super-block's integer sums (kblock)
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-        acc = kblock<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], j, S, acc);
+        acc = kblock<U::kSuper, U::kMin>(W, ws0, ws1, wm, xb[j], j, S, acc);
       });
     }
     _mm512_mask_storeu_ps(y + p0, p.valid, acc);
@@ -181,11 +181,11 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
 
 // RT activation rows i0..i0+RT against a scratch slice of kb blocks starting
 // at block kb0. Accumulators live in y between slices (exact round trip).
-template <int RT, bool SUB16, bool MIN>
+template <int RT, bool SUPER, bool MIN>
 void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
                        int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid) {
   __m512 acc[RT];
-  __m512i S[RT];  // Q6_K: super-block sums (kblock; slices hold whole super-blocks)
+  KSum S[RT];  // K-quants: super-block sums (kblock; slices hold whole super-blocks)
   for (int i = 0; i < RT; ++i)
     acc[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + (i0 + i) * ldy + p0);
   for (int64_t bb = 0; bb < kb; ++bb) {
@@ -193,10 +193,28 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
     __m512i W[8];
     for (int k = 0; k < 8; ++k) W[k] = _mm512_load_si512(s + 64 * k);
     const __m512 ws0 = _mm512_load_ps(reinterpret_cast<const float*>(s + 512));
-    const __m512 ws1 = SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 576)) : ws0;
-    const __m512 wm = MIN || SUB16 ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
+    if constexpr (SUPER && MIN) {  // Q4_K / Q5_K: the mins' sum from the slice at the super-block's end
+      const int j = int(bb % kSuperBlocks);
+      for (int i = 0; i < RT; ++i) {
+        const __m512i t = kmin_scaled(W, ws0, xq[(i0 + i) * nb + kb0 + bb]);
+        S[i].s = j == 0 ? t : _mm512_add_epi32(S[i].s, t);
+      }
+      if (j != kSuperBlocks - 1) continue;
+      __m512i mp[4];  // the mins as int16 pairs (m_2p, m_2p+1)
+      kmin_pairs(s - j * kPanelBlockBytes, kPanelBlockBytes, mp);
+      const __m512i dd = _mm512_load_si512(s + 640);
+      for (int i = 0; i < RT; ++i) {
+        const XBlock* xb = xq + (i0 + i) * nb + kb0 + bb - j;
+        __m512i M = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) M = _mm512_dpwssd_epi32(M, mp[p], xsum_pair(xb + 2 * p));
+        acc[i] = kmin_finish(S[i].s, M, dd, xb[0].d, acc[i]);
+      }
+      continue;
+    }
+    const __m512 ws1 = SUPER ? _mm512_load_ps(reinterpret_cast<const float*>(s + 576)) : ws0;
+    const __m512 wm = MIN || SUPER ? _mm512_load_ps(reinterpret_cast<const float*>(s + 640)) : ws0;
     for (int i = 0; i < RT; ++i)
-      acc[i] = kblock<SUB16, MIN>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], int(bb % kSuperBlocks), S[i], acc[i]);
+      acc[i] = kblock<SUPER, MIN>(W, ws0, ws1, wm, xq[(i0 + i) * nb + kb0 + bb], int(bb % kSuperBlocks), S[i], acc[i]);
   }
   for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
 }
@@ -255,20 +273,92 @@ void tile2_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64
   }
 }
 
-template <bool SUB16, bool MIN>
-void tiles_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
-                        int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int64_t i0) {
-  for (; i0 + R <= n; i0 += R) tile_from_scratch<R, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
-  for (; i0 + 4 <= n; i0 += 4) tile_from_scratch<4, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
-  for (; i0 < n; ++i0) tile_from_scratch<1, SUB16, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+// Q4_K / Q5_K, two panels x RT activation rows (tile2_from_scratch's
+// sharing of each broadcast): per block the exact sums sc_j * isum_j go
+// into the super-block sums S, and at its end the mins' sum M (from the
+// slice) and kmin_finish: kblock's operations, the same bits.
+template <int RT>
+void tile2_kmin_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, const XBlock* xq,
+                             int64_t nb, int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
+  __m512 aa[RT], ab[RT];
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    aa[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+    ab[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
+  }
+  for (int64_t g = 0; g < kb; g += kSuperBlocks) {  // slices hold whole super-blocks
+    __m512i Sa[RT], Sb[RT];
+    for (int j = 0; j < kSuperBlocks; ++j) {
+      const uint8_t* wa = sa + (g + j) * kPanelBlockBytes;
+      const uint8_t* wb = sb + (g + j) * kPanelBlockBytes;
+      const XBlock* xr[RT];
+      for (int i = 0; i < RT; ++i) xr[i] = xq + (i0 + i) * nb + kb0 + g + j;
+      const __m512i sca = _mm512_load_si512(wa + 512), scb = _mm512_load_si512(wb + 512);
+      __m512i ia[RT], ib[RT];
+      for (int i = 0; i < RT; ++i) ia[i] = ib[i] = _mm512_setzero_si512();  // level offset 0: no correction
+      for (int k = 0; k < 8; ++k) {
+        const __m512i va = _mm512_load_si512(wa + 64 * k), vb = _mm512_load_si512(wb + 64 * k);
+        for (int i = 0; i < RT; ++i) {
+          const __m512i xv = bcast4(xr[i]->q + 4 * k);
+          ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
+          ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
+        }
+      }
+      for (int i = 0; i < RT; ++i) {
+        const __m512i ta = _mm512_mullo_epi32(ia[i], sca), tb = _mm512_mullo_epi32(ib[i], scb);
+        Sa[i] = j == 0 ? ta : _mm512_add_epi32(Sa[i], ta);
+        Sb[i] = j == 0 ? tb : _mm512_add_epi32(Sb[i], tb);
+      }
+    }
+    const uint8_t* wa = sa + g * kPanelBlockBytes;
+    const uint8_t* wb = sb + g * kPanelBlockBytes;
+    __m512i ma[4], mb[4];  // the mins as int16 pairs (m_2p, m_2p+1)
+    kmin_pairs(wa, kPanelBlockBytes, ma);
+    kmin_pairs(wb, kPanelBlockBytes, mb);
+    const __m512i dda = _mm512_load_si512(wa + 640), ddb = _mm512_load_si512(wb + 640);
+    for (int i = 0; i < RT; ++i) {
+      const XBlock* xb = xq + (i0 + i) * nb + kb0 + g;
+      __m512i Ma = _mm512_setzero_si512(), Mb = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const __m512i xs = xsum_pair(xb + 2 * p);
+        Ma = _mm512_dpwssd_epi32(Ma, ma[p], xs);
+        Mb = _mm512_dpwssd_epi32(Mb, mb[p], xs);
+      }
+      aa[i] = kmin_finish(Sa[i], Ma, dda, xb[0].d, aa[i]);
+      ab[i] = kmin_finish(Sb[i], Mb, ddb, xb[0].d, ab[i]);
+    }
+  }
+  for (int i = 0; i < RT; ++i) {
+    float* yr = y + (i0 + i) * ldy + p0;
+    _mm512_storeu_ps(yr, aa[i]);
+    _mm512_mask_storeu_ps(yr + L, valid_b, ab[i]);
+  }
 }
 
-template <bool SUB16, bool MIN>
+template <bool SUPER, bool MIN>
+void tiles_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlock* xq, int64_t nb,
+                        int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid, int64_t i0) {
+  for (; i0 + R <= n; i0 += R) tile_from_scratch<R, SUPER, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 + 4 <= n; i0 += 4) tile_from_scratch<4, SUPER, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+  for (; i0 < n; ++i0) tile_from_scratch<1, SUPER, MIN>(slice, kb0, kb, xq, nb, i0, y, ldy, p0, valid);
+}
+
+template <bool SUPER, bool MIN>
 void run_slice(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, const XBlock* xq,
                int64_t nb, int64_t n, float* y, int64_t ldy, int64_t p0, __mmask16 valid_a,
                __mmask16 valid_b) {
   int64_t i0 = 0;
-  if (!SUB16 && sb) {  // Q6_K's two chains per pair would not fit the registers
+  if (SUPER && MIN && sb) {
+    for (; i0 + 4 <= n; i0 += 4) tile2_kmin_from_scratch<4>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
+    switch (n - i0) {
+      case 3: tile2_kmin_from_scratch<3>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 2: tile2_kmin_from_scratch<2>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      case 1: tile2_kmin_from_scratch<1>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
+      default: break;
+    }
+    return;
+  }
+  if (!SUPER && sb) {  // the K-quants' super-block sums per pair would not fit the registers
     for (; i0 + 6 <= n; i0 += 6) tile2_from_scratch<6, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b);
     switch (n - i0) {
       case 5: tile2_from_scratch<5, MIN>(sa, sb, kb0, kb, xq, nb, i0, y, ldy, p0, valid_b); break;
@@ -280,8 +370,8 @@ void run_slice(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, co
     }
     i0 = n;
   }
-  tiles_from_scratch<SUB16, MIN>(sa, kb0, kb, xq, nb, n, y, ldy, p0, valid_a, i0);
-  if (sb) tiles_from_scratch<SUB16, MIN>(sb, kb0, kb, xq, nb, n, y, ldy, p0 + L, valid_b, i0);
+  tiles_from_scratch<SUPER, MIN>(sa, kb0, kb, xq, nb, n, y, ldy, p0, valid_a, i0);
+  if (sb) tiles_from_scratch<SUPER, MIN>(sb, kb0, kb, xq, nb, n, y, ldy, p0 + L, valid_b, i0);
 }
 
 // General path: unpack a slice of KB blocks of two panels (32 rows) into
@@ -306,7 +396,8 @@ void gemm_panels(const WeightView& w, QFormat f, int64_t r0, int64_t r1, const X
       }
       const uint8_t* sb = two ? slice_b : nullptr;
       const __mmask16 vb = two ? pb.valid : 0;
-      if (f.sub16) run_slice<true, false>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
+      if (f.super && f.has_min) run_slice<true, true>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
+      else if (f.super) run_slice<true, false>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
       else if (f.has_min) run_slice<false, true>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
       else run_slice<false, false>(slice_a, sb, kb0, kb, xq, nb, n, y, ldy, p0, pa.valid, vb);
     }
@@ -324,7 +415,7 @@ constexpr int64_t kPackedScratchN = 64;
 // Panel16 weights through scratch: `fill(panel, kb0, kb, dst)` writes blocks
 // [kb0, kb0 + kb) of one packed panel in the scratch layout, then the
 // scratch tiles run on two panels at a time, as gemm_panels does.
-template <bool SUB16, bool MIN, class Fill>
+template <bool SUPER, bool MIN, class Fill>
 void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                       float* y, int64_t ldy, Scratch scratch, Fill fill) {
   const int64_t nb = w.cols / kQBlock;
@@ -348,7 +439,7 @@ void gemm_via_scratch(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r
           if (two) _mm_prefetch(reinterpret_cast<const char*>(pa + pbytes + o), _MM_HINT_T1);
         }
       }
-      run_slice<SUB16, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
+      run_slice<SUPER, MIN>(slice_a, two ? slice_b : nullptr, kb0, kb, xq, nb, n, y, ldy, p0, va, vb);
     }
   }
 }
@@ -371,12 +462,12 @@ void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlo
                           });
 }
 
-// K-quants (U = PkK, PkQ6K): each super-block's 8 blocks with their float
-// scales (ws0, ws1 for Q6_K's second half, wm) as the scratch tiles read them.
+// K-quants (U = PkK, PkQ6K): each super-block's 8 blocks with their scales
+// (ws0, ws1, wm as kblock takes them) as the scratch tiles read them.
 template <class U>
 void gemm_packed_scratch_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
                            float* y, int64_t ldy, Scratch scratch) {
-  gemm_via_scratch<U::kSub16, U::kMin>(
+  gemm_via_scratch<U::kSuper, U::kMin>(
       w, w.cols / 256 * U::UB, r0, r1, xq, n, y, ldy, scratch,
       [](const uint8_t* pan, int64_t kb0, int64_t kb, uint8_t* dst) {
         for (int64_t bb = 0; bb < kb; bb += 8)

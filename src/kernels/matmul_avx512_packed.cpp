@@ -91,14 +91,14 @@ inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, co
                             int64_t avail, int64_t pf) {
   const int64_t ahead = units_ahead(pf, U::UB);
   __m512 acc[MP];
-  __m512i S[MP];  // Q6_K: super-block sums (kblock)
+  KSum S[MP];  // K-quants: super-block sums (kblock)
   for (int m = 0; m < MP; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t u = 0; u < nsb; ++u) {
     const XBlock* xb = xq + 8 * u;
     prefetch_unit<MP, U::UB>(pan0, pbytes, u, ahead, nsb);
     for (int m = 0; m < MP; ++m)
       U::unit(pan0 + m * pbytes + u * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-        acc[m] = kblock<U::kSub16, U::kMin>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
+        acc[m] = kblock<U::kSuper, U::kMin>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
       });
   }
   for (int m = 0; m < MP; ++m) _mm512_mask_storeu_ps(y + m * L, lanes(avail - m * L), acc[m]);

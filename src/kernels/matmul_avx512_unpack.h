@@ -6,6 +6,7 @@
 // super-block = 8 blocks) into, per 32-element block j:
 //   W[8]  u8 levels, W[k] lane r = elements 4k..4k+3 of row r, u = q + off
 //   ws0 (ws1 for Q6_K's second half), wm  floats per lane
+//   (K-quants: integer scales as int32 lanes, kblock below)
 // and hands them to a sink `f(j, W, ws0, ws1, wm)`. The values are exactly
 // those of unpack_block() in matmul_scalar.cpp (tests compare bit-exactly).
 //
@@ -108,7 +109,7 @@ inline __m512i add_bit4(__m512i w, __m512i q, int base) {
 
 struct UnpackQ4_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_0));
@@ -122,7 +123,7 @@ struct UnpackQ4_0 {
 
 struct UnpackQ4_1 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = true;
+  static constexpr bool kSuper = false, kMin = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_1));
@@ -138,7 +139,7 @@ struct UnpackQ4_1 {
 template <bool ONE>  // Q5_1 (true) / Q5_0
 struct UnpackQ5 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = ONE;
+  static constexpr bool kSuper = false, kMin = ONE;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(ONE ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
@@ -174,7 +175,7 @@ inline __m512i mxfp4_table() {
 // MXFP4: the codes are nibbles laid out as Q4_0's, looked up to u = value + 12.
 struct UnpackMXFP4 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockMXFP4));
@@ -191,7 +192,7 @@ struct UnpackMXFP4 {
 
 struct UnpackQ8_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSub16 = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ8_0));
@@ -212,11 +213,11 @@ inline __m512i kbyte(const __m512i* s, int i) {
   return _mm512_and_si512(_mm512_srli_epi32(s[i / 4], 8 * (i % 4)), _mm512_set1_epi32(0xFF));
 }
 
-// Per-lane float scales (d * sc_j) and mins (-(dmin * m_j)) of the 8 blocks
-// of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4, vectorised).
-inline void k4_scales(const Panel& p, int64_t o, __m512* ws, __m512* wm) {
-  const __m512i dd = gather32(p, o);
-  const __m512 d = half_lo(dd), dmin = half_hi(dd);
+// Per-lane 6-bit scales sc_j and mins m_j of the 8 blocks of a Q4_K / Q5_K
+// super-block (ggml's get_scale_min_k4, vectorised), as int32 lanes, and
+// the super-block's d and dmin as the fp16 pair of each lane's dword.
+inline void k4_scales(const Panel& p, int64_t o, __m512i* ws, __m512i* wm, __m512i* dd) {
+  *dd = gather32(p, o);
   __m512i s[3];
   for (int i = 0; i < 3; ++i) s[i] = gather32(p, o + 4 + 4 * i);
   const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
@@ -230,21 +231,20 @@ inline void k4_scales(const Panel& p, int64_t o, __m512* ws, __m512* wm) {
       sc = _mm512_or_si512(_mm512_and_si512(hi, m15), _mm512_slli_epi32(_mm512_srli_epi32(kbyte(s, j - 4), 6), 4));
       mn = _mm512_or_si512(_mm512_srli_epi32(hi, 4), _mm512_slli_epi32(_mm512_srli_epi32(kbyte(s, j), 6), 4));
     }
-    ws[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-    // -(dmin * m): negation after the product, as in unpack_block.
-    wm[j] = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f));
+    ws[j] = sc;
+    wm[j] = mn;
   }
 }
 
 template <bool FIVE>  // Q5_K (true) / Q4_K
 struct UnpackQK {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = false, kMin = true;
+  static constexpr bool kSuper = true, kMin = true;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(FIVE ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
-    __m512 ws[8], wm[8];
-    k4_scales(p, o, ws, wm);
+    __m512i ws[8], wm[8], dd;
+    k4_scales(p, o, ws, wm, &dd);
     __m512i qh[8];
     if (FIVE) {
       load_rows16(p, o + 16, qh);
@@ -266,7 +266,7 @@ struct UnpackQK {
             W[k] = _mm512_or_si512(W[k], _mm512_and_si512(hb, b4));
           }
         }
-        f(j, W, ws[j], ws[j], wm[j]);
+        f(j, W, _mm512_castsi512_ps(ws[j]), _mm512_castsi512_ps(wm[j]), _mm512_castsi512_ps(dd));
       }
     }
   }
@@ -274,7 +274,7 @@ struct UnpackQK {
 
 struct UnpackQ6K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSub16 = true, kMin = false;
+  static constexpr bool kSuper = true, kMin = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ6_K));
@@ -344,15 +344,16 @@ struct Pk {
 
 // One Q4_K super-block of a packed panel (the Q4_K unit of weight_pack.h):
 // hands the sink f(j, W, ws0, ws1, wm) each sub-block j's levels W[8],
-// ws = d * sc_j and wm = -(dmin * m_j), the same operations k4_scales()
-// applies to the file.
+// sc_j and m_j as int32 lanes and d / dmin as each lane's fp16 pair, as
+// UnpackQK forms them from the file.
 struct PkK {
   static constexpr int64_t UB = 2368;
-  static constexpr bool kSub16 = false, kMin = true;
+  static constexpr bool kSuper = true, kMin = true;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2048)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2080)));
+    const __m512i dd = _mm512_or_si512(
+        _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2048))),
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2080))), 16));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
       __m512i g[8];
@@ -363,9 +364,7 @@ struct PkK {
         for (int k = 0; k < 8; ++k) W[k] = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
         const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2112 + 16 * j)));
         const __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2240 + 16 * j)));
-        const __m512 ws = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
-        const __m512 wm = _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f));
-        f(j, W, ws, ws, wm);
+        f(j, W, _mm512_castsi512_ps(sc), _mm512_castsi512_ps(mn), _mm512_castsi512_ps(dd));
       }
     }
   }
@@ -375,7 +374,7 @@ struct PkK {
 // the levels and per-16 scales exactly as UnpackQ6K forms them from the file.
 struct PkQ6K {
   static constexpr int64_t UB = 3392;
-  static constexpr bool kSub16 = true, kMin = false;
+  static constexpr bool kSuper = true, kMin = false;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
@@ -414,11 +413,11 @@ inline __m512i bcast4(const int8_t* q) {
 }
 
 // One weight block against one activation block: the float chain step of
-// matmul_internal.h for all 16 lanes (Q6_K runs kblock).
-template <bool SUB16, bool MIN>
+// matmul_internal.h for all 16 lanes (K-quants run kblock).
+template <bool SUPER, bool MIN>
 inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb,
                          __m512 acc) {
-  static_assert(!SUB16, "Q6_K sums a super-block first: kblock");
+  static_assert(!SUPER, "K-quants sum a super-block first: kblock");
   (void)ws1;
   const __m512 xd = _mm512_set1_ps(xb.d);
   // Two chains to halve the dpbusd latency; integer adds are exact.
@@ -433,16 +432,61 @@ inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, co
   return acc;
 }
 
-// Block j (0..7) of a K-quant super-block. Q6_K (SUB16): ws0 / ws1 carry
-// the halves' int8 scales as int32 lanes and wm the super-block's d; the
-// block's exact integer step goes into the super-block sum S, and the last
-// block adds the one float step of matmul_internal.h. Every other format:
-// block_step (S unused).
-template <bool SUB16, bool MIN>
-inline __m512 kblock(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb, int j, __m512i& S,
+// A super-block's integer sums so far: S, and M for the formats with a min.
+struct KSum {
+  __m512i s, m;
+};
+
+// Block j (0..7) of a K-quant super-block (SUPER). The block's exact
+// integer steps go into the super-block sums S (and M), and the last block
+// adds the float steps of matmul_internal.h.
+//   Q6_K: ws0 / ws1 carry the halves' int8 scales as int32 lanes, wm the
+//         super-block's d.
+//   Q4_K / Q5_K (MIN): ws0 carries sc_j and ws1 m_j as int32 lanes, wm d
+//         and dmin as each lane's fp16 pair.
+// Every other format: block_step (S unused).
+// Q4_K / Q5_K, one block: sc_j * isum_j (ws0: sc_j as int32 lanes; their
+// level offset is 0, so no correction).
+inline __m512i kmin_scaled(const __m512i* W, __m512 ws0, const XBlock& xb) {
+  __m512i s = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, W[k], bcast4(xb.q + 4 * k));
+  return _mm512_mullo_epi32(s, _mm512_castps_si512(ws0));
+}
+// m_j * xsum_j (mins: m_j < 64 in the low half of each dword; |xsum_j| < 2^15).
+inline __m512i kmin_min(__m512i mins, const XBlock& xb) {
+  return _mm512_madd_epi16(mins, _mm512_set1_epi32(xb.corr[1] & 0xFFFF));
+}
+// The mins of a super-block's 8 blocks in a scratch slice (block j's m_j
+// as int32 lanes at s0 + j * stride + 576) as int16 pairs (m_2p, m_2p+1),
+// for vpdpwssd against xsum_pair.
+inline void kmin_pairs(const uint8_t* s0, int64_t stride, __m512i* mp) {
+  for (int p = 0; p < 4; ++p)
+    mp[p] = _mm512_or_si512(_mm512_load_si512(s0 + 2 * p * stride + 576),
+                            _mm512_slli_epi32(_mm512_load_si512(s0 + (2 * p + 1) * stride + 576), 16));
+}
+// Blocks xb[0], xb[1]'s level sums as one broadcast int16 pair.
+inline __m512i xsum_pair(const XBlock* xb) {
+  return _mm512_set1_epi32(int32_t((uint32_t(xb[0].corr[1]) & 0xFFFF) | (uint32_t(xb[1].corr[1]) << 16)));
+}
+// Q4_K / Q5_K, the super-block's float steps (dd: d and dmin as each lane's fp16 pair).
+inline __m512 kmin_finish(__m512i S, __m512i M, __m512i dd, float xd, __m512 acc) {
+  const __m512 x = _mm512_set1_ps(xd);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(half_lo(dd), x), acc);
+  const __m512 nd = _mm512_xor_ps(half_hi(dd), _mm512_set1_ps(-0.0f));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(nd, x), acc);
+}
+
+template <bool SUPER, bool MIN>
+inline __m512 kblock(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb, int j, KSum& S,
                      __m512 acc) {
-  if constexpr (!SUB16) {
+  if constexpr (!SUPER) {
     return block_step<false, MIN>(W, ws0, ws1, wm, xb, acc);
+  } else if constexpr (MIN) {
+    const __m512i t = kmin_scaled(W, ws0, xb), u = kmin_min(_mm512_castps_si512(ws1), xb);
+    S.s = j == 0 ? t : _mm512_add_epi32(S.s, t);
+    S.m = j == 0 ? u : _mm512_add_epi32(S.m, u);
+    if (j != kSuperBlocks - 1) return acc;
+    return kmin_finish(S.s, S.m, _mm512_castps_si512(wm), xb.d, acc);
   } else {
     __m512i lo = _mm512_set1_epi32(xb.corr[0]), hi = _mm512_set1_epi32(xb.corr[1]);
     for (int k = 0; k < 4; ++k) {
@@ -451,9 +495,9 @@ inline __m512 kblock(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const 
     }
     const __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(lo, _mm512_castps_si512(ws0)),
                                        _mm512_mullo_epi32(hi, _mm512_castps_si512(ws1)));
-    S = j == 0 ? t : _mm512_add_epi32(S, t);
+    S.s = j == 0 ? t : _mm512_add_epi32(S.s, t);
     if (j != kSuperBlocks - 1) return acc;
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(wm, _mm512_set1_ps(xb.d)), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(S.s), _mm512_mul_ps(wm, _mm512_set1_ps(xb.d)), acc);
   }
 }
 

@@ -15,14 +15,22 @@
 // Integer sums are exact, so SIMD kernels may compute isum in any order;
 // only this float chain is fixed, and it is per output element, so a lane =
 // one weight row.
-// Q6_K instead runs llama.cpp's Q6_K x Q8_K arithmetic: its activations
-// take one scale per 256-element super-block (the xd of its 8 XBlocks is
-// the same), and each super-block adds one step,
+// The K-quants (Q4_K, Q5_K, Q6_K) instead run llama.cpp's K-quant x Q8_K
+// arithmetic: their activations take one scale per 256-element super-block
+// (the xd of its 8 XBlocks is the same), and each super-block adds one
+// step. Q6_K:
 //     S = sum over its 16 halves h of sc_h * isum_h   (exact int32)
 //     acc = fma(float(S), d * xd, acc)
-// with sc_h the int8 sub-scales and d the super-block scale. The integer
-// sum lets the AMX tiles fold the sub-scales into the weights (sc * q split
-// into two bytes), so the float chain runs once per 256 elements.
+// with sc_h the int8 sub-scales and d the super-block scale. Q4_K / Q5_K
+// (value = d * sc_j * q - dmin * m_j in block j, q >= 0):
+//     S = sum over its 8 blocks j of sc_j * isum_j    (exact int32)
+//     M = sum over its 8 blocks j of m_j * xsum_j     (exact int32)
+//     acc = fma(float(S), d * xd, acc)
+//     acc = fma(float(M), (-dmin) * xd, acc)
+// with xsum_j the block's activation level sum (XBlock::corr[1]). The
+// integer sums let the AMX tiles fold the sub-scales into the weights
+// (sc * q split into two bytes), so the float chain runs once per 256
+// elements.
 // MXFP4 fits it unchanged: q = the doubled e2m1 value (-12..12), ws =
 // 2^(e - 128), so ws * q is the element exactly. The peers' dots differ
 // only in the activations: they round xd to 16 bits (llama.cpp's Q8_0 to
@@ -62,7 +70,8 @@ struct XBlock {
   int8_t q[32];     // round(x / xd), in [-127, 127]
   float d;          // xd = amax / 127 (0 for an all-zero block)
   float s;          // xs = xd * sum(q): pairs with a weight min term
-  int32_t corr[2];  // -off * sum(q): [0] whole block, or [0]/[1] = halves for sub16 formats
+  int32_t corr[2];  // -off * sum(q): [0] whole block, or [0]/[1] = halves for sub16 formats;
+                    // Q4_K / Q5_K (super, not sub16): [1] = sum(q), the block's xsum
 };
 static_assert(sizeof(XBlock) == 48);
 
@@ -77,14 +86,17 @@ struct XTile {
 };
 static_assert(sizeof(XTile) == 640);
 
-// Q6_K's activations for the AMX tiles: rows 16t .. 16t+15 of one
+// K-quant activations for the AMX tiles: rows 16t .. 16t+15 of one
 // 256-element super-block as the A tiles [16, 64] of its four K = 64
-// products (row stride 256), and the rows' scale (the super-block's xd).
-// Kept where the super-block's 8 XTiles would be; rows past n are zero.
+// products (row stride 256), the rows' scale (the super-block's xd) and,
+// for Q4_K, the blocks' level sums as int16 pairs (xsum_2p, xsum_2p+1) per
+// dword, which the chain multiplies with the mins (vpdpwssd). Kept where
+// the super-block's 8 XTiles would be; rows past n are zero.
 struct alignas(64) XSuper {
   int8_t q[16][256];
   float d[16];
-  uint8_t pad[8 * 640 - 16 * 256 - 64];  // the 8 XTiles' footprint, so XSuper arrays index alike
+  int16_t xs[16][8];
+  uint8_t pad[8 * 640 - 16 * 256 - 64 - 256];  // the 8 XTiles' footprint, so XSuper arrays index alike
 };
 static_assert(sizeof(XSuper) == 8 * sizeof(XTile));
 
@@ -92,10 +104,15 @@ static_assert(sizeof(XSuper) == 8 * sizeof(XTile));
 // weights as unsigned bytes u = q + off (vpdpbusd / maddubs take u8 x s8),
 // and the activation side carries the -off * sum(x) correction.
 struct QFormat {
-  int off;       // level offset: u = q + off is in [0, 255]
-  bool sub16;    // Q6_K: int8 scales per 16-element half, activations scaled per 256 (above)
-  bool has_min;  // value = ws * q + wm with wm != 0 (Q4_1, Q5_1, Q4_K, Q5_K)
+  int off;             // level offset: u = q + off is in [0, 255]
+  bool sub16;          // Q6_K: int8 scales per 16-element half
+  bool has_min;        // value = ws * q + wm with wm != 0 (Q4_1, Q5_1, Q4_K, Q5_K)
+  bool super = false;  // K-quants: activations scaled per 256, one float step per super-block (above)
 };
+// Whether two formats take the same quantized activations.
+inline bool same_activations(QFormat a, QFormat b) {
+  return a.off == b.off && a.sub16 == b.sub16 && a.super == b.super;
+}
 // `signed_q8`: Q8_0 kept as signed bytes (AVX2 uses the sign trick instead of an offset).
 QFormat qformat(GgmlType t, bool signed_q8 = false);
 bool is_float_type(GgmlType t);
@@ -114,10 +131,12 @@ inline constexpr Mxfp4Levels kMxfp4Levels = [] {
 
 // One weight block unpacked to levels (scalar reference for all formats).
 struct WBlock {
-  int8_t q[32];  // signed levels, value = ws[0] * q[e] + wm (Q6_K: ws[0] * sc[e / 16] * q[e])
+  int8_t q[32];  // signed levels, value = ws[0] * q[e] + wm (K-quants: below)
   float ws[2];
   float wm;
-  int32_t sc[2];  // Q6_K: the halves' int8 scales (ws[0] is the super-block's d)
+  // Q6_K: the halves' int8 scales, value = ws[0] * sc[e / 16] * q[e] (ws[0] = d).
+  // Q4_K / Q5_K: {sc_j, m_j}, value = ws[0] * sc_j * q[e] + wm * m_j (ws[0] = d, wm = -dmin).
+  int32_t sc[2];
 };
 // Block b (32 elements) of a weight row in format t.
 void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* out);
@@ -188,12 +207,17 @@ inline int64_t bf16_x_stride(int64_t cols) { return bf16_chunks(cols) * 32 + 32;
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
                    int64_t ldy, Scratch scratch);
-// Q6_K on the AMX-INT8 tiles (matmul_amx_q6k.cpp): its activations as
-// XSuper (tile_x's layout for the format), and weight rows [r0, r1) of a
-// Panel16 copy (r0 % 16 == 0; `end`: where prefetching stops).
-void tile_x_q6k(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, XTile* out);
-void panels_rows_q6k(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
-                     float* y, int64_t ldy, Scratch scratch);
+// Q6_K and Q4_K on the AMX-INT8 tiles (matmul_amx_super.cpp): their
+// activations as XSuper (tile_x's layout for the format; `sums`: with the
+// blocks' level sums, for Q4_K), and weight rows [r0, r1) of a Panel16 copy
+// (r0 % 16 == 0; `end`: where prefetching stops).
+void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool sums, XTile* out);
+void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
+                       float* y, int64_t ldy, Scratch scratch);
+// Q4_K for one M tile (n <= 16; matmul_amx_q4k_rows.cpp): the same bits
+// from raw levels and per-block products, without folding the scales.
+void panels_rows_q4k_one(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+                         int64_t n, float* y, int64_t ldy, Scratch scratch);
 // A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
 // values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
 // AmxBf16 packing's conversion (needs AVX512-BF16).

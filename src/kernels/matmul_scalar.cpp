@@ -55,9 +55,9 @@ QFormat qformat(GgmlType t, bool signed_q8) {
     case GgmlType::Q5_0: return {16, false, false};
     case GgmlType::Q5_1: return {0, false, true};
     case GgmlType::Q8_0: return {signed_q8 ? 0 : 128, false, false};
-    case GgmlType::Q4_K: return {0, false, true};
-    case GgmlType::Q5_K: return {0, false, true};
-    case GgmlType::Q6_K: return {32, true, false};
+    case GgmlType::Q4_K: return {0, false, true, true};
+    case GgmlType::Q5_K: return {0, false, true, true};
+    case GgmlType::Q6_K: return {32, true, false, true};
     case GgmlType::MXFP4: return {12, false, false};  // levels = the doubled e2m1 values, -12..12
     default: throw std::invalid_argument("matmul: not a quantized weight type: " + type_name(t));
   }
@@ -132,8 +132,10 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
       const uint8_t* qs = p + 16 + (five ? 32 : 0) + 32 * (j / 2);
       int sc, m;
       scale_min_k4(j, scales, &sc, &m);
-      o->ws[0] = d * float(sc);
-      o->wm = -(dmin * float(m));
+      o->ws[0] = d;
+      o->wm = -dmin;
+      o->sc[0] = sc;
+      o->sc[1] = m;
       const int shift = (j & 1) ? 4 : 0;
       for (int l = 0; l < 32; ++l) {
         int v = (qs[l] >> shift) & 0xF;
@@ -179,15 +181,15 @@ float block_amax(const float* xb) {  // [32]
 
 void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out) {
   const int64_t nb = cols / kQBlock;
-  float group = 0.0f;  // Q6_K: the super-block's maximum
+  float group = 0.0f;  // K-quants: the super-block's maximum
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kQBlock;  // [32]
     XBlock& o = out[b];
-    if (f.sub16 && b % kSuperBlocks == 0) {
+    if (f.super && b % kSuperBlocks == 0) {
       group = 0.0f;
       for (int64_t j = b; j < std::min(nb, b + kSuperBlocks); ++j) group = std::max(group, block_amax(x + j * kQBlock));
     }
-    const float amax = f.sub16 ? group : block_amax(xb);
+    const float amax = f.super ? group : block_amax(xb);
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sum[2] = {0, 0};
@@ -204,7 +206,7 @@ void quantize_x_scalar(const float* x, int64_t cols, QFormat f, XBlock* out) {
       o.corr[1] = -f.off * sum[1];
     } else {
       o.corr[0] = -f.off * (sum[0] + sum[1]);
-      o.corr[1] = 0;
+      o.corr[1] = f.super ? sum[0] + sum[1] : 0;
     }
   }
 }
@@ -218,7 +220,7 @@ void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock
   const QFormat f = qformat(w.type);
   const int64_t nb = w.cols / kQBlock;
   WBlock wb;
-  std::vector<int32_t> ssum(size_t(f.sub16 ? n : 0));  // Q6_K: per activation row
+  std::vector<int32_t> ssum(size_t(f.super ? n : 0)), msum(ssum.size());  // K-quants: S, M per activation row
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.row(r);
     for (int64_t i = 0; i < n; ++i) y[i * ldy + r] = 0.0f;
@@ -229,11 +231,19 @@ void quant_rows_scalar(const WeightView& w, int64_t r0, int64_t r1, const XBlock
         int32_t s0 = 0, s1 = 0;
         for (int e = 0; e < 16; ++e) s0 += int32_t(wb.q[e]) * xb.q[e];
         for (int e = 16; e < 32; ++e) s1 += int32_t(wb.q[e]) * xb.q[e];
-        if (f.sub16) {  // the super-block's integer sum, then one float step
-          if (b % kSuperBlocks == 0) ssum[i] = 0;
-          ssum[i] += wb.sc[0] * s0 + wb.sc[1] * s1;
-          if (b % kSuperBlocks == kSuperBlocks - 1)
-            y[i * ldy + r] = std::fma(float(ssum[i]), wb.ws[0] * xb.d, y[i * ldy + r]);
+        if (f.super) {  // the super-block's integer sums, then one float step (two with a min)
+          if (b % kSuperBlocks == 0) ssum[i] = msum[i] = 0;
+          if (f.sub16) {
+            ssum[i] += wb.sc[0] * s0 + wb.sc[1] * s1;
+          } else {
+            ssum[i] += wb.sc[0] * (s0 + s1);
+            msum[i] += wb.sc[1] * xb.corr[1];
+          }
+          if (b % kSuperBlocks == kSuperBlocks - 1) {
+            float acc = std::fma(float(ssum[i]), wb.ws[0] * xb.d, y[i * ldy + r]);
+            if (f.has_min) acc = std::fma(float(msum[i]), wb.wm * xb.d, acc);
+            y[i * ldy + r] = acc;
+          }
           continue;
         }
         float acc = y[i * ldy + r];

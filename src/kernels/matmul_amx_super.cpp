@@ -1,11 +1,13 @@
-// Q6_K on the AMX-INT8 tiles, one 256-element super-block per float step,
-// with the same bits as the VNNI kernels' kblock (matmul_internal.h).
+// The K-quants Q6_K and Q4_K on the AMX-INT8 tiles, one 256-element
+// super-block per float step, with the same bits as the VNNI kernels'
+// kblock (matmul_internal.h).
 //
-// A super-block's dot is S = sum over its halves h of sc_h * isum_h, an
-// exact integer. The slice copy folds the int8 sub-scales into the weights,
-// v = sc * q (|v| <= 4096), and splits each v into two bytes, v = 256 * hi +
-// lo with lo in [0, 255] and hi in [-16, 15]. Per K = 64 step c (two blocks)
-// of super-block s, for 16 activation rows and the 16 weight rows of a panel:
+// A super-block's dot is S = sum over its 16ths or 32nds i of sc_i * isum_i,
+// an exact integer. The slice copy folds the sub-scales into the weights,
+// v = sc * q (Q6_K |v| <= 4096, Q4_K 0 <= v <= 945), and splits each v into
+// two bytes, v = 256 * hi + lo with lo in [0, 255] and hi in [-16, 15]. Per
+// K = 64 step c (two blocks) of super-block s, for 16 activation rows and
+// the 16 weight rows of a panel:
 //   A  [16, 64] s8  activation levels (XSuper: row stride 256)
 //   Bl [16, 64] u8  lo bytes, in the Panel16 dword order (row k = elements
 //                   4k .. 4k+3 of each weight row), blocks 2c then 2c + 1
@@ -13,8 +15,11 @@
 //   Cl += tdpbsud(A, Bl), Ch += tdpbssd(A, Bh) over the four steps
 // so S = 256 * Ch + Cl, exact (no sum leaves int32), and per row m
 //   acc[m] = fma(float(S[m]), d * xd_m, acc[m])
-// which is kblock's step. The tile unit does the integer work of the two
-// chains per block that Q6_K needed before (docs/PERFORMANCE.md).
+// which is kblock's step. Q4_K adds its mins' term once per super-block,
+//   M[m] = sum_j m_j * xsum_j[m]          (four vpdpwssd on int16 pairs)
+//   acc[m] = fma(float(M[m]), (-dmin) * xd_m, acc[m])
+// The tile unit does the integer work of the chains per block that the
+// K-quants needed before (docs/PERFORMANCE.md).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,7 +33,7 @@
 
 namespace kvs::mm {
 
-KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
+KVS_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c,bmi,bmi2,popcnt,amx-tile,amx-int8")
 
 namespace {
 
@@ -36,12 +41,15 @@ using namespace avx512_detail;
 using namespace amx_detail;
 
 // A slice in scratch, per super-block: the lo bytes [4][16, 64], the hi
-// bytes [4][16, 64], then the panel's d [16 floats].
+// bytes [4][16, 64], then the panel's d [16 floats] and, for Q4_K, -dmin
+// [16 floats] and the mins as int16 pairs (m_2p, m_2p+1) [4][16 dwords].
 constexpr int64_t kStepBytes = 1024;
-constexpr int64_t kSuperBytes = 8 * kStepBytes + 64;
+constexpr int64_t kSuperBytes = 8 * kStepBytes + 2 * 64 + 4 * 64;
 inline uint8_t* lo_of(uint8_t* s, int64_t sb, int c) { return s + sb * kSuperBytes + c * kStepBytes; }
 inline uint8_t* hi_of(uint8_t* s, int64_t sb, int c) { return s + sb * kSuperBytes + (4 + c) * kStepBytes; }
 inline float* d_of(uint8_t* s, int64_t sb) { return reinterpret_cast<float*>(s + sb * kSuperBytes + 8 * kStepBytes); }
+inline float* nd_of(uint8_t* s, int64_t sb) { return d_of(s, sb) + 16; }
+inline int32_t* mins_of(uint8_t* s, int64_t sb) { return reinterpret_cast<int32_t*>(d_of(s, sb) + 32); }
 
 // One weight vector's v = sc * q as its lo and hi bytes, in place: q the
 // signed levels (64 bytes, dword r = weight row r), sc16 the row's scale in
@@ -78,6 +86,52 @@ void fill_q6k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
     });
 }
 
+// Byte indices for vpermt2b: the lo bytes (even: the even products' low
+// byte, odd: the odd products') and the hi bytes of 16-bit products pe, po.
+struct SplitIdx {
+  alignas(64) uint8_t lo[64], hi[64];
+};
+constexpr SplitIdx kSplit = [] {
+  SplitIdx t{};
+  for (int i = 0; i < 64; ++i) {
+    t.lo[i] = uint8_t(i % 2 ? 64 + i - 1 : i);
+    t.hi[i] = uint8_t(i % 2 ? 64 + i : i + 1);
+  }
+  return t;
+}();
+
+// Super-blocks [sb0, sb0 + nsb) of one Panel16 Q4_K panel into the slice:
+// v = sc_j * q (levels 0..15, already signed), d, -dmin, and the mins.
+// Levels and scales fit maddubs (u8 x s8), which multiplies the even and
+// odd bytes by the lane's sc_j; two byte permutes split the products.
+void fill_q4k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i ilo = _mm512_load_si512(kSplit.lo), ihi = _mm512_load_si512(kSplit.hi);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i mins[4];
+    PkK::unit(pan + (sb0 + sb) * PkK::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+      // ws0 / ws1: sc_j / m_j as int32 lanes; wm: d and dmin as each lane's fp16 pair.
+      const __m512i sc = _mm512_castps_si512(ws0), sc16 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+      uint8_t* lo = lo_of(dst, sb, j / 2) + (j % 2) * 512;  // rows 0..7: block 2c, 8..15: 2c + 1
+      uint8_t* hi = hi_of(dst, sb, j / 2) + (j % 2) * 512;
+      const __m512i sc_odd = _mm512_slli_epi32(sc16, 8);  // bytes (0, sc, 0, sc); sc16: (sc, 0, sc, 0)
+      for (int k = 0; k < 8; ++k) {
+        const __m512i pe = _mm512_maddubs_epi16(W[k], sc16), po = _mm512_maddubs_epi16(W[k], sc_odd);
+        _mm512_store_si512(lo + 64 * k, _mm512_permutex2var_epi8(pe, ilo, po));
+        _mm512_store_si512(hi + 64 * k, _mm512_permutex2var_epi8(pe, ihi, po));
+      }
+      const __m512i m = _mm512_and_si512(_mm512_castps_si512(ws1), low16);
+      mins[j / 2] = j % 2 ? _mm512_or_si512(mins[j / 2], _mm512_slli_epi32(m, 16)) : m;
+      if (j == 0) {
+        const __m512i dd = _mm512_castps_si512(wm);
+        _mm512_store_ps(d_of(dst, sb), half_lo(dd));
+        _mm512_store_ps(nd_of(dst, sb), _mm512_xor_ps(half_hi(dd), _mm512_set1_ps(-0.0f)));
+      }
+    });
+    for (int p = 0; p < 4; ++p) _mm512_store_si512(mins_of(dst, sb) + 16 * p, mins[p]);
+  }
+}
+
 // Super-block i's products on C set i % 3 (tiles 0/1, 2/3, 4/5; A in
 // tile 6, B in 7), stored one super-block later, once done: a tile store
 // holds every later load behind it, for its product's latency too when it
@@ -108,25 +162,44 @@ inline void super_store(int64_t i, int32_t* out) {  // lo sums at out, hi at out
   }
 }
 
-// kblock's float step for rows m < rows (all 16 when FULL): c holds the
-// lo sums [16, 16], c + 256 the hi ones.
-template <bool FULL>
-inline __attribute__((always_inline)) void super_chain(const int32_t* c, const float* d, const XSuper& x, int rows,
-                                                       __m512* acc) {
-  const __m512 vd = _mm512_load_ps(d);
+inline __m512i bcast_pair(const int16_t* p) {  // one dword of two int16, broadcast
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// kblock's float steps for rows m < rows (all 16 when FULL): c holds the
+// lo sums [16, 16], c + 256 the hi ones; sb the slice's super-block (its
+// d, and Q4_K's -dmin and mins).
+template <bool MIN, bool FULL>
+inline __attribute__((always_inline)) void super_chain(const int32_t* c, uint8_t* slice, int64_t sb,
+                                                       const XSuper& x, int rows, __m512* acc) {
+  const __m512 vd = _mm512_load_ps(d_of(slice, sb));
+  __m512 vnd;
+  __m512i mp[4];
+  if constexpr (MIN) {
+    vnd = _mm512_load_ps(nd_of(slice, sb));
+    for (int p = 0; p < 4; ++p) mp[p] = _mm512_load_si512(mins_of(slice, sb) + 16 * p);
+  }
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * m), 8),
                                        _mm512_load_si512(c + 16 * m));
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(vd, _mm512_set1_ps(x.d[m])), acc[m]);
+    const __m512 xd = _mm512_set1_ps(x.d[m]);
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(vd, xd), acc[m]);
+    if constexpr (MIN) {
+      __m512i mm = _mm512_madd_epi16(mp[0], bcast_pair(x.xs[m]));
+      for (int p = 1; p < 4; ++p) mm = _mm512_dpwssd_epi32(mm, mp[p], bcast_pair(x.xs[m] + 2 * p));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mm), _mm512_mul_ps(vnd, xd), acc[m]);
+    }
   }
 }
 
 // One M tile (x: its XSuper of the slice's first super-block; y at its
 // first row) against the nsb super-blocks of the slice, which start at
 // block kb0. The accumulators live in y between slices.
-template <bool FULL>
+template <bool MIN, bool FULL>
 void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int rows, float* y, int64_t ldy,
                 __mmask16 valid, int32_t* cbuf, Ahead ahead) {
   __m512 acc[16];  // (matmul_amx.cpp's load_acc: kept apart, as the Q8_0 tiles measured slower sharing it)
@@ -142,7 +215,7 @@ void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int r
   for (int64_t i = 0; i < nsb; ++i) {  // no inner loop: the accumulators stay in registers
     if (i + 1 < nsb) super_store(i + 1, ring[(i + 1) % 3]);
     if (i + 2 < nsb) super_product(i + 2, x + i + 2, slice, i + 2);
-    super_chain<FULL>(ring[i % 3], d_of(slice, i), x[i], rows, acc);
+    super_chain<MIN, FULL>(ring[i % 3], slice, i, x[i], rows, acc);
     ahead.at(i);
   }
 #pragma GCC unroll 16
@@ -154,7 +227,7 @@ void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int r
 
 }  // namespace
 
-void tile_x_q6k(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, XTile* out) {
+void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool sums, XTile* out) {
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t s = 0; s < nb / kSuperBlocks; ++s) {
       XSuper& o = *reinterpret_cast<XSuper*>(out + t * nb + kSuperBlocks * s);
@@ -163,31 +236,37 @@ void tile_x_q6k(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1,
         if (i >= n) {
           std::memset(o.q[m], 0, 256);
           o.d[m] = 0.0f;
+          std::memset(o.xs[m], 0, sizeof o.xs[m]);
           continue;
         }
         const XBlock* xb = xq + i * nb + kSuperBlocks * s;
         for (int j = 0; j < kSuperBlocks; ++j) std::memcpy(o.q[m] + 32 * j, xb[j].q, 32);
         o.d[m] = xb[0].d;  // the same in all 8 (one scale per super-block)
+        for (int j = 0; j < kSuperBlocks; ++j) o.xs[m][j] = sums ? int16_t(xb[j].corr[1]) : 0;
       }
     }
 }
 
-void panels_rows_q6k(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
-                     float* y, int64_t ldy, Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * PkQ6K::UB;
+void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
+                       float* y, int64_t ldy, Scratch scratch) {
+  const bool q4k = w.type == GgmlType::Q4_K;
+  if (q4k && n <= 16) return panels_rows_q4k_one(w, r0, r1, end, xt, n, y, ldy, scratch);
+  const int64_t ub = q4k ? PkK::UB : PkQ6K::UB;
+  const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * ub;
+  const int64_t mt = (n + 15) / 16;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice
   uint8_t* slice = scratch.buf;                                                       // [kSlice][kSuperBytes]
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [3][2][256] int32
-  const int64_t mt = (n + 15) / 16;
   TileScope tiles(TileMode::Super);
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
     const __mmask16 valid = lanes(r1 - p0);
     for (int64_t s0 = 0; s0 < nsb_all; s0 += kSlice) {
       const int64_t nsb = std::min(kSlice, nsb_all - s0);
-      fill_q6k(pan, s0, nsb, slice);
-      const uint8_t* from = pan + (s0 + nsb) * PkQ6K::UB;
-      const uint8_t* to = std::min(end, from + kSlice * PkQ6K::UB);
+      if (q4k) fill_q4k(pan, s0, nsb, slice);
+      else fill_q6k(pan, s0, nsb, slice);
+      const uint8_t* from = pan + (s0 + nsb) * ub;
+      const uint8_t* to = std::min(end, from + kSlice * ub);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       for (int64_t t = 0; t < mt; ++t) {
         const XSuper* x = reinterpret_cast<const XSuper*>(xt + t * nb + kSuperBlocks * s0);
@@ -196,8 +275,14 @@ void panels_rows_q6k(const WeightView& w, int64_t r0, int64_t r1, const uint8_t*
         a.spread(nsb);
         const int rows = int(std::min<int64_t>(16, n - 16 * t));
         float* yt = y + 16 * t * ldy + p0;
-        if (rows == 16) super_rows<true>(slice, s0 * kSuperBlocks, nsb, x, rows, yt, ldy, valid, cbuf, a);
-        else super_rows<false>(slice, s0 * kSuperBlocks, nsb, x, rows, yt, ldy, valid, cbuf, a);
+        const int64_t kb0 = s0 * kSuperBlocks;
+        if (q4k) {
+          if (rows == 16) super_rows<true, true>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+          else super_rows<true, false>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+        } else {
+          if (rows == 16) super_rows<false, true>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+          else super_rows<false, false>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+        }
       }
     }
   }
