@@ -1,4 +1,4 @@
-// Q4_K on the AMX-INT8 tiles for one M tile (n <= 16: batched decode),
+// Q4_K on the AMX-INT8 tiles for few M tiles (n <= kQ4kFewRows: batched decode),
 // with the same bits as kblock (matmul_internal.h).
 //
 // matmul_amx_super.cpp folds the sub-scales into the weights as it copies a
@@ -138,13 +138,13 @@ void raw_rows(uint8_t* slice, int64_t sb0, int64_t nsb, const XSuper* x, int row
 
 }  // namespace
 
-void panels_rows_q4k_one(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
                          int64_t n, float* y, int64_t ldy, Scratch scratch) {
   const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * PkK::UB;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice
   uint8_t* slice = scratch.buf;                                                       // [kSlice][kSuperBytes]
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [3][256] int32
-  const XSuper* x0 = reinterpret_cast<const XSuper*>(xt);
+  const int64_t mt = (n + 15) / 16;
   TileScope tiles(TileMode::K32);
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
@@ -154,9 +154,14 @@ void panels_rows_q4k_one(const WeightView& w, int64_t r0, int64_t r1, const uint
       fill_raw(pan, s0, nsb, slice);
       const uint8_t* from = pan + (s0 + nsb) * PkK::UB;
       const uint8_t* to = std::min(end, from + kSlice * PkK::UB);
-      Ahead a{from, std::max<int64_t>(0, (to - from) / 64)};
-      a.spread(8 * nsb);
-      raw_rows(slice, s0, nsb, x0 + s0, int(n), y + p0, ldy, valid, cbuf, a);
+      const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
+      for (int64_t t = 0; t < mt; ++t) {  // the M tiles share the slice and the next slice's request
+        const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
+        Ahead a{next.p + 64 * l0, l1 - l0};
+        a.spread(8 * nsb);
+        const XSuper* x = reinterpret_cast<const XSuper*>(xt + t * nb) + s0;
+        raw_rows(slice, s0, nsb, x, int(std::min<int64_t>(16, n - 16 * t)), y + 16 * t * ldy + p0, ldy, valid, cbuf, a);
+      }
     }
   }
 }
