@@ -172,7 +172,7 @@ void matvec_fused(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq,
     for (int64_t u = 0; u < units; ++u) {
       const XBlock* xb = xq + u * U::kBlocks;
       U::unit(p, u, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-        acc = kblock<U::kSuper, U::kMin>(W, ws0, ws1, wm, xb[j], j, S, acc);
+        acc = kblock<U::kSuper, U::kMin, U::kNib>(W, ws0, ws1, wm, xb[j], j, S, acc);
       });
     }
     _mm512_mask_storeu_ps(y + p0, p.valid, acc);

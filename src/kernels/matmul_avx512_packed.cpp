@@ -98,7 +98,7 @@ inline void matvec_panels_k(const uint8_t* pan0, int64_t pbytes, int64_t nsb, co
     prefetch_unit<MP, U::UB>(pan0, pbytes, u, ahead, nsb);
     for (int m = 0; m < MP; ++m)
       U::unit(pan0 + m * pbytes + u * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
-        acc[m] = kblock<U::kSuper, U::kMin>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
+        acc[m] = kblock<U::kSuper, U::kMin, U::kNib>(W, ws0, ws1, wm, xb[j], j, S[m], acc[m]);
       });
   }
   for (int m = 0; m < MP; ++m) _mm512_mask_storeu_ps(y + m * L, lanes(avail - m * L), acc[m]);

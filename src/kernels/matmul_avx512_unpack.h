@@ -109,7 +109,7 @@ inline __m512i add_bit4(__m512i w, __m512i q, int base) {
 
 struct UnpackQ4_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSuper = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_0));
@@ -123,7 +123,7 @@ struct UnpackQ4_0 {
 
 struct UnpackQ4_1 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSuper = false, kMin = true;
+  static constexpr bool kSuper = false, kMin = true, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ4_1));
@@ -139,7 +139,7 @@ struct UnpackQ4_1 {
 template <bool ONE>  // Q5_1 (true) / Q5_0
 struct UnpackQ5 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSuper = false, kMin = ONE;
+  static constexpr bool kSuper = false, kMin = ONE, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(ONE ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
@@ -175,7 +175,7 @@ inline __m512i mxfp4_table() {
 // MXFP4: the codes are nibbles laid out as Q4_0's, looked up to u = value + 12.
 struct UnpackMXFP4 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSuper = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockMXFP4));
@@ -192,7 +192,7 @@ struct UnpackMXFP4 {
 
 struct UnpackQ8_0 {
   static constexpr int kBlocks = 1;
-  static constexpr bool kSuper = false, kMin = false;
+  static constexpr bool kSuper = false, kMin = false, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ8_0));
@@ -239,7 +239,7 @@ inline void k4_scales(const Panel& p, int64_t o, __m512i* ws, __m512i* wm, __m51
 template <bool FIVE>  // Q5_K (true) / Q4_K
 struct UnpackQK {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSuper = true, kMin = true;
+  static constexpr bool kSuper = true, kMin = true, kNib = !FIVE;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(FIVE ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
@@ -274,7 +274,7 @@ struct UnpackQK {
 
 struct UnpackQ6K {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSuper = true, kMin = false;
+  static constexpr bool kSuper = true, kMin = false, kNib = false;
   template <class F>
   static inline void unit(const Panel& p, int64_t u, F&& f) {
     const int64_t o = u * int64_t(sizeof(BlockQ6_K));
@@ -348,7 +348,7 @@ struct Pk {
 // UnpackQK forms them from the file.
 struct PkK {
   static constexpr int64_t UB = 2368;
-  static constexpr bool kSuper = true, kMin = true;
+  static constexpr bool kSuper = true, kMin = true, kNib = true;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
     const __m512i dd = _mm512_or_si512(
@@ -374,7 +374,7 @@ struct PkK {
 // the levels and per-16 scales exactly as UnpackQ6K forms them from the file.
 struct PkQ6K {
   static constexpr int64_t UB = 3392;
-  static constexpr bool kSuper = true, kMin = false;
+  static constexpr bool kSuper = true, kMin = false, kNib = false;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
@@ -435,6 +435,8 @@ inline __m512 block_step(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, co
 // A super-block's integer sums so far: S, and M for the formats with a min.
 struct KSum {
   __m512i s, m;
+  __m512i even;  // Q4_K / Q5_K: the even block's mins, until the odd one pairs them
+  __m512i h;     // Q4_K (kblock's NIB): the second halves' sum
 };
 
 // Block j (0..7) of a K-quant super-block (SUPER). The block's exact
@@ -479,15 +481,35 @@ inline __m512 kmin_finish(__m512i S, __m512i M, __m512i dd, float xd, __m512 acc
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(nd, x), acc);
 }
 
-template <bool SUPER, bool MIN>
+// NIB (Q4_K's 4-bit levels): a half block's sum is below 2^15, so each
+// half scales by sc_j in one vpdpwssd (sc_j in the low half of its dword),
+// into two sums (the halves') merged at the super-block's end.
+template <bool SUPER, bool MIN, bool NIB = false>
 inline __m512 kblock(const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm, const XBlock& xb, int j, KSum& S,
                      __m512 acc) {
   if constexpr (!SUPER) {
     return block_step<false, MIN>(W, ws0, ws1, wm, xb, acc);
   } else if constexpr (MIN) {
-    const __m512i t = kmin_scaled(W, ws0, xb), u = kmin_min(_mm512_castps_si512(ws1), xb);
-    S.s = j == 0 ? t : _mm512_add_epi32(S.s, t);
-    S.m = j == 0 ? u : _mm512_add_epi32(S.m, u);
+    if constexpr (NIB) {
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        lo = _mm512_dpbusd_epi32(lo, W[k], bcast4(xb.q + 4 * k));
+        hi = _mm512_dpbusd_epi32(hi, W[k + 4], bcast4(xb.q + 16 + 4 * k));
+      }
+      const __m512i sc = _mm512_castps_si512(ws0);
+      S.s = j == 0 ? _mm512_madd_epi16(lo, sc) : _mm512_dpwssd_epi32(S.s, lo, sc);
+      S.h = j == 0 ? _mm512_madd_epi16(hi, sc) : _mm512_dpwssd_epi32(S.h, hi, sc);
+      if (j == kSuperBlocks - 1) S.s = _mm512_add_epi32(S.s, S.h);
+    } else {
+      const __m512i t = kmin_scaled(W, ws0, xb);
+      S.s = j == 0 ? t : _mm512_add_epi32(S.s, t);
+    }
+    if (j % 2 == 0) {  // the mins go in pairs: one vpdpwssd per two blocks (xb: a row's contiguous blocks)
+      S.even = _mm512_castps_si512(ws1);
+      return acc;
+    }
+    const __m512i pair = _mm512_or_si512(S.even, _mm512_slli_epi32(_mm512_castps_si512(ws1), 16));
+    S.m = j == 1 ? _mm512_madd_epi16(pair, xsum_pair(&xb - 1)) : _mm512_dpwssd_epi32(S.m, pair, xsum_pair(&xb - 1));
     if (j != kSuperBlocks - 1) return acc;
     return kmin_finish(S.s, S.m, _mm512_castps_si512(wm), xb.d, acc);
   } else {
