@@ -31,6 +31,54 @@ inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
   }
 }
 
+// Block b of a Q4_K / Q5_K row (unpack_block).
+void unpack_k4(bool five, const uint8_t* row, int64_t b, WBlock* o) {
+  // Sub-block j of super-block b/8: j = 2c uses the low nibbles of
+  // qs[32c .. 32c+32), j = 2c+1 the high nibbles (+ bit j of qh for Q5_K).
+  const int64_t sb = b / 8;
+  const int j = int(b % 8);
+  const uint8_t* p = row + sb * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+  const float d = fp16_to_f32(rd16(p)), dmin = fp16_to_f32(rd16(p + 2));
+  const uint8_t* scales = p + 4;
+  const uint8_t* qh = five ? p + 16 : nullptr;
+  const uint8_t* qs = p + 16 + (five ? 32 : 0) + 32 * (j / 2);
+  int sc, m;
+  scale_min_k4(j, scales, &sc, &m);
+  o->ws[0] = d;
+  o->wm = -dmin;
+  o->sc[0] = sc;
+  o->sc[1] = m;
+  const int shift = (j & 1) ? 4 : 0;
+  for (int l = 0; l < 32; ++l) {
+    int v = (qs[l] >> shift) & 0xF;
+    if (five) v |= ((qh[l] >> j) & 1) << 4;
+    o->q[l] = int8_t(v);
+  }
+}
+
+// Block b of a Q6_K row (unpack_block).
+void unpack_q6k(const uint8_t* row, int64_t b, WBlock* o) {
+  // Block t (0..7) of a super-block: half = t / 4 picks the 128-element
+  // chunk; within it u = t % 4 selects ql[l + 32*(u&1)] nibble (u>>1) and
+  // bits 2u..2u+1 of qh[l]. Scales sc[2t], sc[2t+1] cover the halves.
+  const int64_t sb = b / 8;
+  const int t8 = int(b % 8);
+  const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + sb;
+  const float d = fp16_to_f32(blk->d);
+  const int chunk = t8 / 4, u = t8 % 4;
+  const uint8_t* ql = blk->ql + 64 * chunk + 32 * (u & 1);
+  const uint8_t* qh = blk->qh + 32 * chunk;
+  const int nshift = (u >> 1) * 4, hshift = 2 * u;
+  for (int l = 0; l < 32; ++l) {
+    const int v = ((ql[l] >> nshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4);
+    o->q[l] = int8_t(v - 32);
+  }
+  const int8_t* sc = blk->scales + 8 * chunk + 2 * u;
+  o->ws[0] = d;
+  o->sc[0] = sc[0];
+  o->sc[1] = sc[1];
+}
+
 }  // namespace
 
 bool is_float_type(GgmlType t) {
@@ -119,53 +167,8 @@ void unpack_block(GgmlType t, const uint8_t* row, int64_t b, WBlock* o) {
       std::memcpy(o->q, blk->qs, 32);
       return;
     }
-    case GgmlType::Q4_K: case GgmlType::Q5_K: {
-      // Sub-block j of super-block b/8: j = 2c uses the low nibbles of
-      // qs[32c .. 32c+32), j = 2c+1 the high nibbles (+ bit j of qh for Q5_K).
-      const bool five = t == GgmlType::Q5_K;
-      const int64_t sb = b / 8;
-      const int j = int(b % 8);
-      const uint8_t* p = row + sb * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
-      const float d = fp16_to_f32(rd16(p)), dmin = fp16_to_f32(rd16(p + 2));
-      const uint8_t* scales = p + 4;
-      const uint8_t* qh = five ? p + 16 : nullptr;
-      const uint8_t* qs = p + 16 + (five ? 32 : 0) + 32 * (j / 2);
-      int sc, m;
-      scale_min_k4(j, scales, &sc, &m);
-      o->ws[0] = d;
-      o->wm = -dmin;
-      o->sc[0] = sc;
-      o->sc[1] = m;
-      const int shift = (j & 1) ? 4 : 0;
-      for (int l = 0; l < 32; ++l) {
-        int v = (qs[l] >> shift) & 0xF;
-        if (five) v |= ((qh[l] >> j) & 1) << 4;
-        o->q[l] = int8_t(v);
-      }
-      return;
-    }
-    case GgmlType::Q6_K: {
-      // Block t (0..7) of a super-block: half = t / 4 picks the 128-element
-      // chunk; within it u = t % 4 selects ql[l + 32*(u&1)] nibble (u>>1) and
-      // bits 2u..2u+1 of qh[l]. Scales sc[2t], sc[2t+1] cover the halves.
-      const int64_t sb = b / 8;
-      const int t8 = int(b % 8);
-      const auto* blk = reinterpret_cast<const BlockQ6_K*>(row) + sb;
-      const float d = fp16_to_f32(blk->d);
-      const int chunk = t8 / 4, u = t8 % 4;
-      const uint8_t* ql = blk->ql + 64 * chunk + 32 * (u & 1);
-      const uint8_t* qh = blk->qh + 32 * chunk;
-      const int nshift = (u >> 1) * 4, hshift = 2 * u;
-      for (int l = 0; l < 32; ++l) {
-        const int v = ((ql[l] >> nshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4);
-        o->q[l] = int8_t(v - 32);
-      }
-      const int8_t* sc = blk->scales + 8 * chunk + 2 * u;
-      o->ws[0] = d;
-      o->sc[0] = sc[0];
-      o->sc[1] = sc[1];
-      return;
-    }
+    case GgmlType::Q4_K: case GgmlType::Q5_K: return unpack_k4(t == GgmlType::Q5_K, row, b, o);
+    case GgmlType::Q6_K: return unpack_q6k(row, b, o);
     default:
       throw std::invalid_argument("matmul: unsupported weight type " + type_name(t));
   }
