@@ -219,6 +219,34 @@ void tile_from_scratch(const uint8_t* slice, int64_t kb0, int64_t kb, const XBlo
   for (int i = 0; i < RT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + p0, valid, acc[i]);
 }
 
+// Two panels' accumulators for RT activation rows, at y's rows i0.. and
+// columns p0.. (+0 at the first K slice); valid_b masks the second panel.
+template <int RT>
+inline __attribute__((always_inline)) void load_pair_acc(const float* y, int64_t ldy, int64_t i0, int64_t p0,
+                                                         bool first, __mmask16 valid_b, __m512* aa, __m512* ab) {
+  for (int i = 0; i < RT; ++i) {
+    const float* yr = y + (i0 + i) * ldy + p0;
+    aa[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+    ab[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
+  }
+}
+
+// The exact dots of one block of two panels (levels wa, wb: 8 vectors
+// each) with RT activation rows' blocks xr, added to ia / ib: each
+// broadcast activation dword feeds both panels' vpdpbusd.
+template <int RT>
+inline __attribute__((always_inline)) void pair_dots(const uint8_t* wa, const uint8_t* wb, const XBlock* const* xr,
+                                                     __m512i* ia, __m512i* ib) {
+  for (int k = 0; k < 8; ++k) {
+    const __m512i va = _mm512_load_si512(wa + 64 * k), vb = _mm512_load_si512(wb + 64 * k);
+    for (int i = 0; i < RT; ++i) {
+      const __m512i xv = bcast4(xr[i]->q + 4 * k);
+      ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
+      ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
+    }
+  }
+}
+
 // Two panels (32 weight rows) x RT activation rows, one block at a time:
 // each broadcast activation dword feeds two vpdpbusd, which halves the load
 // traffic per integer op compared with one panel. Each pair runs one integer
@@ -229,11 +257,7 @@ void tile2_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64
                         const XBlock* xq, int64_t nb, int64_t i0, float* y, int64_t ldy,
                         int64_t p0, __mmask16 valid_b) {
   __m512 aa[RT], ab[RT];
-  for (int i = 0; i < RT; ++i) {
-    float* yr = y + (i0 + i) * ldy + p0;
-    aa[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-    ab[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
-  }
+  load_pair_acc<RT>(y, ldy, i0, p0, kb0 == 0, valid_b, aa, ab);
   for (int64_t bb = 0; bb < kb; ++bb) {
     const uint8_t* wa = sa + bb * kPanelBlockBytes;
     const uint8_t* wb = sb + bb * kPanelBlockBytes;
@@ -241,14 +265,7 @@ void tile2_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64
     for (int i = 0; i < RT; ++i) xr[i] = xq + (i0 + i) * nb + kb0 + bb;
     __m512i ia[RT], ib[RT];
     for (int i = 0; i < RT; ++i) ia[i] = ib[i] = _mm512_set1_epi32(xr[i]->corr[0]);
-    for (int k = 0; k < 8; ++k) {
-      const __m512i va = _mm512_load_si512(wa + 64 * k), vb = _mm512_load_si512(wb + 64 * k);
-      for (int i = 0; i < RT; ++i) {
-        const __m512i xv = bcast4(xr[i]->q + 4 * k);
-        ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
-        ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
-      }
-    }
+    pair_dots<RT>(wa, wb, xr, ia, ib);
     const __m512 wsa = _mm512_load_ps(reinterpret_cast<const float*>(wa + 512));
     const __m512 wsb = _mm512_load_ps(reinterpret_cast<const float*>(wb + 512));
     for (int i = 0; i < RT; ++i) {
@@ -281,11 +298,7 @@ template <int RT>
 void tile2_kmin_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, int64_t kb, const XBlock* xq,
                              int64_t nb, int64_t i0, float* y, int64_t ldy, int64_t p0, __mmask16 valid_b) {
   __m512 aa[RT], ab[RT];
-  for (int i = 0; i < RT; ++i) {
-    float* yr = y + (i0 + i) * ldy + p0;
-    aa[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-    ab[i] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid_b, yr + L);
-  }
+  load_pair_acc<RT>(y, ldy, i0, p0, kb0 == 0, valid_b, aa, ab);
   for (int64_t g = 0; g < kb; g += kSuperBlocks) {  // slices hold whole super-blocks
     __m512i Sa[RT], Sb[RT];
     for (int j = 0; j < kSuperBlocks; ++j) {
@@ -296,14 +309,7 @@ void tile2_kmin_from_scratch(const uint8_t* sa, const uint8_t* sb, int64_t kb0, 
       const __m512i sca = _mm512_load_si512(wa + 512), scb = _mm512_load_si512(wb + 512);
       __m512i ia[RT], ib[RT];
       for (int i = 0; i < RT; ++i) ia[i] = ib[i] = _mm512_setzero_si512();  // level offset 0: no correction
-      for (int k = 0; k < 8; ++k) {
-        const __m512i va = _mm512_load_si512(wa + 64 * k), vb = _mm512_load_si512(wb + 64 * k);
-        for (int i = 0; i < RT; ++i) {
-          const __m512i xv = bcast4(xr[i]->q + 4 * k);
-          ia[i] = _mm512_dpbusd_epi32(ia[i], va, xv);
-          ib[i] = _mm512_dpbusd_epi32(ib[i], vb, xv);
-        }
-      }
+      pair_dots<RT>(wa, wb, xr, ia, ib);
       for (int i = 0; i < RT; ++i) {
         const __m512i ta = _mm512_mullo_epi32(ia[i], sca), tb = _mm512_mullo_epi32(ib[i], scb);
         Sa[i] = j == 0 ? ta : _mm512_add_epi32(Sa[i], ta);
