@@ -248,15 +248,15 @@ TEST(Matmul, LargeShapesDeterministicAcrossBatchAndThreads) {
 
 // Panel16 copies (load-time repack, AVX-512): tail panels (301 rows = 18
 // full panels + 13), odd and even block counts (the odd one leaves half a
-// pair unit empty), Q4_K and Q6_K super-blocks, float k slices with a short
+// pair unit empty), Q4_K, Q5_K and Q6_K super-blocks, float k slices with a short
 // last one (4192 = 16 x 256 + 96), every thread count and batch size:
 // bit-exact with the scalar reference, so packing never changes a token
 // (float views: their k-chain reference).
 TEST(Matmul, PackedPanel16BitExact) {
   if (!isa_available(Isa::Avx512)) GTEST_SKIP() << "AVX-512 not available: Panel16 is not used here";
   IsaGuard g(Isa::Avx512);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                     GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::F16, GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
     // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
                                         : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
@@ -321,8 +321,8 @@ TEST(Matmul, PackedPanel16Layout) {
 TEST(Matmul, PackedPanel8BitExact) {
   if (!isa_available(Isa::Avx2)) GTEST_SKIP() << "AVX2 not available: Panel8 is not used here";
   IsaGuard g(Isa::Avx2);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                     GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::F16, GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
     // MXFP4's quad units: 1, 2 and 3 of the last unit's 4 blocks used.
     const std::vector<int64_t> widths = is_k(t) ? std::vector<int64_t>{4608, 256}
                                         : t == GgmlType::MXFP4 ? std::vector<int64_t>{4096 + 64, 4096 + 96, 32}
@@ -469,8 +469,8 @@ TEST(Matmul, EveryDecodeVariantBitExact) {
   for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
     if (!isa_available(isa)) continue;
     IsaGuard g(isa);
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16,
-                       GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                       GgmlType::F16, GgmlType::BF16, GgmlType::F32, GgmlType::MXFP4}) {
       const int64_t rows = 8 * 16 + 24 + 5, cols = is_k(t) ? 512 : 96;  // 4-, 2- and 1-panel passes, a tail
       Weights W = make_weights(t, rows, cols, 21);
       std::vector<float> x = make_x(1, cols, 4);
@@ -531,6 +531,15 @@ TEST(Matmul, PackedPanel8Layout) {
   EXPECT_EQ(dk[132 * 8 + 8 * 3 + 6], sc);
   EXPECT_EQ(dk[140 * 8 + 8 * 3 + 6], mn);
   EXPECT_EQ(0, std::memcmp(dk.data() + 128 * 8 + 2 * 6, &b6->d, 2));
+  // Q5_K: the Q4_K unit, then qh vector k = 5 of row 6 at 148L + 4L*k + 4*lane.
+  Weights K5 = make_weights(GgmlType::Q5_K, 8, 256, 10);
+  std::vector<uint8_t> d5(packed_size(K5.view, PackLayout::Panel8));
+  ASSERT_EQ(d5.size(), size_t(180 * 8));
+  pack_panels_into(K5.view, PackLayout::Panel8, d5.data());
+  const auto* c6 = reinterpret_cast<const BlockQ5_K*>(K5.view.row(6));
+  EXPECT_EQ(0, std::memcmp(d5.data() + 148 * 8 + 32 * 5 + 4 * 6, c6->qh + 20, 4));
+  EXPECT_EQ(0, std::memcmp(d5.data() + 32 * 7 + 4 * 6, c6->qs + 28, 4));
+  EXPECT_EQ(0, std::memcmp(d5.data() + 130 * 8 + 2 * 6, &c6->dmin, 2));
 }
 
 // MXFP4 weights of every exponent byte (row r has e = r in each block, so
@@ -673,7 +682,7 @@ TEST(Matmul, QuantizeXBitExactAcrossIsas) {
   std::uniform_int_distribution<int> ex(-40, 40);
   const mm::IsaKernels* isas[] = {&mm::avx2_kernels(), &mm::avx512_kernels()};
   const bool have[] = {active_isa() >= Isa::Avx2, active_isa() >= Isa::Avx512};
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
     for (int nb : {1, 15, 16, 17, 33, 64, 177}) {
       const int64_t cols = 32 * int64_t(nb);
       std::vector<float> x(static_cast<size_t>(cols));
@@ -728,6 +737,31 @@ TEST(Matmul, KQuantActivationsShareOneScalePerSuperBlock) {
   }
 }
 
+// Every path (each ISA, file layout and packed copy) on w against the
+// scalar reference, memcmp-equal, at decode, batched and prefill sizes.
+void expect_alike_on_every_path(const WeightView& w) {
+  const int64_t rows = w.rows, cols = w.cols;
+  ThreadPool pool(2);
+  for (int64_t n : {1, 7, 16, 40}) {
+    std::vector<float> x(size_t(n * cols));
+    for (size_t e = 0; e < x.size(); ++e) x[e] = (e / 3) % 2 ? 5.0f : -5.0f;
+    std::vector<float> ref(size_t(n * rows)), y(ref.size());
+    matmul_q8_reference(w, x.data(), cols, n, ref.data(), rows);
+    for (Isa isa : kAllIsas) {
+      if (!isa_available(isa)) continue;
+      IsaGuard g(isa);
+      for (bool packed : {false, true}) {
+        WeightView v = w;
+        PackedArena arena;
+        if (packed && isa != Isa::Scalar && packable(v)) arena = pack_weights({{&v, false}});
+        matmul(v, x.data(), cols, n, y.data(), rows, pool);
+        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+            << type_name(w.type) << " " << isa_name(isa) << " n=" << n << " packed=" << packed;
+      }
+    }
+  }
+}
+
 // Q4_K's arithmetic at its extremes: every level 15, every scale and min 63,
 // activations all at +-127. The super-block sums S and M reach their
 // largest values (S = 8 * 63 * 32 * 15 * 127 < 2^31), which the int16
@@ -743,30 +777,27 @@ TEST(Matmul, Q4KExtremeSumsAlikeOnEveryPath) {
     std::memset(blk[i].scales, 0xFF, sizeof blk[i].scales);  // sc = m = 63
     std::memset(blk[i].qs, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qs);
   }
-  WeightView w;
-  w.type = GgmlType::Q4_K;
-  w.data = bytes.data();
-  w.rows = rows;
-  w.cols = cols;
-  w.row_stride = cols / 256 * int64_t(sizeof(BlockQ4_K));
-  ThreadPool pool(2);
-  for (int64_t n : {1, 7, 16, 40}) {
-    std::vector<float> x(size_t(n * cols));
-    for (size_t e = 0; e < x.size(); ++e) x[e] = (e / 3) % 2 ? 5.0f : -5.0f;
-    std::vector<float> ref(size_t(n * rows)), y(ref.size());
-    matmul_q8_reference(w, x.data(), cols, n, ref.data(), rows);
-    for (Isa isa : kAllIsas) {
-      if (!isa_available(isa)) continue;
-      IsaGuard g(isa);
-      for (bool packed : {false, true}) {
-        WeightView v = w;
-        PackedArena arena;
-        if (packed && isa != Isa::Scalar && packable(v)) arena = pack_weights({{&v, false}});
-        matmul(v, x.data(), cols, n, y.data(), rows, pool);
-        EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4)) << isa_name(isa) << " n=" << n << " packed=" << packed;
-      }
-    }
+  expect_alike_on_every_path(
+      WeightView{GgmlType::Q4_K, bytes.data(), rows, cols, size_t(cols / 256) * sizeof(BlockQ4_K)});
+}
+
+// Q5_K's extremes: every level 31 (qs and qh all ones), scales and mins 63.
+// A half block's sum then passes 2^15 (so not kblock's NIB path), and
+// v = sc * q the AMX byte split's largest value.
+TEST(Matmul, Q5KExtremeSumsAlikeOnEveryPath) {
+  const int64_t rows = 35, cols = 512;
+  std::vector<uint8_t> bytes(size_t(rows * cols / 256) * sizeof(BlockQ5_K));
+  auto* blk = reinterpret_cast<BlockQ5_K*>(bytes.data());
+  std::mt19937 rng(4);
+  for (int64_t i = 0; i < rows * cols / 256; ++i) {
+    blk[i].d = f32_to_fp16(0.01f * float(1 + i % 5));
+    blk[i].dmin = f32_to_fp16(0.02f);
+    std::memset(blk[i].scales, 0xFF, sizeof blk[i].scales);  // sc = m = 63
+    std::memset(blk[i].qs, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qs);
+    std::memset(blk[i].qh, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qh);
   }
+  expect_alike_on_every_path(
+      WeightView{GgmlType::Q5_K, bytes.data(), rows, cols, size_t(cols / 256) * sizeof(BlockQ5_K)});
 }
 
 TEST(Matmul, DequantizeWeightRow) {

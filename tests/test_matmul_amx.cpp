@@ -22,7 +22,8 @@
 namespace kvs {
 namespace {
 
-const GgmlType kAmxTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4};
+const GgmlType kAmxTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                              GgmlType::MXFP4};
 // The n values: two blocks per product (up to 8 rows) and one (9), single
 // and partial M tiles (15, 16, 17, 31, 32, 33), activation rows in several
 // L2 chunks (255 .. 512).
@@ -101,7 +102,7 @@ std::vector<float> make_x(int64_t n, int64_t cols, uint32_t seed) {
 // Q4_0, whose last pair unit is half empty; MXFP4's quad units 3, 1 and 2
 // blocks full).
 std::vector<std::pair<int64_t, int64_t>> shapes_for(GgmlType t) {
-  if (t == GgmlType::Q4_K || t == GgmlType::Q6_K) return {{45, 256}, {301, 2304}};
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) return {{45, 256}, {301, 2304}};
   if (t == GgmlType::MXFP4) return {{45, 96}, {301, 2080}, {45, 2112}};
   return {{45, 96}, {301, 2080}};
 }

@@ -17,7 +17,7 @@ namespace kvs::cli {
 namespace {
 
 struct ProbeArgs {
-  std::string out, size = "1GiB", kernels = "f16,bf16,q8_0,q4_0,q4_k,q6_k";
+  std::string out, size = "1GiB", kernels = "f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k";
   int threads = 0, runs = 5;
   double seconds = 0.2;
   bool json = false, no_save = false;

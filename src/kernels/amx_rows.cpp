@@ -23,8 +23,8 @@ int slot(GgmlType t) {
 }  // namespace
 
 bool amx_tile_type(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K ||
-         t == GgmlType::MXFP4;
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K || t == GgmlType::MXFP4;
 }
 
 int default_amx_min_rows(GgmlType t) {
@@ -36,6 +36,7 @@ int default_amx_min_rows(GgmlType t) {
     case GgmlType::Q4_0: return 4;
     case GgmlType::MXFP4: return 4;  // Q4_0's: the same kernels on the same levels after the lookup
     case GgmlType::Q4_K: return 12;
+    case GgmlType::Q5_K: return 12;  // Q4_K's: the same kernels with a fifth level bit
     case GgmlType::Q6_K: return 8;
     default: return kAmxNever;
   }

@@ -19,7 +19,7 @@ namespace kvs {
 // n value meaning "never use tiles for this type".
 constexpr int kAmxNever = 1 << 30;
 
-// Q8_0, Q4_0, MXFP4, Q4_K, Q6_K: the types with AMX kernels (on their Panel16 copy).
+// Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K: the types with AMX kernels (on their Panel16 copy).
 bool amx_tile_type(GgmlType t);
 // The built-in threshold for t (kAmxNever for types without AMX kernels).
 int default_amx_min_rows(GgmlType t);

@@ -1,4 +1,4 @@
-// AMX-INT8 tile kernels for Panel16 Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights, run
+// AMX-INT8 tile kernels for Panel16 Q8_0 / Q4_0 / MXFP4 / Q4_K / Q5_K / Q6_K weights, run
 // from n >= amx_min_rows(type) activation rows (kernels/amx_rows.h); smaller
 // n, the file layout and every other format run the AVX-512 VNNI kernels.
 //
@@ -18,7 +18,7 @@
 // in block_step(), and the float chain of matmul_internal.h runs per row m:
 //   acc[m] = fma(float(C[m]), ws * xd_m, acc[m])   (+ fma(wm, xs_m, acc[m]))
 // so the results are bit-identical to the VNNI kernels. The K-quants (Q4_K,
-// Q6_K) sum whole super-blocks instead (matmul_amx_super.cpp).
+// Q5_K, Q6_K) sum whole super-blocks instead (matmul_amx_super.cpp).
 //
 // A product and its store cost the same for 2 rows as for 16, so up to 8
 // rows (Q8_0, Q4_0, MXFP4, Q4_K) share one K = 64 product between two blocks: A
@@ -335,7 +335,8 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
 // K-quants: the same chunks of M tiles, each through panels_rows_super.
 void gemm_amx_super(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
                     Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * (w.type == GgmlType::Q4_K ? PkK::UB : PkQ6K::UB);
+  const int64_t ub = w.type == GgmlType::Q4_K ? PkK::UB : w.type == GgmlType::Q5_K ? PkQ5K::UB : PkQ6K::UB;
+  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * ub;
   const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytesK);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
@@ -376,7 +377,7 @@ void quant_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt
     case GgmlType::MXFP4:
       return gemm_amx<false>(w, Pk<GgmlType::MXFP4>::panel_bytes(nb), r0, r1, xt, n, y, ldy, s,
                                            fill_q<Pk<GgmlType::MXFP4>>);
-    default:  // Q4_K, Q6_K
+    default:  // Q4_K, Q5_K, Q6_K
       return gemm_amx_super(w, r0, r1, xt, n, y, ldy, s);
   }
 }

@@ -1,10 +1,10 @@
-// Q4_K on the AMX-INT8 tiles for few M tiles (n <= kQ4kFewRows: batched decode),
-// with the same bits as kblock (matmul_internal.h).
+// Q4_K and Q5_K on the AMX-INT8 tiles for few M tiles (n <= kQ4kFewRows:
+// batched decode), with the same bits as kblock (matmul_internal.h).
 //
 // matmul_amx_super.cpp folds the sub-scales into the weights as it copies a
 // slice, which pays when many M tiles share the copy; for one M tile the
-// copy is most of the work. Here the slice holds the raw levels (0..15, a
-// plain copy), one K = 32 product per block gives the block sums
+// copy is most of the work. Here the slice holds the raw levels (0..15, or
+// 0..31 for Q5_K: a plain copy), one K = 32 product per block gives the block sums
 //   C [16, 16] s32 = tdpbssd(A [16, 32] activation levels, B [8, 64] levels)
 // and the vector unit forms the super-block sum S = sum_j sc_j * isum_j
 // (vpmulld, exact), then at the super-block's end kblock's float steps:
@@ -43,11 +43,13 @@ inline int32_t* sc_of(uint8_t* s, int64_t sb, int j) {
 inline int32_t* mins_of(uint8_t* s, int64_t sb) { return sc_of(s, sb, 8); }
 inline float* d_of(uint8_t* s, int64_t sb) { return reinterpret_cast<float*>(mins_of(s, sb) + 64); }
 
+// U: the unit reader, PkK (Q4_K) or PkQ5K (Q5_K).
+template <class U>
 void fill_raw(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m512i mins[4];
-    PkK::unit(pan + (sb0 + sb) * PkK::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+    U::unit(pan + (sb0 + sb) * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
       uint8_t* l = lev_of(dst, sb, j);
       for (int k = 0; k < 8; ++k) _mm512_store_si512(l + 64 * k, W[k]);
       _mm512_store_si512(sc_of(dst, sb, j), _mm512_castps_si512(ws0));
@@ -136,11 +138,10 @@ void raw_rows(uint8_t* slice, int64_t sb0, int64_t nsb, const XSuper* x, int row
   }
 }
 
-}  // namespace
-
-void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
-                         int64_t n, float* y, int64_t ldy, Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * PkK::UB;
+template <class U>
+void panels_rows_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
+                     float* y, int64_t ldy, Scratch scratch) {
+  const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * U::UB;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice
   uint8_t* slice = scratch.buf;                                                       // [kSlice][kSuperBytes]
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [3][256] int32
@@ -151,9 +152,9 @@ void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint
     const __mmask16 valid = lanes(r1 - p0);
     for (int64_t s0 = 0; s0 < nsb_all; s0 += kSlice) {
       const int64_t nsb = std::min(kSlice, nsb_all - s0);
-      fill_raw(pan, s0, nsb, slice);
-      const uint8_t* from = pan + (s0 + nsb) * PkK::UB;
-      const uint8_t* to = std::min(end, from + kSlice * PkK::UB);
+      fill_raw<U>(pan, s0, nsb, slice);
+      const uint8_t* from = pan + (s0 + nsb) * U::UB;
+      const uint8_t* to = std::min(end, from + kSlice * U::UB);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       for (int64_t t = 0; t < mt; ++t) {  // the M tiles share the slice and the next slice's request
         const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
@@ -164,6 +165,14 @@ void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint
       }
     }
   }
+}
+
+}  // namespace
+
+void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+                         int64_t n, float* y, int64_t ldy, Scratch scratch) {
+  if (w.type == GgmlType::Q5_K) return panels_rows_few<PkQ5K>(w, r0, r1, end, xt, n, y, ldy, scratch);
+  panels_rows_few<PkK>(w, r0, r1, end, xt, n, y, ldy, scratch);
 }
 
 KVS_TARGET_END()

@@ -1,10 +1,10 @@
-// The K-quants Q6_K and Q4_K on the AMX-INT8 tiles, one 256-element
+// The K-quants Q6_K, Q4_K and Q5_K on the AMX-INT8 tiles, one 256-element
 // super-block per float step, with the same bits as the VNNI kernels'
 // kblock (matmul_internal.h).
 //
 // A super-block's dot is S = sum over its 16ths or 32nds i of sc_i * isum_i,
 // an exact integer. The slice copy folds the sub-scales into the weights,
-// v = sc * q (Q6_K |v| <= 4096, Q4_K 0 <= v <= 945), and splits each v into
+// v = sc * q (Q6_K |v| <= 4096, Q4_K 0 <= v <= 945, Q5_K 0 <= v <= 1953), and splits each v into
 // two bytes, v = 256 * hi + lo with lo in [0, 255] and hi in [-16, 15]. Per
 // K = 64 step c (two blocks) of super-block s, for 16 activation rows and
 // the 16 weight rows of a panel:
@@ -15,7 +15,7 @@
 //   Cl += tdpbsud(A, Bl), Ch += tdpbssd(A, Bh) over the four steps
 // so S = 256 * Ch + Cl, exact (no sum leaves int32), and per row m
 //   acc[m] = fma(float(S[m]), d * xd_m, acc[m])
-// which is kblock's step. Q4_K adds its mins' term once per super-block,
+// which is kblock's step. Q4_K / Q5_K add their mins' term once per super-block,
 //   M[m] = sum_j m_j * xsum_j[m]          (four vpdpwssd on int16 pairs)
 //   acc[m] = fma(float(M[m]), (-dmin) * xd_m, acc[m])
 // The tile unit does the integer work of the chains per block that the
@@ -41,7 +41,7 @@ using namespace avx512_detail;
 using namespace amx_detail;
 
 // A slice in scratch, per super-block: the lo bytes [4][16, 64], the hi
-// bytes [4][16, 64], then the panel's d [16 floats] and, for Q4_K, -dmin
+// bytes [4][16, 64], then the panel's d [16 floats] and, for Q4_K / Q5_K, -dmin
 // [16 floats] and the mins as int16 pairs (m_2p, m_2p+1) [4][16 dwords].
 constexpr int64_t kStepBytes = 1024;
 constexpr int64_t kSuperBytes = 8 * kStepBytes + 2 * 64 + 4 * 64;
@@ -100,16 +100,18 @@ constexpr SplitIdx kSplit = [] {
   return t;
 }();
 
-// Super-blocks [sb0, sb0 + nsb) of one Panel16 Q4_K panel into the slice:
-// v = sc_j * q (levels 0..15, already signed), d, -dmin, and the mins.
-// Levels and scales fit maddubs (u8 x s8), which multiplies the even and
-// odd bytes by the lane's sc_j; two byte permutes split the products.
+// Super-blocks [sb0, sb0 + nsb) of one Panel16 Q4_K (U = PkK) or Q5_K
+// (PkQ5K) panel into the slice: v = sc_j * q (levels 0..15 or 0..31), d,
+// -dmin, and the mins. Levels and scales fit maddubs (u8 x s8), which
+// multiplies the even and odd bytes by the lane's sc_j; two byte permutes
+// split the products.
+template <class U>
 void fill_q4k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
   const __m512i ilo = _mm512_load_si512(kSplit.lo), ihi = _mm512_load_si512(kSplit.hi);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m512i mins[4];
-    PkK::unit(pan + (sb0 + sb) * PkK::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
+    U::unit(pan + (sb0 + sb) * U::UB, [&](int j, const __m512i* W, __m512 ws0, __m512 ws1, __m512 wm) {
       // ws0 / ws1: sc_j / m_j as int32 lanes; wm: d and dmin as each lane's fp16 pair.
       const __m512i sc = _mm512_castps_si512(ws0), sc16 = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
       uint8_t* lo = lo_of(dst, sb, j / 2) + (j % 2) * 512;  // rows 0..7: block 2c, 8..15: 2c + 1
@@ -170,7 +172,7 @@ inline __m512i bcast_pair(const int16_t* p) {  // one dword of two int16, broadc
 
 // kblock's float steps for rows m < rows (all 16 when FULL): c holds the
 // lo sums [16, 16], c + 256 the hi ones; sb the slice's super-block (its
-// d, and Q4_K's -dmin and mins).
+// d, and Q4_K / Q5_K's -dmin and mins).
 template <bool MIN, bool FULL>
 inline __attribute__((always_inline)) void super_chain(const int32_t* c, uint8_t* slice, int64_t sb,
                                                        const XSuper& x, int rows, __m512* acc) {
@@ -249,9 +251,9 @@ void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t
 
 void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
                        float* y, int64_t ldy, Scratch scratch) {
-  const bool q4k = w.type == GgmlType::Q4_K;
+  const bool q5k = w.type == GgmlType::Q5_K, q4k = w.type == GgmlType::Q4_K || q5k;  // q4k: with mins
   if (q4k && n <= kQ4kFewRows) return panels_rows_q4k_few(w, r0, r1, end, xt, n, y, ldy, scratch);
-  const int64_t ub = q4k ? PkK::UB : PkQ6K::UB;
+  const int64_t ub = q5k ? PkQ5K::UB : q4k ? PkK::UB : PkQ6K::UB;
   const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * ub;
   const int64_t mt = (n + 15) / 16;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice
@@ -263,7 +265,8 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
     const __mmask16 valid = lanes(r1 - p0);
     for (int64_t s0 = 0; s0 < nsb_all; s0 += kSlice) {
       const int64_t nsb = std::min(kSlice, nsb_all - s0);
-      if (q4k) fill_q4k(pan, s0, nsb, slice);
+      if (q5k) fill_q4k<PkQ5K>(pan, s0, nsb, slice);
+      else if (q4k) fill_q4k<PkK>(pan, s0, nsb, slice);
       else fill_q6k(pan, s0, nsb, slice);
       const uint8_t* from = pan + (s0 + nsb) * ub;
       const uint8_t* to = std::min(end, from + kSlice * ub);

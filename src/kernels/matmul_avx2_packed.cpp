@@ -1,4 +1,4 @@
-// AVX2 kernels for Panel8-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights
+// AVX2 kernels for Panel8-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q5_K / Q6_K weights
 // (kernels/weight_pack.h). Same arithmetic as matmul_avx2.cpp, bit for bit
 // (the same block_step on the same levels and scales); only where the weight
 // vectors come from changes: one aligned 32-B load per vector from the
@@ -122,6 +122,36 @@ struct P8Q4K {
       for (int k = 0; k < 8; ++k) {
         const __m256i g = ld32(v + k * 4 * L);
         W[k] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4);
+      }
+      f(j, W, sc, mn, _mm256_castsi256_ps(dd));
+    }
+  }
+};
+
+// One Q5_K super-block of 8 rows: P8Q4K's unit, then the qh vectors, whose
+// bit j becomes bit 4 of block j's levels (as the file path's UnpackQK<true>).
+struct P8Q5K {
+  static constexpr int kBlocks = 8;
+  static constexpr bool kSuper = true, kMin = true, kSigned = false, kSmall = true;
+  static constexpr int64_t UB = 180 * L, kStride = UB;
+  static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
+  template <class F>
+  static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
+    const uint8_t* p = pan + u * UB;
+    const __m256i dd = _mm256_or_si256(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 128 * L))),
+                                       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 130 * L))), 16));
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    // Levels and qh are loaded per block, as P8Q4K does (register pressure).
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* v = p + (8 * (j >> 1)) * 4 * L;
+      const __m256 sc = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 132 * L + L * j))));
+      const __m256 mn = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 140 * L + L * j))));
+      __m256i W[8];
+      for (int k = 0; k < 8; ++k) {
+        const __m256i g = ld32(v + k * 4 * L), qh = ld32(p + 148 * L + k * 4 * L);
+        const __m256i hb = j <= 4 ? _mm256_slli_epi32(qh, 4 - j) : _mm256_srli_epi32(qh, j - 4);
+        W[k] = _mm256_or_si256(_mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4), _mm256_and_si256(hb, b4));
       }
       f(j, W, sc, mn, _mm256_castsi256_ps(dd));
     }
@@ -307,6 +337,7 @@ void quant_rows_avx2_packed(const WeightView& w, int64_t r0, int64_t r1, const X
     case GgmlType::Q4_0: return run_packed<P8Pair<true>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q8_0: return run_packed<P8Pair<false>>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::Q4_K: return run_packed<P8Q4K>(w, r0, r1, xq, n, y, ldy, s);
+    case GgmlType::Q5_K: return run_packed<P8Q5K>(w, r0, r1, xq, n, y, ldy, s);
     case GgmlType::MXFP4: return run_packed<P8Mx>(w, r0, r1, xq, n, y, ldy, s);
     default: return run_packed<P8Q6K>(w, r0, r1, xq, n, y, ldy, s);
   }

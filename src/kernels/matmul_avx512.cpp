@@ -468,7 +468,7 @@ void gemm_packed_scratch(const WeightView& w, int64_t r0, int64_t r1, const XBlo
                           });
 }
 
-// K-quants (U = PkK, PkQ6K): each super-block's 8 blocks with their scales
+// K-quants (U = PkK, PkQ5K, PkQ6K): each super-block's 8 blocks with their scales
 // (ws0, ws1, wm as kblock takes them) as the scratch tiles read them.
 template <class U>
 void gemm_packed_scratch_k(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq, int64_t n,
@@ -498,6 +498,7 @@ void quant_rows_avx512(const WeightView& w, int64_t r0, int64_t r1, const XBlock
                        float* y, int64_t ldy, Scratch s) {
   if (w.pack == PackLayout::Panel16) {
     if (w.type == GgmlType::Q4_K && n > 1) return gemm_packed_scratch_k<PkK>(w, r0, r1, xq, n, y, ldy, s);
+    if (w.type == GgmlType::Q5_K && n > 1) return gemm_packed_scratch_k<PkQ5K>(w, r0, r1, xq, n, y, ldy, s);
     if (w.type == GgmlType::Q6_K && n > 1) return gemm_packed_scratch_k<PkQ6K>(w, r0, r1, xq, n, y, ldy, s);
     if (n < kPackedScratchN) return quant_rows_avx512_packed(w, r0, r1, xq, n, y, ldy);
     if (w.type == GgmlType::Q4_0) return gemm_packed_scratch<GgmlType::Q4_0>(w, r0, r1, xq, n, y, ldy, s);

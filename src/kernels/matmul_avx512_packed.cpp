@@ -1,4 +1,4 @@
-// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q6_K weights
+// AVX-512 VNNI kernels for Panel16-packed Q8_0 / Q4_0 / MXFP4 / Q4_K / Q5_K / Q6_K weights
 // (kernels/weight_pack.h). Same arithmetic as matmul_avx512.cpp, bit for
 // bit (block_step and the same per-lane float chain); only where the weight
 // vectors come from changes: one aligned 64-B load per vector from the
@@ -83,7 +83,7 @@ void matvec_packed(const WeightView& w, int64_t r0, int64_t r1, const XBlock* xq
     matvec_panels<1, P>(w.packed + (p0 / L) * pbytes, pbytes, nb, xq, y + p0, r1 - p0, v.prefetch);
 }
 
-// K-quants (U = PkK for Q4_K, PkQ6K for Q6_K): MP panels at once, one
+// K-quants (U = PkK for Q4_K, PkQ5K for Q5_K, PkQ6K for Q6_K): MP panels at once, one
 // super-block (8 blocks) at a time. Without software prefetch the streams
 // left DRAM idle (perf: the stalls sat on the level loads).
 template <class U, int MP>
@@ -232,6 +232,7 @@ void quant_rows_avx512_packed(const WeightView& w, int64_t r0, int64_t r1, const
   // K-quants: n > 1 goes through scratch (matmul_avx512.cpp).
   switch (w.type) {  // packable() admits exactly these
     case GgmlType::Q4_K: return matvec_packed_k<PkK>(w, r0, r1, xq, y);
+    case GgmlType::Q5_K: return matvec_packed_k<PkQ5K>(w, r0, r1, xq, y);
     case GgmlType::Q6_K: return matvec_packed_k<PkQ6K>(w, r0, r1, xq, y);
     case GgmlType::Q4_0: return run_packed<Pk<GgmlType::Q4_0>>(w, r0, r1, xq, n, y, ldy);
     case GgmlType::MXFP4: return run_packed<Pk<GgmlType::MXFP4>>(w, r0, r1, xq, n, y, ldy);

@@ -207,14 +207,14 @@ inline int64_t bf16_x_stride(int64_t cols) { return bf16_chunks(cols) * 32 + 32;
 void bf16_x_amx(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int64_t kp, uint16_t* out);
 void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* xb, int64_t n, float* y,
                    int64_t ldy, Scratch scratch);
-// Q6_K and Q4_K on the AMX-INT8 tiles (matmul_amx_super.cpp): their
+// Q6_K, Q4_K and Q5_K on the AMX-INT8 tiles (matmul_amx_super.cpp): their
 // activations as XSuper (tile_x's layout for the format; `sums`: with the
-// blocks' level sums, for Q4_K), and weight rows [r0, r1) of a Panel16 copy
+// blocks' level sums, for Q4_K / Q5_K), and weight rows [r0, r1) of a Panel16 copy
 // (r0 % 16 == 0; `end`: where prefetching stops).
 void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool sums, XTile* out);
 void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
                        float* y, int64_t ldy, Scratch scratch);
-// Q4_K for few M tiles (n <= kQ4kFewRows; matmul_amx_q4k_rows.cpp): the
+// Q4_K / Q5_K for few M tiles (n <= kQ4kFewRows; matmul_amx_q4k_rows.cpp): the
 // same bits from raw levels and per-block products, without folding the
 // scales.
 constexpr int64_t kQ4kFewRows = 16;

@@ -26,8 +26,9 @@ namespace {
 // Rows per panel: one per lane of the layout's vectors.
 int64_t lanes_of(PackLayout l) { return l == PackLayout::Panel8 ? 8 : 16; }
 
-// Unit sizes in bytes per lane (weight_pack.h): Q4_K 148, Q6_K 212.
+// Unit sizes in bytes per lane (weight_pack.h): Q4_K 148, Q5_K 180, Q6_K 212.
 int64_t q4k_unit(int64_t lanes) { return 148 * lanes; }
+int64_t q5k_unit(int64_t lanes) { return 180 * lanes; }
 int64_t q6k_unit(int64_t lanes) { return 212 * lanes; }
 
 // The 32-element formats (Q8_0, Q4_0, MXFP4): blocks per unit, level and
@@ -44,6 +45,7 @@ int64_t bf16_cols(const WeightView& w) { return mm::bf16_chunks(w.cols) * 32; }
 int64_t panel_bytes(const WeightView& w, int64_t lanes) {
   if (mm::is_float_type(w.type)) return w.cols * lanes * (w.type == GgmlType::F32 ? 4 : 2);
   if (w.type == GgmlType::Q4_K) return w.cols / QK_K * q4k_unit(lanes);
+  if (w.type == GgmlType::Q5_K) return w.cols / QK_K * q5k_unit(lanes);
   if (w.type == GgmlType::Q6_K) return w.cols / QK_K * q6k_unit(lanes);
   const int64_t nb = w.cols / mm::kQBlock, per = unit_blocks(w.type);
   return (nb + per - 1) / per * unit_bytes(w.type, lanes);
@@ -71,7 +73,7 @@ bool packable(const WeightView& w, PackLayout layout) {
   if (layout == PackLayout::AmxBf16)  // the conversion runs vcvtneps2bf16
     return w.rows > 0 && w.cols > 0 && mm::is_float_type(w.type) && cpu_features().avx512bf16;
   const bool quant = w.type == GgmlType::Q8_0 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q4_K ||
-                     w.type == GgmlType::Q6_K || w.type == GgmlType::MXFP4;
+                     w.type == GgmlType::Q5_K || w.type == GgmlType::Q6_K || w.type == GgmlType::MXFP4;
   if (w.rows <= 0 || w.cols <= 0 || w.cols % type_traits(w.type).block_elems != 0) return false;
   return layout != PackLayout::None && (quant || mm::is_float_type(w.type));
 }
@@ -88,29 +90,51 @@ size_t packed_size(const WeightView& w) { return packed_size(w, pack_layout_for(
 
 namespace {
 
-// Q4_K panels [p_begin, p_end): per super-block, the nibble bytes as 4
-// pairs x 8 vectors, then d[L], dmin[L] (fp16), then the decoded 6-bit
-// scales [8][L] and mins [8][L] as bytes (L = lanes).
+// One Q4_K-shaped unit's lane (the Q4_K unit; Q5_K's begins with it): the
+// nibble bytes as 4 pairs x 8 vectors, then d[L], dmin[L] (fp16), then the
+// decoded 6-bit scales [8][L] and mins [8][L] as bytes (L = lanes).
+void pack_k4_lane(uint8_t* unit, int64_t lane, int64_t L, const uint8_t* qs, fp16_t d, fp16_t dmin,
+                  const uint8_t* scales) {
+  const int64_t vb = 4 * L;
+  for (int c = 0; c < 4; ++c)
+    for (int k = 0; k < 8; ++k) std::memcpy(unit + (8 * c + k) * vb + 4 * lane, qs + 32 * c + 4 * k, 4);
+  std::memcpy(unit + 32 * vb + 2 * lane, &d, 2);
+  std::memcpy(unit + 32 * vb + 2 * L + 2 * lane, &dmin, 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    detail::get_scale_min_k4(j, scales, &sc, &m);
+    unit[132 * L + L * j + lane] = sc;
+    unit[140 * L + L * j + lane] = m;
+  }
+}
+
+// Q4_K panels [p_begin, p_end), one unit per super-block (pack_k4_lane).
 void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
-  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L), vb = 4 * L;
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L);
   for (int64_t p = p_begin; p < p_end; ++p) {
     for (int64_t lane = 0; lane < L; ++lane) {
       const int64_t r = std::min(p * L + lane, w.rows - 1);
       const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.row(r));
       for (int64_t u = 0; u < nsb; ++u) {
         const BlockQ4_K& b = blocks[u];
-        uint8_t* unit = dst + p * pb + u * q4k_unit(L);
-        for (int c = 0; c < 4; ++c)
-          for (int k = 0; k < 8; ++k)
-            std::memcpy(unit + (8 * c + k) * vb + 4 * lane, b.qs + 32 * c + 4 * k, 4);
-        std::memcpy(unit + 32 * vb + 2 * lane, &b.d, 2);
-        std::memcpy(unit + 32 * vb + 2 * L + 2 * lane, &b.dmin, 2);
-        for (int j = 0; j < 8; ++j) {
-          uint8_t sc, m;
-          detail::get_scale_min_k4(j, b.scales, &sc, &m);
-          unit[132 * L + L * j + lane] = sc;
-          unit[140 * L + L * j + lane] = m;
-        }
+        pack_k4_lane(dst + p * pb + u * q4k_unit(L), lane, L, b.qs, b.d, b.dmin, b.scales);
+      }
+    }
+  }
+}
+
+// Q5_K panels [p_begin, p_end): the Q4_K unit, then qh as 8 vectors.
+void pack_panels_q5k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
+  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L), vb = 4 * L;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t lane = 0; lane < L; ++lane) {
+      const int64_t r = std::min(p * L + lane, w.rows - 1);
+      const auto* blocks = reinterpret_cast<const BlockQ5_K*>(w.row(r));
+      for (int64_t u = 0; u < nsb; ++u) {
+        const BlockQ5_K& b = blocks[u];
+        uint8_t* unit = dst + p * pb + u * q5k_unit(L);
+        pack_k4_lane(unit, lane, L, b.qs, b.d, b.dmin, b.scales);
+        for (int k = 0; k < 8; ++k) std::memcpy(unit + 148 * L + k * vb + 4 * lane, b.qh + 4 * k, 4);
       }
     }
   }
@@ -207,6 +231,7 @@ void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p
   if (layout == PackLayout::AmxBf16) return pack_panels_bf16(w, dst, p_begin, p_end);
   if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
+  if (w.type == GgmlType::Q5_K) return pack_panels_q5k(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type, L), ub = unit_bytes(w.type, L);
   const int64_t per = unit_blocks(w.type), sb = scale_bytes(w.type, L), pb = panel_bytes(w, L);

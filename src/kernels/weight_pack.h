@@ -1,5 +1,5 @@
 // Load-time weight repacking: PackLayout::Panel16 (AVX-512) and
-// PackLayout::Panel8 (AVX2), each for Q8_0, Q4_0, MXFP4, Q4_K, Q6_K and the
+// PackLayout::Panel8 (AVX2), each for Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K and the
 // float types F32, F16, BF16.
 //
 // The file layout keeps each weight row's blocks together, so a kernel that
@@ -36,6 +36,10 @@
 //   so a kernel forms ws = d * sc and wm = -(dmin * m) exactly as from the
 //   file (3% more bytes than the file's 144 B x 16).
 //
+// Q5_K: the Q4_K unit, then [2368, 2880) qh as 8 vectors: vector k, lane r
+//   = qh bytes 4k .. 4k+3 of row r (bit j of each byte: bit 4 of the level
+//   of sub-block j's element), 2880 B (file: 176 B x 16).
+//
 // Q6_K: one 256-element super-block of the 16 rows, 3392 B (file: 3360):
 //   [0, 2048)     ql: half h (0, 1) x 16 vectors: vector (h, v), lane r =
 //                 ql bytes 64h+4v .. 64h+4v+3 of row r
@@ -55,7 +59,8 @@
 //   L = lanes: Q8_0 / Q4_0 pair unit = [LB = 32L or 16L][LB][4L scales];
 //   MXFP4 quad unit = [4 x 16L levels][4 x L exponents] = 68L;
 //   Q4_K unit 148L B (vectors [0, 128L), d at 128L, dmin at 130L, scales at
-//   132L, mins at 140L); Q6_K unit 212L B (ql [0, 128L), qh [128L, 192L),
+//   132L, mins at 140L); Q5_K unit 180L B (the Q4_K unit, then qh as 8
+//   vectors [148L, 180L)); Q6_K unit 212L B (ql [0, 128L), qh [128L, 192L),
 //   scales at 192L, d at 208L, zero to 212L). Q8_0 levels stay signed (the
 //   AVX2 kernels use the sign trick, not an offset). A float panel is cols x 8
 //   values, element k of the 8 rows at [8k, 8k + 8); its k-chain order is the

@@ -27,7 +27,7 @@ struct ProbeOptions {
   std::vector<int> amx_n = {2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128};
   uint64_t amx_buffer_bytes = 256ull << 20;
 
-  static std::vector<std::string> default_kernel_types() { return {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"}; }
+  static std::vector<std::string> default_kernel_types() { return {"f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}; }
 };
 
 struct RatePoint {
