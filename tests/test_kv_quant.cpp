@@ -27,6 +27,7 @@
 #include "engine_test_util.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "isa_guard.h"
 
 using namespace kvs;
 using V = std::vector<int32_t>;
@@ -335,10 +336,6 @@ TEST(KvCodec, PerChannelKeysBeatPerTokenOnOutlierChannels) {
 }
 
 // Forces an attention/matmul path (clamped to what the CPU has) for a scope.
-struct IsaGuard {
-  explicit IsaGuard(Isa i) { set_isa_override(i); }
-  ~IsaGuard() { clear_isa_override(); }
-};
 
 // attention_group over quantized blocks (scattered, reversed block table)
 // equals the double-precision reference on the K/V that load_k / load_v

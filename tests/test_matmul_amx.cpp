@@ -18,6 +18,7 @@
 #include "kernels/quant.h"
 #include "kernels/threadpool.h"
 #include "kernels/weight_pack.h"
+#include "isa_guard.h"
 
 namespace kvs {
 namespace {
@@ -29,10 +30,6 @@ const GgmlType kAmxTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, Gg
 // L2 chunks (255 .. 512).
 const int64_t kNs[] = {1, 2, 3, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 255, 256, 511, 512};
 
-struct IsaGuard {
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
 
 // Every type on tiles from n = 1 for the test's duration.
 struct AllNOnTiles {

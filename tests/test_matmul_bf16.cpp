@@ -20,14 +20,11 @@
 #include "kernels/weight_pack.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "isa_guard.h"
 
 namespace kvs {
 namespace {
 
-struct IsaGuard {
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
 
 // Why the bf16 tiles cannot run here, or "" when they can.
 std::string bf16_missing() {

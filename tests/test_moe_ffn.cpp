@@ -14,24 +14,13 @@
 #include "kernels/cpu.h"
 #include "kernels/threadpool.h"
 #include "kernels/weight_pack.h"
+#include "isa_guard.h"
 
 using namespace kvs;
 
 namespace {
 
-const Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx};
 
-bool isa_available(Isa isa) {
-  set_isa_override(isa);
-  const bool ok = active_isa() == isa;
-  clear_isa_override();
-  return ok;
-}
-
-struct IsaGuard {
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
 
 std::vector<float> randn(size_t n, float scale, uint32_t seed) {
   std::mt19937 rng(seed);
