@@ -157,11 +157,9 @@ void panels_rows_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t*
       const uint8_t* to = std::min(end, from + kSlice * U::UB);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       for (int64_t t = 0; t < mt; ++t) {  // the M tiles share the slice and the next slice's request
-        const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
-        Ahead a{next.p + 64 * l0, l1 - l0};
-        a.spread(8 * nsb);
         const XSuper* x = reinterpret_cast<const XSuper*>(xt + t * nb) + s0;
-        raw_rows(slice, s0, nsb, x, int(std::min<int64_t>(16, n - 16 * t)), y + 16 * t * ldy + p0, ldy, valid, cbuf, a);
+        raw_rows(slice, s0, nsb, x, int(std::min<int64_t>(16, n - 16 * t)), y + 16 * t * ldy + p0, ldy, valid, cbuf,
+                 next.share(t, mt, 8 * nsb));
       }
     }
   }

@@ -273,9 +273,7 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       for (int64_t t = 0; t < mt; ++t) {
         const XSuper* x = reinterpret_cast<const XSuper*>(xt + t * nb + kSuperBlocks * s0);
-        const int64_t l0 = t * next.lines / mt, l1 = (t + 1) * next.lines / mt;
-        Ahead a{next.p + 64 * l0, l1 - l0};
-        a.spread(nsb);
+        const Ahead a = next.share(t, mt, nsb);
         const int rows = int(std::min<int64_t>(16, n - 16 * t));
         float* yt = y + 16 * t * ldy + p0;
         const int64_t kb0 = s0 * kSuperBlocks;

@@ -182,6 +182,12 @@ struct Ahead {
   int64_t lines;
   int64_t per = 0;  // lines per block (set by spread)
   void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
+  // M tile t's share of the lines among mt M tiles, spread over its steps.
+  Ahead share(int64_t t, int64_t mt, int64_t steps) const {
+    Ahead a{p + 64 * (t * lines / mt), (t + 1) * lines / mt - t * lines / mt};
+    a.spread(steps);
+    return a;
+  }
   void at(int64_t bb) const {
     for (int64_t l = bb * per; l < std::min(lines, (bb + 1) * per); ++l)
       _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
