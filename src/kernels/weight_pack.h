@@ -33,8 +33,8 @@
 //   [2048, 2112)  d[16] then dmin[16], fp16 (lane order)
 //   [2112, 2240)  the 6-bit scales, decoded: byte 16j + r = scale j of row r
 //   [2240, 2368)  the 6-bit mins, likewise
-//   so a kernel forms ws = d * sc and wm = -(dmin * m) exactly as from the
-//   file (3% more bytes than the file's 144 B x 16).
+//   so a kernel reads d, dmin, sc_j and m_j as from the file (3% more bytes
+//   than the file's 144 B x 16).
 //
 // Q5_K: the Q4_K unit, then [2368, 2880) qh as 8 vectors: vector k, lane r
 //   = qh bytes 4k .. 4k+3 of row r (bit j of each byte: bit 4 of the level
