@@ -97,22 +97,24 @@ struct P8Mx {
   }
 };
 
-// One Q4_K super-block of 8 rows: the scales and mins arrive decoded, and
-// pass to kblock as the file path's UnpackQK passes them (int32 lanes, and
-// d / dmin as each lane's fp16 pair).
-struct P8Q4K {
+// One Q4_K (FIVE: Q5_K) super-block of 8 rows: the scales and mins arrive
+// decoded, and pass to kblock as the file path's UnpackQK passes them
+// (int32 lanes, and d / dmin as each lane's fp16 pair). Q5_K's unit adds
+// the qh vectors, whose bit j becomes bit 4 of block j's levels.
+template <bool FIVE>
+struct P8QK {
   static constexpr int kBlocks = 8;
-  static constexpr bool kSuper = true, kMin = true, kSigned = false, kNibble = true;
-  static constexpr int64_t UB = 148 * L, kStride = UB;
+  static constexpr bool kSuper = true, kMin = true, kSigned = false, kNibble = !FIVE, kSmall = FIVE;
+  static constexpr int64_t UB = (FIVE ? 180 : 148) * L, kStride = UB;
   static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
   template <class F>
   static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
     const uint8_t* p = pan + u * UB;
     const __m256i dd = _mm256_or_si256(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 128 * L))),
                                        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 130 * L))), 16));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    // Levels are loaded per block, not per pair: AVX2 has 16 registers, and
-    // holding a pair's 8 vectors next to W[8] spilled.
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    // Levels (and qh) are loaded per block, not per pair: AVX2 has 16
+    // registers, and holding a pair's 8 vectors next to W[8] spilled.
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const uint8_t* v = p + (8 * (j >> 1)) * 4 * L;
@@ -122,41 +124,18 @@ struct P8Q4K {
       for (int k = 0; k < 8; ++k) {
         const __m256i g = ld32(v + k * 4 * L);
         W[k] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4);
+        if constexpr (FIVE) {
+          const __m256i qh = ld32(p + 148 * L + k * 4 * L);
+          const __m256i hb = j <= 4 ? _mm256_slli_epi32(qh, 4 - j) : _mm256_srli_epi32(qh, j - 4);
+          W[k] = _mm256_or_si256(W[k], _mm256_and_si256(hb, b4));
+        }
       }
       f(j, W, sc, mn, _mm256_castsi256_ps(dd));
     }
   }
 };
-
-// One Q5_K super-block of 8 rows: P8Q4K's unit, then the qh vectors, whose
-// bit j becomes bit 4 of block j's levels (as the file path's UnpackQK<true>).
-struct P8Q5K {
-  static constexpr int kBlocks = 8;
-  static constexpr bool kSuper = true, kMin = true, kSigned = false, kSmall = true;
-  static constexpr int64_t UB = 180 * L, kStride = UB;
-  static int64_t panel_bytes(int64_t cols) { return cols / QK_K * UB; }
-  template <class F>
-  static inline void unit(const uint8_t* pan, int64_t u, F&& f) {
-    const uint8_t* p = pan + u * UB;
-    const __m256i dd = _mm256_or_si256(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 128 * L))),
-                                       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p + 130 * L))), 16));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    // Levels and qh are loaded per block, as P8Q4K does (register pressure).
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* v = p + (8 * (j >> 1)) * 4 * L;
-      const __m256 sc = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 132 * L + L * j))));
-      const __m256 mn = _mm256_castsi256_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 140 * L + L * j))));
-      __m256i W[8];
-      for (int k = 0; k < 8; ++k) {
-        const __m256i g = ld32(v + k * 4 * L), qh = ld32(p + 148 * L + k * 4 * L);
-        const __m256i hb = j <= 4 ? _mm256_slli_epi32(qh, 4 - j) : _mm256_srli_epi32(qh, j - 4);
-        W[k] = _mm256_or_si256(_mm256_and_si256(j & 1 ? _mm256_srli_epi16(g, 4) : g, m4), _mm256_and_si256(hb, b4));
-      }
-      f(j, W, sc, mn, _mm256_castsi256_ps(dd));
-    }
-  }
-};
+using P8Q4K = P8QK<false>;
+using P8Q5K = P8QK<true>;
 
 // One Q6_K super-block of 8 rows (two halves of 128 elements).
 struct P8Q6K {

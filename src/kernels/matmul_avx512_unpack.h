@@ -342,41 +342,16 @@ struct Pk {
   }
 };
 
-// One Q4_K super-block of a packed panel (the Q4_K unit of weight_pack.h):
-// hands the sink f(j, W, ws0, ws1, wm) each sub-block j's levels W[8],
-// sc_j and m_j as int32 lanes and d / dmin as each lane's fp16 pair, as
-// UnpackQK forms them from the file.
-struct PkK {
-  static constexpr int64_t UB = 2368;
-  static constexpr bool kSuper = true, kMin = true, kNib = true;
-  template <class F>
-  static inline void unit(const uint8_t* u, F&& f) {
-    const __m512i dd = _mm512_or_si512(
-        _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2048))),
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2080))), 16));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int c = 0; c < 4; ++c) {
-      __m512i g[8];
-      for (int k = 0; k < 8; ++k) g[k] = _mm512_load_si512(u + (8 * c + k) * 64);
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * c + h;
-        __m512i W[8];
-        for (int k = 0; k < 8; ++k) W[k] = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
-        const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2112 + 16 * j)));
-        const __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2240 + 16 * j)));
-        f(j, W, _mm512_castsi512_ps(sc), _mm512_castsi512_ps(mn), _mm512_castsi512_ps(dd));
-      }
-    }
-  }
-};
-
-// One Q5_K super-block of a packed panel (the Q5_K unit of weight_pack.h):
-// PkK's unit followed by the qh vectors; bit j of a lane's qh bytes becomes
-// bit 4 of block j's levels, as UnpackQK<true> forms them from the file.
-// Not NIB: a half block's sum of 5-bit levels can reach 2^15.
-struct PkQ5K {
-  static constexpr int64_t UB = 2880;
-  static constexpr bool kSuper = true, kMin = true, kNib = false;
+// One Q4_K (FIVE: Q5_K) super-block of a packed panel (the units of
+// weight_pack.h): hands the sink f(j, W, ws0, ws1, wm) each sub-block j's
+// levels W[8], sc_j and m_j as int32 lanes and d / dmin as each lane's fp16
+// pair, as UnpackQK forms them from the file. Q5_K's unit adds the qh
+// vectors: bit j of a lane's qh bytes becomes bit 4 of block j's levels.
+// Q5_K is not NIB: a half block's sum of 5-bit levels can reach 2^15.
+template <bool FIVE>
+struct PkKq {
+  static constexpr int64_t UB = FIVE ? 2880 : 2368;
+  static constexpr bool kSuper = true, kMin = true, kNib = !FIVE;
   template <class F>
   static inline void unit(const uint8_t* u, F&& f) {
     const __m512i dd = _mm512_or_si512(
@@ -384,7 +359,8 @@ struct PkQ5K {
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2080))), 16));
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     __m512i qh[8];
-    for (int k = 0; k < 8; ++k) qh[k] = _mm512_load_si512(u + 2368 + 64 * k);
+    if constexpr (FIVE)
+      for (int k = 0; k < 8; ++k) qh[k] = _mm512_load_si512(u + 2368 + 64 * k);
     for (int c = 0; c < 4; ++c) {
       __m512i g[8];
       for (int k = 0; k < 8; ++k) g[k] = _mm512_load_si512(u + (8 * c + k) * 64);
@@ -392,9 +368,11 @@ struct PkQ5K {
         const int j = 2 * c + h;
         __m512i W[8];
         for (int k = 0; k < 8; ++k) {
-          const __m512i lo = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
-          const __m512i hb = j <= 4 ? _mm512_slli_epi32(qh[k], 4 - j) : _mm512_srli_epi32(qh[k], j - 4);
-          W[k] = _mm512_ternarylogic_epi32(lo, hb, b4, 0xF8);  // lo | (hb & b4)
+          W[k] = _mm512_and_si512(h ? _mm512_srli_epi16(g[k], 4) : g[k], m4);
+          if constexpr (FIVE) {
+            const __m512i hb = j <= 4 ? _mm512_slli_epi32(qh[k], 4 - j) : _mm512_srli_epi32(qh[k], j - 4);
+            W[k] = _mm512_ternarylogic_epi32(W[k], hb, b4, 0xF8);  // W | (hb & b4)
+          }
         }
         const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2112 + 16 * j)));
         const __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2240 + 16 * j)));
@@ -403,6 +381,8 @@ struct PkQ5K {
     }
   }
 };
+using PkK = PkKq<false>;
+using PkQ5K = PkKq<true>;
 
 // One Q6_K super-block of a packed panel (the Q6_K unit of weight_pack.h):
 // the levels and per-16 scales exactly as UnpackQ6K forms them from the file.

@@ -10,6 +10,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -108,33 +109,22 @@ void pack_k4_lane(uint8_t* unit, int64_t lane, int64_t L, const uint8_t* qs, fp1
   }
 }
 
-// Q4_K panels [p_begin, p_end), one unit per super-block (pack_k4_lane).
-void pack_panels_q4k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
-  const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    for (int64_t lane = 0; lane < L; ++lane) {
-      const int64_t r = std::min(p * L + lane, w.rows - 1);
-      const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w.row(r));
-      for (int64_t u = 0; u < nsb; ++u) {
-        const BlockQ4_K& b = blocks[u];
-        pack_k4_lane(dst + p * pb + u * q4k_unit(L), lane, L, b.qs, b.d, b.dmin, b.scales);
-      }
-    }
-  }
-}
-
-// Q5_K panels [p_begin, p_end): the Q4_K unit, then qh as 8 vectors.
-void pack_panels_q5k(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
+// Q4_K (B = BlockQ4_K) or Q5_K (BlockQ5_K) panels [p_begin, p_end), one
+// unit per super-block (pack_k4_lane); Q5_K's then qh as 8 vectors.
+template <class B>
+void pack_panels_qk(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end, int64_t L) {
+  constexpr bool kFive = std::is_same_v<B, BlockQ5_K>;
   const int64_t nsb = w.cols / QK_K, pb = panel_bytes(w, L), vb = 4 * L;
   for (int64_t p = p_begin; p < p_end; ++p) {
     for (int64_t lane = 0; lane < L; ++lane) {
       const int64_t r = std::min(p * L + lane, w.rows - 1);
-      const auto* blocks = reinterpret_cast<const BlockQ5_K*>(w.row(r));
+      const auto* blocks = reinterpret_cast<const B*>(w.row(r));
       for (int64_t u = 0; u < nsb; ++u) {
-        const BlockQ5_K& b = blocks[u];
-        uint8_t* unit = dst + p * pb + u * q5k_unit(L);
+        const B& b = blocks[u];
+        uint8_t* unit = dst + p * pb + u * (kFive ? q5k_unit(L) : q4k_unit(L));
         pack_k4_lane(unit, lane, L, b.qs, b.d, b.dmin, b.scales);
-        for (int k = 0; k < 8; ++k) std::memcpy(unit + 148 * L + k * vb + 4 * lane, b.qh + 4 * k, 4);
+        if constexpr (kFive)
+          for (int k = 0; k < 8; ++k) std::memcpy(unit + 148 * L + k * vb + 4 * lane, b.qh + 4 * k, 4);
       }
     }
   }
@@ -230,8 +220,8 @@ void pack_panels(const WeightView& w, PackLayout layout, uint8_t* dst, int64_t p
   const int64_t L = lanes_of(layout), vb = 4 * L;
   if (layout == PackLayout::AmxBf16) return pack_panels_bf16(w, dst, p_begin, p_end);
   if (mm::is_float_type(w.type)) return pack_panels_float(w, dst, p_begin, p_end, L);
-  if (w.type == GgmlType::Q4_K) return pack_panels_q4k(w, dst, p_begin, p_end, L);
-  if (w.type == GgmlType::Q5_K) return pack_panels_q5k(w, dst, p_begin, p_end, L);
+  if (w.type == GgmlType::Q4_K) return pack_panels_qk<BlockQ4_K>(w, dst, p_begin, p_end, L);
+  if (w.type == GgmlType::Q5_K) return pack_panels_qk<BlockQ5_K>(w, dst, p_begin, p_end, L);
   if (w.type == GgmlType::Q6_K) return pack_panels_q6k(w, dst, p_begin, p_end, L);
   const int64_t nb = w.cols / mm::kQBlock, lb = level_bytes(w.type, L), ub = unit_bytes(w.type, L);
   const int64_t per = unit_blocks(w.type), sb = scale_bytes(w.type, L), pb = panel_bytes(w, L);
