@@ -4,10 +4,9 @@
 // the health checker marks down (a frozen worker, SIGSTOP or a swap storm,
 // keeps its sockets open and would hold the request for --read-timeout).
 #include <cctype>
-#include <cerrno>
 #include <limits>
-#include <sys/socket.h>
 
+#include "router/relay_watch.h"
 #include "router/router_impl.h"
 #include "server/sse_stream.h"
 
@@ -28,39 +27,32 @@ int64_t scan_cached(const std::string& text) {
   return any ? v : -1;
 }
 
-// Until cancelled: when the client's socket turns readable, a hang-up (end
-// of stream or an error) sets `left` and closes `up`; a pipelined request
-// ends the watch and stays in the socket for the next read.
-void watch_client(Conn& client, beast::tcp_stream& up, bool& left) {
-  client.stream.socket().async_wait(tcp::socket::wait_read, [&client, &up, &left](beast::error_code ec) {
-    if (ec) return;
-    char c;
-    const ssize_t n = ::recv(client.stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return watch_client(client, up, left);
+// Until `ended`: a client that hangs up (end of stream or an error) sets
+// `left` and closes `up`.
+void watch_client(Conn& client, beast::tcp_stream& up, bool& left, const bool& ended) {
+  watch_hangup(client.stream.socket(), ended, [&up, &left] {
     left = true;
     beast::error_code ignored;
     up.socket().close(ignored);
   });
 }
 
-// Until cancelled: every 100 ms, whether worker w went down since the
+// Until `ended`: every 100 ms, whether worker w went down since the
 // request went out (`downs`: its count then) while this read has waited at
 // least `quiet_s` (since `t0`); if so `marked` is set and `up` closed, which
 // ends the read. Before the answer's head quiet_s is 0: nothing reached the
 // client, so the request fails over at once. Within a body it is the health
 // check's own timeout: a worker still sending is alive whatever one check
 // said, and one silent that long is as dead as its /health.
-void watch_worker(const WorkerSet& workers, int w, uint64_t downs, double t0, double quiet_s, net::steady_timer& t,
-                  beast::tcp_stream& up, bool& marked) {
-  t.expires_after(std::chrono::milliseconds(100));
-  t.async_wait([&workers, w, downs, t0, quiet_s, &t, &up, &marked](beast::error_code ec) {
-    if (ec) return;
-    if (workers.downs(w) == downs || sched::steady_now() - t0 < quiet_s)
-      return watch_worker(workers, w, downs, t0, quiet_s, t, up, marked);
+void watch_worker(const WorkerSet& workers, int w, uint64_t downs, double quiet_s, net::steady_timer& t,
+                  beast::tcp_stream& up, bool& marked, const bool& ended) {
+  const double t0 = sched::steady_now();
+  poll_every(t, std::chrono::milliseconds(100), ended, [&workers, w, downs, t0, quiet_s, &up, &marked] {
+    if (workers.downs(w) == downs || sched::steady_now() - t0 < quiet_s) return false;
     marked = true;
     beast::error_code ignored;
     up.socket().close(ignored);
+    return true;
   });
 }
 
@@ -109,10 +101,12 @@ size_t RouterServer::Impl::read_piece(Conn& client, Upstream& u, char* tmp, size
   u.p.get().body().size = n;
   u.up.expires_after(sched::seconds_ms(opts.read_timeout_s));
   net::steady_timer poll(client.ioc);
-  watch_worker(workers, u.w, u.downs, sched::steady_now(), kHealthTimeoutS, poll, u.up, u.marked_down);
+  bool ended = false;
+  watch_worker(workers, u.w, u.downs, kHealthTimeoutS, poll, u.up, u.marked_down, ended);
   ec = await(client.ioc, [&](auto h) {
-    http::async_read_some(u.up, u.buf, u.p, [&poll, h](beast::error_code e, size_t k) mutable {
-      poll.cancel();  // ends the watch
+    http::async_read_some(u.up, u.buf, u.p, [&poll, &ended, h](beast::error_code e, size_t k) mutable {
+      ended = true;  // ends the watch
+      poll.cancel();
       h(e, k);
     });
   });
@@ -133,14 +127,15 @@ Relay RouterServer::Impl::relay(int w, const http::request<http::string_body>& i
   // The worker may not answer for long (a prefill leg answers after the
   // whole prompt). A client that hangs up meanwhile closes the worker's
   // connection, so the worker cancels the request too.
-  bool client_left = false, marked_down = false;
-  watch_client(client, u.up, client_left);
+  bool client_left = false, marked_down = false, ended = false;
+  watch_client(client, u.up, client_left, ended);
   net::steady_timer poll(client.ioc);
-  watch_worker(workers, w, u.downs, sched::steady_now(), 0, poll, u.up, marked_down);
+  watch_worker(workers, w, u.downs, 0, poll, u.up, marked_down, ended);
   beast::error_code ec = await(client.ioc, [&](auto h) {
-    http::async_read_header(u.up, u.buf, u.p, [&client, &poll, h](beast::error_code e, size_t n) mutable {
+    http::async_read_header(u.up, u.buf, u.p, [&client, &poll, &ended, h](beast::error_code e, size_t n) mutable {
+      ended = true;  // ends the watches
       beast::error_code ignored;
-      client.stream.socket().cancel(ignored);  // ends the watches
+      client.stream.socket().cancel(ignored);
       poll.cancel();
       h(e, n);
     });
