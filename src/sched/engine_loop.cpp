@@ -88,6 +88,14 @@ struct EngineLoop::Impl {
   bool stop = false;
   bool exited = false;  // the engine thread takes no more commands: post() answers them
   std::thread th;
+  // After a change the engine's wait predicate reads (the scheduler's work)
+  // but not under inbox_mu: the empty lock orders the notify after a wait
+  // that already checked the predicate, which would otherwise sleep on
+  // through this wake-up until its period ends.
+  void wake() {
+    { std::lock_guard lk(inbox_mu); }
+    cv.notify_one();
+  }
 
   // Live requests' sinks and text state: submit() inserts, the engine
   // thread serves; `fresh` names the ones its books have not seen yet.
@@ -532,7 +540,7 @@ SubmitResult EngineLoop::submit(Request req) {
     std::lock_guard lk(m.live_mu);
     m.live.erase(id);
   }
-  if (res.accepted) m.cv.notify_one();
+  if (res.accepted) m.wake();
   return res;
 }
 
@@ -570,7 +578,7 @@ void EngineLoop::release_held(int64_t seq) { post(pool_cmd::Release{seq}); }
 
 bool EngineLoop::cancel(RequestId id) {
   const bool ok = impl_->sched->cancel(id);
-  if (ok) impl_->cv.notify_one();
+  if (ok) impl_->wake();
   return ok;
 }
 
