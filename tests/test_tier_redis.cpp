@@ -148,6 +148,54 @@ TEST(RedisStore, AclUserAuthenticatesOnEveryReconnect) {
   EXPECT_NE(other.refused().find("WRONGPASS"), std::string::npos) << other.refused();
 }
 
+// Rotating the password: changed on the server, the store's connection
+// dropped, its reconnect refused (an outage) until the password file says
+// the new one; no restart. An unreadable file keeps the last password.
+TEST(RedisStore, APasswordRotatedOnTheServerAndInTheFileTakesEffectAtTheNextReconnect) {
+  if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
+  const std::string first = "first-" + kPassword, second = "second-" + kPassword;
+  Redis redis;
+  redis.extra = {"--requirepass", first};
+  redis.password = first;
+  ASSERT_TRUE(redis.start());
+  Logged log;
+  std::string in_file = first;
+  bool unreadable = false;
+  RedisOptions o;
+  o.backoff_min_s = 0.02;
+  o.backoff_max_s = 0.1;
+  o.password_source = [&] {
+    if (unreadable) throw std::runtime_error("cannot open the password file");
+    return in_file;
+  };
+  RedisStore s(at(redis, "", first), o, log.fn());
+  ASSERT_TRUE(s.refused().empty()) << s.refused();
+  const std::vector<uint8_t> blob = {4, 2};
+  ASSERT_EQ(s.put("rot", blob, meta_for(60)), PutStatus::Stored);
+
+  EXPECT_EQ(redis.cli("config set requirepass '" + second + "'"), "OK");
+  redis.password = second;
+  redis.cli("client kill type normal");
+  std::vector<uint8_t> out;
+  unreadable = true;
+  // The old password, again and again: refused, so an outage.
+  EXPECT_TRUE(test::eventually([&] { return s.get("rot", out) == GetStatus::Failed && !s.refused().empty(); }, 5))
+      << log.all();
+  EXPECT_NE(s.refused().find("WRONGPASS"), std::string::npos) << s.refused();
+  EXPECT_FALSE(s.available());
+  unreadable = false;
+  in_file = second;
+  EXPECT_TRUE(test::eventually([&] { return s.get("rot", out) == GetStatus::Hit; }, 5)) << log.all();
+  EXPECT_EQ(out, blob);
+  EXPECT_TRUE(s.available());
+  const std::string all = log.all();
+  EXPECT_NE(all.find("cannot read the password again"), std::string::npos) << all;
+  EXPECT_EQ(all.find("cannot read the password again"), all.rfind("cannot read the password again")) << all;
+  EXPECT_NE(all.find("the password file changed"), std::string::npos) << all;
+  EXPECT_EQ(all.find(first), std::string::npos) << all;
+  EXPECT_EQ(all.find(second), std::string::npos) << all;
+}
+
 TEST(RedisStore, WrongTypeValueIsABadEntryNotAnOutage) {
   if (!have_redis()) GTEST_SKIP() << "redis-server is not installed (scripts/deps.sh installs it)";
   Redis redis;

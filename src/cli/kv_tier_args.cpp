@@ -166,6 +166,8 @@ std::unique_ptr<tiers::TierSet> start_tiers(const KvTierArgs& a, const crypto::S
   if (!a.redis_url.empty()) {
     tiers::RedisOptions ro;
     ro.max_ttl_s = longest;
+    if (!a.redis_password_file.empty())
+      ro.password_source = [path = a.redis_password_file] { return read_password_file(path); };
     auto redis = std::make_unique<tiers::RedisStore>(redis_endpoint(a), ro, log);
     // A refused login or database does not heal by retrying: stop here.
     if (!redis->refused().empty())

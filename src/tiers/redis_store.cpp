@@ -98,9 +98,29 @@ bool RedisStore::handshake() {
   return handshake_step(static_cast<redisReply*>(redisCommand(ctx_, "PING")), "PING");
 }
 
+// Before a reconnect (not at start: the caller has just read it).
+void RedisStore::reload_password() {
+  if (!opts_.password_source || starting_) return;
+  std::string p;
+  try {
+    p = opts_.password_source();
+  } catch (const std::exception& e) {
+    if (log_ && !reload_failed_)
+      log_(std::string("kv tier redis: cannot read the password again (") + scrub(e.what()) +
+           "); reconnecting with the last one");
+    reload_failed_ = true;
+    return;
+  }
+  reload_failed_ = false;
+  if (p == ep_.password) return;
+  ep_.password = std::move(p);
+  if (log_) log_("kv tier redis: the password file changed; reconnecting with the new password");
+}
+
 bool RedisStore::ensure() {
   if (ctx_) return true;
   if (std::chrono::steady_clock::now() < retry_at_) return false;
+  reload_password();
   ctx_ = redisConnectWithTimeout(ep_.host.c_str(), ep_.port, to_timeval(opts_.connect_timeout_s));
   if (!ctx_ || ctx_->err) {
     failed("cannot connect");

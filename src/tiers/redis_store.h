@@ -33,6 +33,11 @@ struct RedisOptions {
   // keys already there at the first connection, so a retention shortened
   // since they were written holds for them too.
   double max_ttl_s = 0;
+  // Where the password comes from again (--kv-redis-password-file), read
+  // before each reconnect's AUTH: a password rotated on the server and in
+  // the file takes effect without a restart. Null: the endpoint's, always.
+  // A read that throws keeps the last password (said once).
+  std::function<std::string()> password_source;
 };
 
 class RedisStore final : public BlobStore {
@@ -61,6 +66,7 @@ class RedisStore final : public BlobStore {
  private:
   bool ensure();  // connected, or false (still in backoff, or the retry failed)
   bool handshake();
+  void reload_password();
   bool handshake_step(redisReply* r, const char* step);
   void cap_ttls();
   void refresh_bytes();
@@ -78,6 +84,7 @@ class RedisStore final : public BlobStore {
   bool capped_ = false;
   bool starting_ = false;  // in the constructor: a refusal is the caller's start-up error, not a log line
   std::string refused_;
+  bool reload_failed_ = false;  // the last password_source read threw (said once)
   std::atomic<bool> up_{false};
   std::atomic<int64_t> bytes_{0};
 };
