@@ -496,7 +496,9 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
   // 3x2x64, 2x4x32, 1x2x16, 1x3x80 there.
   for (Case c : {Case{1, 4, 64, 9}, Case{16, 4, 64, 5}, Case{7, 1, 8, 4}, Case{3, 8, 24, 6}, Case{16, 2, 128, 3},
                  Case{5, 3, 136, 4}, Case{13, 4, 16, 7}, Case{2, 1, 1, 3}, Case{1, 8, 128, 6}, Case{3, 2, 64, 5},
-                 Case{2, 4, 32, 4}, Case{1, 2, 16, 3}, Case{1, 3, 80, 5}}) {
+                 Case{2, 4, 32, 4}, Case{1, 2, 16, 3}, Case{1, 3, 80, 5},
+                 // Several row groups of a vector each, the shape of a prefill query block
+                 Case{12, 4, 40, 4}, Case{24, 4, 128, 5}, Case{28, 8, 64, 4}}) {
     SCOPED_TRACE(::testing::Message() << "T " << c.T << " r " << c.r << " hd " << c.hd);
     const size_t ldq = size_t(c.r) * c.hd + 3, tile = size_t(16) * c.hd;
     std::vector<float> q(size_t(c.T) * ldq), kt(c.tiles * tile), vt(kt.size());
@@ -552,6 +554,14 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
     for (const attn::FlashKernel* k : simd)
       EXPECT_EQ(0, std::memcmp(run_kernel(*k, fq, kt, vt, vis, c.tiles).data(), ref.data(), ref.size() * 4))
           << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512");
+    // Soft-capped scores (Gemma 2): the SIMD kernels give the scalar bits too.
+    attn::FlashQuery capped = fq;
+    capped.softcap = 50.0f;
+    const std::vector<float> cref = run_kernel(attn::flash_kernel_scalar(), capped, kt, vt, vis, c.tiles);
+    EXPECT_NE(0, std::memcmp(cref.data(), ref.data(), ref.size() * 4)) << "the cap changed nothing";
+    for (const attn::FlashKernel* k : simd)
+      EXPECT_EQ(0, std::memcmp(run_kernel(*k, capped, kt, vt, vis, c.tiles).data(), cref.data(), cref.size() * 4))
+          << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512") << " soft-capped";
     }
   }
 }
