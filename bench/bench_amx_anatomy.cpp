@@ -169,7 +169,7 @@ __attribute__((noinline)) void chain_pass(Data& d, int every, bool store, float*
   for (int b = 0; b < kBlocks; ++b) {
     if (every && (b & (every - 1)) == 0) _tile_dpbssd(0, 4, 6);  // (every: a power of two)
     if (store) KVS_TILE_STORE(1, d.cbuf + 512);
-    chain<false, true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
+    chain<true>(d.cbuf + 256 * (b & 1), src, b, d.x[b], 16, acc);
   }
   store_out(acc, out);
 }
@@ -207,7 +207,7 @@ inline void group_products(Data& d, const XTile* x, int b, int set, int32_t* out
 template <bool BF16>
 inline void block_chain(const int32_t* c, const Src& src, int b, const XTile& x, __m512* acc) {
   if constexpr (BF16) chain_f(reinterpret_cast<const float*>(c), src, b, x, acc);
-  else chain<false, true>(c, src, b, x, 16, acc);
+  else chain<true>(c, src, b, x, 16, acc);
 }
 template <bool BF16>
 __attribute__((noinline)) void kernel_pass(Data& d, const XTile* x, float* out) {

@@ -126,10 +126,10 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
     if (nx < kb)
       products(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);
-    chain<false, FULL>(cur, src, g, x[g], rows, acc);
+    chain<FULL>(cur, src, g, x[g], rows, acc);
     ahead.at(g);
     if (G == 2 && g + 1 < kb) {
-      chain<false, FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
+      chain<FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc);
       ahead.at(g + 1);
     }
   }
@@ -160,7 +160,7 @@ inline __attribute__((always_inline)) void rot_rows(Src src, int64_t kb0, int64_
   for (int64_t b = 0; b < kb; ++b) {  // no inner loop: the accumulators stay in registers
     if (b + 1 < kb) rot_store(b + 1, ring[(b + 1) % 3]);
     if (b + 2 < kb) rot_product<false, U8>(b + 2, x[b + 2].q, src.lev(b + 2));
-    chain<false, FULL>(ring[b % 3], src, b, x[b], rows, acc);
+    chain<FULL>(ring[b % 3], src, b, x[b], rows, acc);
     ahead.at(b);
   }
   store_acc<FULL>(acc, rows, y, ldy, valid);
@@ -191,10 +191,10 @@ inline __attribute__((always_inline)) void pair_rows(Src src, int64_t kb0, int64
     if (c + 1 < np) rot_store(c + 1, ring[(c + 1) % 3]);
     if (c + 2 < np) rot_product<true, U8>(c + 2, a + (c + 2) * 1024, src.lev(g + 4));
     const int k = int(c % 3);
-    chain<false, false>(ring[k], src, g, x[g], rows, acc);
+    chain<false>(ring[k], src, g, x[g], rows, acc);
     ahead.at(g);
     if (g + 1 < kb) {
-      chain<false, false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
+      chain<false>(ring[k] + 8 * 16, src, g + 1, x[g + 1], rows, acc);  // C rows 8..15
       ahead.at(g + 1);
     }
   }

@@ -160,18 +160,17 @@ inline void rot_store(int64_t i, int32_t* out) {
 // The float chain step of block bb for rows m < rows (all 16 when FULL):
 // exactly block_step()'s operations on the tile's integer sums c ([rows]
 // of 16 int32, signed). src gives the block's float scales (lanes = the
-// panel's weight rows), loaded here, where they are used.
-template <bool MIN, bool FULL, class Src>
+// panel's weight rows), loaded here, where they are used. Formats with a
+// min (the K-quants) run per super-block instead (matmul_amx_super.cpp).
+template <bool FULL, class Src>
 inline void chain(const int32_t* c, Src src, int64_t bb, const XTile& x, int rows, __m512* acc) {
   const __m512 ws0 = src.ws0(bb);
-  const __m512 wm = MIN ? src.wm(bb) : ws0;
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     const __m512 xd = _mm512_set1_ps(x.d[m]);
     const __m512i isum = _mm512_load_si512(c + 16 * m);
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(ws0, xd), acc[m]);
-    if (MIN) acc[m] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.s[m]), acc[m]);
   }
 }
 

@@ -214,11 +214,11 @@ void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* 
 void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool sums, XTile* out);
 void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
                        float* y, int64_t ldy, Scratch scratch);
-// Q4_K / Q5_K for few M tiles (n <= kQ4kFewRows; matmul_amx_q4k_rows.cpp): the
+// Q4_K / Q5_K for few M tiles (n <= kKQuantFewRows; matmul_amx_q4k_rows.cpp): the
 // same bits from raw levels and per-block products, without folding the
 // scales.
-constexpr int64_t kQ4kFewRows = 16;
-void panels_rows_q4k_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
+constexpr int64_t kKQuantFewRows = 16;
+void panels_rows_kquant_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
                          int64_t n, float* y, int64_t ldy, Scratch scratch);
 // A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
 // values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
