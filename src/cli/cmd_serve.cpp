@@ -421,6 +421,70 @@ void refuse_kv_format_beside_budget(const CLI::App& c, const ServeArgs& a) {
                                                      ", or drop --ram-budget and size the pool with --kv-memory");
 }
 
+// The pool and the scheduler: context, KV memory and blocks, batch, queue and shares.
+void add_pool_args(CLI::App* c, ServeArgs& a) {
+  c->add_option("-c,--ctx", a.ctx, "Context window per request (default: the model's)")->check(CLI::Range(0, 1 << 22));
+  c->add_option("--kv-memory", a.kv_memory,
+                "KV pool size (2GiB) or share of available RAM (40%) (default: --max-seqs full contexts, at most 20%)");
+  c->add_option("--block-size", a.block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(8, 256));
+  c->add_option("--max-seqs", a.max_seqs, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--max-batch-tokens", a.max_batch_tokens, "Tokens through the model per step")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  c->add_option("--max-queue", a.max_queue, "Requests that may wait past the next engine step before 429 (0: admit at the next step or 429)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  c->add_option("--max-request-share", a.max_request_share, "Largest share of the KV pool one request may need")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  c->add_option("--tenant-share", a.tenant_share,
+                "Largest share of the KV pool one tenant's running + queued requests may need "
+                "(>= 1: off; default 0.5 with --api-keys, off without)")
+      ->check(CLI::Range(-1.0, 1e9));
+  c->add_option("--kv-headroom", a.kv_headroom, "Share of the KV pool never promised")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+  c->add_option("--interactive-wait", a.interactive_wait_s, "Seconds an interactive request may wait before 429")
+      ->capture_default_str();
+  c->add_option("--batch-wait", a.batch_wait_s, "Seconds a batch request may wait before 429")->capture_default_str();
+  c->add_option("--default-max-tokens", a.default_max_tokens, "max_tokens when a request names none")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  c->add_flag("--no-prefix-cache", a.no_prefix_cache, "Do not reuse K/V of equal prompt prefixes");
+}
+
+// The HTTP front: its threads, priority, timeouts and limits.
+void add_http_args(CLI::App* c, ServeArgs& a) {
+  c->add_option("--http-threads", a.http_threads, "HTTP I/O threads (default: a quarter of the CPUs, 1 to 4)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  c->add_option("--compute-priority", a.compute_priority,
+                "batch: compute threads share the CPU like any process; idle: every other thread (HTTP, "
+                "clients, scrapers on this machine) preempts them at once -- for a machine that only serves "
+                "(docs/SERVER.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"batch", "idle"}));
+  c->add_option("--shutdown-timeout", a.shutdown_timeout_s, "Seconds to finish in-flight requests on SIGTERM")
+      ->capture_default_str();
+  c->add_option("--header-timeout", a.header_timeout_s, "Seconds for an idle connection / request head")
+      ->capture_default_str();
+  c->add_option("--body-timeout", a.body_timeout_s, "Seconds for a request body")->capture_default_str();
+  c->add_option("--write-timeout", a.write_timeout_s, "Seconds a client may stall a write before it is cut off")
+      ->capture_default_str();
+  c->add_option("--body-limit", a.body_limit, "Largest request body (larger: 413)")->capture_default_str();
+  c->add_option("--stream-buffer", a.stream_queue, "Events buffered per request before a slow client is cut off")
+      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
+}
+
+// KV-cache events for routers (vLLM's format over ZeroMQ).
+void add_event_args(CLI::App* c, ServeArgs& a) {
+  c->add_option("--kv-events", a.kv_events,
+                "Publish KV-cache events in vLLM's format on this ZeroMQ PUB endpoint (tcp://HOST:PORT, port * = any)");
+  c->add_option("--kv-events-replay", a.kv_events_replay,
+                "Replay (ROUTER) endpoint for missed event batches (default: the --kv-events port + 1)");
+  c->add_option("--kv-events-topic", a.kv_events_topic, "First frame of every event message (default: empty)");
+  c->add_flag("--kv-events-tokens", a.kv_events_tokens,
+              "Include each stored block's token ids (prompt content) in the events");
+  c->add_option("--kv-events-curve", a.kv_events_curve,
+                "CURVE key file (public-key/secret-key; client-key lines: the only routers let in) to encrypt "
+                "the event sockets (docs/SCALE-OUT.md)");
+}
+
 }  // namespace
 
 void add_serve(CLI::App& app, Runner& run) {
@@ -429,29 +493,7 @@ void add_serve(CLI::App& app, Runner& run) {
   add_model_args(c, a->m);
   c->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   c->add_option("--port", a->port, "TCP port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  c->add_option("-c,--ctx", a->ctx, "Context window per request (default: the model's)")->check(CLI::Range(0, 1 << 22));
-  c->add_option("--kv-memory", a->kv_memory,
-                "KV pool size (2GiB) or share of available RAM (40%) (default: --max-seqs full contexts, at most 20%)");
-  c->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str()->check(CLI::Range(8, 256));
-  c->add_option("--max-seqs", a->max_seqs, "Sequences running at once")->capture_default_str()->check(CLI::Range(1, 4096));
-  c->add_option("--max-batch-tokens", a->max_batch_tokens, "Tokens through the model per step")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  c->add_option("--max-queue", a->max_queue, "Requests that may wait past the next engine step before 429 (0: admit at the next step or 429)")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  c->add_option("--max-request-share", a->max_request_share, "Largest share of the KV pool one request may need")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  c->add_option("--tenant-share", a->tenant_share,
-                "Largest share of the KV pool one tenant's running + queued requests may need "
-                "(>= 1: off; default 0.5 with --api-keys, off without)")
-      ->check(CLI::Range(-1.0, 1e9));
-  c->add_option("--kv-headroom", a->kv_headroom, "Share of the KV pool never promised")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.9));
-  c->add_option("--interactive-wait", a->interactive_wait_s, "Seconds an interactive request may wait before 429")
-      ->capture_default_str();
-  c->add_option("--batch-wait", a->batch_wait_s, "Seconds a batch request may wait before 429")->capture_default_str();
-  c->add_option("--default-max-tokens", a->default_max_tokens, "max_tokens when a request names none")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse K/V of equal prompt prefixes");
+  add_pool_args(c, *a);
   add_kv_args(c, a->kv);
   add_window_args(c, a->window);
   c->add_option("--api-keys", a->api_keys, "JSON file of sha256 key hashes -> tenants (default: no auth)");
@@ -462,35 +504,8 @@ void add_serve(CLI::App& app, Runner& run) {
                 "(tokenizer.chat_template.NAME) or a Jinja file")
       ->capture_default_str();
   c->add_option("--served-model-name", a->served_model_name, "Model id for clients (default: the file's stem)");
-  c->add_option("--http-threads", a->http_threads, "HTTP I/O threads (default: a quarter of the CPUs, 1 to 4)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  c->add_option("--compute-priority", a->compute_priority,
-                "batch: compute threads share the CPU like any process; idle: every other thread (HTTP, "
-                "clients, scrapers on this machine) preempts them at once -- for a machine that only serves "
-                "(docs/SERVER.md)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"batch", "idle"}));
-  c->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to finish in-flight requests on SIGTERM")
-      ->capture_default_str();
-  c->add_option("--header-timeout", a->header_timeout_s, "Seconds for an idle connection / request head")
-      ->capture_default_str();
-  c->add_option("--body-timeout", a->body_timeout_s, "Seconds for a request body")->capture_default_str();
-  c->add_option("--write-timeout", a->write_timeout_s, "Seconds a client may stall a write before it is cut off")
-      ->capture_default_str();
-  c->add_option("--body-limit", a->body_limit, "Largest request body (larger: 413)")->capture_default_str();
-  c->add_option("--stream-buffer", a->stream_queue, "Events buffered per request before a slow client is cut off")
-      ->capture_default_str()->check(CLI::Range(16, 1 << 20));
-  c->add_option("--kv-events", a->kv_events,
-                "Publish KV-cache events in vLLM's format on this ZeroMQ PUB endpoint (tcp://HOST:PORT, port * = any)");
-  c->add_option("--kv-events-replay", a->kv_events_replay,
-                "Replay (ROUTER) endpoint for missed event batches (default: the --kv-events port + 1)");
-  c->add_option("--kv-events-topic", a->kv_events_topic, "First frame of every event message (default: empty)");
-  c->add_flag("--kv-events-tokens", a->kv_events_tokens,
-              "Include each stored block's token ids (prompt content) in the events");
-  c->add_option("--kv-events-curve", a->kv_events_curve,
-                "CURVE key file (public-key/secret-key; client-key lines: the only routers let in) to encrypt "
-                "the event sockets (docs/SCALE-OUT.md)");
+  add_http_args(c, *a);
+  add_event_args(c, *a);
   c->add_option("--ram-budget", a->ram_budget,
                 "Memory for weights + KV + scratch (e.g. 1GiB): picks the KV type, pool, context, batch and max tokens");
   // Off by default: a shared server's shedding is an operator's choice.
