@@ -235,6 +235,13 @@ TEST(DisaggServe, OutputEqualsABothServerAndTheTransferIsCounted) {
   EXPECT_TRUE(eventually([&] { return idle(pf.http) && idle(d.http); }, 10));
   EXPECT_NE(pf.p->log().find("handover_ms="), std::string::npos);
   EXPECT_NE(d.p->log().find("handover="), std::string::npos);
+  // The router's access log: each leg, its worker and status; no prompt, no
+  // hand-over handle.
+  const std::string rl = router->log();
+  EXPECT_NE(rl.find("request POST /v1/completions leg=prefill worker=" + pf.url() + " status=200"), std::string::npos) << rl;
+  EXPECT_NE(rl.find("request POST /v1/completions leg=decode worker=" + d.url() + " status=200"), std::string::npos) << rl;
+  EXPECT_EQ(rl.find("Once upon"), std::string::npos) << rl;
+  EXPECT_EQ(rl.find("kv_handover"), std::string::npos) << rl;
 }
 
 // A long prompt's offer (token ids and chain keys) is larger than UCX's

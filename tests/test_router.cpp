@@ -305,6 +305,11 @@ TEST(Router, FailoverAfterKillAndRecovery) {
   std::printf("worker back in the rotation %.2f s after its restart printed ready\n", sched::steady_now() - t0);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(complete(port, "The sun " + std::to_string(i), 4).status, 200);
   EXPECT_GT(test::metric_value(port, routed_to(w0.url())), before);
+  // The access log has the failed attempt (status 0, why) and the retry.
+  const std::string rl = c.router->log();
+  EXPECT_NE(rl.find("request POST /v1/completions worker=" + w0.url() + " status=0"), std::string::npos) << rl;
+  EXPECT_NE(rl.find("failed=\""), std::string::npos) << rl;
+  EXPECT_NE(rl.find("request POST /v1/completions worker=" + c.w1.url() + " status=200"), std::string::npos) << rl;
 }
 
 // A worker restarted faster than the router's health checks notice (audit 9

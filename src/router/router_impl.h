@@ -144,7 +144,11 @@ struct RouterServer::Impl : std::enable_shared_from_this<RouterServer::Impl> {
   void count_routed(int w, Relay& r);
   // relay() counted: in flight on worker w meanwhile, then in the totals by
   // status; a worker that failed before its first byte is marked down.
-  Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true);
+  // One forwarding attempt to worker w, counted and logged (one access-log
+  // line: `role` names a P/D leg, "" otherwise).
+  Relay leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive, bool forward = true,
+            const char* role = "");
+  void log_leg(int w, const http::request<http::string_body>& in, const Relay& r, double seconds, const char* role) const;
   bool proxy_pd(Conn& client, const http::request<http::string_body>& req, bool keep_alive);
   // Connects to worker w and sends the request; false (r.failover set) on failure.
   bool send_upstream(int w, const http::request<http::string_body>& in, Conn& c, beast::tcp_stream& up, Relay& r);

@@ -261,7 +261,8 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
       return write(client, respond(503, "application/json", error_json("service_unavailable", "no_worker", why),
                                    keep_alive, no_worker_retry_after()));
     }
-    Relay pre = leg(pick->prefill, with_query(req, "kv_decode_peer=" + pick->decode_kv), client, keep_alive, false);
+    Relay pre = leg(pick->prefill, with_query(req, "kv_decode_peer=" + pick->decode_kv), client, keep_alive, false,
+                    "prefill");
     if (pre.client_gone) return false;
     if (pre.failover) return write(client, leg_failed("prefill", pre, keep_alive));
     if (pre.status == 429 || pre.status == 500) {
@@ -279,7 +280,7 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
                                  std::to_string(h.value("first_token", int64_t(-1))) + "." +
                                  std::to_string(h.value("draws", uint64_t(0))) + "." +
                                  std::to_string(h.value("seed", uint64_t(0)));
-    Relay r = leg(pick->decode, with_query(req, handover), client, keep_alive);
+    Relay r = leg(pick->decode, with_query(req, handover), client, keep_alive, true, "decode");
     if (r.failover) return write(client, leg_failed("decode", r, keep_alive));
     if (r.client_gone) return false;
     if (!r.sent) return write(client, respond(r.status, r.content_type, r.body, keep_alive, r.retry_after));
@@ -289,13 +290,31 @@ bool RouterServer::Impl::proxy_pd(Conn& client, const http::request<http::string
 }
 
 Relay RouterServer::Impl::leg(int w, const http::request<http::string_body>& in, Conn& client, bool keep_alive,
-                              bool forward) {
+                              bool forward, const char* role) {
+  const double t0 = sched::steady_now();
   workers.begin_request(w);
   Relay r = relay(w, in, client, keep_alive, forward);
   workers.end_request(w);
   count_routed(w, r);
   if (r.failover) workers.mark_down(w, r.error);
+  log_leg(w, in, r, sched::steady_now() - t0, role);
   return r;
+}
+
+// The router's access log: method and path (no query: a hand-over's handle
+// is in it), the worker, its status and time; never a prompt or an answer.
+void RouterServer::Impl::log_leg(int w, const http::request<http::string_body>& in, const Relay& r, double seconds,
+                                 const char* role) const {
+  const std::string target(in.target());
+  std::string line = "kvserve router: request " + std::string(in.method_string()) + " " +
+                     target.substr(0, target.find('?')) + (*role ? std::string(" leg=") + role : std::string()) +
+                     " worker=" + workers.spec(w).url + " status=" + std::to_string(r.failover ? 0 : r.status);
+  char ms[32];
+  std::snprintf(ms, sizeof ms, " ms=%.1f", seconds * 1e3);
+  line += ms;
+  if (r.failover) line += " failed=\"" + r.error + "\"";
+  if (r.client_gone) line += " client_gone";
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 // Counted before the client gets the first byte of the answer, so a client
