@@ -479,6 +479,20 @@ std::vector<float> run_kernel(const attn::FlashKernel& k, const attn::FlashQuery
   return out;
 }
 
+// Soft-capped scores (Gemma 2) on the same tiles: the SIMD kernels give the
+// scalar kernel's bits (`plain`: its uncapped output, which the cap changes).
+void expect_capped_alike(const std::vector<const attn::FlashKernel*>& simd, const attn::FlashQuery& fq,
+                         const std::vector<float>& kt, const std::vector<float>& vt, const std::vector<uint16_t>& vis,
+                         int tiles, const std::vector<float>& plain) {
+  attn::FlashQuery capped = fq;
+  capped.softcap = 50.0f;
+  const std::vector<float> ref = run_kernel(attn::flash_kernel_scalar(), capped, kt, vt, vis, tiles);
+  EXPECT_NE(0, std::memcmp(ref.data(), plain.data(), plain.size() * 4)) << "the cap changed nothing";
+  for (const attn::FlashKernel* k : simd)
+    EXPECT_EQ(0, std::memcmp(run_kernel(*k, capped, kt, vt, vis, tiles).data(), ref.data(), ref.size() * 4))
+        << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512") << " soft-capped";
+}
+
 // Random queries, tiles and masks (tokens that see nothing of a tile, or
 // nothing of the first ones; unseen keys hold large values): every SIMD
 // kernel gives the scalar kernel's bits, and the scalar kernel matches the
@@ -554,14 +568,7 @@ TEST(FlashKernels, SimdGiveScalarBitsAndScalarMatchesDouble) {
     for (const attn::FlashKernel* k : simd)
       EXPECT_EQ(0, std::memcmp(run_kernel(*k, fq, kt, vt, vis, c.tiles).data(), ref.data(), ref.size() * 4))
           << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512");
-    // Soft-capped scores (Gemma 2): the SIMD kernels give the scalar bits too.
-    attn::FlashQuery capped = fq;
-    capped.softcap = 50.0f;
-    const std::vector<float> cref = run_kernel(attn::flash_kernel_scalar(), capped, kt, vt, vis, c.tiles);
-    EXPECT_NE(0, std::memcmp(cref.data(), ref.data(), ref.size() * 4)) << "the cap changed nothing";
-    for (const attn::FlashKernel* k : simd)
-      EXPECT_EQ(0, std::memcmp(run_kernel(*k, capped, kt, vt, vis, c.tiles).data(), cref.data(), cref.size() * 4))
-          << (k == &attn::flash_kernel_avx2() ? "avx2" : "avx512") << " soft-capped";
+    expect_capped_alike(simd, fq, kt, vt, vis, c.tiles, ref);
     }
   }
 }
