@@ -79,42 +79,40 @@ void expect_alike_on_every_path(const WeightView& w) {
   }
 }
 
-// Q4_K's arithmetic at its extremes: every level 15, every scale and min 63,
-// activations all at +-127. The super-block sums S and M reach their
-// largest values (S = 8 * 63 * 32 * 15 * 127 < 2^31), which the int16
-// pairs, the AMX byte split and vpmulld must all carry exactly.
-TEST(Matmul, Q4KExtremeSumsAlikeOnEveryPath) {
-  const int64_t rows = 35, cols = 512;
-  std::vector<uint8_t> bytes(size_t(rows * cols / 256) * sizeof(BlockQ4_K));
-  auto* blk = reinterpret_cast<BlockQ4_K*>(bytes.data());
-  std::mt19937 rng(3);
-  for (int64_t i = 0; i < rows * cols / 256; ++i) {
+// A [35, 512] K-quant matrix at its extremes: every scale and min 63, every
+// level at its top (all level bits set; every third block's bytes random
+// instead), d varying by block.
+template <class Block>
+WeightView extreme_kquant(GgmlType t, unsigned seed, std::vector<uint8_t>& bytes) {
+  const int64_t rows = 35, cols = 512, n = rows * cols / 256;
+  bytes.assign(size_t(n) * sizeof(Block), 0);
+  auto* blk = reinterpret_cast<Block*>(bytes.data());
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < n; ++i) {
     blk[i].d = f32_to_fp16(0.01f * float(1 + i % 5));
     blk[i].dmin = f32_to_fp16(0.02f);
     std::memset(blk[i].scales, 0xFF, sizeof blk[i].scales);  // sc = m = 63
     std::memset(blk[i].qs, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qs);
+    if constexpr (requires { blk[i].qh; }) std::memset(blk[i].qh, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qh);
   }
-  expect_alike_on_every_path(
-      WeightView{GgmlType::Q4_K, bytes.data(), rows, cols, size_t(cols / 256) * sizeof(BlockQ4_K)});
+  return WeightView{t, bytes.data(), rows, cols, size_t(cols / 256) * sizeof(Block)};
 }
 
-// Q5_K's extremes: every level 31 (qs and qh all ones), scales and mins 63.
-// A half block's sum then passes 2^15 (so not kblock's NIB path), and
-// v = sc * q the AMX byte split's largest value.
+// Q4_K's arithmetic at its extremes: every level 15, activations all at
+// +-127. The super-block sums S and M reach their largest values (S = 8 *
+// 63 * 32 * 15 * 127 < 2^31), which the int16 pairs, the AMX byte split and
+// vpmulld must all carry exactly.
+TEST(Matmul, Q4KExtremeSumsAlikeOnEveryPath) {
+  std::vector<uint8_t> bytes;
+  expect_alike_on_every_path(extreme_kquant<BlockQ4_K>(GgmlType::Q4_K, 3, bytes));
+}
+
+// Q5_K's extremes: every level 31 (qs and qh all ones). A half block's sum
+// then passes 2^15 (so not kblock's NIB path), and v = sc * q the AMX byte
+// split's largest value.
 TEST(Matmul, Q5KExtremeSumsAlikeOnEveryPath) {
-  const int64_t rows = 35, cols = 512;
-  std::vector<uint8_t> bytes(size_t(rows * cols / 256) * sizeof(BlockQ5_K));
-  auto* blk = reinterpret_cast<BlockQ5_K*>(bytes.data());
-  std::mt19937 rng(4);
-  for (int64_t i = 0; i < rows * cols / 256; ++i) {
-    blk[i].d = f32_to_fp16(0.01f * float(1 + i % 5));
-    blk[i].dmin = f32_to_fp16(0.02f);
-    std::memset(blk[i].scales, 0xFF, sizeof blk[i].scales);  // sc = m = 63
-    std::memset(blk[i].qs, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qs);
-    std::memset(blk[i].qh, i % 3 ? 0xFF : int(rng() & 0xFF), sizeof blk[i].qh);
-  }
-  expect_alike_on_every_path(
-      WeightView{GgmlType::Q5_K, bytes.data(), rows, cols, size_t(cols / 256) * sizeof(BlockQ5_K)});
+  std::vector<uint8_t> bytes;
+  expect_alike_on_every_path(extreme_kquant<BlockQ5_K>(GgmlType::Q5_K, 4, bytes));
 }
 
 }  // namespace

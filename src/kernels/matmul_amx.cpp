@@ -335,8 +335,7 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
 // K-quants: the same chunks of M tiles, each through panels_rows_super.
 void gemm_amx_super(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
                     Scratch scratch) {
-  const int64_t ub = w.type == GgmlType::Q4_K ? PkK::UB : w.type == GgmlType::Q5_K ? PkQ5K::UB : PkQ6K::UB;
-  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * ub;
+  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * super_unit_bytes(w.type);
   const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytesK);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)

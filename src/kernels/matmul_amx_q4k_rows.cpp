@@ -168,7 +168,7 @@ void panels_rows_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t*
 }  // namespace
 
 void panels_rows_kquant_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
-                         int64_t n, float* y, int64_t ldy, Scratch scratch) {
+                            int64_t n, float* y, int64_t ldy, Scratch scratch) {
   if (w.type == GgmlType::Q5_K) return panels_rows_few<PkQ5K>(w, r0, r1, end, xt, n, y, ldy, scratch);
   panels_rows_few<PkK>(w, r0, r1, end, xt, n, y, ldy, scratch);
 }

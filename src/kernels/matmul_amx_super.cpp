@@ -253,7 +253,7 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
                        float* y, int64_t ldy, Scratch scratch) {
   const bool q5k = w.type == GgmlType::Q5_K, q4k = w.type == GgmlType::Q4_K || q5k;  // q4k: with mins
   if (q4k && n <= kKQuantFewRows) return panels_rows_kquant_few(w, r0, r1, end, xt, n, y, ldy, scratch);
-  const int64_t ub = q5k ? PkQ5K::UB : q4k ? PkK::UB : PkQ6K::UB;
+  const int64_t ub = super_unit_bytes(w.type);
   const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * ub;
   const int64_t mt = (n + 15) / 16;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice

@@ -417,6 +417,12 @@ struct PkQ6K {
   }
 };
 
+// Bytes of one super-block unit of a packed K-quant panel row (Q4_K, Q5_K,
+// anything else: Q6_K).
+inline int64_t super_unit_bytes(GgmlType t) {
+  return t == GgmlType::Q4_K ? PkK::UB : t == GgmlType::Q5_K ? PkQ5K::UB : PkQ6K::UB;
+}
+
 // ------------------------------------------------------------ block kernel
 // (shared by the file-layout and the packed-layout drivers)
 

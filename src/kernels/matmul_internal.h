@@ -219,7 +219,7 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
 // scales.
 constexpr int64_t kKQuantFewRows = 16;
 void panels_rows_kquant_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt,
-                         int64_t n, float* y, int64_t ldy, Scratch scratch);
+                            int64_t n, float* y, int64_t ldy, Scratch scratch);
 // A float weight row (F32 / F16 / BF16, `cols` elements) as kp bfloat16
 // values, rounded to nearest even by vcvtneps2bf16, the tail zero: the
 // AmxBf16 packing's conversion (needs AVX512-BF16).
