@@ -134,33 +134,46 @@ void fill_q4k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
   }
 }
 
-// Super-block i's products on C set i % 3 (tiles 0/1, 2/3, 4/5; A in
-// tile 6, B in 7), stored one super-block later, once done: a tile store
-// holds every later load behind it, for its product's latency too when it
-// waits for one (rot_product in matmul_amx_tiles.h).
-#define KVS_SUPER(CL, CH)                                     \
-  _tile_zero(CL);                                             \
-  _tile_zero(CH);                                             \
-  for (int c = 0; c < 4; ++c) {                               \
-    KVS_TILE_LOAD(6, &x->q[0][64 * c], 256, 3904);            \
-    KVS_TILE_LOAD(7, lo_of(slice, sb, c), 64, 1024);          \
-    _tile_dpbsud(CL, 6, 7);                                   \
-    KVS_TILE_LOAD(7, hi_of(slice, sb, c), 64, 1024);          \
-    _tile_dpbssd(CH, 6, 7);                                   \
-  }
+// Super-block i's products on C set i % 2 (tiles 0/1, 2/3). A tile load
+// waits for the products that read its register before it (the tile
+// registers behave as if not renamed), so the A tiles alternate between 4
+// and 5 step by step and the lo and hi bytes have a register each (6, 7):
+// every load has a product between it and the last reader of its
+// register, and runs while that product does. (A ring of three C sets with
+// one A and one B register measured slower: each load there waited for
+// the product just issued.)
+#define KVS_STEP(CL, CH, A, c)                      \
+  KVS_TILE_LOAD(A, &x->q[0][64 * c], 256, 3904);    \
+  KVS_TILE_LOAD(6, lo_of(slice, sb, c), 64, 1024);  \
+  _tile_dpbsud(CL, A, 6);                           \
+  KVS_TILE_LOAD(7, hi_of(slice, sb, c), 64, 1024);  \
+  _tile_dpbssd(CH, A, 7);
+#define KVS_SUPER(CL, CH) \
+  _tile_zero(CL);         \
+  _tile_zero(CH);         \
+  KVS_STEP(CL, CH, 4, 0)  \
+  KVS_STEP(CL, CH, 5, 1)  \
+  KVS_STEP(CL, CH, 4, 2)  \
+  KVS_STEP(CL, CH, 5, 3)
 inline void super_product(int64_t i, const XSuper* x, uint8_t* slice, int64_t sb) {
-  switch (int(i % 3)) {
-    case 0: KVS_SUPER(0, 1); break;
-    case 1: KVS_SUPER(2, 3); break;
-    default: KVS_SUPER(4, 5); break;
+  if (i % 2 == 0) {
+    KVS_SUPER(0, 1);
+  } else {
+    KVS_SUPER(2, 3);
   }
 }
 #undef KVS_SUPER
-inline void super_store(int64_t i, int32_t* out) {  // lo sums at out, hi at out + 256
-  switch (int(i % 3)) {
-    case 0: KVS_TILE_STORE(0, out); KVS_TILE_STORE(1, out + 256); break;
-    case 1: KVS_TILE_STORE(2, out); KVS_TILE_STORE(3, out + 256); break;
-    default: KVS_TILE_STORE(4, out); KVS_TILE_STORE(5, out + 256); break;
+#undef KVS_STEP
+// Stores super-block i's sums (lo at out, hi at out + 256). Issued before
+// the next super-block's products, so the chain that reads them runs while
+// those products do.
+inline void super_store(int64_t i, int32_t* out) {
+  if (i % 2 == 0) {
+    KVS_TILE_STORE(0, out);
+    KVS_TILE_STORE(1, out + 256);
+  } else {
+    KVS_TILE_STORE(2, out);
+    KVS_TILE_STORE(3, out + 256);
   }
 }
 
@@ -210,14 +223,12 @@ void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int r
     if (!FULL && m >= rows) break;
     acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
   }
-  int32_t* const ring[3] = {cbuf, cbuf + 512, cbuf + 1024};  // super-block i's sums at ring[i % 3]
+  int32_t* const ring[2] = {cbuf, cbuf + 512};  // super-block i's sums at ring[i % 2]
   super_product(0, x, slice, 0);
-  if (nsb > 1) super_product(1, x + 1, slice, 1);
-  super_store(0, ring[0]);
   for (int64_t i = 0; i < nsb; ++i) {  // no inner loop: the accumulators stay in registers
-    if (i + 1 < nsb) super_store(i + 1, ring[(i + 1) % 3]);
-    if (i + 2 < nsb) super_product(i + 2, x + i + 2, slice, i + 2);
-    super_chain<MIN, FULL>(ring[i % 3], slice, i, x[i], rows, acc);
+    super_store(i, ring[i % 2]);
+    if (i + 1 < nsb) super_product(i + 1, x + i + 1, slice, i + 1);
+    super_chain<MIN, FULL>(ring[i % 2], slice, i, x[i], rows, acc);
     ahead.at(i);
   }
 #pragma GCC unroll 16
@@ -258,7 +269,7 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
   const int64_t mt = (n + 15) / 16;
   constexpr int64_t kSlice = 4;  // super-blocks per K slice
   uint8_t* slice = scratch.buf;                                                       // [kSlice][kSuperBytes]
-  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [3][2][256] int32
+  int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [2][2][256] int32
   TileScope tiles(TileMode::Super);
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;

@@ -36,7 +36,7 @@ constexpr int64_t kCInts = 256;
 //   Pair:  C0 A4 B6 / C1 A5 B7, A [16, 64], B [16, 64]: two blocks in one
 //          K = 64 product for up to 8 activation rows (below)
 //   Bf16:  every tile [16, 64] (matmul_amx_bf16.cpp: C 0..3, A 4 5, B 6 7)
-//   Super: every tile [16, 64] (matmul_amx_super.cpp: C 0..5, A 6, B 7)
+//   Super: every tile [16, 64] (matmul_amx_super.cpp: C 0..3, A 4 5, B 6 7)
 enum class TileMode { K32, Pair, Bf16, Super };
 
 // Loads the configuration; releases the tiles when the call ends, so no
