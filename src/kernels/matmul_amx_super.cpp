@@ -211,30 +211,52 @@ inline __attribute__((always_inline)) void super_chain(const int32_t* c, uint8_t
   }
 }
 
-// One M tile (x: its XSuper of the slice's first super-block; y at its
-// first row) against the nsb super-blocks of the slice, which start at
-// block kb0. The accumulators live in y between slices.
-template <bool MIN, bool FULL>
-void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int rows, float* y, int64_t ldy,
-                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
-  __m512 acc[16];  // (matmul_amx.cpp's load_acc: kept apart, as the Q8_0 tiles measured slower sharing it)
+template <bool FULL>
+inline void load_acc(const float* y, int64_t ldy, int rows, __mmask16 valid, bool zero, __m512* acc) {
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
-    acc[m] = kb0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
+    acc[m] = zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(valid, y + m * ldy);
   }
-  int32_t* const ring[2] = {cbuf, cbuf + 512};  // super-block i's sums at ring[i % 2]
-  super_product(0, x, slice, 0);
-  for (int64_t i = 0; i < nsb; ++i) {  // no inner loop: the accumulators stay in registers
-    super_store(i, ring[i % 2]);
-    if (i + 1 < nsb) super_product(i + 1, x + i + 1, slice, i + 1);
-    super_chain<MIN, FULL>(ring[i % 2], slice, i, x[i], rows, acc);
-    ahead.at(i);
-  }
+}
+template <bool FULL>
+inline void store_acc(float* y, int64_t ldy, int rows, __mmask16 valid, const __m512* acc) {
 #pragma GCC unroll 16
   for (int m = 0; m < 16; ++m) {
     if (!FULL && m >= rows) break;
     _mm512_mask_storeu_ps(y + m * ldy, valid, acc[m]);
+  }
+}
+
+// M tiles t < nt (x: the first one's XSuper of the slice's first
+// super-block, the next ones xs XSupers apart; y at the first one's first
+// row, the next ones 16 rows apart; rows of each) against the nsb
+// super-blocks of the slice, which start at block kb0. The steps run as
+// one sequence over the tiles, so the next tile's first products are in
+// flight while this tile's last chain runs (a call per tile left the tile
+// unit idle at each start). The accumulators live in y between slices.
+template <bool MIN, bool FULL>
+void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int64_t xs, int64_t nt, int rows,
+                float* y, int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
+  __m512 acc[16];  // (matmul_amx.cpp's load_acc: kept apart, as the Q8_0 tiles measured slower sharing it)
+  load_acc<FULL>(y, ldy, rows, valid, kb0 == 0, acc);
+  int32_t* const ring[2] = {cbuf, cbuf + 512};  // step k's sums at ring[k % 2]
+  const int64_t steps = nt * nsb;
+  ahead.spread(steps);
+  super_product(0, x, slice, 0);
+  for (int64_t k = 0, t = 0, i = 0; k < steps; ++k) {  // step k: tile t, super-block i
+    super_store(k, ring[k % 2]);
+    if (k + 1 < steps) {
+      const int64_t t1 = i + 1 < nsb ? t : t + 1, i1 = i + 1 < nsb ? i + 1 : 0;
+      super_product(k + 1, x + t1 * xs + i1, slice, i1);
+    }
+    super_chain<MIN, FULL>(ring[k % 2], slice, i, x[t * xs + i], rows, acc);
+    ahead.at(k);
+    if (++i == nsb) {
+      store_acc<FULL>(y + 16 * t * ldy, ldy, rows, valid, acc);
+      if (++t < nt) load_acc<FULL>(y + 16 * t * ldy, ldy, rows, valid, kb0 == 0, acc);
+      i = 0;
+    }
   }
 }
 
@@ -282,18 +304,21 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
       const uint8_t* from = pan + (s0 + nsb) * ub;
       const uint8_t* to = std::min(end, from + kSlice * ub);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
-      for (int64_t t = 0; t < mt; ++t) {
-        const XSuper* x = reinterpret_cast<const XSuper*>(xt + t * nb + kSuperBlocks * s0);
-        const Ahead a = next.share(t, mt, nsb);
-        const int rows = int(std::min<int64_t>(16, n - 16 * t));
-        float* yt = y + 16 * t * ldy + p0;
-        const int64_t kb0 = s0 * kSuperBlocks;
+      // The whole M tiles in one sequence, a partial last one in another.
+      const int64_t kb0 = s0 * kSuperBlocks, xs = nb / kSuperBlocks, seg[3] = {0, n / 16, mt};
+      for (int g = 0; g < 2; ++g) {
+        const int64_t t0 = seg[g], nt = seg[g + 1] - seg[g];
+        if (nt == 0) continue;
+        const XSuper* x = reinterpret_cast<const XSuper*>(xt + t0 * nb + kSuperBlocks * s0);
+        const Ahead a = next.part(t0, t0 + nt, mt);
+        const int rows = int(std::min<int64_t>(16, n - 16 * t0));
+        float* yt = y + 16 * t0 * ldy + p0;
         if (q4k) {
-          if (rows == 16) super_rows<true, true>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
-          else super_rows<true, false>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+          if (rows == 16) super_rows<true, true>(slice, kb0, nsb, x, xs, nt, rows, yt, ldy, valid, cbuf, a);
+          else super_rows<true, false>(slice, kb0, nsb, x, xs, nt, rows, yt, ldy, valid, cbuf, a);
         } else {
-          if (rows == 16) super_rows<false, true>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
-          else super_rows<false, false>(slice, kb0, nsb, x, rows, yt, ldy, valid, cbuf, a);
+          if (rows == 16) super_rows<false, true>(slice, kb0, nsb, x, xs, nt, rows, yt, ldy, valid, cbuf, a);
+          else super_rows<false, false>(slice, kb0, nsb, x, xs, nt, rows, yt, ldy, valid, cbuf, a);
         }
       }
     }

@@ -181,6 +181,11 @@ struct Ahead {
   int64_t lines;
   int64_t per = 0;  // lines per block (set by spread)
   void spread(int64_t kb) { per = (lines + kb - 1) / kb; }
+  // M tiles [t0, t1)'s share of the lines among mt M tiles (spread() it
+  // over their steps).
+  Ahead part(int64_t t0, int64_t t1, int64_t mt) const {
+    return Ahead{p + 64 * (t0 * lines / mt), t1 * lines / mt - t0 * lines / mt};
+  }
   // M tile t's share of the lines among mt M tiles, spread over its steps.
   Ahead share(int64_t t, int64_t mt, int64_t steps) const {
     Ahead a{p + 64 * (t * lines / mt), (t + 1) * lines / mt - t * lines / mt};
