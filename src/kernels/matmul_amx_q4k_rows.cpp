@@ -142,7 +142,7 @@ template <class U>
 void panels_rows_few(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
                      float* y, int64_t ldy, Scratch scratch) {
   const int64_t nb = w.cols / kQBlock, nsb_all = nb / kSuperBlocks, pbytes = nsb_all * U::UB;
-  constexpr int64_t kSlice = 4;  // super-blocks per K slice
+  constexpr int64_t kSlice = 2;  // super-blocks per K slice (as matmul_amx_super.cpp's, for L1)
   uint8_t* slice = scratch.buf;                                                       // [kSlice][kSuperBytes]
   int32_t* cbuf = reinterpret_cast<int32_t*>(scratch.buf + kSlice * kSuperBytes);  // [3][256] int32
   const int64_t mt = (n + 15) / 16;
