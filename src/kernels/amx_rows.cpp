@@ -35,9 +35,9 @@ int default_amx_min_rows(GgmlType t) {
     case GgmlType::Q8_0: return 4;
     case GgmlType::Q4_0: return 4;
     case GgmlType::MXFP4: return 4;  // Q4_0's: the same kernels on the same levels after the lookup
-    case GgmlType::Q4_K: return 12;
-    case GgmlType::Q5_K: return 12;  // Q4_K's: the same kernels with a fifth level bit
-    case GgmlType::Q6_K: return 8;
+    case GgmlType::Q4_K: return 4;
+    case GgmlType::Q5_K: return 4;  // Q4_K's: the same kernels with a fifth level bit
+    case GgmlType::Q6_K: return 12;
     default: return kAmxNever;
   }
 }
