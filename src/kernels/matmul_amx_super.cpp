@@ -211,6 +211,9 @@ inline __attribute__((always_inline)) void super_chain(const int32_t* c, uint8_t
   }
 }
 
+// An M tile's accumulators (`rows` of them, all 16 when FULL) from y, or
+// zero at the first slice; and back. (Kept apart from matmul_amx.cpp's
+// pair: the Q8_0 tiles measured slower sharing it.)
 template <bool FULL>
 inline void load_acc(const float* y, int64_t ldy, int rows, __mmask16 valid, bool zero, __m512* acc) {
 #pragma GCC unroll 16
@@ -238,7 +241,7 @@ inline void store_acc(float* y, int64_t ldy, int rows, __mmask16 valid, const __
 template <bool MIN, bool FULL>
 void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int64_t xs, int64_t nt, int rows,
                 float* y, int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
-  __m512 acc[16];  // (matmul_amx.cpp's load_acc: kept apart, as the Q8_0 tiles measured slower sharing it)
+  __m512 acc[16];  // tile t's
   load_acc<FULL>(y, ldy, rows, valid, kb0 == 0, acc);
   int32_t* const ring[2] = {cbuf, cbuf + 512};  // step k's sums at ring[k % 2]
   const int64_t steps = nt * nsb;

@@ -188,7 +188,7 @@ struct Ahead {
   }
   // M tile t's share of the lines among mt M tiles, spread over its steps.
   Ahead share(int64_t t, int64_t mt, int64_t steps) const {
-    Ahead a{p + 64 * (t * lines / mt), (t + 1) * lines / mt - t * lines / mt};
+    Ahead a = part(t, t + 1, mt);
     a.spread(steps);
     return a;
   }
