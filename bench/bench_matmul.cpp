@@ -55,10 +55,10 @@ struct Shape {
   int64_t rows, cols;
   const char* what;
 };
-// The output row stride the engine uses (engine.cpp padded_ld): rows a
-// power of two apart would alias in the caches, and the AMX GEMM would
-// split such a prompt into more chunks than the engine ever runs.
-int64_t out_ld(int64_t rows) { return (rows + 15) / 16 * 16 + 16; }
+// Outputs at the engine's row stride (kvs::padded_ld): rows a power of two
+// apart would alias in the caches, and the AMX GEMM would split such a
+// prompt into more chunks than the engine ever runs.
+int64_t out_ld(int64_t rows) { return kvs::padded_ld(rows); }
 const Shape kShapes[] = {{2048, 2048, "wq"}, {8192, 2048, "w_up"}, {2048, 8192, "w_down"},
                          {32000, 2048, "output"}};
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::F16,

@@ -145,12 +145,6 @@ static void add_bias(float* y, int64_t ldy, const float* b, int64_t rows, int64_
   for (int64_t i = 0; i < rows; ++i) add_inplace(y + i * ldy, b, int(cols));
 }
 
-// Row stride of a GEMM output n wide: one cache line past whole lines, so
-// the rows of an M tile (which the tile kernels load and store between K
-// slices) fall in different cache sets; a multiple of 4 KiB put all of
-// them in one L1 set and few L2 sets.
-static int64_t padded_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
-
 // Per kind of RoPE: each row's cos/sin at its query position (keys are
 // rotated at their own), and, when keys are stored before RoPE and rotated
 // at attention time, cos/sin of every position a key can take (grown on

@@ -48,6 +48,12 @@ struct WeightView {
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_stride; }
 };
 
+// A row stride for an output n wide: one cache line past whole lines, so
+// the rows of an M tile (which the tile kernels load and store between K
+// slices) fall in different cache sets; a multiple of 4 KiB put all of
+// them in one L1 set and few L2 sets.
+inline int64_t padded_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
+
 // Y: [n, w.rows] row-major with leading dimension ldy; X: [n, w.cols] with ldx.
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             ThreadPool& pool);
