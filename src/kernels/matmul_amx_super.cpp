@@ -141,13 +141,17 @@ void fill_q4k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
 // every load has a product between it and the last reader of its
 // register, and runs while that product does. (A ring of three C sets with
 // one A and one B register measured slower: each load there waited for
-// the product just issued.)
+// the product just issued.) between(c) runs after step c: the caller puts
+// a quarter of the previous super-block's float chain there, because tile
+// loads and stores hold up the vector work issued after them, and a
+// chain issued in one piece after the products waited for most of them.
 #define KVS_STEP(CL, CH, A, c)                      \
   KVS_TILE_LOAD(A, &x->q[0][64 * c], 256, 3904);    \
   KVS_TILE_LOAD(6, lo_of(slice, sb, c), 64, 1024);  \
   _tile_dpbsud(CL, A, 6);                           \
   KVS_TILE_LOAD(7, hi_of(slice, sb, c), 64, 1024);  \
-  _tile_dpbssd(CH, A, 7);
+  _tile_dpbssd(CH, A, 7);                           \
+  between(c);
 #define KVS_SUPER(CL, CH) \
   _tile_zero(CL);         \
   _tile_zero(CH);         \
@@ -155,7 +159,9 @@ void fill_q4k(const uint8_t* pan, int64_t sb0, int64_t nsb, uint8_t* dst) {
   KVS_STEP(CL, CH, 5, 1)  \
   KVS_STEP(CL, CH, 4, 2)  \
   KVS_STEP(CL, CH, 5, 3)
-inline void super_product(int64_t i, const XSuper* x, uint8_t* slice, int64_t sb) {
+template <class F>
+inline __attribute__((always_inline)) void super_product(int64_t i, const XSuper* x, uint8_t* slice, int64_t sb,
+                                                         F&& between) {
   if (i % 2 == 0) {
     KVS_SUPER(0, 1);
   } else {
@@ -183,30 +189,39 @@ inline __m512i bcast_pair(const int16_t* p) {  // one dword of two int16, broadc
   return _mm512_set1_epi32(v);
 }
 
-// kblock's float steps for rows m < rows (all 16 when FULL): c holds the
-// lo sums [16, 16], c + 256 the hi ones; sb the slice's super-block (its
-// d, and Q4_K / Q5_K's -dmin and mins).
-template <bool MIN, bool FULL>
-inline __attribute__((always_inline)) void super_chain(const int32_t* c, uint8_t* slice, int64_t sb,
-                                                       const XSuper& x, int rows, __m512* acc) {
-  const __m512 vd = _mm512_load_ps(d_of(slice, sb));
-  __m512 vnd;
+// kblock's float steps for rows [m0, m1) of one super-block, below `rows`
+// (all 16 when FULL): c holds the lo sums [16, 16], c + 256 the hi ones;
+// vd the panel's d, and for Q4_K / Q5_K vnd its -dmin and mp its mins (the
+// slice's, from super_consts). A row range, so the caller can spread a
+// super-block's rows between the next one's tile steps.
+struct SuperConsts {
+  __m512 vd, vnd;
   __m512i mp[4];
+};
+template <bool MIN>
+inline __attribute__((always_inline)) SuperConsts super_consts(uint8_t* slice, int64_t sb) {
+  SuperConsts k;
+  k.vd = _mm512_load_ps(d_of(slice, sb));
   if constexpr (MIN) {
-    vnd = _mm512_load_ps(nd_of(slice, sb));
-    for (int p = 0; p < 4; ++p) mp[p] = _mm512_load_si512(mins_of(slice, sb) + 16 * p);
+    k.vnd = _mm512_load_ps(nd_of(slice, sb));
+    for (int p = 0; p < 4; ++p) k.mp[p] = _mm512_load_si512(mins_of(slice, sb) + 16 * p);
   }
+  return k;
+}
+template <bool MIN, bool FULL>
+inline __attribute__((always_inline)) void super_chain(const int32_t* c, const SuperConsts& k, const XSuper& x,
+                                                       int rows, int m0, int m1, __m512* acc) {
 #pragma GCC unroll 16
-  for (int m = 0; m < 16; ++m) {
+  for (int m = m0; m < m1; ++m) {
     if (!FULL && m >= rows) break;
     const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * m), 8),
                                        _mm512_load_si512(c + 16 * m));
     const __m512 xd = _mm512_set1_ps(x.d[m]);
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(vd, xd), acc[m]);
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(k.vd, xd), acc[m]);
     if constexpr (MIN) {
-      __m512i mm = _mm512_madd_epi16(mp[0], bcast_pair(x.xs[m]));
-      for (int p = 1; p < 4; ++p) mm = _mm512_dpwssd_epi32(mm, mp[p], bcast_pair(x.xs[m] + 2 * p));
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mm), _mm512_mul_ps(vnd, xd), acc[m]);
+      __m512i mm = _mm512_madd_epi16(k.mp[0], bcast_pair(x.xs[m]));
+      for (int p = 1; p < 4; ++p) mm = _mm512_dpwssd_epi32(mm, k.mp[p], bcast_pair(x.xs[m] + 2 * p));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mm), _mm512_mul_ps(k.vnd, xd), acc[m]);
     }
   }
 }
@@ -237,7 +252,9 @@ inline void store_acc(float* y, int64_t ldy, int rows, __mmask16 valid, const __
 // super-blocks of the slice, which start at block kb0. The steps run as
 // one sequence over the tiles, so the next tile's first products are in
 // flight while this tile's last chain runs (a call per tile left the tile
-// unit idle at each start). The accumulators live in y between slices.
+// unit idle at each start), and each step's chain runs in four pieces
+// between the next step's products. The accumulators live in y between
+// slices.
 template <bool MIN, bool FULL>
 void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int64_t xs, int64_t nt, int rows,
                 float* y, int64_t ldy, __mmask16 valid, int32_t* cbuf, Ahead ahead) {
@@ -246,14 +263,20 @@ void super_rows(uint8_t* slice, int64_t kb0, int64_t nsb, const XSuper* x, int64
   int32_t* const ring[2] = {cbuf, cbuf + 512};  // step k's sums at ring[k % 2]
   const int64_t steps = nt * nsb;
   ahead.spread(steps);
-  super_product(0, x, slice, 0);
+  super_product(0, x, slice, 0, [](int) {});
   for (int64_t k = 0, t = 0, i = 0; k < steps; ++k) {  // step k: tile t, super-block i
     super_store(k, ring[k % 2]);
+    const SuperConsts kc = super_consts<MIN>(slice, i);
+    const int32_t* c = ring[k % 2];
+    const XSuper& xk = x[t * xs + i];
     if (k + 1 < steps) {
       const int64_t t1 = i + 1 < nsb ? t : t + 1, i1 = i + 1 < nsb ? i + 1 : 0;
-      super_product(k + 1, x + t1 * xs + i1, slice, i1);
+      super_product(k + 1, x + t1 * xs + i1, slice, i1, [&](int s) __attribute__((always_inline)) {
+        super_chain<MIN, FULL>(c, kc, xk, rows, 4 * s, 4 * s + 4, acc);
+      });
+    } else {
+      super_chain<MIN, FULL>(c, kc, xk, rows, 0, 16, acc);
     }
-    super_chain<MIN, FULL>(ring[k % 2], slice, i, x[t * xs + i], rows, acc);
     ahead.at(k);
     if (++i == nsb) {
       store_acc<FULL>(y + 16 * t * ldy, ldy, rows, valid, acc);
