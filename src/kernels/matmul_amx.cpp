@@ -107,7 +107,10 @@ inline __attribute__((always_inline)) void store_acc(const __m512* acc, int rows
 // The accumulators live in y between slices (exact round trip), as in the
 // VNNI tiles. Products run a group of G (1 or 2) blocks ahead of the float
 // chain: two paid where several M tiles share a slice, one where a single M
-// tile runs right after the slice's copy (docs/PERFORMANCE.md).
+// tile runs right after the slice's copy (docs/PERFORMANCE.md). With two,
+// each of a group's chains runs after one of the next group's products,
+// before their stores: tile loads and stores hold up the vector work issued
+// after them, and chains issued after both stores waited for the products.
 template <bool FULL, int G, class Src>
 inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64_t kb, const XTile* xt, int rows, float* y, int64_t ldy,
                __mmask16 valid, int32_t* cbuf, Ahead ahead) {
@@ -123,6 +126,14 @@ inline __attribute__((always_inline)) void tile_rows(Src src, int64_t kb0, int64
     const bool odd = (g / G) & 1;
     int32_t* const cur = odd ? ring1 : ring0;
     const int64_t nx = g + G;
+    if (G == 2 && nx + 1 < kb) {  // two blocks now and two next: each block's chain after one product
+      products_split(x + nx, src.lev(nx), src.lev(nx + 1), odd ? ring0 : ring1,
+          [&]() __attribute__((always_inline)) { chain<FULL>(cur, src, g, x[g], rows, acc); },
+          [&]() __attribute__((always_inline)) { chain<FULL>(cur + kC, src, g + 1, x[g + 1], rows, acc); });
+      ahead.at(g);
+      ahead.at(g + 1);
+      continue;
+    }
     if (nx < kb)
       products(!odd, x + nx, src.lev(nx), src.lev(nx + 1), int(std::min<int64_t>(G, kb - nx)),
                           odd ? ring0 : ring1);

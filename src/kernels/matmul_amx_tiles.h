@@ -97,6 +97,19 @@ inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* 
   }
 }
 
+// Two blocks' products as products(.., 2, ..), with mid() run between them
+// and last() after the second, before the stores.
+template <class F, class G>
+inline __attribute__((always_inline)) void products_split(const XTile* a, const uint8_t* b0, const uint8_t* b1,
+                                                          int32_t* out, F&& mid, G&& last) {
+  KVS_PRODUCT_K32(0, 4, 6, a, b0);
+  mid();
+  KVS_PRODUCT_K32(1, 5, 7, a + 1, b1);
+  last();
+  KVS_TILE_STORE(0, out);
+  KVS_TILE_STORE(1, out + 256);
+}
+
 // The three-tile rotation of rot_rows (TileMode::K32, one block per
 // product): block i's product goes to C tile i % 3 from the A/B pair i % 2
 // (A 4 / B 6 or A 5 / B 7), and its store is issued a whole block later,
