@@ -77,28 +77,10 @@ class TileScope {
   KVS_TILE_LOAD(B, (b), 64, 512);      \
   _tile_zero(C);                       \
   _tile_dpbssd(C, A, B)
-// Integer products of cnt (1 or 2) blocks into out ([cnt][kCInts] int32):
-// one block on tile set `set`, two on both sets, both products issued
-// before the stores (a store waits for its product; the float chain that
-// follows reads a buffer stored the round before). a: the blocks'
-// activation tiles; b0, b1: their signed levels.
-inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* b1, int cnt, int32_t* out) {
-  if (cnt == 2) {
-    KVS_PRODUCT_K32(0, 4, 6, a, b0);
-    KVS_PRODUCT_K32(1, 5, 7, a + 1, b1);
-    KVS_TILE_STORE(0, out);
-    KVS_TILE_STORE(1, out + 256);
-  } else if (set == 0) {
-    KVS_PRODUCT_K32(0, 4, 6, a, b0);
-    KVS_TILE_STORE(0, out);
-  } else {
-    KVS_PRODUCT_K32(1, 5, 7, a, b0);
-    KVS_TILE_STORE(1, out);
-  }
-}
-
-// Two blocks' products as products(.., 2, ..), with mid() run between them
-// and last() after the second, before the stores.
+// Two blocks' products into out ([2][kCInts] int32), both issued before the
+// stores (a store waits for its product), with mid() run between them and
+// last() after the second: the caller's float chain goes there, because
+// tile loads and stores hold up the vector work issued after them.
 template <class F, class G>
 inline __attribute__((always_inline)) void products_split(const XTile* a, const uint8_t* b0, const uint8_t* b1,
                                                           int32_t* out, F&& mid, G&& last) {
@@ -108,6 +90,21 @@ inline __attribute__((always_inline)) void products_split(const XTile* a, const 
   last();
   KVS_TILE_STORE(0, out);
   KVS_TILE_STORE(1, out + 256);
+}
+// Integer products of cnt (1 or 2) blocks into out ([cnt][kCInts] int32):
+// one block on tile set `set`, two on both sets as products_split. a: the
+// blocks' activation tiles; b0, b1: their signed levels. (The float chain
+// that follows reads a buffer stored the round before.)
+inline void products(int set, const XTile* a, const uint8_t* b0, const uint8_t* b1, int cnt, int32_t* out) {
+  if (cnt == 2) {
+    products_split(a, b0, b1, out, [] {}, [] {});
+  } else if (set == 0) {
+    KVS_PRODUCT_K32(0, 4, 6, a, b0);
+    KVS_TILE_STORE(0, out);
+  } else {
+    KVS_PRODUCT_K32(1, 5, 7, a, b0);
+    KVS_TILE_STORE(1, out);
+  }
 }
 
 // The three-tile rotation of rot_rows (TileMode::K32, one block per
