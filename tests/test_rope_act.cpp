@@ -133,4 +133,37 @@ TEST(Ops, GegluAndSoftcapSimdMatchScalarDefinitions) {
   }
 }
 
+// rmsnorm's sum of squares: one order on every ISA (ops.cpp), so the same
+// bits; values over many magnitudes, where another order would round
+// differently, and lengths around the 32 lanes.
+TEST(Ops, SumOfSquaresSameBitsOnEveryIsa) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> v(-1.f, 1.f);
+  std::uniform_int_distribution<int> e(-20, 20);
+  for (int n : {1, 7, 31, 32, 33, 64, 100, 2048, 5633}) {
+    std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) x[size_t(i)] = std::ldexp(v(rng), e(rng)), w[size_t(i)] = v(rng);
+    const double got = sum_squares_scalar(x.data(), n);
+    long double exact = 0;
+    for (float f : x) exact += static_cast<long double>(f) * f;
+    ASSERT_NEAR(got, double(exact), 1e-14 * double(exact)) << "n=" << n;
+    for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+      set_isa_override(isa);
+      if (active_isa() == isa) {
+        const double s = sum_squares(x.data(), n);
+        ASSERT_EQ(0, std::memcmp(&s, &got, sizeof s)) << isa_name(isa) << " n=" << n;
+      }
+      clear_isa_override();
+    }
+    std::vector<float> want(x.size());
+    const float scale = float(1.0 / std::sqrt(got / n + 1e-5f));
+    for (int i = 0; i < n; ++i) want[size_t(i)] = x[size_t(i)] * scale * w[size_t(i)];
+    expect_same_bits_on_every_isa(want, [&] {
+      std::vector<float> o(x.size());
+      rmsnorm(x.data(), w.data(), o.data(), n, 1e-5f);
+      return o;
+    }, "rmsnorm");
+  }
+}
+
 }  // namespace

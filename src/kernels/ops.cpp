@@ -8,11 +8,30 @@
 
 namespace kvs {
 
+// The sum of squares in one order on every ISA: element i into lane i % 32
+// of 32 double accumulators (each square is exact in double), then the
+// lanes pairwise 16 apart, 8, 4, 2, 1. One running sum waited on the add
+// latency at every element (docs/PERFORMANCE.md).
+double sum_squares_scalar(const float* x, int n) {
+  double a[32] = {};
+  for (int i = 0; i < n; ++i) a[i % 32] += double(x[i]) * x[i];
+  for (int w = 16; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) a[i] += a[i + w];
+  return a[0];
+}
+
+double sum_squares(const float* x, int n) {
+  switch (active_isa()) {
+    case Isa::Amx:
+    case Isa::Avx512: return simd::sum_squares_avx512(x, n);
+    case Isa::Avx2: return simd::sum_squares_avx2(x, n);
+    default: return sum_squares_scalar(x, n);
+  }
+}
+
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
-  // Sum in double: the row is short and this keeps the scale independent of
-  // summation order details (matches the float references to ~1e-7).
-  double ss = 0.0;
-  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  // Sum in double: the scale then hardly depends on the summation order.
+  const double ss = sum_squares(x, n);
   const float scale = float(1.0 / std::sqrt(ss / n + eps));
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }

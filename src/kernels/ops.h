@@ -9,6 +9,10 @@ namespace kvs {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]     x, w, out: [n]
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
+// sum(x[i]^2) in double, x: [n]; the same bits on every ISA path (ops.cpp
+// says the order).
+double sum_squares(const float* x, int n);
+double sum_squares_scalar(const float* x, int n);
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int n);
 // g[i] = silu(g[i]) * u[i]   (SwiGLU), with the polynomial exp of

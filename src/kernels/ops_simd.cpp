@@ -71,6 +71,29 @@ void clamped_swiglu_avx512(float* g, const float* u, int n, float alpha, float l
   }
 }
 
+// Lanes i % 32 of four double vectors, a zero-padded copy for the tail
+// (adding +0 leaves a sum of squares as it was).
+double sum_squares_avx512(const float* x, int n) {
+  __m512d a[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+  const auto add32 = [&](const float* p) {
+    for (int k = 0; k < 4; ++k) {
+      const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8 * k));
+      a[k] = _mm512_fmadd_pd(d, d, a[k]);
+    }
+  };
+  int i = 0;
+  for (; i + 32 <= n; i += 32) add32(x + i);
+  if (i < n) {
+    alignas(64) float t[32] = {};
+    for (int j = i; j < n; ++j) t[j - i] = x[j];
+    add32(t);
+  }
+  const __m512d s = _mm512_add_pd(_mm512_add_pd(a[0], a[2]), _mm512_add_pd(a[1], a[3]));  // 16, then 8 apart
+  const __m256d q = _mm256_add_pd(_mm512_castpd512_pd256(s), _mm512_extractf64x4_pd(s, 1));  // 4 apart
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(q), _mm256_extractf128_pd(q, 1));      // 2 apart
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
 void softcap_avx512(float* x, int n, float cap) {
   const poly::Softcap s(cap);
   int i = 0;
@@ -135,6 +158,30 @@ void clamped_swiglu_avx2(float* g, const float* u, int n, float alpha, float lim
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(g + i, clamped_swiglu256(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i), a, l));
   for (; i < n; ++i) g[i] = poly::clamped_swiglu_scalar(g[i], u[i], alpha, limit);
+}
+
+// Lanes i % 32 of eight double vectors (ops.cpp's order).
+double sum_squares_avx2(const float* x, int n) {
+  __m256d a[8];
+  for (auto& v : a) v = _mm256_setzero_pd();
+  const auto add32 = [&](const float* p) {
+    for (int k = 0; k < 8; ++k) {
+      const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(p + 4 * k));
+      a[k] = _mm256_fmadd_pd(d, d, a[k]);
+    }
+  };
+  int i = 0;
+  for (; i + 32 <= n; i += 32) add32(x + i);
+  if (i < n) {
+    alignas(32) float t[32] = {};
+    for (int j = i; j < n; ++j) t[j - i] = x[j];
+    add32(t);
+  }
+  __m256d r[4];
+  for (int k = 0; k < 4; ++k) r[k] = _mm256_add_pd(a[k], a[k + 4]);                    // 16 apart
+  const __m256d q = _mm256_add_pd(_mm256_add_pd(r[0], r[2]), _mm256_add_pd(r[1], r[3]));  // 8, then 4 apart
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(q), _mm256_extractf128_pd(q, 1));   // 2 apart
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
 void softcap_avx2(float* x, int n, float cap) {
