@@ -349,12 +349,20 @@ void Engine::Impl::ffn_block(int l) {
   } else {
     mm_multi({{&L.w_gate, gate.data(), ffn_ld}, {&L.w_up, up.data(), ffn_ld}}, xn.data(), dim, T);  // [T, ffn] each
     lap(OpPhase::FfnUp);
-    per_token([&](int64_t t) {
-      if (gelu) geglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
-      else swiglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
-    });
-    lap(OpPhase::FfnAct);
-    mm(L.w_down, gate.data(), ffn_ld, T, proj.data(), proj_ld);  // [T, dim]
+    const GgmlType dt = L.w_down.type;
+    if (exact || dt == GgmlType::F32 || dt == GgmlType::F16 || dt == GgmlType::BF16) {
+      per_token([&](int64_t t) {
+        if (gelu) geglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
+        else swiglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
+      });
+      lap(OpPhase::FfnAct);
+      mm(L.w_down, gate.data(), ffn_ld, T, proj.data(), proj_ld);  // [T, dim]
+    } else {
+      // Quantized weights quantize the activation as it is made: its
+      // time counts in ffn_down.
+      matmul_glu(L.w_down, gate.data(), up.data(), ffn_ld, gelu ? Glu::GeGlu : Glu::SwiGlu, T, proj.data(), proj_ld,
+                 *pool);  // [T, dim]
+    }
     lap(OpPhase::FfnDown);
   }
   per_token([&](int64_t t) {

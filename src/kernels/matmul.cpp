@@ -14,6 +14,7 @@
 #include "kernels/cpu.h"
 #include "kernels/huge_pages.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/ops.h"
 #include "kernels/threadpool.h"
 
 namespace kvs {
@@ -64,7 +65,7 @@ mm::Scratch thread_scratch() {
 // Activations (XBlock, XTile, bf16 rows) for this call, reused across calls
 // on the caller thread; page-aligned, huge pages where large (every panel
 // reads them again).
-template <class T>
+template <class T, int Tag = 0>
 T* x_buffer(size_t count) {
   struct Buf {
     T* p = nullptr;
@@ -95,6 +96,67 @@ void tile_activations(const IsaKernels& k, const XBlock* xq, const mm::QFormat* 
   };
   if (tasks > 1 && pool.size() > 1) pool.parallel_for(tasks, [&](int64_t t, int) { one(t); });
   else for (int64_t t = 0; t < tasks; ++t) one(t);
+}
+
+// Where a row of X comes from: read as it is, or made as act(x, u) of two
+// rows (a gated FFN's down projection), a piece at a time as it is
+// quantized, so the product's input is never written out.
+struct XSource {
+  const float* x;
+  int64_t ldx;
+  const float* u = nullptr;  // [n, cols] at ldx: act(x, u); null: x itself
+  Glu act = Glu::SwiGlu;
+};
+
+// Pieces of this many elements (whole K-quant super-blocks) stay in L1
+// between the activation and the quantizing.
+constexpr int64_t kGluPiece = 512;
+
+void glu_piece(Glu act, float* g, const float* u, int n) {
+  if (act == Glu::GeGlu) geglu_inplace(g, u, n);
+  else swiglu_inplace(g, u, n);
+}
+
+// Row i of the source quantized (cols % 32 == 0, super formats % 256):
+// the quantizers work per block or super-block, so pieces give the bits
+// of the whole row.
+void quantize_row(const IsaKernels& k, const XSource& s, int64_t i, int64_t cols, mm::QFormat f, XBlock* out) {
+  const float* x = s.x + i * s.ldx;
+  if (!s.u) return k.quantize_x(x, cols, f, out);
+  alignas(64) float piece[kGluPiece];
+  for (int64_t c = 0; c < cols; c += kGluPiece) {
+    const int64_t len = std::min(kGluPiece, cols - c);
+    std::memcpy(piece, x + c, size_t(len) * sizeof(float));
+    glu_piece(s.act, piece, s.u + i * s.ldx + c, int(len));
+    k.quantize_x(piece, len, f, out + c / mm::kQBlock);
+  }
+}
+
+// X quantized into xq [count][n, nb] (copy c in format f[c]), rows across the pool.
+void quantize_rows(const IsaKernels& k, const XSource& s, const mm::QFormat* f, int count, int64_t n, int64_t cols,
+                   XBlock* xq, ThreadPool& pool) {
+  const int64_t nb = cols / mm::kQBlock;
+  const auto one = [&](int64_t i) { quantize_row(k, s, i % n, cols, f[i / n], xq + i * nb); };
+  if (n >= 8 && pool.size() > 1) pool.parallel_for(count * n, [&](int64_t i, int) { one(i); });
+  else for (int64_t i = 0; i < count * n; ++i) one(i);
+}
+
+// Whether quantize_tiles() keeps the pool busy: it runs one task per M tile.
+bool tiles_direct(int64_t n, const ThreadPool& pool) { return m_tiles(n) >= 2 * int64_t(pool.size()); }
+
+// X quantized straight into XTiles out [count][ceil(n / 16), nb], one task
+// per (copy, M tile): the tile's rows go through a thread's own [16, nb]
+// XBlocks, which stay cached, instead of an [n, nb] array through memory.
+// The same bits as quantize_rows() then tile_activations().
+void quantize_tiles(const IsaKernels& k, const XSource& s, const mm::QFormat* f, int count, int64_t n, int64_t cols,
+                    XTile* out, ThreadPool& pool) {
+  const int64_t nb = cols / mm::kQBlock, mt = m_tiles(n);
+  pool.parallel_for(count * mt, [&](int64_t task, int) {
+    const int64_t c = task / mt, t = task % mt, rows = std::min<int64_t>(16, n - 16 * t);
+    XBlock* xq = x_buffer<XBlock, 1>(size_t(16 * nb));  // [16, nb]
+    for (int64_t m = 0; m < rows; ++m) quantize_row(k, s, 16 * t + m, cols, f[c], xq + m * nb);
+    k.tile_x(xq, rows, nb, 0, 1, f[c], out + (c * mt + t) * nb);
+  });
 }
 
 // Output rows per task: a multiple of the kernel's panel height, ~8 tasks per
@@ -143,6 +205,33 @@ void run_rows(const WeightView& w, int64_t n, ThreadPool& pool, int align,
   });
 }
 
+// Quantized weights: X quantized once (every weight row reuses it), on
+// the tiles where they apply, then the weight rows across the pool.
+void quant_product(const IsaKernels& k, const WeightView& w, const XSource& s, int64_t n, float* y, int64_t ldy,
+                   ThreadPool& pool) {
+  const mm::QFormat f = mm::qformat(w.type, k.signed_q8);
+  const int64_t nb = w.cols / mm::kQBlock;
+  if (k.quant_rows_tiles && amx_tiles_apply(w, n)) {
+    XTile* xt = x_buffer<XTile>(size_t(m_tiles(n) * nb));  // [ceil(n / 16), nb]
+    if (tiles_direct(n, pool)) {
+      quantize_tiles(k, s, &f, 1, n, w.cols, xt, pool);
+    } else {
+      XBlock* xq = x_buffer<XBlock>(size_t(n * nb));  // [n, nb]
+      quantize_rows(k, s, &f, 1, n, w.cols, xq, pool);
+      tile_activations(k, xq, &f, 1, n, nb, xt, pool);
+    }
+    run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch sc) {
+      k.quant_rows_tiles(w, r0, r1, xt, n, y, ldy, sc);
+    });
+    return;
+  }
+  XBlock* xq = x_buffer<XBlock>(size_t(n * nb));  // [n, nb]
+  quantize_rows(k, s, &f, 1, n, w.cols, xq, pool);
+  run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch sc) {
+    k.quant_rows(w, r0, r1, xq, n, y, ldy, sc);
+  });
+}
+
 }  // namespace
 
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
@@ -161,26 +250,22 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* 
     });
     return;
   }
-  // Quantize each activation row once; every weight row reuses it.
-  const mm::QFormat f = mm::qformat(w.type, k.signed_q8);
-  const int64_t nb = w.cols / mm::kQBlock;
-  XBlock* xq = x_buffer<XBlock>(size_t(n * nb));  // [n, nb]
-  if (n >= 8 && pool.size() > 1) {
-    pool.parallel_for(n, [&](int64_t i, int) { k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb); });
-  } else {
-    for (int64_t i = 0; i < n; ++i) k.quantize_x(x + i * ldx, w.cols, f, xq + i * nb);
+  quant_product(k, w, XSource{x, ldx}, n, y, ldy, pool);
+}
+
+void matmul_glu(const WeightView& w, float* g, const float* u, int64_t ldx, Glu act, int64_t n, float* y,
+                int64_t ldy, ThreadPool& pool) {
+  check_args(w, g, ldx, n, y, ldy);
+  if (n > 0 && !u) throw std::invalid_argument("matmul_glu: null u");
+  if (n == 0 || w.rows == 0) return;
+  const IsaKernels& k = kernels_for(active_isa());
+  if (runs_bf16(k, w) || mm::is_float_type(w.type)) {  // float products read X as it is
+    const auto one = [&](int64_t i) { glu_piece(act, g + i * ldx, u + i * ldx, int(w.cols)); };
+    if (n >= 8 && pool.size() > 1) pool.parallel_for(n, [&](int64_t i, int) { one(i); });
+    else for (int64_t i = 0; i < n; ++i) one(i);
+    return matmul(w, g, ldx, n, y, ldy, pool);
   }
-  if (k.quant_rows_tiles && amx_tiles_apply(w, n)) {
-    XTile* xt = x_buffer<XTile>(size_t(m_tiles(n) * nb));  // [ceil(n / 16), nb]
-    tile_activations(k, xq, &f, 1, n, nb, xt, pool);
-    run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
-      k.quant_rows_tiles(w, r0, r1, xt, n, y, ldy, s);
-    });
-    return;
-  }
-  run_rows(w, n, pool, k.row_align, [&](int64_t r0, int64_t r1, mm::Scratch s) {
-    k.quant_rows(w, r0, r1, xq, n, y, ldy, s);
-  });
+  quant_product(k, w, XSource{g, ldx, u, act}, n, y, ldy, pool);
 }
 
 void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx, int64_t n, ThreadPool& pool) {
@@ -209,20 +294,26 @@ void matmul_multi(const MatmulOut* outs, int count, const float* x, int64_t ldx,
     if (i == n_formats) formats[n_formats++] = f;
     fmt_of[j] = i;
   }
-  XBlock* xq = x_buffer<XBlock>(size_t(n_formats) * size_t(n * nb));  // [n_formats][n, nb]
-  const int64_t rows_q = int64_t(n_formats) * n;  // (format, row) pairs
-  const auto quantize = [&](int64_t i) { k.quantize_x(x + (i % n) * ldx, cols, formats[i / n], xq + i * nb); };
-  if (n >= 8 && pool.size() > 1) pool.parallel_for(rows_q, [&](int64_t i, int) { quantize(i); });
-  else for (int64_t i = 0; i < rows_q; ++i) quantize(i);
-  // Tile layouts of every format when any of its outputs runs on tiles.
+  // Tile layouts of every format when any of its outputs runs on tiles;
+  // the XBlocks too where an output runs without.
   bool tiles[kMaxOuts] = {};
-  bool any_tiles = false;
-  for (int j = 0; j < count; ++j)
-    if (fmt_of[j] >= 0 && k.quant_rows_tiles && amx_tiles_apply(*outs[j].w, n)) tiles[j] = any_tiles = true;
-  XTile* xt = nullptr;  // [n_formats][ceil(n / 16), nb]
-  if (any_tiles) {
-    xt = x_buffer<XTile>(size_t(n_formats) * size_t(m_tiles(n) * nb));
-    tile_activations(k, xq, formats, n_formats, n, nb, xt, pool);
+  bool any_tiles = false, any_blocks = false;
+  for (int j = 0; j < count; ++j) {
+    if (fmt_of[j] < 0) continue;
+    tiles[j] = k.quant_rows_tiles && amx_tiles_apply(*outs[j].w, n);
+    any_tiles |= tiles[j];
+    any_blocks |= !tiles[j];
+  }
+  const XSource src{x, ldx};
+  XBlock* xq = nullptr;  // [n_formats][n, nb]
+  XTile* xt = nullptr;   // [n_formats][ceil(n / 16), nb]
+  if (any_tiles) xt = x_buffer<XTile>(size_t(n_formats) * size_t(m_tiles(n) * nb));
+  if (any_tiles && !any_blocks && tiles_direct(n, pool)) {
+    quantize_tiles(k, src, formats, n_formats, n, cols, xt, pool);
+  } else if (n_formats > 0) {
+    xq = x_buffer<XBlock>(size_t(n_formats) * size_t(n * nb));
+    quantize_rows(k, src, formats, n_formats, n, cols, xq, pool);
+    if (any_tiles) tile_activations(k, xq, formats, n_formats, n, nb, xt, pool);
   }
   const uint16_t* xb = any_bf16 ? bf16_activations(k, x, ldx, n, cols, pool) : nullptr;
   // Tasks: output j's row chunks, in order; task t belongs to the output

@@ -58,6 +58,16 @@ inline int64_t padded_ld(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy,
             ThreadPool& pool);
 
+// The activation of a gated FFN, g = act(g, u) element-wise (ops.h's
+// swiglu_inplace / geglu_inplace).
+enum class Glu : uint8_t { SwiGlu, GeGlu };
+// Y = act(G, U) · W^T, an FFN's down projection with its gate's activation
+// (G, U: [n, w.cols] at ldx). Bit-identical to act in place on G, then
+// matmul(). Quantized weights quantize act(G, U) a piece at a time as they
+// read G and U, so it is never written out, and G stays as it was; with
+// float weights G holds act(G, U) afterwards.
+void matmul_glu(const WeightView& w, float* g, const float* u, int64_t ldx, Glu act, int64_t n, float* y,
+                int64_t ldy, ThreadPool& pool);
 // Several products of the same X, one pool dispatch: Y_j = X · W_j^T for
 // every output j (Q/K/V, gate/up). X is quantized once per weight format and
 // the rows of all matrices are split into tasks together, so threads are not
