@@ -99,7 +99,8 @@ std::vector<float> make_x(int64_t n, int64_t cols, uint32_t seed) {
 // Q4_0, whose last pair unit is half empty; MXFP4's quad units 3, 1 and 2
 // blocks full).
 std::vector<std::pair<int64_t, int64_t>> shapes_for(GgmlType t) {
-  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) return {{45, 256}, {301, 2304}};
+  // K-quants: at 5888 columns, n >= 288 runs K in parts (their XTile budget).
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K) return {{45, 256}, {301, 2304}, {45, 5888}};
   if (t == GgmlType::MXFP4) return {{45, 96}, {301, 2080}, {45, 2112}};
   return {{45, 96}, {301, 2080}};
 }

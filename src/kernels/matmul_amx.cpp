@@ -277,8 +277,9 @@ void make_pairs(const XTile* xt, int64_t nb, int8_t* dst) {
 // again); the engine pads its outputs off that grid and gets whole
 // chunks. Up to kWholeTiles M tiles stay one chunk (splitting them cost
 // more than it saved). Measured in docs/PERFORMANCE.md ("Per-op timer").
-// K-quants get twice the XTile budget: their slice copy unpacks
-// super-blocks, which a chunk pays once per panel (docs/PERFORMANCE.md).
+// K-quants get twice the XTile budget, met by parts of K rather than
+// chunks of rows (gemm_amx_super): their slice copy unpacks super-blocks,
+// which every chunk paid again (docs/PERFORMANCE.md).
 constexpr int64_t kChunkBytes = 1 << 20, kChunkBytesK = 2 << 20, kYSpan = 2 << 20;
 constexpr int64_t kWholeTiles = 8;
 
@@ -343,15 +344,24 @@ void gemm_amx(const WeightView& w, int64_t pbytes, int64_t r0, int64_t r1, const
   }
 }
 
-// K-quants: the same chunks of M tiles, each through panels_rows_super.
+// K-quants: chunks of M tiles only where y's rows alias, and the XTile
+// budget met by parts of K instead: each part streams and unpacks every
+// weight slice once, where M chunks repeated both. Parts are whole slices
+// of two super-blocks; y accumulates across them in K order (the same
+// bits).
 void gemm_amx_super(const WeightView& w, int64_t r0, int64_t r1, const XTile* xt, int64_t n, float* y, int64_t ldy,
                     Scratch scratch) {
-  const int64_t nb = w.cols / kQBlock, pbytes = nb / 8 * super_unit_bytes(w.type);
-  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, kChunkBytesK);
+  const int64_t nb = w.cols / kQBlock, nsb = nb / kSuperBlocks, pbytes = nsb * super_unit_bytes(w.type);
+  const int64_t mt = (n + 15) / 16, chunks = chunk_count(mt, nb, ldy, INT64_MAX / 2);
   const uint8_t* end = w.packed + ((r1 + L - 1) / L) * pbytes;
   for (int64_t c = 0; c < chunks; ++c) {  // M tiles [t0, t1)
-    const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0;
-    panels_rows_super(w, r0, r1, end, xt + t0 * nb, std::min(16 * t1, n) - i0, y + i0 * ldy, ldy, scratch);
+    const int64_t t0 = c * mt / chunks, t1 = (c + 1) * mt / chunks, i0 = 16 * t0, rows = std::min(16 * t1, n) - i0;
+    const int64_t bytes = (t1 - t0) * nb * int64_t(sizeof(XTile));
+    const int64_t parts = rows <= kKQuantFewRows ? 1 : std::min((bytes + kChunkBytesK - 1) / kChunkBytesK, (nsb + 1) / 2);
+    for (int64_t p = 0; p < parts; ++p) {  // super-blocks [s0, s1)
+      const int64_t s0 = p * nsb / parts / 2 * 2, s1 = p + 1 == parts ? nsb : (p + 1) * nsb / parts / 2 * 2;
+      panels_rows_super(w, r0, r1, end, xt + t0 * nb, rows, y + i0 * ldy, ldy, scratch, s0, s1);
+    }
   }
 }
 

@@ -208,7 +208,7 @@ void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t
 }
 
 void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
-                       float* y, int64_t ldy, Scratch scratch) {
+                       float* y, int64_t ldy, Scratch scratch, int64_t sb0, int64_t sb1) {
   const bool q5k = w.type == GgmlType::Q5_K, q4k = w.type == GgmlType::Q4_K || q5k;  // q4k: with mins
   if (q4k && n <= kKQuantFewRows) return panels_rows_kquant_few(w, r0, r1, end, xt, n, y, ldy, scratch);
   const int64_t ub = super_unit_bytes(w.type);
@@ -223,12 +223,13 @@ void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_
   for (int64_t p0 = r0; p0 < r1; p0 += L) {
     const uint8_t* pan = w.packed + (p0 / L) * pbytes;
     const __mmask16 valid = lanes(r1 - p0);
-    for (int64_t s0 = 0; s0 < nsb_all; s0 += kSlice) {
-      const int64_t nsb = std::min(kSlice, nsb_all - s0);
+    for (int64_t s0 = sb0; s0 < sb1; s0 += kSlice) {
+      const int64_t nsb = std::min(kSlice, sb1 - s0);
       if (q5k) fill_q4k<PkQ5K>(pan, s0, nsb, slice);
       else if (q4k) fill_q4k<PkK>(pan, s0, nsb, slice);
       else fill_q6k(pan, s0, nsb, slice);
-      const uint8_t* from = pan + (s0 + nsb) * ub;
+      // The next slice this call runs: this panel's next one, or the next panel's first.
+      const uint8_t* from = s0 + nsb < sb1 ? pan + (s0 + nsb) * ub : pan + pbytes + sb0 * ub;
       const uint8_t* to = std::min(end, from + kSlice * ub);
       const Ahead next{from, std::max<int64_t>(0, (to - from) / 64)};
       // The whole M tiles in one sequence, a partial last one in another.

@@ -210,10 +210,12 @@ void bf16_rows_amx(const WeightView& w, int64_t r0, int64_t r1, const uint16_t* 
 // Q6_K, Q4_K and Q5_K on the AMX-INT8 tiles (matmul_amx_super.cpp): their
 // activations as XSuper (tile_x's layout for the format; `sums`: with the
 // blocks' level sums, for Q4_K / Q5_K), and weight rows [r0, r1) of a Panel16 copy
-// (r0 % 16 == 0; `end`: where prefetching stops).
+// (r0 % 16 == 0; `end`: where prefetching stops), over super-blocks
+// [sb0, sb1) of K (y accumulates across calls; sb0 = 0 starts it; few
+// rows take the whole K in one call).
 void tile_x_super(const XBlock* xq, int64_t n, int64_t nb, int64_t t0, int64_t t1, bool sums, XTile* out);
 void panels_rows_super(const WeightView& w, int64_t r0, int64_t r1, const uint8_t* end, const XTile* xt, int64_t n,
-                       float* y, int64_t ldy, Scratch scratch);
+                       float* y, int64_t ldy, Scratch scratch, int64_t sb0, int64_t sb1);
 // Q4_K / Q5_K for few M tiles (n <= kKQuantFewRows; matmul_amx_q4k_rows.cpp): the
 // same bits from raw levels and per-block products, without folding the
 // scales.
