@@ -87,6 +87,7 @@ struct Engine::Impl {
   void store_quantized(const KvStorage& kv, int l);
   void attend(const KvStorage& kv, int l);
   void ffn_block(int l);
+  void residual(const float* post_norm, const float* next_norm);
   void output(std::vector<float>& logits);
 };
 
@@ -271,15 +272,18 @@ void Engine::Impl::attend(const KvStorage& kv, int l) {
   });
 }
 
-// RMSNorm, then q [T, q_ld], k and v [T, kvdim] (one dispatch for the three)
-// with their biases.
+// RMSNorm (layer 0; the others' ran in the residual pass before them), then
+// q [T, q_ld], k and v [T, kvdim] (one dispatch for the three) with their
+// biases.
 void Engine::Impl::qkv(int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, qdim = c.n_heads * c.head_dim, kvdim = c.n_kv_heads * c.head_dim;
-  per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
-  lap(OpPhase::Norm);
+  if (l == 0) {  // later layers' input norms ran in the residual pass before them
+    per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.attn_norm, &xn[t * dim], dim, c.rms_eps); });
+    lap(OpPhase::Norm);
+  }
   mm_multi({{&L.wq, q.data(), q_ld}, {&L.wk, k.data(), kvdim}, {&L.wv, v.data(), kvdim}}, xn.data(), dim, T);
   add_bias(q.data(), q_ld, L.bq, T, qdim);
   add_bias(k.data(), kvdim, L.bk, T, kvdim);
@@ -288,7 +292,7 @@ void Engine::Impl::qkv(int l) {
 }
 
 // Q/K/V, QK norms, RoPE, K/V into their slots, attention, output
-// projection, post-attention norm, residual add.
+// projection, post-attention norm, residual add with the FFN norm.
 void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
@@ -324,26 +328,34 @@ void Engine::Impl::attention_block(const KvStorage& kv, int l) {
   mm(L.wo, att.data(), q_ld, plan.n_tokens, proj.data(), proj_ld);  // [T, dim]
   add_bias(proj.data(), proj_ld, L.bo, plan.n_tokens, dim);
   lap(OpPhase::AttnOut);
+  residual(L.attn_post_norm, L.ffn_norm);
+}
+
+// proj (after its post-norm, where the model has one) into the residual
+// stream x; then, where the next block's input norm is given, that norm of
+// x into xn while the token's row is still cached (one pass, not two).
+void Engine::Impl::residual(const float* post_norm, const float* next_norm) {
+  const ModelConfig& c = cfg();
+  const int dim = c.dim;
   per_token([&](int64_t t) {
     float* pt = &proj[t * proj_ld];
-    if (L.attn_post_norm) rmsnorm(pt, L.attn_post_norm, pt, dim, c.rms_eps);
+    if (post_norm) rmsnorm(pt, post_norm, pt, dim, c.rms_eps);
     add_inplace(&x[t * dim], pt, dim);
+    if (next_norm) rmsnorm(&x[t * dim], next_norm, &xn[t * dim], dim, c.rms_eps);
   });
   lap(OpPhase::Residual);
 }
 
-// RMSNorm, gate/up, SwiGLU or GeGLU, down projection (or the mixture of
-// experts), post-FFN norm,
-// residual add.
+// Gate/up of xn (the FFN norm, made in the attention's residual pass),
+// SwiGLU or GeGLU, down projection (or the mixture of experts), post-FFN
+// norm, residual add with the next layer's input norm.
 void Engine::Impl::ffn_block(int l) {
   const ModelConfig& c = cfg();
   const LayerWeights& L = model->weights().layers[l];
   const int64_t T = plan.n_tokens;
   const int dim = c.dim, ffn = c.ffn_dim;
   const bool gelu = c.ffn_act == FfnAct::GeluTanh;
-  per_token([&](int64_t t) { rmsnorm(&x[t * dim], L.ffn_norm, &xn[t * dim], dim, c.rms_eps); });
-  lap(OpPhase::Norm);
-  if (c.moe.n_expert > 0) {
+  if (c.moe.n_expert > 0) {  // xn: the FFN norm of x (the attention's residual pass)
     moe.forward(c.moe, L.moe, xn.data(), T, dim, proj.data(), *pool, exact);  // [T, dim]
     lap(OpPhase::Moe);
   } else {
@@ -365,12 +377,7 @@ void Engine::Impl::ffn_block(int l) {
     }
     lap(OpPhase::FfnDown);
   }
-  per_token([&](int64_t t) {
-    float* pt = &proj[t * proj_ld];
-    if (L.ffn_post_norm) rmsnorm(pt, L.ffn_post_norm, pt, dim, c.rms_eps);
-    add_inplace(&x[t * dim], pt, dim);
-  });
-  lap(OpPhase::Residual);
+  residual(L.ffn_post_norm, l + 1 < c.n_layers ? model->weights().layers[size_t(l) + 1].attn_norm : nullptr);
 }
 
 // Final norm and classifier only for the rows whose logits are wanted.
