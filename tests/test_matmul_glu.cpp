@@ -19,36 +19,12 @@
 #include "kernels/threadpool.h"
 #include "kernels/weight_pack.h"
 #include "isa_guard.h"
+#include "quant_weights.h"
 
 namespace kvs {
 namespace {
 
-struct Weights {
-  std::vector<uint8_t> bytes;  // [rows, row_bytes]
-  WeightView view;
-  PackedArena arena;
-};
-
-// Random weights; per-block magnitudes differ, so scales matter.
-Weights make_weights(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> mag(0.2f, 3.0f);
-  Weights w;
-  const size_t rb = row_bytes(t, cols);
-  w.bytes.assign(size_t(rows) * rb, 0);
-  std::vector<float> src(static_cast<size_t>(cols));  // [cols]
-  for (int64_t r = 0; r < rows; ++r) {
-    float m = 1.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      if (c % 32 == 0) m = mag(rng);
-      src[size_t(c)] = nd(rng) * m;
-    }
-    quantize_row(t, src.data(), w.bytes.data() + size_t(r) * rb, cols);
-  }
-  w.view = WeightView{t, w.bytes.data(), rows, cols, rb};
-  return w;
-}
+using Weights = test::QuantWeights;
 
 // Gate and up rows [n, ld]: the gate spans the activation's curve (large
 // negative values saturate it), rows of different magnitudes.
@@ -95,8 +71,9 @@ void expect_fused_equals_unfused(const WeightView& w, const std::string& what) {
           matmul_glu(w, b.data(), u.data(), ld, act, n, got.data(), rows, pool);
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
               << what << " isa=" << isa_name(isa) << " act=" << int(act) << " n=" << n << " threads=" << pool.size();
-          if (!is_float(w.type) && w.pack != PackLayout::AmxBf16)
+          if (!is_float(w.type) && w.pack != PackLayout::AmxBf16) {
             ASSERT_EQ(0, std::memcmp(b.data(), g0.data(), g0.size() * 4)) << what << ": G changed";
+          }
         }
       }
     }
@@ -112,7 +89,7 @@ TEST(MatmulGlu, BitIdenticalToActivationThenMatmul) {
     const bool k = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
     // Widths ending in a partial piece of the fused quantizing: 768 = 512 + 256, 2080 = 4 * 512 + 32.
     for (int64_t cols : {k ? int64_t(768) : int64_t(2080), int64_t(256)}) {
-      Weights w = make_weights(t, 37, cols, seed++);
+      Weights w = test::quant_weights(t, 37, cols, seed++);
       const std::string what = type_name(t) + " cols=" + std::to_string(cols);
       expect_fused_equals_unfused(w.view, what + " file layout");
       if (!packable(w.view)) continue;
@@ -124,7 +101,7 @@ TEST(MatmulGlu, BitIdenticalToActivationThenMatmul) {
 
 TEST(MatmulGlu, RejectsAMissingUp) {
   ThreadPool pool(1);
-  Weights w = make_weights(GgmlType::Q8_0, 4, 64, 1);
+  Weights w = test::quant_weights(GgmlType::Q8_0, 4, 64, 1);
   std::vector<float> g(64), y(4);
   EXPECT_THROW(matmul_glu(w.view, g.data(), nullptr, 64, Glu::SwiGlu, 1, y.data(), 4, pool), std::invalid_argument);
 }
