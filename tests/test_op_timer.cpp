@@ -4,6 +4,7 @@
 // bench prints the table and the JSON, shares summing to the whole.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -50,9 +51,18 @@ TEST(OpTimer, PhasesCoverTheForwardAndChangeNoBits) {
     EXPECT_GT(phase(e, p), 0.0) << op_phase_name(p);
   EXPECT_EQ(phase(e, OpPhase::Moe), 0.0) << "a dense model runs no experts";
   // The phases tile the forward: no more than the call's wall time, and
-  // most of it (the rest is the sequence's block bookkeeping).
+  // most of it (the rest is the sequence's block bookkeeping). A loaded
+  // machine can preempt the thread between two phases of one short forward,
+  // so "most of it" must hold for the best of several forwards.
   EXPECT_LE(e.stats().ops.total(), wall);
-  EXPECT_GE(e.stats().ops.total(), 0.5 * wall);
+  double best_share = e.stats().ops.total() / wall;
+  for (int i = 0; i < 12 && best_share < 0.5; ++i) {
+    e.reset_op_times();
+    prefill(e, prompt, &wall);
+    EXPECT_LE(e.stats().ops.total(), wall);
+    best_share = std::max(best_share, e.stats().ops.total() / wall);
+  }
+  EXPECT_GE(best_share, 0.5);
 
   const double before = e.stats().ops.total();
   prefill(e, prompt);
