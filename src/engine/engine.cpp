@@ -56,6 +56,7 @@ struct Engine::Impl {
   std::vector<std::vector<float>> attn_scratch;  // per thread: a query block's row state + one K/V tile
   std::vector<float> stage_k, stage_v;  // quantized cache: [stage_rows, kvdim] float rows of each chunk's open groups
   std::vector<float> out_rows;      // [n_out, dim]
+  std::vector<int32_t> row_tokens;  // [T] each row's token id
 
   const ModelConfig& cfg() const { return model->config(); }
   // The per-op timer: lap(p) charges the time since the previous lap to p.
@@ -156,8 +157,9 @@ void Engine::Impl::rope_tables() {
   for (RopeKind& rk : ropes) {
     rk.cos.resize(T * half);
     rk.sin.resize(T * half);
-    for (int64_t t = 0; t < T; ++t)
+    per_token([&](int64_t t) {
       rk.freqs.compute(plan.pos[t] - plan.view[t].shift, &rk.cos[t * half], &rk.sin[t * half]);
+    });
     if (plan.max_key_pos >= 0 && int64_t(rk.kcos.size()) < int64_t(plan.max_key_pos + 1) * half) {
       const int n_pos = std::max(plan.max_key_pos + 1, int(rk.kcos.size() / std::max(1, half)) * 2);
       rk.kcos.resize(size_t(n_pos) * half);
@@ -187,14 +189,18 @@ void Engine::Impl::prepare(const KvLayout& layout) {
   rope_tables();
   stage_k.resize(size_t(plan.stage_rows) * kvdim);
   stage_v.resize(size_t(plan.stage_rows) * kvdim);
-  const WeightView& embd = model->weights().tok_embd;
+  // Each row's embedding on the pool: a long prompt's rows are cache misses
+  // spread over the whole table, and one thread left the other idle.
+  row_tokens.resize(size_t(T));
   for (const ChunkPlan& ch : plan.chunks)
-    for (int64_t t = ch.row0; t < ch.row0 + ch.n_tokens; ++t) {
-      float* xt = &x[t * dim];  // [dim]
-      dequantize_weight_row(embd, ch.tokens[t - ch.row0], xt);
-      if (c.embd_scale > 0.f)
-        for (int i = 0; i < dim; ++i) xt[i] *= c.embd_scale;
-    }
+    std::copy(ch.tokens, ch.tokens + ch.n_tokens, row_tokens.begin() + ch.row0);
+  const WeightView& embd = model->weights().tok_embd;
+  per_token([&](int64_t t) {
+    float* xt = &x[t * dim];  // [dim]
+    dequantize_weight_row(embd, row_tokens[size_t(t)], xt);
+    if (c.embd_scale > 0.f)
+      for (int i = 0; i < dim; ++i) xt[i] *= c.embd_scale;
+  });
 }
 
 // Quantized cache, layer l: per chunk, assemble its open groups' float rows
