@@ -214,4 +214,52 @@ TEST(FlashKernels, SoftcappedSimdGiveScalarBits) {
   }
 }
 
+// The bf16 kernel's lazy maximum (flash_attention.h's kLazyMaxLog2): scores
+// that climb by about 6 (head 0) and 12 (head 1) log2 units a key, to some
+// 1,500 and 2,900, then fall back and climb again, over several calls of key
+// tiles. Keys and queries are exact in bf16 up to the query's scale, so the
+// kernel stays within bf16 rounding of the double reference; a reference
+// that never moved would give inf and NaN, one moved wrongly another
+// softmax. A query block gives each of its tokens its one-token bits.
+TEST(AttentionBf16Lazy, ClimbingScoresMatchReference) {
+  if (!amx_bf16_active()) GTEST_SKIP() << "no AMX-BF16 here (amx_bf16 in lscpu's flags, not lowered by KVS_ISA)";
+  const int hd = 64, nh = 2, n = 700, bs = 16, nb = (n + bs - 1) / bs, T = 16;
+  KvLayout lay{1, 1, hd, bs};
+  BlockStorage st(lay, nb);
+  std::vector<int32_t> table(static_cast<size_t>(nb));
+  for (int i = 0; i < nb; ++i) table[size_t(i)] = nb - 1 - i;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  std::vector<float> k(size_t(n) * hd), v(k.size());
+  for (int t = 0; t < n; ++t) {
+    for (int d = 0; d < hd; ++d) {
+      k[size_t(t) * hd + d] = float(t % 256) * 0.5f;  // 0 .. 127.5, twice: exact in bf16
+      v[size_t(t) * hd + d] = ud(rng);
+    }
+    kvc::store_rows(st.view(), table[size_t(t / bs)], 0, t % bs, 1, &k[size_t(t) * hd], &v[size_t(t) * hd]);
+  }
+  const size_t qdim = size_t(nh) * hd;
+  std::vector<float> q(size_t(T) * qdim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = i % qdim < size_t(hd) ? 1.f : 2.f;
+  AttnShape s{nh, 1, hd, 1.0f / std::sqrt(float(hd))};
+  s.bf16 = true;
+  std::vector<float> scratch(attention_scratch_floats(nh * T, hd, true)), one(q.size()), blk(q.size());
+  for (int ctx : {5, 100, 256, 300, 600, n}) {
+    SCOPED_TRACE(::testing::Message() << "ctx " << ctx);
+    const AttnSeq as{table.data(), ctx, ctx, nullptr, nullptr};
+    attention_group(q.data(), st.view(), 0, as, 0, s, one.data(), scratch.data());
+    std::vector<float> ref(qdim);
+    attention_reference(q.data(), k.data(), v.data(), ctx, s, ref.data());
+    for (size_t e = 0; e < qdim; ++e) ASSERT_NEAR(one[e], ref[e], 2e-2 * (1 + std::fabs(ref[e]))) << "element " << e;
+  }
+  const AttnSeq last{table.data(), n, n, nullptr, nullptr};
+  attention_group_block(q.data(), qdim, T, st.view(), 0, last, 0, s, blk.data(), qdim, scratch.data());
+  for (int i = 0; i < T; ++i) {
+    const int ctx = n - (T - 1 - i);
+    const AttnSeq as{table.data(), ctx, ctx, nullptr, nullptr};
+    attention_group(&q[size_t(i) * qdim], st.view(), 0, as, 0, s, &one[size_t(i) * qdim], scratch.data());
+  }
+  EXPECT_EQ(0, std::memcmp(blk.data(), one.data(), blk.size() * 4));
+}
+
 }  // namespace

@@ -2,6 +2,9 @@
 // variant): both products of a key tile run on bf16 tiles, the online
 // softmax is flash_rows_impl.h's, in fp32 with lanes = rows, and the rows'
 // m, l and outputs keep that kernel's lane layout (its finish() is reused).
+// Its maximum is the lazy one (kLazyMaxLog2): the outputs, held in tile
+// registers across a call, go through memory to be rescaled only when a
+// row's reference moves, which after the first tiles is rare.
 //
 // A call takes up to kTileBatch key tiles (tiles(); tile() is one):
 //   keys    kb [16, hd32] bf16 per tile, row-major (hd32: hd rounded up
@@ -227,8 +230,8 @@ void scores_pass(const FlashQuery& fq, float* st, const Work& w, int g, int n, c
 #pragma GCC unroll 16
       for (int t = 0; t < kTile; ++t) s[t] = V512::load(sb + 256 * i + 16 * t);
       if (fq.softcap > 0.0f) flash_rows::cap_scores<V512>(fq, s);
-      const R alpha = vis[j] ? flash_rows::softmax<V512, true>(s, km[j], m, l, p)
-                             : flash_rows::softmax<V512, false>(s, nullptr, m, l, p);
+      const R alpha = vis[j] ? flash_rows::softmax<V512, true, true>(s, km[j], m, l, p)
+                             : flash_rows::softmax<V512, false, true>(s, nullptr, m, l, p);
       V512::store(w.alpha + 16 * j, alpha);
       if (!V512::all_equal(alpha, 1.0f)) w.state[j] |= kRescale;
       uint16_t* pb = w.pb + size_t(j) * 256;

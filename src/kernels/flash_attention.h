@@ -71,6 +71,9 @@ namespace kvs::attn {
 constexpr int kTile = 16;  // keys per tile; tiles start at multiples of it
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kExp2Lo = -100.0f;  // exp2n's clamp: results stay normal floats
+// The bf16 kernel's lazy maximum (flash_rows_impl.h's softmax): how far, in
+// log2 units, a score may pass a row's reference before it moves.
+constexpr float kLazyMaxLog2 = 8.0f;
 // 2^f for f in [-0.5, 0.5], highest degree first (relative error < 2e-7).
 constexpr float kExp2C[7] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
                              5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f, 1.0f};

@@ -161,14 +161,21 @@ inline typename V::reg tree16(const typename V::reg* x) {
 
 // Online softmax step of one row group: scores s -> probabilities p, the
 // rescale factor alpha, m and l updated. km: per key, the lanes that see it.
-template <class V, bool Masked>
+// Lazy (the bf16 kernel, V::gt needed): a row's reference m moves only
+// when a score passes it by more than kLazyMaxLog2, so p <= 2^kLazyMaxLog2
+// and alpha is 1 (no rescale of the outputs) on almost every tile after
+// the first; the fp32 kernels keep the exact running maximum.
+template <class V, bool Masked, bool Lazy = false>
 inline typename V::reg softmax(typename V::reg* s, const typename V::mask* km, float* m, float* l,
                                typename V::reg* p) {
   using R = typename V::reg;
   if constexpr (Masked)
     for (int t = 0; t < kTile; ++t) s[t] = V::select(km[t], s[t], V::set1(-__builtin_inff()));
   const R mt = tree16<V, true>(s);
-  const R m_old = V::load(m), mn = V::max(m_old, mt);
+  const R m_old = V::load(m);
+  R mn;
+  if constexpr (Lazy) mn = V::select(V::gt(mt, V::add(m_old, V::set1(kvs::attn::kLazyMaxLog2))), mt, m_old);
+  else mn = V::max(m_old, mt);
   const R alpha = V::exp2n(V::sub(m_old, mn));
 #pragma GCC unroll 16
   for (int t = 0; t < kTile; ++t) {

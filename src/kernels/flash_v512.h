@@ -28,6 +28,7 @@ struct V512 {
   static reg fma_m(reg a, reg b, reg c, mask m) { return _mm512_mask3_fmadd_ps(a, b, c, m); }
   static reg select(mask m, reg a, reg b) { return _mm512_mask_blend_ps(m, b, a); }
   static mask mask_of(unsigned lanes) { return mask(lanes); }
+  static mask gt(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static reg gather(const float* base, const int* off) {
     return _mm512_i32gather_ps(_mm512_loadu_si512(off), base, 4);
   }
