@@ -237,4 +237,38 @@ TEST(DeviceMonitor, PollsCloserThanTheIntervalReuseTheReading) {
   EXPECT_EQ(m.poll(5).level, DeviceLevel::Hot);
 }
 
+// A new reading reaches the server's shedding limits (poll's `apply`) before
+// state() and the metrics show it: a client that reads level 3 from
+// /metrics must meet the 429, not slip in between. Inside apply the old
+// level is still what everyone else sees; after it, the new one.
+TEST(DeviceMonitor, AppliesANewReadingBeforeShowingIt) {
+  FakeTree t("apply");
+  t.zone(0, 50, 80, 100);
+  DeviceMonitorOptions o;
+  o.roots = t.roots();
+  o.min_interval_s = 0;
+  o.log = [](const std::string&) {};
+  DeviceMonitor m(o);
+  m.poll(0);
+  t.zone(0, 97, 80, 100);
+  int calls = 0;
+  const DeviceState st = m.poll(1, [&](const DeviceState& next) {
+    ++calls;
+    EXPECT_EQ(next.level, DeviceLevel::Critical);
+    EXPECT_TRUE(next.plan.stop_admissions);
+    EXPECT_EQ(m.state().level, DeviceLevel::Normal) << "shown before its plan was applied";
+    const std::string text = m.metrics_text();
+    EXPECT_NE(text.find("kvserve_device_level 0\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("kvserve_device_actions_total{action=\"stop_admissions\"} 0\n"), std::string::npos) << text;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(st.level, DeviceLevel::Critical);
+  EXPECT_EQ(m.state().level, DeviceLevel::Critical);
+  const std::string text = m.metrics_text();
+  EXPECT_NE(text.find("kvserve_device_level 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvserve_device_actions_total{action=\"stop_admissions\"} 1\n"), std::string::npos) << text;
+  m.poll(1.1, [&](const DeviceState&) { ++calls; });
+  EXPECT_EQ(calls, 2) << "every reading goes to apply";
+}
+
 }  // namespace

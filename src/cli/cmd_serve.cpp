@@ -143,11 +143,12 @@ int wait_for_signal(const sigset_t& sigs, device::DeviceMonitor* monitor, double
     const timespec tick{0, 250'000'000};
     const int sig = sigtimedwait(&sigs, nullptr, &tick);
     if (sig > 0) return sig;
-    const device::DeviceState st = monitor->poll(sched::steady_now());
-    const sched::ShedLimits want = shed_limits_for(st.plan, all, hold_s);
-    if (want == loop.shed_limits()) continue;
-    loop.set_shed_limits(want);
-    engine.pool().set_active_threads(want.threads > 0 ? want.threads : all);
+    monitor->poll(sched::steady_now(), [&](const device::DeviceState& st) {
+      const sched::ShedLimits want = shed_limits_for(st.plan, all, hold_s);
+      if (want == loop.shed_limits()) return;
+      loop.set_shed_limits(want);
+      engine.pool().set_active_threads(want.threads > 0 ? want.threads : all);
+    });
   }
 }
 

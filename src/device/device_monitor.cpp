@@ -15,26 +15,29 @@ DeviceMonitor::DeviceMonitor(DeviceMonitorOptions o) : o_(std::move(o)), tracker
   if (!o_.log) o_.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 }
 
-DeviceState DeviceMonitor::poll(double now) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (last_poll_ >= 0 && now - last_poll_ < o_.min_interval_s) return st_;
+DeviceState DeviceMonitor::poll(double now, const std::function<void(const DeviceState&)>& apply) {
+  std::lock_guard<std::mutex> one(poll_mu_);
+  if (last_poll_ >= 0 && now - last_poll_ < o_.min_interval_s) return state();
   last_poll_ = now;
-  st_.signals = read_device_signals(o_.roots);
-  const LevelTracker::Change ch = tracker_.update(st_.signals, now);
+  DeviceState next = state();  // only a poll writes st_, and this is the only one running
+  next.signals = read_device_signals(o_.roots);
+  const LevelTracker::Change ch = tracker_.update(next.signals, now);
   const Classified& c = tracker_.current();
-  st_.level = c.level;
-  st_.causes = c.causes;
-  st_.why = c.why;
-  const ShedPlan before = st_.plan;
-  st_.plan = shed_plan(c.level, c.causes);
+  next.level = c.level;
+  next.causes = c.causes;
+  next.why = c.why;
+  next.plan = shed_plan(c.level, c.causes);
+  if (ch.changed) ++next.transitions;
+  if (apply) apply(next);
+  std::unique_lock<std::mutex> lk(mu_);
   for (int a = 0; a < kNumShedActions; ++a)
-    if (st_.plan.takes(ShedAction(a)) && !before.takes(ShedAction(a))) ++actions_[size_t(a)];
-  if (ch.changed) {
-    ++st_.transitions;
+    if (next.plan.takes(ShedAction(a)) && !st_.plan.takes(ShedAction(a))) ++actions_[size_t(a)];
+  st_ = next;
+  lk.unlock();
+  if (ch.changed)
     o_.log(std::string("kvserve: device ") + to_string(ch.from) + " -> " + to_string(ch.to) + " (" +
-           causes_to_string(c.causes) + (c.why.empty() ? "" : ": " + c.why) + "); shedding: " + st_.plan.describe());
-  }
-  return st_;
+           causes_to_string(c.causes) + (c.why.empty() ? "" : ": " + c.why) + "); shedding: " + next.plan.describe());
+  return next;
 }
 
 DeviceState DeviceMonitor::state() const {

@@ -42,14 +42,17 @@ class DeviceMonitor {
  public:
   explicit DeviceMonitor(DeviceMonitorOptions o);
   // Reads the signals (at most every min_interval_s) at monotonic time `now`;
-  // returns the state after the reading.
-  DeviceState poll(double now);
+  // returns the state after the reading. A new reading goes to `apply` (the
+  // server's shedding limits) before state() and the metrics show it, so
+  // whoever sees a level also meets its plan.
+  DeviceState poll(double now, const std::function<void(const DeviceState&)>& apply = {});
   DeviceState state() const;
   std::string metrics_text() const;
 
  private:
   DeviceMonitorOptions o_;
-  mutable std::mutex mu_;
+  std::mutex poll_mu_;      // one poll at a time: tracker_ and last_poll_ are the poller's
+  mutable std::mutex mu_;   // st_ and actions_, read by state() and metrics_text()
   LevelTracker tracker_;
   DeviceState st_;
   double last_poll_ = -1;
