@@ -127,8 +127,12 @@ double OpTimes::total() const {
   return t;
 }
 
+// Weights whose products read the activations as floats (the others are
+// quantized: exact mode takes them through the reference instead).
+static bool float_weights(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
 void Engine::Impl::mm(const WeightView& w, const float* xs, int64_t ldx, int64_t n, float* y, int64_t ldy) {
-  if (exact && w.type != GgmlType::F32 && w.type != GgmlType::F16 && w.type != GgmlType::BF16)
+  if (exact && !float_weights(w.type))
     matmul_reference(w, xs, ldx, n, y, ldy);
   else
     matmul(w, xs, ldx, n, y, ldy, *pool);
@@ -367,8 +371,7 @@ void Engine::Impl::ffn_block(int l) {
   } else {
     mm_multi({{&L.w_gate, gate.data(), ffn_ld}, {&L.w_up, up.data(), ffn_ld}}, xn.data(), dim, T);  // [T, ffn] each
     lap(OpPhase::FfnUp);
-    const GgmlType dt = L.w_down.type;
-    if (exact || dt == GgmlType::F32 || dt == GgmlType::F16 || dt == GgmlType::BF16) {
+    if (exact || float_weights(L.w_down.type)) {
       per_token([&](int64_t t) {
         if (gelu) geglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
         else swiglu_inplace(&gate[t * ffn_ld], &up[t * ffn_ld], ffn);
